@@ -1,0 +1,111 @@
+"""Structured-config schemas: Hydra checks every composed cell against these types.
+
+Values live in `conf/`; these classes only declare names and types (`MISSING`
+marks what a YAML file must provide), so a typo or a wrong type fails at compose
+time instead of deep inside a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class DatasetConfig:
+    name: str = MISSING  # apps | demo | ...
+    source: str = MISSING  # hub | file | demo
+    hub_repo: str = "codeparrot/apps"
+    revision: str = MISSING  # pinned hub revision, recorded with every cell
+    split: str = "test"
+    path: Optional[str] = None  # local codeparrot-schema JSONL/parquet; overrides the hub
+    streaming: bool = True  # stream from the hub when only the first rows are needed
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    provider: str = MISSING  # gold (built-in server) | openai (any OpenAI-compatible endpoint)
+    model_id: str = MISSING
+    base_url: Optional[str] = None  # None for gold: the built-in server picks a loopback port
+    api_key_env: str = "OPENAI_API_KEY"  # name of the env var holding the key; the key never enters config
+    temperature: float = MISSING
+    top_p: float = MISSING
+    max_tokens: int = MISSING
+    extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. repetition_penalty, chat_template_kwargs
+    request_timeout_s: float = MISSING
+    max_retries: int = MISSING
+    retry_backoff_s: float = MISSING
+    check_endpoint: bool = True  # probe /v1/models at cell start
+    # gold-only knobs for tests and benchmarks
+    latency_ms: int = 0
+    wrong_fraction: float = 0.0
+    fault_fraction: float = 0.0
+
+
+@dataclass
+class TopologyConfig:
+    name: str = MISSING  # single, independent, sequential_langgraph, ...
+    flow: str = MISSING  # single | independent | sequential | centralized | decentralized
+    framework: str = MISSING  # langgraph | crewai | autogen | openai
+    team_size: int = MISSING
+    rounds: int = 1  # debate rounds (decentralized)
+    roles_by_size: dict[str, list[str]] = field(default_factory=dict)  # str(team_size) -> ordered roles
+    prompts: dict[str, str] = field(default_factory=dict)  # role -> prompt text
+    prompt_file: Optional[str] = None  # a PromptSet file (YAML/JSON role -> text) replacing prompts
+    max_steps: int = MISSING  # per-agent tool-loop steps
+    max_turns: int = MISSING  # messages in a group chat / delegations by a manager
+    time_limit_s: float = MISSING  # per-problem wall clock
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = MISSING  # none | maspo | gepa
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GridConfig:
+    name: str = MISSING
+    axes: dict[str, list[Any]] = field(default_factory=dict)  # axis -> allowed values
+    exclude: list[dict[str, Any]] = field(default_factory=list)  # partial cells that are refused
+
+
+@dataclass
+class JudgeConfig:
+    profile: str = MISSING  # seed
+    timeout_s: float = MISSING  # per test
+    stop_on_first_failure: bool = MISSING
+    call_memory_bytes: int = MISSING  # APPS_CALL_BASED_MEMORY_BYTES; 0 disables
+    stdin_memory_bytes: int = MISSING
+    workers: int = MISSING  # sandbox workers; 0 = one per core
+
+
+@dataclass
+class ToolConfig:
+    timeout_s: float = MISSING  # python_exec limit the model cannot raise
+    output_chars: int = MISSING  # stdout/stderr clip
+
+
+@dataclass
+class Config:
+    dataset: DatasetConfig = MISSING
+    topology: TopologyConfig = MISSING
+    model: ModelConfig = MISSING
+    optimizer: OptimizerConfig = MISSING
+    grid: GridConfig = MISSING
+    judge: JudgeConfig = MISSING
+    tool: ToolConfig = MISSING
+    seed: int = MISSING
+    limit: Optional[int] = None
+    offset: int = 0
+    only: list[str] = field(default_factory=list)
+    difficulty: Optional[str] = None
+    max_tests_per_row: int = MISSING
+    concurrency: int = MISSING
+    allow_any_cell: bool = False
+    out_dir: Optional[str] = None  # default: outputs/<cell key> under the working directory
+    experiment: str = MISSING  # MLflow experiment name
+    verbose: bool = MISSING  # print code and per-test results per problem

@@ -1,0 +1,160 @@
+"""The values that flow through the pipeline: data -> task -> topology -> judge -> tracking.
+
+Stages exchange these frozen dataclasses and nothing else, so each stage can be
+tested alone and records can be written without ad-hoc dicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Literal
+
+Mode = Literal["stdin", "call"]
+
+
+@dataclass(frozen=True)
+class TestSuite:
+    """A problem's kept tests.
+
+    stdin mode: each input is the program's standard input text (a list input in
+    the row is joined with newlines by the loader); each output is the expected
+    text (lists joined the same way).
+    call mode: each input is the positional-argument list, each output the
+    expected return value (APPS usually wraps it in a one-element list).
+    """
+
+    inputs: tuple[Any, ...]
+    outputs: tuple[Any, ...]
+    fn_name: str | None = None
+    n_available: int = 0  # tests in the row before the max_tests_per_row cap
+
+    @property
+    def mode(self) -> Mode:
+        return "call" if self.fn_name else "stdin"
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One APPS problem. `id` is the APPS problem_id as a string; `split` makes keys unique."""
+
+    id: str
+    question: str
+    tests: TestSuite
+    starter_code: str = ""
+    difficulty: str = ""
+    url: str = ""
+    solutions: tuple[str, ...] = ()
+    split: str = "test"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.split, self.id)
+
+
+class Outcome(str, Enum):
+    """Per-test outcome. SANDBOX_ERROR is infrastructure, never a verdict on the program."""
+
+    PASS = "pass"
+    WRONG_ANSWER = "wrong_answer"
+    TIMEOUT = "timeout"
+    RUNTIME_ERROR = "runtime_error"
+    COMPILE_ERROR = "compile_error"
+    OUTPUT_LIMIT = "output_limit"
+    MEMORY_LIMIT = "memory_limit"
+    SANDBOX_ERROR = "sandbox_error"
+
+
+@dataclass(frozen=True)
+class TestResult:
+    index: int
+    outcome: Outcome
+    seconds: float = 0.0
+    detail: str = ""  # short, clipped: error tail or which comparison failed
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Strict-accuracy verdict of one program on one problem's kept tests."""
+
+    problem_id: str
+    passed: bool
+    n_tests: int
+    tests_run: int
+    tests_passed: int
+    results: tuple[TestResult, ...]
+    profile: str
+    extracted: bool = True  # False when there was no program to judge
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["id"] = d.pop("problem_id")
+        d["results"] = [
+            {"index": r.index, "outcome": r.outcome.value, "seconds": round(r.seconds, 4), "detail": r.detail}
+            for r in self.results
+        ]
+        return d
+
+
+@dataclass
+class Usage:
+    """Counted once, at the HTTP client layer, the same way for every framework."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    failed_calls: int = 0
+
+    def add(self, other: Usage) -> None:
+        for k in ("prompt_tokens", "completion_tokens", "model_calls", "tool_calls", "failed_calls"):
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class TranscriptEvent:
+    """One step of one agent: what it received, replied, or ran. The per-role trace optimizers read."""
+
+    agent: str  # e.g. "solver", "coder_2", "manager"
+    role: str  # the role whose prompt drove this agent
+    kind: Literal["input", "reply", "tool_call", "tool_result", "note"]
+    content: str
+    round: int = 0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    agent: str
+    program: str | None
+
+
+@dataclass(frozen=True)
+class Vote:
+    """Majority vote over candidates: groups of identical normalised programs."""
+
+    group_sizes: tuple[int, ...]
+    group_members: tuple[tuple[str, ...], ...]  # agent names per group, groups in first-seen order
+    winner: int | None  # index into groups, None when no agent produced code
+
+
+@dataclass
+class Attempt:
+    """What a topology returns for one problem."""
+
+    program: str | None
+    candidates: list[Candidate] = field(default_factory=list)
+    vote: Vote | None = None
+    transcript: list[TranscriptEvent] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    rounds: int = 0
+    turns: int = 0
+    stop_reason: str = "done"  # done | step_cap | turn_cap | time_limit | error
+    error: str | None = None  # infrastructure error (model unreachable after retries): not a wrong answer
