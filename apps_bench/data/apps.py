@@ -1,0 +1,234 @@
+"""Load APPS problems: the hub's data files at a pinned revision, a local file, or the demos.
+
+Why not `load_dataset("codeparrot/apps")`: datasets >= 4 rejects dataset loading
+scripts, so the repo's plain data files are read with the `json` (or `parquet`)
+builder instead, at a pinned revision that is recorded with every run.
+Selection (only / difficulty / offset / limit) is applied to raw rows before the
+expensive `input_output` parse, and a bounded selection stops reading early, so
+streaming the 1.2 GB test split for its first 50 rows reads only those rows.
+"""
+
+from __future__ import annotations
+
+import json
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from apps_bench.data.rows import RowError, lift_int_digit_limit, parse_row, row_id
+from apps_bench.types import Problem
+
+DIFFICULTIES = ("introductory", "interview", "competition")
+UNPARSABLE_ROW = "unparsable_row"  # a JSONL line that is not a JSON object
+REQUIRED_COLUMNS = ("problem_id", "question", "input_output")
+PARQUET_REVISION = "refs/convert/parquet"  # the hub's parquet conversion branch: read its all/ folder
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    problems: list[Problem]
+    skipped: dict[str, int]  # skip reason -> rows skipped for it (never silent)
+    source: str  # where the rows came from (hub URL, file path, or "builtin:demo")
+    revision: str  # pinned hub revision, "local" for a file, "builtin" for the demos
+    missing_ids: tuple[str, ...] = ()  # `only` IDs that no row had
+    rows_selected: int = 0  # rows that passed the filters (problems + skipped)
+
+    @property
+    def n_skipped(self) -> int:
+        return sum(self.skipped.values())
+
+
+def _cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
+    if isinstance(cfg, Mapping):
+        return cfg.get(key, default)
+    return getattr(cfg, key, default)
+
+
+def _select(
+    items: Iterable[Any],
+    key: Callable[[Any], tuple[str | None, str]],
+    *,
+    limit: int | None,
+    offset: int,
+    only: Sequence[str],
+    difficulty: str | None,
+) -> Iterator[Any]:
+    """Filter by `only` and `difficulty`, then skip `offset` and keep `limit`; stop reading as soon as done."""
+    wanted = {str(i) for i in only}
+    found: set[str] = set()
+    matched = 0
+    if limit is not None and limit <= 0:
+        return
+    for item in items:
+        pid, diff = key(item)
+        if wanted and pid not in wanted:
+            continue
+        if difficulty and diff != difficulty:
+            continue
+        if wanted and pid is not None:
+            found.add(pid)
+        matched += 1
+        if matched <= offset:
+            continue
+        yield item
+        if limit is not None and matched - offset >= limit:
+            return
+        if wanted and found >= wanted:
+            return
+
+
+def _row_key(row: Any) -> tuple[str | None, str]:
+    if not isinstance(row, Mapping):
+        return None, ""
+    return row_id(row), str(row.get("difficulty") or "")
+
+
+def _check_schema(row: Mapping[str, Any], source: str) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in row]
+    if missing:
+        raise ValueError(
+            f"{source}: rows lack {missing}; expected the codeparrot/apps schema "
+            f"(problem_id, question, solutions, input_output, difficulty, url, starter_code)"
+        )
+
+
+def _iter_jsonl(path: Path) -> Iterator[Any]:
+    with path.open("r", encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except ValueError:
+                yield None  # counted as UNPARSABLE_ROW by the caller
+
+
+def _iter_parquet(path: Path) -> Iterator[Any]:
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    for batch in pf.iter_batches(batch_size=32):
+        yield from batch.to_pylist()
+
+
+def _iter_local(path: Path) -> Iterator[Any]:
+    if not path.is_file():
+        raise FileNotFoundError(f"dataset file {path} not found (dataset.path must be a codeparrot-schema .jsonl or .parquet file)")
+    suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
+    if suffix == ".parquet":
+        return _iter_parquet(path)
+    if suffix in (".jsonl", ".json"):
+        return _iter_jsonl(path)
+    raise ValueError(f"dataset file {path}: unknown format {suffix!r}; use .jsonl or .parquet")
+
+
+def hub_data_files(hub_repo: str, revision: str, split: str) -> tuple[str, str]:
+    """(builder, data_files) for a split of the hub repo, or of a local mirror of it (a directory).
+
+    The JSONL files at a pinned commit are the default; the revision
+    `refs/convert/parquet` reads the hub's parquet conversion (its `all/` folder only:
+    the per-difficulty folders duplicate it).
+    """
+    local = Path(hub_repo).expanduser()
+    if local.is_dir():
+        if revision == PARQUET_REVISION or not (local / f"{split}.jsonl").exists() and (local / "all" / split).is_dir():
+            return "parquet", str(local / "all" / split / "*.parquet")
+        return "json", str(local / f"{split}.jsonl")
+    base = f"hf://datasets/{hub_repo}@{revision}"
+    if revision == PARQUET_REVISION:
+        return "parquet", f"{base}/all/{split}/*.parquet"
+    return "json", f"{base}/{split}.jsonl"
+
+
+def _iter_hub(builder: str, data_files: str, streaming: bool) -> Iterator[Any]:
+    try:
+        from datasets import load_dataset
+    except ImportError as e:  # pragma: no cover - datasets is a core dependency
+        raise ImportError("loading APPS from the hub needs the `datasets` package: pip install datasets") from e
+    try:
+        ds = load_dataset(builder, data_files=data_files, split="train", streaming=streaming)
+    except Exception as e:
+        raise RuntimeError(
+            f"could not load {data_files} with the datasets {builder!r} builder: {type(e).__name__}: {e}. "
+            "Offline or behind a firewall? Point dataset.path at a local codeparrot-schema "
+            ".jsonl/.parquet file (e.g. dataset.path=/data/apps/test.jsonl)."
+        ) from e
+    return iter(ds)
+
+
+def load_problems(
+    dataset_cfg: Any,
+    *,
+    limit: int | None = None,
+    offset: int = 0,
+    only: Sequence[str] = (),
+    difficulty: str | None = None,
+    max_tests_per_row: int = 20,
+) -> LoadResult:
+    """Load, filter and parse problems; rows without usable tests are skipped and counted by reason.
+
+    `dataset_cfg` follows `DatasetConfig` (an OmegaConf node, the dataclass, or a dict).
+    `limit` and `offset` count rows that pass `only`/`difficulty`, skipped rows included,
+    so `limit=50` on the test split is exactly problem IDs 0-49.
+    """
+    from apps_bench.data.demo import DEMO_PROBLEMS
+
+    lift_int_digit_limit()
+    if difficulty is not None and difficulty not in DIFFICULTIES:
+        raise ValueError(f"unknown difficulty {difficulty!r}; choose one of {', '.join(DIFFICULTIES)}")
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+    only = tuple(str(i) for i in (only or ()))
+    split = str(_cfg_get(dataset_cfg, "split", "test") or "test")
+    path = _cfg_get(dataset_cfg, "path")
+    source_kind = str(_cfg_get(dataset_cfg, "source", "hub") or "hub")
+    select = dict(limit=limit, offset=offset, only=only, difficulty=difficulty)
+
+    if source_kind == "demo" and not path:
+        chosen = list(_select(DEMO_PROBLEMS, lambda p: (p.id, p.difficulty), **select))
+        return _result(chosen, Counter(), "builtin:demo", "builtin", only, len(chosen))
+
+    if path:
+        p = Path(str(path)).expanduser()
+        rows, source, revision = _iter_local(p), str(p), "local"
+    elif source_kind in ("hub", "file"):
+        if source_kind == "file":
+            raise ValueError("dataset.source=file needs dataset.path=FILE (a codeparrot-schema .jsonl or .parquet)")
+        repo = str(_cfg_get(dataset_cfg, "hub_repo", "codeparrot/apps"))
+        revision = str(_cfg_get(dataset_cfg, "revision", "") or "")
+        if not revision:
+            raise ValueError("dataset.revision must pin a hub revision (a commit sha, or 'main' explicitly)")
+        builder, data_files = hub_data_files(repo, revision, split)
+        bounded = limit is not None or bool(only)
+        streaming = bool(_cfg_get(dataset_cfg, "streaming", True)) and bounded
+        rows, source = _iter_hub(builder, data_files, streaming), data_files
+    else:
+        raise ValueError(f"unknown dataset.source {source_kind!r}; choose hub, file or demo")
+
+    skipped: Counter[str] = Counter()
+    problems: list[Problem] = []
+    n_selected = 0
+    checked = False
+    for row in _select(rows, _row_key, **select):
+        n_selected += 1
+        if not isinstance(row, Mapping):
+            skipped[UNPARSABLE_ROW] += 1
+            continue
+        if not checked:
+            _check_schema(row, source)
+            checked = True
+        try:
+            problems.append(parse_row(row, split=split, max_tests_per_row=max_tests_per_row))
+        except RowError as e:
+            skipped[e.reason] += 1
+    return _result(problems, skipped, source, revision, only, n_selected)
+
+
+def _result(problems: list[Problem], skipped: Counter[str], source: str, revision: str, only: Sequence[str], n: int) -> LoadResult:
+    have = {p.id for p in problems}
+    missing = tuple(i for i in only if i not in have)
+    return LoadResult(problems=problems, skipped=dict(skipped), source=source, revision=revision, missing_ids=missing, rows_selected=n)
+
+
