@@ -55,6 +55,7 @@ class TopologyConfig:
     roles_by_size: dict[str, list[str]] = field(default_factory=dict)  # str(team_size) -> ordered roles
     prompts: dict[str, str] = field(default_factory=dict)  # role -> prompt text
     prompt_file: Optional[str] = None  # a PromptSet file (YAML/JSON role -> text) replacing prompts
+    tool_roles: list[str] = field(default_factory=list)  # roles whose agents may call python_exec
     max_steps: int = MISSING  # per-agent tool-loop steps
     max_turns: int = MISSING  # messages in a group chat / delegations by a manager
     time_limit_s: float = MISSING  # per-problem wall clock
