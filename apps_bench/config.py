@@ -91,6 +91,15 @@ class ToolConfig:
 
 
 @dataclass
+class TrackingConfig:
+    """Where a cell is logged. The store URI is not here: MLFLOW_TRACKING_URI (env) or the
+    embedded default, an absolute-path SQLite file under the working directory's `outputs/`."""
+
+    experiment: str = "apps"  # MLflow experiment name (the study)
+    log_transcripts: bool = True  # transcripts.jsonl as a per-cell artifact
+
+
+@dataclass
 class Config:
     dataset: DatasetConfig = MISSING
     topology: TopologyConfig = MISSING
@@ -108,5 +117,20 @@ class Config:
     concurrency: int = MISSING
     allow_any_cell: bool = False
     out_dir: Optional[str] = None  # default: outputs/<cell key> under the working directory
-    experiment: str = MISSING  # MLflow experiment name
     verbose: bool = MISSING  # print code and per-test results per problem
+    # MLflow experiment name lives at `tracking.experiment`: a top-level `experiment` key
+    # would collide with the `experiment` config group (`experiment=x` selects a group file).
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    progress: bool = True  # progress bar on stderr
+
+
+SCHEMA_NAME = "apps_bench_schema"
+
+
+def register_configs() -> None:
+    """Register the schema so `conf/config.yaml` (defaults list: `apps_bench_schema` first)
+    is type-checked in struct mode: a misspelled key or a wrong type fails at compose time.
+    Idempotent; called by the entrypoint and by tests before composing."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=Config)

@@ -1,0 +1,180 @@
+"""A cell: one point of the experiment grid, its stable key, and the grid guard.
+
+The key is a hash of everything that changes a cell's results (the five axes, the
+dataset revision/path, problem selection, test cap, judge profile and settings, tool
+limits, prompts, team size/rounds/limits, model sampling). Run-only settings
+(concurrency, paths, verbosity, endpoint location, retries, injected latency/faults)
+are left out, so changing them resumes the same cell instead of starting a new one.
+Anything not listed as run-only is part of the key: a new setting is safe by default.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+AXES: tuple[str, ...] = ("dataset", "topology", "model", "optimizer", "seed")
+
+KEY_VERSION = 1  # bump when the identity layout changes
+
+# Settings that never change a cell's results, by config section ("" = top level).
+RUN_ONLY: dict[str, frozenset[str]] = {
+    "": frozenset(
+        {"concurrency", "allow_any_cell", "out_dir", "verbose", "progress", "tracking", "grid", "hydra"}
+    ),
+    "model": frozenset(
+        {
+            "base_url",
+            "api_key_env",
+            "request_timeout_s",
+            "max_retries",
+            "retry_backoff_s",
+            "check_endpoint",
+            "latency_ms",  # gold: added latency per call
+            "fault_fraction",  # gold: injected infrastructure faults (errors are retried, never scored)
+        }
+    ),
+    "dataset": frozenset({"streaming"}),
+    "judge": frozenset({"workers"}),
+}
+
+
+class CellRefused(Exception):
+    """The composed cell lies outside the experiment grid (and allow_any_cell is false)."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    dataset: str
+    topology: str
+    model: str
+    optimizer: str
+    seed: int
+    key: str
+    identity: Mapping[str, Any] = field(repr=False, compare=False)
+
+    def axes(self) -> dict[str, Any]:
+        return {a: getattr(self, a) for a in AXES}
+
+    @property
+    def name(self) -> str:
+        """Human-readable run name, e.g. `sequential_langgraph·qwen·none·s0`."""
+        return f"{self.topology}·{self.model}·{self.optimizer}·s{self.seed}"
+
+    @property
+    def dir_name(self) -> str:
+        """Folder name under outputs/cells/: readable axes, then the key that identifies it."""
+        return f"{self.dataset}-{self.topology}-{self.model}-{self.optimizer}-s{self.seed}-{self.key}"
+
+
+def _as_container(cfg: Any) -> dict[str, Any]:
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(cfg, DictConfig):
+        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    else:
+        data = copy.deepcopy(dict(cfg))
+    assert isinstance(data, dict)
+    return data  # type: ignore[return-value]
+
+
+def _file_digest(path: str) -> str | None:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        return None
+    return hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+
+
+def identity_of(cfg: Any) -> dict[str, Any]:
+    """The part of a composed config that changes results (see module docstring)."""
+    data = _as_container(cfg)
+    out: dict[str, Any] = {"key_version": KEY_VERSION}
+    for k, v in data.items():
+        if k in RUN_ONLY[""]:
+            continue
+        if isinstance(v, dict) and k in RUN_ONLY:
+            v = {kk: vv for kk, vv in v.items() if kk not in RUN_ONLY[k]}
+        out[k] = v
+    ds = out.get("dataset")
+    if isinstance(ds, dict) and ds.get("path"):
+        ds["path"] = str(Path(ds["path"]).expanduser().resolve())
+    topo = out.get("topology")
+    if isinstance(topo, dict) and topo.get("prompt_file"):
+        # the prompts a file holds change results, not its name
+        topo["prompt_file_sha256"] = _file_digest(str(topo["prompt_file"]))
+    if isinstance(out.get("only"), list):
+        out["only"] = [str(x) for x in out["only"]]
+    return out
+
+
+def cell_key(identity: Mapping[str, Any]) -> str:
+    blob = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def resolve_cell(cfg: Any) -> Cell:
+    """Compose-time config -> Cell (axes + stable key)."""
+    data = _as_container(cfg)
+    ident = identity_of(data)
+
+    def name(section: str) -> str:
+        node = data.get(section)
+        if not isinstance(node, dict) or "name" not in node:
+            raise ValueError(f"config has no `{section}.name`; pick an option with `{section}=<name>`")
+        return str(node["name"])
+
+    return Cell(
+        dataset=name("dataset"),
+        topology=name("topology"),
+        model=name("model"),
+        optimizer=name("optimizer"),
+        seed=int(data["seed"]),
+        key=cell_key(ident),
+        identity=ident,
+    )
+
+
+def _same(a: Any, b: Any) -> bool:
+    return str(a) == str(b)
+
+
+def grid_refusal(cell: Cell, grid: Mapping[str, Any]) -> str | None:
+    """Why `cell` lies outside `grid` (a message naming the axis and the value), or None."""
+    gname = grid.get("name", "?")
+    axes = grid.get("axes") or {}
+    values = cell.axes()
+    for axis in AXES:
+        allowed = axes.get(axis)
+        if allowed is None:  # axis not constrained by this grid
+            continue
+        if not any(_same(values[axis], a) for a in allowed):
+            return (
+                f"cell refused: {axis}={values[axis]} is outside the experiment grid '{gname}' "
+                f"(allowed {axis} values: {', '.join(str(a) for a in allowed)}). "
+                f"Add it to conf/grid/{gname}.yaml, or pass allow_any_cell=true to run it anyway."
+            )
+    for rule in grid.get("exclude") or []:
+        if rule and all(_same(values.get(k), v) for k, v in rule.items()):
+            combo = ", ".join(f"{k}={v}" for k, v in rule.items())
+            first = next(iter(rule))
+            return (
+                f"cell refused: the combination {combo} is excluded by the experiment grid '{gname}' "
+                f"(axis {first}={values.get(first)}). "
+                f"Edit conf/grid/{gname}.yaml, or pass allow_any_cell=true to run it anyway."
+            )
+    return None
+
+
+def guard(cfg: Any) -> Cell:
+    """Resolve the cell and refuse it if it lies outside the grid (unless allow_any_cell)."""
+    cell = resolve_cell(cfg)
+    data = _as_container(cfg)
+    if not data.get("allow_any_cell", False):
+        why = grid_refusal(cell, data.get("grid") or {})
+        if why:
+            raise CellRefused(why)
+    return cell

@@ -1,0 +1,202 @@
+"""The per-cell records store: one JSON line per problem, appended as each problem completes.
+
+Why a plain append-only file: a cell can be killed at any moment (Ctrl-C, `kill -9`, a
+SLURM pre-emption) and must resume without losing or duplicating work. Each record is
+written with one `write` on an O_APPEND descriptor and fsynced; on open, a torn last line
+(a write cut by a kill) is cut off, and records of problems that hit an infrastructure
+error are dropped (the file is rewritten atomically), so a rerun retries exactly those
+and the file never holds two lines for one problem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+RECORDS = "records.jsonl"
+TRANSCRIPTS = "transcripts.jsonl"
+SUMMARY = "summary.json"
+CONFIG = "config.yaml"
+CELL = "cell.json"
+PROMPTS = "prompts.json"
+
+
+class CellDirConflict(Exception):
+    """The output folder already holds a different cell's records."""
+
+
+def record_key(split: str, problem_id: str) -> str:
+    return f"{split}/{problem_id}"
+
+
+@dataclass
+class ResumeState:
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> record (no error)
+    retried: list[str] = field(default_factory=list)  # keys whose error records were dropped
+    torn_bytes: int = 0  # bytes of a torn last line cut off
+    corrupt_lines: int = 0  # unparsable complete lines dropped
+
+
+def _read_lines(path: Path) -> tuple[list[dict[str, Any]], int, int, int]:
+    """-> (records, good_length, torn_bytes, corrupt_lines). Tolerates a torn last line."""
+    if not path.exists():
+        return [], 0, 0, 0
+    data = path.read_bytes()
+    cut = data.rfind(b"\n") + 1  # everything after the last newline is a torn write
+    torn = len(data) - cut
+    out: list[dict[str, Any]] = []
+    corrupt = 0
+    for raw in data[:cut].splitlines():
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            corrupt += 1
+            continue
+        if isinstance(rec, dict) and "key" in rec:
+            out.append(rec)
+        else:
+            corrupt += 1
+    return out, cut, torn, corrupt
+
+
+def _atomic_write_lines(path: Path, lines: Iterable[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for rec in lines:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class RecordStore:
+    """Records of one cell in `cell_dir`. Thread-safe appends; one line per problem."""
+
+    def __init__(self, cell_dir: Path | str):
+        self.dir = Path(cell_dir)
+        self.records_path = self.dir / RECORDS
+        self.transcripts_path = self.dir / TRANSCRIPTS
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._tfd: int | None = None
+
+    # -- setup -----------------------------------------------------------------
+    def claim(self, cell_key: str, cell_info: dict[str, Any]) -> None:
+        """Create the folder, or check it belongs to this cell: never mix two cells' records."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        marker = self.dir / CELL
+        if marker.exists():
+            try:
+                existing = json.loads(marker.read_text(encoding="utf-8")).get("key")
+            except ValueError:
+                existing = None
+            if existing and existing != cell_key:
+                raise CellDirConflict(
+                    f"{self.dir} holds records of cell {existing}, not of this cell ({cell_key}): "
+                    "a setting that changes results differs. Use another out_dir (or leave out_dir "
+                    "unset: each cell then gets its own folder under outputs/cells/)."
+                )
+        atomic_write_text(marker, json.dumps({"key": cell_key, **cell_info}, indent=2, default=str) + "\n")
+
+    def resume(self) -> ResumeState:
+        """Read what is recorded; cut a torn tail; drop error records so they are retried."""
+        recs, good_len, torn, corrupt = _read_lines(self.records_path)
+        state = ResumeState(torn_bytes=torn, corrupt_lines=corrupt)
+        latest: dict[str, dict[str, Any]] = {}
+        for rec in recs:  # last line for a key wins (a file written by this store has one per key)
+            latest[rec["key"]] = rec
+        for key, rec in latest.items():
+            if rec.get("error"):
+                state.retried.append(key)
+            else:
+                state.done[key] = rec
+        if state.retried or corrupt or len(latest) != len(recs):
+            _atomic_write_lines(self.records_path, state.done.values())
+        elif torn:
+            with open(self.records_path, "r+b") as f:
+                f.truncate(good_len)
+        self._compact_transcripts(set(state.done))
+        return state
+
+    def _compact_transcripts(self, keep: set[str]) -> None:
+        recs, good_len, torn, corrupt = _read_lines(self.transcripts_path)
+        latest = {r["key"]: r for r in recs if r["key"] in keep}
+        if len(latest) != len(recs) or corrupt:
+            _atomic_write_lines(self.transcripts_path, latest.values())
+        elif torn:
+            with open(self.transcripts_path, "r+b") as f:
+                f.truncate(good_len)
+
+    # -- appends ----------------------------------------------------------------
+    def _open(self) -> None:
+        if self._fd is None:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+            self._fd = os.open(self.records_path, flags, 0o644)
+            self._tfd = os.open(self.transcripts_path, flags, 0o644)
+
+    @staticmethod
+    def _write_line(fd: int, obj: dict[str, Any]) -> None:
+        data = (json.dumps(obj, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+        view = memoryview(data)
+        while view:  # one write in practice; loop only on a short write
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+
+    def append(self, record: dict[str, Any], transcript: list[dict[str, Any]] | None = None) -> None:
+        """Append one problem's record (and its transcript), flushed to disk before returning.
+        The transcript goes first: a record on disk always has its transcript."""
+        with self._lock:
+            self._open()
+            assert self._fd is not None and self._tfd is not None
+            if transcript is not None:
+                self._write_line(self._tfd, {"key": record["key"], "id": record.get("id"), "events": transcript})
+            self._write_line(self._fd, record)
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in (self._fd, self._tfd):
+                if fd is not None:
+                    os.close(fd)
+            self._fd = self._tfd = None
+
+    def __enter__(self) -> RecordStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading ------------------------------------------------------------------
+    def records(self) -> list[dict[str, Any]]:
+        recs, _, _, _ = _read_lines(self.records_path)
+        latest: dict[str, dict[str, Any]] = {}
+        for r in recs:
+            latest[r["key"]] = r
+        return list(latest.values())
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        path = self.dir / SUMMARY
+        atomic_write_text(path, json.dumps(summary, indent=2, default=str) + "\n")
+        return path
+
+    def write_config(self, yaml_text: str) -> Path:
+        path = self.dir / CONFIG
+        atomic_write_text(path, yaml_text)
+        return path
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        path = self.dir / name
+        atomic_write_text(path, json.dumps(obj, indent=2, default=str) + "\n")
+        return path
