@@ -1,0 +1,216 @@
+"""`python -m apps_bench.judge`: score predictions (or the reference solutions) without running agents.
+
+Defaults come from the conf files (conf/dataset/apps.yaml, conf/judge/<profile>.yaml,
+conf/config.yaml's max_tests_per_row); nothing is defaulted in code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Sequence
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one clear line, exit status 2."""
+
+
+def _load_conf(*parts: str) -> Any:
+    from omegaconf import OmegaConf
+
+    path = CONF_DIR.joinpath(*parts)
+    if not path.is_file():
+        raise UsageError(f"missing config file {path}")
+    return OmegaConf.load(path)
+
+
+def judge_config(profile: str) -> Any:
+    from omegaconf import OmegaConf
+
+    from apps_bench.config import JudgeConfig
+
+    path = CONF_DIR / "judge" / f"{profile}.yaml"
+    if not path.is_file():
+        have = sorted(p.stem for p in (CONF_DIR / "judge").glob("*.yaml"))
+        raise UsageError(f"no judge profile {profile!r} (conf/judge/{profile}.yaml); available: {', '.join(have)}")
+    return OmegaConf.merge(OmegaConf.structured(JudgeConfig), OmegaConf.load(path))
+
+
+def default_max_tests_per_row() -> int:
+    cfg = _load_conf("config.yaml")
+    if "max_tests_per_row" not in cfg:
+        raise UsageError("conf/config.yaml has no max_tests_per_row; pass --max-tests-per-row")
+    return int(cfg.max_tests_per_row)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m apps_bench.judge",
+        description="Judge APPS predictions (or the reference solutions with --gold) on the sandbox.",
+    )
+    p.add_argument("rows", nargs="?", help="codeparrot-schema .jsonl/.parquet file (default: the hub split of conf/dataset/apps.yaml)")
+    p.add_argument("--predictions", help='JSONL lines {"id": "<problem_id>", "code": "<program>"} ("code": null = no program)')
+    p.add_argument("--gold", action="store_true", help="judge each problem's first reference solution (harness self-check)")
+    p.add_argument("--out", help="write one verdict per problem here (JSONL, in problem order)")
+    p.add_argument("--max-tests-per-row", type=int, default=None, help="keep the first N tests per problem; <= 0 keeps all (default: conf/config.yaml)")
+    p.add_argument("--only", action="append", default=[], help="problem IDs, comma-separated; repeatable")
+    p.add_argument("--limit", type=int, default=None, help="first N problems (after --offset)")
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--difficulty", choices=("introductory", "interview", "competition"))
+    p.add_argument("--split", default=None, help="split name recorded for a ROWS file (default: the dataset config's)")
+    p.add_argument("--workers", type=int, default=None, help="sandbox workers; 0 = one per core (default: conf/judge/<profile>.yaml)")
+    p.add_argument("--profile", default="seed", help="judge profile: conf/judge/<profile>.yaml (default: seed)")
+    p.add_argument("--timeout-s", type=float, default=None, help="per-test limit (default: the profile's)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return p.parse_args(argv)
+
+
+def read_predictions(path: str) -> dict[str, str | None]:
+    preds: dict[str, str | None] = {}
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"predictions file {p} not found")
+    with p.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as e:
+                raise UsageError(f"{p}:{n}: not JSON ({e}); expected {{\"id\": ..., \"code\": ...}}") from None
+            if not isinstance(rec, dict) or "id" not in rec or "code" not in rec:
+                raise UsageError(f'{p}:{n}: each line needs "id" and "code" keys')
+            code = rec["code"]
+            if code is not None and not isinstance(code, str):
+                raise UsageError(f'{p}:{n}: "code" must be a string or null')
+            preds[str(rec["id"])] = code
+    return preds
+
+
+def _split_only(values: list[str]) -> list[str]:
+    return [v.strip() for item in values for v in str(item).split(",") if v.strip()]
+
+
+class _OrderedWriter:
+    """Writes verdict i once 0..i-1 are written: a file in problem order, flushed as the run goes."""
+
+    def __init__(self, path: str | None) -> None:
+        self.f = open(path, "w", encoding="utf-8") if path else None
+        self.pending: dict[int, dict[str, Any]] = {}
+        self.next = 0
+        self.lock = threading.Lock()
+
+    def put(self, i: int, rec: dict[str, Any]) -> None:
+        with self.lock:
+            self.pending[i] = rec
+            while self.next in self.pending:
+                r = self.pending.pop(self.next)
+                if self.f:
+                    self.f.write(json.dumps(r) + "\n")
+                    self.f.flush()
+                self.next += 1
+
+    def close(self) -> None:
+        if self.f:
+            self.f.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    from omegaconf import OmegaConf
+
+    from apps_bench.config import DatasetConfig
+    from apps_bench.data import load_problems
+    from apps_bench.judge.core import Judge, check_profile
+    from apps_bench.judge.summary import summarize
+
+    t0 = time.perf_counter()
+    if not args.gold and not args.predictions:
+        raise UsageError("give --predictions PRED.jsonl, or --gold to judge the reference solutions")
+    if args.gold and args.predictions:
+        raise UsageError("--gold and --predictions are exclusive")
+    try:
+        check_profile(args.profile)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    jcfg = judge_config(args.profile)
+    ds = OmegaConf.merge(OmegaConf.structured(DatasetConfig), _load_conf("dataset", "apps.yaml"))
+    if args.rows:
+        ds.path = args.rows
+    if args.split:
+        ds.split = args.split
+    max_tests = args.max_tests_per_row if args.max_tests_per_row is not None else default_max_tests_per_row()
+    only = _split_only(args.only)
+    preds = read_predictions(args.predictions) if args.predictions else {}
+    if preds and not only and args.limit is None:
+        only = list(preds)  # judge what was predicted
+    try:
+        loaded = load_problems(ds, limit=args.limit, offset=args.offset, only=only, difficulty=args.difficulty, max_tests_per_row=max_tests)
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    problems = loaded.problems
+    err = sys.stderr
+    print(f"{len(problems)} problems from {loaded.source} (revision {loaded.revision}); "
+          f"max_tests_per_row={max_tests}; skipped rows: {loaded.skipped or 0}", file=err)
+    if loaded.missing_ids:
+        print(f"warning: {len(loaded.missing_ids)} requested id(s) not loaded (absent or skipped): {', '.join(loaded.missing_ids[:20])}", file=err)
+    if preds:
+        unknown = set(preds) - {p.id for p in problems}
+        if unknown:
+            print(f"warning: {len(unknown)} prediction id(s) match no loaded problem", file=err)
+
+    def program_for(p: Any) -> str | None:
+        if args.gold:
+            return p.solutions[0] if p.solutions else None
+        return preds.get(p.id)
+
+    from apps_bench.sandbox import SandboxPool
+
+    workers = int(args.workers if args.workers is not None else jcfg.workers)
+    if args.timeout_s is not None:
+        jcfg.timeout_s = args.timeout_s
+    n_threads = (workers or os.cpu_count() or 1) + 2
+    writer = _OrderedWriter(args.out)
+    pairs: list[Any] = [None] * len(problems)
+    from tqdm import tqdm
+
+    with SandboxPool(workers=workers) as pool:
+        judge = Judge.from_config(pool, jcfg)
+        bar = tqdm(total=len(problems), unit="problem", file=err, disable=args.no_progress, desc="judging")
+        with ThreadPoolExecutor(max_workers=n_threads) as ex:
+            futs = {ex.submit(judge.score, p, program_for(p)): i for i, p in enumerate(problems)}
+            pending = set(futs)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    i = futs[fut]
+                    v = fut.result()
+                    p = problems[i]
+                    pairs[i] = (p, v)
+                    writer.put(i, {**v.to_json(), "difficulty": p.difficulty, "split": p.split})
+                    bar.update(1)
+        bar.close()
+    writer.close()
+    seconds = time.perf_counter() - t0
+    summary = summarize(pairs, skipped=loaded.skipped, profile=judge.profile, seconds=seconds)
+    summary.print()
+    if summary.n_sandbox_errors:
+        print(f"warning: {summary.n_sandbox_errors} problem(s) hit sandbox errors (infrastructure, not scored)", file=err)
+    print(f"seconds: {seconds:.2f}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,186 @@
+"""Score one program on one problem's kept tests, through the shared sandbox.
+
+The sandbox runs the tests in one contained child per (problem, program) and
+hands back plain data after each test; the comparison happens here, in the judge
+process (`keep_going`), so an expected output never enters the process that runs
+the program, and `stop_on_first_failure` can stop the child early.
+A SANDBOX_ERROR is infrastructure: the run is retried, and if it persists the
+verdict says so (`Verdict.results`), it is never scored as a wrong answer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from apps_bench.data.rows import lift_int_digit_limit
+from apps_bench.judge.compare import compare_call, compare_stdin
+from apps_bench.types import Outcome, Problem, TestResult, Verdict
+
+if TYPE_CHECKING:  # pragma: no cover
+    from apps_bench.sandbox import RawRun, SandboxPool
+
+DETAIL_CHARS = 300
+
+# profile -> (stdin comparison, call-based comparison); each returns (passed, rule)
+PROFILES: dict[str, tuple[Callable[[str, Any], tuple[bool, str]], Callable[[Any, Any], tuple[bool, str]]]] = {
+    "seed": (compare_stdin, compare_call),
+}
+
+_STATUS_OUTCOME = {
+    "timeout": Outcome.TIMEOUT,
+    "runtime_error": Outcome.RUNTIME_ERROR,
+    "compile_error": Outcome.COMPILE_ERROR,
+    "output_limit": Outcome.OUTPUT_LIMIT,
+    "memory_limit": Outcome.MEMORY_LIMIT,
+    "sandbox_error": Outcome.SANDBOX_ERROR,
+}
+
+
+def check_profile(profile: str) -> str:
+    if profile not in PROFILES:
+        planned = " (profile 'reference' is planned, not implemented yet)" if profile == "reference" else ""
+        raise ValueError(f"unknown judge profile {profile!r}{planned}; available: {', '.join(sorted(PROFILES))}")
+    return profile
+
+
+def _clip(text: str, n: int = DETAIL_CHARS) -> str:
+    text = text.strip()
+    return text if len(text) <= n else "…" + text[-n:]
+
+
+def has_sandbox_error(verdict: Verdict) -> bool:
+    """True when infrastructure failed on this verdict: count it apart, never as a wrong answer."""
+    return any(r.outcome is Outcome.SANDBOX_ERROR for r in verdict.results)
+
+
+class Judge:
+    """Strict-accuracy judge of one profile. Thread-safe: score() keeps no state between calls."""
+
+    def __init__(
+        self,
+        pool: SandboxPool,
+        profile: str = "seed",
+        timeout_s: float = 4.0,
+        stop_on_first_failure: bool = True,
+        call_memory_bytes: int = 4_000_000_000,
+        stdin_memory_bytes: int = 4_000_000_000,
+        sandbox_retries: int = 1,
+    ) -> None:
+        self.pool = pool
+        self.profile = check_profile(profile)
+        self.timeout_s = float(timeout_s)
+        self.stop_on_first_failure = bool(stop_on_first_failure)
+        self.call_memory_bytes = int(call_memory_bytes)
+        self.stdin_memory_bytes = int(stdin_memory_bytes)
+        self.sandbox_retries = int(sandbox_retries)
+        self._compare_stdin, self._compare_call = PROFILES[self.profile]
+
+    @classmethod
+    def from_config(cls, pool: SandboxPool, judge_cfg: Any) -> Judge:
+        """Build from a `JudgeConfig` node (conf/judge/*.yaml)."""
+        get = judge_cfg.get if isinstance(judge_cfg, Mapping) else lambda k: getattr(judge_cfg, k)
+        return cls(
+            pool,
+            profile=str(get("profile")),
+            timeout_s=float(get("timeout_s")),
+            stop_on_first_failure=bool(get("stop_on_first_failure")),
+            call_memory_bytes=int(get("call_memory_bytes")),
+            stdin_memory_bytes=int(get("stdin_memory_bytes")),
+        )
+
+    # ------------------------------------------------------------------ one test
+
+    def outcome(self, problem: Problem, raw: RawRun) -> TestResult:
+        """Turn the sandbox's plain-data report of test `raw.index` into a TestResult (comparing here)."""
+        seconds = float(raw.seconds or 0.0)
+        if raw.status != "ok":
+            outcome = _STATUS_OUTCOME.get(raw.status, Outcome.SANDBOX_ERROR)
+            detail = "; ".join(x for x in (raw.detail, _clip(raw.stderr or "")) if x)
+            if raw.status not in _STATUS_OUTCOME and raw.status != "ok":
+                detail = f"unknown sandbox status {raw.status!r}; {detail}"
+            return TestResult(raw.index, outcome, seconds, _clip(detail))
+        tests = problem.tests
+        if not 0 <= raw.index < len(tests):
+            return TestResult(raw.index, Outcome.SANDBOX_ERROR, seconds, f"sandbox reported test {raw.index} of {len(tests)}")
+        expected = tests.outputs[raw.index]
+        if tests.mode == "stdin":
+            got = raw.stdout or ""
+            ok, rule = self._compare_stdin(got, expected)
+            detail = rule if ok else f"{rule}; got {_clip(got, 120)!r}"
+            return TestResult(raw.index, Outcome.PASS if ok else Outcome.WRONG_ANSWER, seconds, detail)
+        if raw.value_json is None:
+            return TestResult(raw.index, Outcome.WRONG_ANSWER, seconds, "no JSON-convertible return value")
+        lift_int_digit_limit()
+        try:
+            value = json.loads(raw.value_json)
+        except (ValueError, RecursionError) as e:
+            return TestResult(raw.index, Outcome.WRONG_ANSWER, seconds, f"return value is not JSON: {e}")
+        ok, rule = self._compare_call(value, expected)
+        detail = rule if ok else f"{rule}; got {_clip(raw.value_json, 120)}"
+        return TestResult(raw.index, Outcome.PASS if ok else Outcome.WRONG_ANSWER, seconds, detail)
+
+    # ------------------------------------------------------------------ one program
+
+    def _run_once(self, problem: Problem, program: str) -> list[TestResult]:
+        from apps_bench.sandbox import RunRequest
+
+        tests = problem.tests
+        req = RunRequest(
+            code=program,
+            mode=tests.mode,
+            inputs=list(tests.inputs),
+            fn_name=tests.fn_name,
+            timeout_s=self.timeout_s,
+            memory_bytes=self.call_memory_bytes if tests.mode == "call" else self.stdin_memory_bytes,
+        )
+        results: dict[int, TestResult] = {}
+
+        def keep_going(raw: RawRun) -> bool:
+            r = self.outcome(problem, raw)
+            results[r.index] = r
+            if r.outcome is Outcome.SANDBOX_ERROR:
+                return False
+            return r.outcome is Outcome.PASS or not self.stop_on_first_failure
+
+        try:
+            raws = self.pool.run(req, keep_going)
+        except Exception as e:  # the pool itself failed: infrastructure, not the program
+            return [TestResult(len(results), Outcome.SANDBOX_ERROR, 0.0, _clip(f"{type(e).__name__}: {e}"))]
+        for raw in raws or ():  # runs the pool reported without consulting keep_going
+            if raw.index not in results:
+                results[raw.index] = self.outcome(problem, raw)
+        ordered = [results[i] for i in sorted(results)]
+        # A verdict never extends past the first failure when stopping on it.
+        if self.stop_on_first_failure:
+            for k, r in enumerate(ordered):
+                if r.outcome is not Outcome.PASS:
+                    ordered = ordered[: k + 1]
+                    break
+        return ordered
+
+    def score(self, problem: Problem, program: str | None) -> Verdict:
+        """Strict accuracy of `program` on `problem` (None = no program extracted: fails, not run)."""
+        n = len(problem.tests)
+        if program is None or not program.strip():
+            return Verdict(problem.id, False, n, 0, 0, (), self.profile, extracted=False)
+        start = time.perf_counter()
+        results = self._run_once(problem, program)
+        for _ in range(self.sandbox_retries):
+            if not any(r.outcome is Outcome.SANDBOX_ERROR for r in results):
+                break
+            results = self._run_once(problem, program)
+        passed_n = sum(r.outcome is Outcome.PASS for r in results)
+        passed = n > 0 and passed_n == n and len(results) == n
+        return Verdict(
+            problem_id=problem.id,
+            passed=passed,
+            n_tests=n,
+            tests_run=len(results),
+            tests_passed=passed_n,
+            results=tuple(results),
+            profile=self.profile,
+            extracted=True,
+            seconds=time.perf_counter() - start,
+        )

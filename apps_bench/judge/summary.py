@@ -1,0 +1,142 @@
+"""pass@1 over all problems, over problems with extracted code, and per difficulty tier.
+
+Problems whose judging hit a sandbox (infrastructure) error are counted apart and
+left out of every pass@1 denominator: an outage is never a wrong answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping
+
+from apps_bench.types import Outcome, Problem, Verdict
+
+TIER_ORDER = ("introductory", "interview", "competition")
+
+
+@dataclass
+class TierStats:
+    n: int = 0
+    passed: int = 0
+
+    @property
+    def pass_at_1(self) -> float:
+        return self.passed / self.n if self.n else 0.0
+
+
+@dataclass
+class Summary:
+    n_problems: int = 0  # judged problems (sandbox errors excluded)
+    n_passed: int = 0
+    n_extracted: int = 0
+    n_passed_extracted: int = 0
+    n_sandbox_errors: int = 0
+    by_difficulty: dict[str, TierStats] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)  # dataset rows skipped, by reason
+    profile: str = ""
+    seconds: float | None = None
+
+    @property
+    def pass_at_1(self) -> float:
+        return self.n_passed / self.n_problems if self.n_problems else 0.0
+
+    @property
+    def pass_at_1_extracted(self) -> float:
+        return self.n_passed_extracted / self.n_extracted if self.n_extracted else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["pass_at_1"] = self.pass_at_1
+        d["pass_at_1_extracted"] = self.pass_at_1_extracted
+        d["by_difficulty"] = {k: {"n": v.n, "passed": v.passed, "pass_at_1": v.pass_at_1} for k, v in self.by_difficulty.items()}
+        d["n_skipped"] = sum(self.skipped.values())
+        return d
+
+    def metrics(self) -> dict[str, float]:
+        """Flat numeric metrics (e.g. for MLflow): pass_at_1, pass_at_1_extracted, pass_at_1_<tier>, counts."""
+        m: dict[str, float] = {
+            "pass_at_1": self.pass_at_1,
+            "pass_at_1_extracted": self.pass_at_1_extracted,
+            "n_problems": self.n_problems,
+            "n_passed": self.n_passed,
+            "n_extracted": self.n_extracted,
+            "n_sandbox_errors": self.n_sandbox_errors,
+            "n_skipped": sum(self.skipped.values()),
+        }
+        for tier, s in self.by_difficulty.items():
+            m[f"pass_at_1_{tier}"] = s.pass_at_1
+            m[f"n_{tier}"] = s.n
+        return m
+
+    def table(self) -> Any:
+        """A rich Table of the summary."""
+        from rich.table import Table
+
+        t = Table(title=f"APPS strict accuracy (judge profile {self.profile or '?'})")
+        t.add_column("set")
+        t.add_column("problems", justify="right")
+        t.add_column("passed", justify="right")
+        t.add_column("pass@1", justify="right")
+        t.add_row("all", str(self.n_problems), str(self.n_passed), f"{self.pass_at_1:.4f}")
+        t.add_row("extracted", str(self.n_extracted), str(self.n_passed_extracted), f"{self.pass_at_1_extracted:.4f}")
+        for tier, s in self.by_difficulty.items():
+            t.add_row(tier or "(none)", str(s.n), str(s.passed), f"{s.pass_at_1:.4f}")
+        notes = []
+        if self.n_sandbox_errors:
+            notes.append(f"{self.n_sandbox_errors} problem(s) hit a sandbox error and are not scored")
+        if self.skipped:
+            notes.append("rows skipped: " + ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())))
+        else:
+            notes.append("rows skipped: 0")
+        if self.seconds is not None:
+            notes.append(f"{self.seconds:.2f} s")
+        t.caption = "; ".join(notes)
+        return t
+
+    def print(self, console: Any = None) -> None:
+        from rich.console import Console
+
+        (console or Console()).print(self.table())
+
+
+def _unpack(item: Any) -> tuple[str, bool, bool, bool]:
+    """(difficulty, passed, extracted, sandbox_error) from a (Problem|difficulty, Verdict) pair or a record dict."""
+    if isinstance(item, tuple) and len(item) == 2:
+        who, v = item
+        diff = who.difficulty if isinstance(who, Problem) else str(who or "")
+        if isinstance(v, Verdict):
+            return diff, v.passed, v.extracted, any(r.outcome is Outcome.SANDBOX_ERROR for r in v.results)
+        item = {**dict(v), "difficulty": diff}
+    if isinstance(item, Mapping):
+        results = item.get("results") or ()
+        sandbox = bool(item.get("sandbox_error")) or any(
+            (r.get("outcome") if isinstance(r, Mapping) else getattr(r, "outcome", None)) in ("sandbox_error", Outcome.SANDBOX_ERROR)
+            for r in results
+        )
+        return str(item.get("difficulty") or ""), bool(item.get("passed")), bool(item.get("extracted", True)), sandbox
+    raise TypeError(f"summarize() takes (Problem, Verdict) pairs or verdict records (dicts), got {type(item).__name__}")
+
+
+def summarize(items: Iterable[Any], *, skipped: Mapping[str, int] | None = None, profile: str = "", seconds: float | None = None) -> Summary:
+    """Aggregate verdicts. Items: (Problem, Verdict) or (difficulty, Verdict) pairs, or records with
+    `passed`, `extracted`, `difficulty` and optionally `results`/`sandbox_error` (e.g. VERDICTS.jsonl lines)."""
+    s = Summary(skipped=dict(skipped or {}), profile=profile, seconds=seconds)
+    tiers: dict[str, TierStats] = {}
+    for item in items:
+        if not profile and isinstance(item, tuple) and isinstance(item[1], Verdict):
+            s.profile = s.profile or item[1].profile
+        diff, passed, extracted, sandbox = _unpack(item)
+        if sandbox:
+            s.n_sandbox_errors += 1
+            continue
+        s.n_problems += 1
+        s.n_passed += passed
+        if extracted:
+            s.n_extracted += 1
+            s.n_passed_extracted += passed
+        t = tiers.setdefault(diff, TierStats())
+        t.n += 1
+        t.passed += passed
+    order = {k: i for i, k in enumerate(TIER_ORDER)}
+    s.by_difficulty = {k: tiers[k] for k in sorted(tiers, key=lambda k: (order.get(k, len(order)), k))}
+    return s
