@@ -1,0 +1,140 @@
+"""The LangGraph agent every LangGraph runner is made of: a ReAct loop with a step cap.
+
+A hand-built two-node StateGraph (model -> tools -> model ...) rather than
+`create_react_agent` (deprecated in langgraph 1.x, and its default recursion limit
+is ~10000): the loop stops after `max_steps` model calls, checks the wall clock
+before every call, logs every input, reply, tool call and tool result to the
+transcript, and records the turn in the Team as it goes. The runners differ only
+in their flow around `run_agent`.
+
+LangGraph and LangChain are imported inside the functions, so importing a
+topology module stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Sequence
+
+from apps_bench.topologies.base import SolveContext
+from apps_bench.topologies.messages import cap_note
+from apps_bench.topologies.team import StopFlow, Team, Turn
+
+
+def python_exec_tool(ctx: SolveContext) -> Any:
+    """ctx.tool (the sandboxed python_exec) as a LangChain StructuredTool, same name/schema for every framework."""
+    from langchain_core.tools import StructuredTool
+
+    tool = ctx.tool
+
+    async def _run(code: str, stdin: str = "", **_ignored: Any) -> str:
+        return await tool.acall(code, stdin)
+
+    return StructuredTool.from_function(
+        coroutine=_run, name=tool.name, description=tool.description, args_schema=dict(tool.parameters)
+    )
+
+
+def tools_for(ctx: SolveContext, role: str) -> list[Any]:
+    """python_exec for the roles the config lets run code (topology.tool_roles), else no tools."""
+    return [python_exec_tool(ctx)] if role in (ctx.config.tool_roles or ()) else []
+
+
+def _text(message: Any) -> str:
+    text = message.text
+    return text() if callable(text) else str(text or "")
+
+
+async def run_agent(
+    ctx: SolveContext,
+    team: Team,
+    *,
+    agent: str,
+    role: str,
+    user: str,
+    seed: int,
+    tools: Sequence[Any] = (),
+    round: int = 0,
+    max_steps: int | None = None,
+    stop_check: Callable[[], str | None] | None = None,
+) -> Turn:
+    """One agent turn: system = the role's prompt, user = `user`; loops while it calls tools.
+
+    Ends when a reply has no tool call ("done"), after `max_steps` model calls
+    ("step_cap"), or when `stop_check()` (asked after each tool round) names a reason
+    (e.g. a manager's delegation cap). The wall clock raises StopFlow("time_limit").
+    """
+    from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
+    from langgraph.errors import GraphRecursionError
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    turn = team.start(agent, role, round)
+    steps_cap = int(max_steps or ctx.config.max_steps)
+    chat = ctx.models.langchain_chat(seed)
+    model = chat.bind_tools(list(tools)) if tools else chat
+    by_name = {t.name: t for t in tools}
+    ctx.log(agent, role, "input", user, round)
+
+    async def call_model(state: MessagesState) -> dict:
+        if ctx.time_left() <= 0:
+            raise StopFlow("time_limit")
+        turn.steps += 1
+        ai = await model.ainvoke(state["messages"])
+        text = _text(ai)
+        if text.strip():
+            ctx.log(agent, role, "reply", text, round)
+        turn.add_reply(text)
+        for call in ai.tool_calls:
+            ctx.log(agent, role, "tool_call", json.dumps({"name": call["name"], "args": call["args"]}), round)
+        for bad in getattr(ai, "invalid_tool_calls", None) or ():
+            ctx.log(agent, role, "note", f"unparsable tool call {bad.get('name')!r}: {bad.get('error')}", round)
+        return {"messages": [ai]}
+
+    async def call_tools(state: MessagesState) -> dict:
+        out = []
+        for call in state["messages"][-1].tool_calls:
+            tool = by_name.get(call["name"])
+            if tool is None:
+                result = f"error: no tool named {call['name']!r}; available: {sorted(by_name)}"
+            else:
+                try:
+                    result = await tool.ainvoke(call["args"])
+                except (TypeError, ValueError) as exc:  # bad arguments from the model: tell it, keep going
+                    result = f"error: bad arguments for {call['name']}: {exc}"
+            turn.tool_calls += 1
+            ctx.log(agent, role, "tool_result", result, round)
+            out.append(ToolMessage(content=str(result), tool_call_id=call["id"], name=call["name"]))
+        return {"messages": out}
+
+    def after_model(state: MessagesState) -> str:
+        if not state["messages"][-1].tool_calls:
+            return END
+        if turn.steps >= steps_cap:
+            turn.stop_reason = "step_cap"
+            ctx.log(agent, role, "note", cap_note("step cap", steps_cap), round)
+            return END
+        return "tools"
+
+    def after_tools(state: MessagesState) -> str:
+        reason = stop_check() if stop_check else None
+        if reason:
+            turn.stop_reason = reason
+            return END
+        return "model"
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", call_tools)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", after_model, ["tools", END])
+    graph.add_conditional_edges("tools", after_tools, ["model", END])
+    app = graph.compile(name=agent)
+    messages = [SystemMessage(ctx.prompts[role]), HumanMessage(user)]
+    try:
+        # model+tools per step: 2 supersteps per model call, plus slack; the router stops first.
+        await app.ainvoke({"messages": messages}, config={"recursion_limit": 2 * steps_cap + 2})
+    except GraphRecursionError:
+        turn.stop_reason = "step_cap"
+    if turn.stop_reason == "running":
+        turn.stop_reason = "done"
+    return turn

@@ -1,0 +1,42 @@
+"""Building a SolveContext for one problem: the one place a cell's pieces meet a runner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apps_bench.topologies.base import PromptSet, SolveContext
+from apps_bench.topologies.prompts import load_prompts, roles_for
+from apps_bench.types import Problem, Usage
+
+
+def build_context(
+    problem: Problem,
+    topology_cfg: Any,
+    *,
+    models: Any,
+    tool: Any,
+    seed: int,
+    usage: Usage,
+    prompts: PromptSet | None = None,
+    prompt: str | None = None,
+) -> SolveContext:
+    """`usage` must be the Usage the ModelClients and the PythonExecTool count into.
+
+    `prompts` defaults to the config's prompt set (or its prompt_file); an optimizer
+    passes its candidate prompt set here. `prompt` defaults to `task.frame(problem)`.
+    """
+    if prompt is None:
+        from apps_bench.task import frame
+
+        prompt = frame(problem)
+    return SolveContext(
+        problem=problem,
+        prompt=prompt,
+        prompts=prompts if prompts is not None else load_prompts(topology_cfg),
+        roles=roles_for(topology_cfg),
+        seed=int(seed),
+        config=topology_cfg,
+        models=models,
+        tool=tool,
+        usage=usage,
+    )

@@ -1,0 +1,122 @@
+"""Role lists and prompt sets, read from a topology config (never from globals).
+
+Team size is a list length: `roles_by_size[str(team_size)]` is the ordered role list a
+runner plays. Prompts come from the config's `prompts` mapping or, when `prompt_file`
+is set, from a YAML/JSON file mapping role -> text (an optimizer's output), so any role
+prompt can be replaced without touching code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from apps_bench.topologies.base import PromptSet
+
+
+class TopologyConfigError(ValueError):
+    """A topology config (or its prompt file) that cannot be run as written."""
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    return cfg.get(key, default) if isinstance(cfg, Mapping) else getattr(cfg, key, default)
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf containers -> plain Python, without importing omegaconf when not needed."""
+    if hasattr(value, "_get_node"):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def sizes_of(cfg: Any) -> list[int]:
+    """Team sizes the config declares a role list for."""
+    out = []
+    for key in (_plain(_get(cfg, "roles_by_size")) or {}):
+        try:
+            out.append(int(key))
+        except (TypeError, ValueError):
+            raise TopologyConfigError(
+                f"topology {_get(cfg, 'name')!r}: roles_by_size key {key!r} is not a team size (an integer)"
+            ) from None
+    return sorted(out)
+
+
+def roles_for(cfg: Any, team_size: int | None = None) -> list[str]:
+    """Ordered roles for `team_size` (default: cfg.team_size)."""
+    size = int(_get(cfg, "team_size") if team_size is None else team_size)
+    by_size = _plain(_get(cfg, "roles_by_size")) or {}
+    roles = by_size.get(str(size), by_size.get(size))  # type: ignore[call-overload]
+    if not roles:
+        raise TopologyConfigError(
+            f"topology {_get(cfg, 'name')!r} has no role list for team_size={size}; "
+            f"available sizes: {sizes_of(cfg)} (set topology.team_size to one of them, "
+            f"or add topology.roles_by_size.'{size}')"
+        )
+    return [str(r) for r in roles]
+
+
+def declared_roles(cfg: Any) -> list[str]:
+    """Every role the topology can play at any team size, in first-seen order."""
+    seen: dict[str, None] = {}
+    by_size = _plain(_get(cfg, "roles_by_size")) or {}
+    for key in sorted(by_size, key=lambda k: int(k)):
+        for role in by_size[key]:
+            seen.setdefault(str(role), None)
+    return list(seen)
+
+
+def read_prompt_file(path: str | Path) -> dict[str, str]:
+    """A prompt-set file: YAML or JSON mapping role -> text (optionally under a `prompts:` key)."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise TopologyConfigError(f"prompt_file {str(path)!r} not found (resolved to {p.resolve()})")
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:  # parse errors of either format: say which file and why
+        raise TopologyConfigError(f"prompt_file {str(path)!r} is not valid {p.suffix or 'YAML'}: {exc}") from exc
+    if isinstance(data, dict) and isinstance(data.get("prompts"), dict):
+        data = data["prompts"]
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise TopologyConfigError(
+            f"prompt_file {str(path)!r} must map role names to prompt texts (strings), e.g. 'coder: |\\n  You are ...'"
+        )
+    return dict(data)
+
+
+def load_prompts(cfg: Any) -> PromptSet:
+    """The prompt set a cell runs with: the file's texts when `prompt_file` is set, else `prompts`.
+
+    Every role of the current team size must have a text; a role the topology never plays
+    is an error (it is almost always a typo, and a silently ignored prompt would make an
+    optimized prompt set look like it did nothing).
+    """
+    name = _get(cfg, "name")
+    needed = roles_for(cfg)
+    known = set(declared_roles(cfg))
+    prompt_file = _get(cfg, "prompt_file")
+    if prompt_file:
+        texts, source = read_prompt_file(prompt_file), f"prompt_file {prompt_file!r}"
+    else:
+        texts, source = dict(_plain(_get(cfg, "prompts")) or {}), f"topology.prompts of {name!r}"
+    extra = sorted(set(texts) - known)
+    if extra:
+        raise TopologyConfigError(
+            f"{source} has prompts for roles {extra} that topology {name!r} does not have; "
+            f"its roles are {sorted(known)}"
+        )
+    missing = [r for r in dict.fromkeys(needed) if not str(texts.get(r, "")).strip()]
+    if missing:
+        raise TopologyConfigError(
+            f"{source} lacks prompts for roles {missing} (team_size={_get(cfg, 'team_size')} plays {needed})"
+        )
+    return PromptSet({r: str(t) for r, t in texts.items()})

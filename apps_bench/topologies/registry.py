@@ -1,0 +1,86 @@
+"""Topology name -> runner class, imported only when a cell asks for it.
+
+Each framework is an optional extra; a cell whose framework is not installed fails
+here, at start, with the pip command that fixes it, instead of deep inside a run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from apps_bench.topologies.base import Topology
+from apps_bench.topologies.prompts import TopologyConfigError, _get
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    target: str  # "module:Class"; the class is built as Class(topology_cfg)
+    framework: str
+
+
+RUNNERS: dict[str, RunnerSpec] = {
+    "single": RunnerSpec("apps_bench.topologies.single:SingleTopology", "langgraph"),
+    "independent": RunnerSpec("apps_bench.topologies.independent:IndependentTopology", "langgraph"),
+    "sequential_langgraph": RunnerSpec("apps_bench.topologies.sequential_langgraph:SequentialLangGraph", "langgraph"),
+    "sequential_crewai": RunnerSpec("apps_bench.topologies.sequential_crewai:SequentialCrewAI", "crewai"),
+    "centralized_langgraph": RunnerSpec(
+        "apps_bench.topologies.centralized_langgraph:CentralizedLangGraph", "langgraph"
+    ),
+    "centralized_autogen": RunnerSpec("apps_bench.topologies.centralized_autogen:CentralizedAutoGen", "autogen"),
+    "decentralized_langgraph": RunnerSpec(
+        "apps_bench.topologies.decentralized_langgraph:DecentralizedLangGraph", "langgraph"
+    ),
+    "decentralized_openai": RunnerSpec("apps_bench.topologies.decentralized_openai:DecentralizedOpenAI", "openai"),
+}
+
+# framework -> (modules it needs, the pip command that installs them)
+FRAMEWORKS: dict[str, tuple[tuple[str, ...], str]] = {
+    "langgraph": (("langgraph", "langchain_openai", "langchain_core"), "pip install apps-bench"),
+    "crewai": (("crewai",), "pip install 'apps-bench[crewai]'"),
+    "autogen": (("autogen_agentchat", "autogen_ext.models.openai"), "pip install 'apps-bench[autogen]'"),
+    "openai": (("openai",), "pip install apps-bench"),
+}
+
+
+class FrameworkMissing(ImportError):
+    """The topology's framework is not installed; the message names the install command."""
+
+
+def require_framework(framework: str, topology: str = "") -> None:
+    """Import the framework's modules now, so a missing extra fails the cell at start."""
+    modules, command = FRAMEWORKS[framework]
+    for mod in modules:
+        try:
+            importlib.import_module(mod)
+        except ImportError as exc:
+            who = f"topology {topology!r} needs " if topology else ""
+            raise FrameworkMissing(
+                f"{who}the {framework} framework, which is not installed ({mod}: {exc}). "
+                f"Install it with: {command}"
+            ) from exc
+
+
+def get_topology(cfg: Any) -> Topology:
+    """Build the runner named by `cfg.name` (a TopologyConfig or mapping)."""
+    name = _get(cfg, "name")
+    spec = RUNNERS.get(name)
+    if spec is None:
+        raise TopologyConfigError(f"unknown topology {name!r}; valid topologies: {', '.join(sorted(RUNNERS))}")
+    framework = _get(cfg, "framework") or spec.framework
+    if framework != spec.framework:
+        raise TopologyConfigError(
+            f"topology {name!r} runs on {spec.framework}, but its config says framework={framework!r}"
+        )
+    require_framework(spec.framework, name)
+    module_name, cls_name = spec.target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise TopologyConfigError(
+                f"topology {name!r} is registered but its runner module {module_name} is not in this install"
+            ) from exc
+        raise
+    return getattr(module, cls_name)(cfg)
