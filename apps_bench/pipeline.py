@@ -1,0 +1,541 @@
+"""The one loop: load problems -> open the model endpoint -> sandbox pool -> per problem:
+frame -> topology.solve -> (program already extracted by the runner) -> judge -> record.
+
+Problems are in flight concurrently (asyncio, bounded by `concurrency`); judging runs in
+threads on the shared SandboxPool. Every problem's record is flushed as it completes, so a
+killed cell resumes where it stopped. A problem whose model calls still fail after
+retries (or whose judging hit a sandbox error) is recorded as an *error*, never as a wrong
+answer: it is left out of pass@1, counted apart, marks the cell incomplete, and is retried
+by the next run of the same cell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from apps_bench.cell import Cell, guard
+from apps_bench.tracking.records import (
+    CONFIG,
+    PROMPTS,
+    RECORDS,
+    SUMMARY,
+    TRANSCRIPTS,
+    RecordStore,
+    record_key,
+)
+
+
+class CellSetupError(Exception):
+    """The cell cannot start (bad selection, unreadable data, missing framework...): says what to fix."""
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    dir: Path
+    summary: dict[str, Any]
+    complete: bool
+    run_id: str | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def plain_config(cfg: Any) -> dict[str, Any]:
+    """The cell's config as plain data (no `hydra` node)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.is_config(cfg):
+        return dict(cfg)
+    out: dict[str, Any] = {}
+    for k in cfg.keys():
+        if k == "hydra":
+            continue
+        v = cfg[k]
+        out[str(k)] = OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+    return out
+
+
+def cell_dir_for(cfg: Mapping[str, Any], cell: Cell, cwd: Path | None = None) -> Path:
+    out_dir = cfg.get("out_dir")
+    if out_dir:
+        return Path(str(out_dir)).expanduser().resolve()
+    return (cwd or Path.cwd()).resolve() / "outputs" / "cells" / cell.dir_name
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def make_record(
+    cell: Cell,
+    problem: Any,
+    *,
+    attempt: Any | None,
+    verdict: Any | None,
+    usage: Any,
+    error: str | None,
+    solve_s: float,
+    judge_s: float,
+) -> dict[str, Any]:
+    program = getattr(attempt, "program", None)
+    vote = getattr(attempt, "vote", None)
+    return {
+        "key": record_key(problem.split, problem.id),
+        "id": problem.id,
+        "split": problem.split,
+        "difficulty": problem.difficulty,
+        "mode": problem.tests.mode,
+        "cell": cell.key,
+        "program": program,
+        "extracted": bool(program and program.strip()),
+        "passed": bool(verdict.passed) if verdict is not None and not error else False,
+        "verdict": verdict.to_json() if verdict is not None else None,
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+            "model_calls": usage.model_calls,
+            "tool_calls": usage.tool_calls,
+            "failed_calls": usage.failed_calls,
+        },
+        "latency_s": round(solve_s + judge_s, 4),
+        "solve_s": round(solve_s, 4),
+        "judge_s": round(judge_s, 4),
+        "error": error,
+        "stop_reason": getattr(attempt, "stop_reason", "error" if error else "done"),
+        "rounds": getattr(attempt, "rounds", 0),
+        "turns": getattr(attempt, "turns", 0),
+        "candidates": [asdict(c) for c in getattr(attempt, "candidates", None) or []],
+        "vote": asdict(vote) if vote is not None else None,
+        "completed_at": time.time(),
+    }
+
+
+def summarize_cell(
+    records: list[dict[str, Any]],
+    *,
+    n_selected: int,
+    skipped: Mapping[str, int],
+    profile: str,
+    wall_s: float | None = None,
+) -> dict[str, Any]:
+    """summary.json: the judge's pass@1 figures over judged problems, plus errors, usage, latency."""
+    from apps_bench.judge import summarize
+
+    judged = [r for r in records if not r.get("error")]
+    errors = [r for r in records if r.get("error")]
+    items = [
+        {
+            "difficulty": r.get("difficulty", ""),
+            "passed": r.get("passed", False),
+            "extracted": r.get("extracted", False),
+            "results": (r.get("verdict") or {}).get("results") or [],
+        }
+        for r in judged
+    ]
+    s = summarize(items, skipped=skipped, profile=profile)
+    out = s.to_dict()
+    out["metrics"] = s.metrics()
+    tot = {k: 0 for k in ("prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "tool_calls", "failed_calls")}
+    for r in records:
+        for k in tot:
+            tot[k] += int((r.get("usage") or {}).get(k, 0))
+    lat = [float(r.get("latency_s", 0.0)) for r in judged]
+    stop: dict[str, int] = {}
+    for r in records:
+        stop[str(r.get("stop_reason"))] = stop.get(str(r.get("stop_reason")), 0) + 1
+    out.update(
+        n_selected=n_selected,
+        n_recorded=len(records),
+        n_errors=len(errors),
+        n_missing=max(0, n_selected - len(records)),
+        complete=len(records) >= n_selected and not errors,
+        error_ids=[r["id"] for r in errors],
+        usage=tot,
+        latency_s={
+            "mean": statistics.fmean(lat) if lat else 0.0,
+            "p50": statistics.median(lat) if lat else 0.0,
+            "max": max(lat) if lat else 0.0,
+        },
+        stop_reasons=stop,
+        wall_s=wall_s,
+    )
+    return out
+
+
+def metrics_of(summary: Mapping[str, Any]) -> dict[str, float]:
+    m = dict(summary.get("metrics") or {})
+    m.update(
+        n_selected=summary["n_selected"],
+        n_recorded=summary["n_recorded"],
+        n_errors=summary["n_errors"],
+        complete=1.0 if summary["complete"] else 0.0,
+        latency_mean_s=summary["latency_s"]["mean"],
+        latency_p50_s=summary["latency_s"]["p50"],
+        latency_max_s=summary["latency_s"]["max"],
+    )
+    for k, v in (summary.get("usage") or {}).items():
+        m[k] = v
+    if summary.get("wall_s") is not None:
+        m["wall_s"] = summary["wall_s"]
+    return {k: float(v) for k, v in m.items()}
+
+
+def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for r in records:
+        v = r.get("verdict") or {}
+        u = r.get("usage") or {}
+        rows.append(
+            {
+                "id": r["id"],
+                "split": r.get("split"),
+                "difficulty": r.get("difficulty"),
+                "passed": bool(r.get("passed")),
+                "extracted": bool(r.get("extracted")),
+                "error": r.get("error") or "",
+                "tests_passed": v.get("tests_passed", 0),
+                "tests_run": v.get("tests_run", 0),
+                "n_tests": v.get("n_tests", 0),
+                "prompt_tokens": u.get("prompt_tokens", 0),
+                "completion_tokens": u.get("completion_tokens", 0),
+                "model_calls": u.get("model_calls", 0),
+                "tool_calls": u.get("tool_calls", 0),
+                "latency_s": r.get("latency_s", 0.0),
+                "stop_reason": r.get("stop_reason", ""),
+            }
+        )
+    return rows
+
+
+# ----------------------------------------------------------------------------- printing
+
+
+def print_problem(rec: Mapping[str, Any], out: Any = None) -> None:
+    """A problem's extracted code and per-test results (demo / verbose)."""
+    out = out or sys.stdout
+    v = rec.get("verdict") or {}
+    state = "ERROR" if rec.get("error") else ("PASSED" if rec.get("passed") else "FAILED")
+    print(f"\n=== problem {rec['id']} ({rec.get('difficulty') or '?'}, {rec.get('mode', '?')}) : {state}", file=out)
+    if rec.get("error"):
+        print(f"error: {rec['error']}", file=out)
+    prog = rec.get("program")
+    if prog:
+        print("--- extracted code ---", file=out)
+        print(prog.rstrip("\n"), file=out)
+        print("--- end of code ---", file=out)
+    else:
+        print("(no program extracted from the final reply)", file=out)
+    results = v.get("results") or []
+    if v:
+        print(f"tests: {v.get('tests_passed', 0)}/{v.get('n_tests', 0)} passed ({v.get('tests_run', 0)} run)", file=out)
+    for t in results:
+        detail = f"  {t['detail']}" if t.get("detail") else ""
+        print(f"  test {t['index']}: {t['outcome']} ({t.get('seconds', 0):.3f} s){detail}", file=out)
+
+
+def print_summary(summary: Mapping[str, Any], cell: Cell, cell_dir: Path, run_id: str | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=sys.stdout, width=max(100, Console().width))
+    t = Table(title=f"apps-bench {cell.name}  [{cell.key}]  judge profile {summary.get('profile') or '?'}")
+    t.add_column("set")
+    t.add_column("problems", justify="right")
+    t.add_column("passed", justify="right")
+    t.add_column("pass@1", justify="right")
+    t.add_row("all", str(summary["n_problems"]), str(summary["n_passed"]), f"{summary['pass_at_1']:.4f}")
+    t.add_row(
+        "extracted",
+        str(summary["n_extracted"]),
+        str(summary["n_passed_extracted"]),
+        f"{summary['pass_at_1_extracted']:.4f}",
+    )
+    for tier, s in (summary.get("by_difficulty") or {}).items():
+        t.add_row(tier or "(none)", str(s["n"]), str(s["passed"]), f"{s['pass_at_1']:.4f}")
+    console.print(t)
+    u = summary["usage"]
+    lat = summary["latency_s"]
+    lines = [
+        f"errors (infrastructure, not scored): {summary['n_errors']}"
+        + (f"  ids: {', '.join(summary['error_ids'][:20])}" if summary["error_ids"] else ""),
+        f"tokens: {u['prompt_tokens']} prompt + {u['completion_tokens']} completion = {u['total_tokens']}",
+        f"calls: {u['model_calls']} model ({u['failed_calls']} failed after retries), {u['tool_calls']} tool",
+        f"latency per problem: mean {lat['mean']:.2f} s, p50 {lat['p50']:.2f} s, max {lat['max']:.2f} s"
+        + (f"; wall {summary['wall_s']:.2f} s" if summary.get("wall_s") is not None else ""),
+        "rows skipped: "
+        + (", ".join(f"{k}={v}" for k, v in sorted((summary.get("skipped") or {}).items())) or "0"),
+        f"outputs: {cell_dir}" + (f"   MLflow run: {run_id}" if run_id else ""),
+    ]
+    for line in lines:
+        print(line)
+    if not summary["complete"]:
+        print(
+            f"INCOMPLETE: {summary['n_errors']} problem(s) with errors, {summary['n_missing']} not recorded. "
+            "Rerun the same command to retry exactly those.",
+        )
+
+
+# ----------------------------------------------------------------------------- running
+
+
+async def _solve_all(
+    cfg: Mapping[str, Any],
+    cell: Cell,
+    todo: list[Any],
+    store: RecordStore,
+    *,
+    endpoint: Any,
+    pool: Any,
+    progress: Any,
+) -> None:
+    from apps_bench.judge import Judge, has_sandbox_error
+    from apps_bench.models import ModelClients
+    from apps_bench.sandbox.tool import PythonExecTool
+    from apps_bench.topologies.context import build_context
+    from apps_bench.topologies.registry import get_topology
+    from apps_bench.types import Attempt, Usage
+
+    concurrency = max(1, int(cfg["concurrency"]))
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=concurrency * 2 + 8, thread_name_prefix="apps-bench"))
+    topo_cfg = cfg["topology"]
+    topology = get_topology(topo_cfg)
+    judge = Judge.from_config(pool, cfg["judge"])
+    sem = asyncio.Semaphore(concurrency)
+    tool_cfg = cfg["tool"]
+    time_cap = float(topo_cfg.get("time_limit_s") or 600) * 1.5 + 30  # safety net over the runner's own limit
+
+    async def one(problem: Any) -> None:
+        async with sem:
+            usage = Usage()
+            attempt: Any = None
+            error: str | None = None
+            t0 = time.perf_counter()
+            models = None
+            try:
+                models = ModelClients(endpoint, cfg["model"], usage)
+                tool = PythonExecTool(pool, float(tool_cfg["timeout_s"]), int(tool_cfg["output_chars"]), usage)
+                ctx = build_context(problem, topo_cfg, models=models, tool=tool, seed=int(cfg["seed"]), usage=usage)
+                try:
+                    attempt = await asyncio.wait_for(topology.solve(ctx), timeout=time_cap)
+                except asyncio.TimeoutError:
+                    attempt = Attempt(program=None, transcript=list(ctx.transcript), stop_reason="time_limit")
+                if attempt.error:
+                    error = str(attempt.error)
+                transcript = [asdict(e) for e in (attempt.transcript or ctx.transcript)]
+            except Exception as exc:  # noqa: BLE001 - any failure of one problem is recorded, never fatal to the cell
+                error = f"{type(exc).__name__}: {exc}"
+                transcript = []
+            finally:
+                closer = getattr(models, "aclose", None)
+                if closer is not None:
+                    try:
+                        await closer()
+                    except Exception:  # noqa: BLE001 - closing a client must not lose the record
+                        pass
+            solve_s = time.perf_counter() - t0
+            verdict = None
+            t1 = time.perf_counter()
+            if error is None:
+                try:
+                    verdict = await asyncio.to_thread(judge.score, problem, attempt.program)
+                    if has_sandbox_error(verdict):
+                        error = "sandbox_error: the sandbox failed while judging (infrastructure, not the program)"
+                except Exception as exc:  # noqa: BLE001 - a judge crash is infrastructure for this problem
+                    error = f"judge {type(exc).__name__}: {exc}"
+            judge_s = time.perf_counter() - t1
+            rec = make_record(
+                cell, problem, attempt=attempt, verdict=verdict, usage=usage, error=error, solve_s=solve_s, judge_s=judge_s
+            )
+            keep = bool((cfg.get("tracking") or {}).get("log_transcripts", True))
+            store.append(rec, transcript if keep else None)
+            progress.update(1, rec)
+
+    await asyncio.gather(*(one(p) for p in todo))
+
+
+class _Progress:
+    def __init__(self, total: int, done: int, enabled: bool, label: str):
+        self.passed = 0
+        self.errors = 0
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=done, desc=label, unit="problem", file=sys.stderr, dynamic_ncols=True)
+
+    def update(self, n: int, rec: Mapping[str, Any]) -> None:
+        self.passed += bool(rec.get("passed"))
+        self.errors += bool(rec.get("error"))
+        if self.bar is not None:
+            self.bar.set_postfix(passed=self.passed, errors=self.errors, refresh=False)
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _check_optimizer(cfg: Mapping[str, Any]) -> None:
+    name = str(cfg["optimizer"]["name"])
+    if name != "none":
+        raise CellSetupError(
+            f"optimizer={name} cells are not run by this pipeline yet (apps_bench.optimizers provides the "
+            "protocol); run optimizer=none, or the optimizer's own entrypoint."
+        )
+
+
+def run_cell(cfg: Any) -> CellResult:
+    """Run (or resume) one cell: the whole loop, records, summary and MLflow run."""
+    import yaml
+
+    t_start = time.perf_counter()
+    data = plain_config(cfg)
+    cell = guard(data)  # raises CellRefused before anything runs
+    _check_optimizer(data)
+
+    from apps_bench.data import load_problems
+
+    try:
+        loaded = load_problems(
+            data["dataset"],
+            limit=data.get("limit"),
+            offset=int(data.get("offset") or 0),
+            only=tuple(str(x) for x in (data.get("only") or ())),
+            difficulty=data.get("difficulty"),
+            max_tests_per_row=int(data["max_tests_per_row"]),
+        )
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        raise CellSetupError(f"cannot load dataset {cell.dataset}: {exc}") from exc
+    problems = loaded.problems
+    if getattr(loaded, "missing_ids", ()):
+        print(f"warning: no row has IDs {', '.join(loaded.missing_ids)}", file=sys.stderr)
+
+    cell_dir = cell_dir_for(data, cell)
+    store = RecordStore(cell_dir)
+    info = {"name": cell.name, "axes": cell.axes(), "identity": dict(cell.identity)}
+    store.claim(cell.key, info)
+    store.write_config(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    try:
+        from apps_bench.topologies.prompts import load_prompts
+
+        store.write_json(PROMPTS, dict(load_prompts(data["topology"]).texts))
+    except Exception as exc:  # noqa: BLE001 - a bad prompt set is a setup error with its own message
+        raise CellSetupError(str(exc)) from exc
+    state = store.resume()
+    selected = {record_key(p.split, p.id) for p in problems}
+    todo = [p for p in problems if record_key(p.split, p.id) not in state.done]
+    n_done = len(problems) - len(todo)
+    verbose = bool(data.get("verbose")) or data["dataset"].get("source") == "demo"
+
+    print(
+        f"apps-bench: cell {cell.name} [{cell.key}] dataset={cell.dataset} ({loaded.source}, revision {loaded.revision}): "
+        f"{len(problems)} problems, {n_done} already recorded, {len(todo)} to run"
+        + (f" ({len(state.retried)} retried after errors)" if state.retried else "")
+        + (f", {loaded.n_skipped} rows skipped" if loaded.n_skipped else ""),
+        file=sys.stderr,
+    )
+    if data["model"].get("provider") == "gold":
+        print(
+            "apps-bench: model=gold is the built-in harness self-check server: it answers with reference "
+            "solutions; it is not an LLM and its scores measure the harness, not a model.",
+            file=sys.stderr,
+        )
+
+    tracker = None
+    if todo:
+        from apps_bench.models import ModelEndpointError, open_endpoint
+        from apps_bench.sandbox import SandboxPool
+
+        try:
+            from apps_bench.topologies.registry import get_topology
+
+            get_topology(data["topology"])  # a missing framework fails now, with the pip command
+        except ImportError as exc:
+            raise CellSetupError(str(exc)) from exc
+        try:
+            endpoint_cm = open_endpoint(data["model"], problems)
+            endpoint = endpoint_cm.__enter__()
+        except ModelEndpointError as exc:
+            raise CellSetupError(str(exc)) from exc
+        try:
+            tracker = _open_tracker(data, cell, loaded)
+            with SandboxPool(workers=int(data["judge"].get("workers") or 0)) as pool:
+                progress = _Progress(len(problems), n_done, bool(data.get("progress", True)), cell.name)
+                try:
+                    asyncio.run(_solve_all(data, cell, todo, store, endpoint=endpoint, pool=pool, progress=progress))
+                finally:
+                    progress.close()
+        except BaseException as exc:
+            if tracker is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                tracker.fail(f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            store.close()
+            endpoint_cm.__exit__(None, None, None)
+    else:
+        tracker = _open_tracker(data, cell, loaded)
+
+    records = [r for r in store.records() if r["key"] in selected]
+    order = {record_key(p.split, p.id): i for i, p in enumerate(problems)}
+    records.sort(key=lambda r: order.get(r["key"], 0))
+    summary = summarize_cell(
+        records,
+        n_selected=len(problems),
+        skipped=loaded.skipped,
+        profile=str(data["judge"]["profile"]),
+        wall_s=time.perf_counter() - t_start,
+    )
+    summary["cell"] = {"key": cell.key, "name": cell.name, **cell.axes()}
+    summary["dataset"] = {"source": loaded.source, "revision": loaded.revision}
+    summary_path = store.write_summary(summary)
+
+    if verbose:
+        for rec in records:
+            print_problem(rec)
+        print()
+    run_id = tracker.run_id if tracker else None
+    if tracker is not None:
+        files = [cell_dir / RECORDS, summary_path, cell_dir / CONFIG, cell_dir / PROMPTS]
+        if (data.get("tracking") or {}).get("log_transcripts", True):
+            files.append(cell_dir / TRANSCRIPTS)
+        tracker.finish(
+            metrics=metrics_of(summary),
+            rows=table_rows(records),
+            files=files,
+            complete=bool(summary["complete"]),
+        )
+    print_summary(summary, cell, cell_dir, run_id)
+    return CellResult(cell=cell, dir=cell_dir, summary=summary, complete=bool(summary["complete"]), run_id=run_id, records=records)
+
+
+def _open_tracker(data: Mapping[str, Any], cell: Cell, loaded: Any) -> Any:
+    from apps_bench.tracking import mlflow as mlf
+
+    tags = {
+        **{k: str(v) for k, v in cell.axes().items()},
+        "cell_key": cell.key,
+        "cell_name": cell.name,
+        "framework": str(data["topology"].get("framework", "")),
+        "judge_profile": str(data["judge"]["profile"]),
+        "dataset_revision": str(loaded.revision),
+        "dataset_source": str(loaded.source),
+        "package_version": mlf.package_version(),
+        **mlf.git_info(),
+    }
+    return mlf.CellRun.open(
+        experiment=str((data.get("tracking") or {}).get("experiment") or "apps"),
+        cell_key=cell.key,
+        run_name=cell.name,
+        params=cell.identity,
+        tags=tags,
+    )

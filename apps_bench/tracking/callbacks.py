@@ -1,0 +1,123 @@
+"""Hydra callbacks for multirun sweeps: check the whole sweep, then set up MLflow once.
+
+`on_multirun_start` runs in the launching process before any cell starts. It expands
+the sweep exactly as Hydra's basic sweeper does (sweep params declared in config first,
+command-line overrides win), composes every cell, and refuses the sweep if any cell lies
+outside the grid: `SystemExit(2)` (Hydra only warns on a plain exception from a callback).
+Then it creates the tracking store, the experiment and the sweep's parent run, and hands
+the store URI and parent run id to the cells through the environment (cells may run in
+other processes: joblib, submitit, Ray). The parent run is closed in `on_multirun_end`, or
+at exit when a cell failed (Hydra skips `on_multirun_end` then).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+
+def sweep_overrides(config: DictConfig) -> list[list[str]]:
+    """The override list of every cell of the sweep, in launch order."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    args = [f"{k}={v}" for k, v in params.items()]
+    args += list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))  # type: ignore[arg-type]
+    loader = GlobalHydra.instance().config_loader()
+    parsed = OverridesParser.create(config_loader=loader).parse_overrides(args)
+    batches = BasicSweeper.split_arguments(parsed, None)
+    return [list(cell) for batch in batches for cell in batch]
+
+
+def check_sweep(config: DictConfig) -> tuple[int, list[str]]:
+    """Compose every cell of the sweep and run the grid guard on each. -> (cells, refusals)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from apps_bench.cell import CellRefused, guard
+
+    loader = GlobalHydra.instance().config_loader()
+    cells = sweep_overrides(config)
+    refusals: list[str] = []
+    for overrides in cells:
+        cell_cfg = loader.load_sweep_config(master_config=config, sweep_overrides=list(overrides))
+        try:
+            guard(_job_part(cell_cfg))
+        except CellRefused as e:
+            refusals.append(f"[{' '.join(overrides)}] {e}")
+    return len(cells), refusals
+
+
+def _job_part(cfg: DictConfig) -> dict[str, Any]:
+    """The cell's own config without the `hydra` node (whose `${hydra:...}` values do not
+    resolve outside a running job)."""
+    out: dict[str, Any] = {}
+    for k in cfg.keys():
+        if k == "hydra":
+            continue
+        if OmegaConf.is_missing(cfg, k):
+            out[str(k)] = None
+            continue
+        v = cfg[k]
+        out[str(k)] = OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+    return out
+
+
+class SweepTracking(Callback):
+    def __init__(self) -> None:
+        self._parent: tuple[str, str] | None = None
+        self._closed = False
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        n, refusals = check_sweep(config)
+        if refusals:
+            print(
+                f"apps-bench: {len(refusals)} of {n} cells of this sweep are outside the grid; "
+                "nothing was run.",
+                file=sys.stderr,
+            )
+            for r in refusals:
+                print("  " + r, file=sys.stderr)
+            sys.stderr.flush()
+            raise SystemExit(2)
+
+        from apps_bench.tracking import mlflow as mlf
+
+        experiment = str(OmegaConf.select(config, "tracking.experiment") or "apps")
+        uri = mlf.tracking_uri()
+        overrides = " ".join(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))  # type: ignore[arg-type]
+        tags = {"sweep_overrides": overrides[:5000], "n_cells": str(n), **mlf.git_info()}
+        tags["package_version"] = mlf.package_version()
+        name = f"sweep·{n} cells"
+        uri, run_id = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri)
+        self._parent = (uri, run_id)
+        os.environ["MLFLOW_TRACKING_URI"] = uri
+        os.environ[mlf.PARENT_RUN_ENV] = run_id
+        print(f"apps-bench: sweep of {n} cells; MLflow parent run {run_id} ({uri})", file=sys.stderr)
+        atexit.register(self._close, "FAILED")
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._close("FINISHED")
+
+    def _close(self, status: str) -> None:
+        if self._closed or self._parent is None:
+            return
+        self._closed = True
+        from apps_bench.tracking import mlflow as mlf
+
+        uri, run_id = self._parent
+        if status == "FINISHED":
+            # cells that failed or stayed incomplete make the sweep incomplete
+            kids = mlf.child_runs(uri, run_id)
+            if any(k.info.status != "FINISHED" for k in kids):
+                status = "FAILED"
+        try:
+            mlf.end_run(uri, run_id, status)
+        finally:
+            os.environ.pop(mlf.PARENT_RUN_ENV, None)

@@ -1,0 +1,259 @@
+"""MLflow logging: the only module that imports mlflow (lazily, inside functions).
+
+Mapping: experiment = the study (`tracking.experiment`); run = one cell, found again by
+its `cell_key` tag so a resumed cell continues its own run; a multirun sweep gets a
+parent run (created by the Hydra callback before any cell starts) and each cell's run
+nests under it. Params are the flattened identity of the cell (settings that change
+results), which is the same on every resume, so MLflow's immutable params never clash.
+
+Store: `MLFLOW_TRACKING_URI` if set, else an absolute-path SQLite file
+`<cwd>/outputs/mlflow.db`. A fresh SQLite store is created under a file lock (parallel
+workers racing on its migrations crash); a sweep creates it in the parent process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+PARENT_RUN_ENV = "APPS_BENCH_PARENT_RUN_ID"
+MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+TABLE_ARTIFACT = "problems.json"
+
+
+def default_tracking_uri(cwd: Path | None = None) -> str:
+    db = (cwd or Path.cwd()).resolve() / "outputs" / "mlflow.db"
+    return f"sqlite:///{db}"
+
+
+def tracking_uri(cwd: Path | None = None) -> str:
+    """MLFLOW_TRACKING_URI, else the embedded default; a relative sqlite path is made absolute."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if not uri:
+        return default_tracking_uri(cwd)
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        rel = uri[len("sqlite:///") :]
+        return f"sqlite:///{((cwd or Path.cwd()) / rel).resolve()}"
+    if "://" not in uri:  # a bare path: MLflow would make it a file store, which now raises
+        return f"sqlite:///{((cwd or Path.cwd()) / uri).resolve()}"
+    return uri
+
+
+def _mlflow() -> Any:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+    import mlflow
+
+    return mlflow
+
+
+def client(uri: str) -> Any:
+    """An MlflowClient for `uri`, creating a fresh SQLite store under a file lock."""
+    mlflow = _mlflow()
+    from mlflow.tracking import MlflowClient
+
+    if uri.startswith("sqlite:///"):
+        from filelock import FileLock
+
+        db = Path(uri[len("sqlite:///") :])
+        db.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(db) + ".lock"):
+            c = MlflowClient(tracking_uri=uri)
+            c.search_experiments(max_results=1)  # runs the migrations once, under the lock
+        return c
+    del mlflow
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_id(c: Any, name: str, uri: str) -> str:
+    """Get or create the experiment (under the store's lock for SQLite)."""
+    exp = c.get_experiment_by_name(name)
+    if exp is not None:
+        if exp.lifecycle_stage == "deleted":
+            c.restore_experiment(exp.experiment_id)
+        return str(exp.experiment_id)
+    lock = None
+    if uri.startswith("sqlite:///"):
+        from filelock import FileLock
+
+        lock = FileLock(uri[len("sqlite:///") :] + ".lock")
+        lock.acquire()
+    try:
+        exp = c.get_experiment_by_name(name)
+        if exp is not None:
+            return str(exp.experiment_id)
+        return str(c.create_experiment(name))
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            text = json.dumps(v, default=str) if isinstance(v, (list, dict)) else str(v)
+            if len(text) > MAX_PARAM_CHARS:
+                text = text[: MAX_PARAM_CHARS - 20] + "...[truncated]"
+            out[key] = text
+    return out
+
+
+def git_info() -> dict[str, str]:
+    """Git SHA and dirty flag of the checkout this package runs from ('' outside a checkout)."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"git_sha": "", "git_dirty": ""}
+    return {"git_sha": sha, "git_dirty": str(bool(dirty)).lower() if sha else ""}
+
+
+def package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("apps-bench")
+    except Exception:  # noqa: BLE001 - not installed as a distribution: fall back to unknown
+        return "unknown"
+
+
+def _batched(items: list[Any], n: int) -> Iterable[list[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+@dataclass
+class CellRun:
+    """The MLflow run of one cell: created, or found again by its cell key on resume."""
+
+    uri: str
+    run_id: str
+    experiment_id: str
+    resumed: bool
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        experiment: str,
+        cell_key: str,
+        run_name: str,
+        params: Mapping[str, Any],
+        tags: Mapping[str, str],
+        uri: str | None = None,
+    ) -> CellRun:
+        uri = uri or tracking_uri()
+        c = client(uri)
+        exp_id = experiment_id(c, experiment, uri)
+        from mlflow.entities import Param, RunTag
+
+        found = c.search_runs(
+            [exp_id],
+            filter_string=f"tags.cell_key = '{cell_key}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+        if found:
+            run_id = found[0].info.run_id
+            c.update_run(run_id, status="RUNNING")
+            resumed = True
+        else:
+            all_tags = dict(tags)
+            parent = os.environ.get(PARENT_RUN_ENV, "").strip()
+            if parent:
+                all_tags["mlflow.parentRunId"] = parent
+            run = c.create_run(exp_id, run_name=run_name, tags=all_tags)
+            run_id = run.info.run_id
+            flat = flatten(params)
+            for chunk in _batched([Param(k, v) for k, v in sorted(flat.items())], 100):
+                c.log_batch(run_id, params=chunk)
+            resumed = False
+        c.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        return cls(uri=uri, run_id=run_id, experiment_id=exp_id, resumed=resumed)
+
+    def finish(
+        self,
+        *,
+        metrics: Mapping[str, float],
+        rows: list[dict[str, Any]],
+        files: Iterable[Path],
+        complete: bool,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
+        c = client(self.uri)
+        from mlflow.entities import Metric, RunTag
+
+        now = int(time.time() * 1000)
+        ms = [Metric(k, float(v), now, 0) for k, v in sorted(metrics.items()) if v is not None]
+        for chunk in _batched(ms, 500):
+            c.log_batch(self.run_id, metrics=chunk)
+        all_tags = {"complete": str(complete).lower(), **(tags or {})}
+        c.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
+        self._log_table(c, rows)
+        for f in files:
+            if f.exists():
+                c.log_artifact(self.run_id, str(f))
+        c.set_terminated(self.run_id, status="FINISHED" if complete else "FAILED")
+
+    def _log_table(self, c: Any, rows: list[dict[str, Any]]) -> None:
+        """The per-problem table, exactly the current rows. `log_table` appends to an existing
+        artifact, so a resumed run overwrites the file in log_table's own format instead."""
+        import pandas as pd
+
+        df = pd.DataFrame(rows)
+        existing = {f.path for f in c.list_artifacts(self.run_id)}
+        if TABLE_ARTIFACT not in existing:
+            c.log_table(self.run_id, data=df, artifact_file=TABLE_ARTIFACT)
+            return
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / TABLE_ARTIFACT
+            df.to_json(path, orient="split", index=False, date_format="iso")
+            c.log_artifact(self.run_id, str(path))
+
+    def fail(self, message: str) -> None:
+        c = client(self.uri)
+        c.set_tag(self.run_id, "error", message[:5000])
+        c.set_terminated(self.run_id, status="FAILED")
+
+
+def start_parent_run(*, experiment: str, run_name: str, tags: Mapping[str, str], uri: str | None = None) -> tuple[str, str]:
+    """Create a sweep's parent run (not made 'active': cells nest by tag). -> (uri, run_id)."""
+    uri = uri or tracking_uri()
+    c = client(uri)
+    exp_id = experiment_id(c, experiment, uri)
+    run = c.create_run(exp_id, run_name=run_name, tags={**tags, "sweep": "true"})
+    return uri, run.info.run_id
+
+
+def end_run(uri: str, run_id: str, status: str) -> None:
+    client(uri).set_terminated(run_id, status=status)
+
+
+def child_runs(uri: str, parent_run_id: str) -> list[Any]:
+    c = client(uri)
+    parent = c.get_run(parent_run_id)
+    return list(
+        c.search_runs(
+            [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'"
+        )
+    )
