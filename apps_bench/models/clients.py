@@ -1,0 +1,221 @@
+"""One place that turns (endpoint, model config) into a client for each framework.
+
+Every client built here talks through a metered, retrying HTTP client
+(`metering.metered_client`), so a problem's tokens and calls land in its `Usage`
+the same way whichever framework made the call, and every framework retries
+alike. The SDKs are therefore built with `max_retries=0`: retries happen once, at
+the transport, with `model.max_retries` and `model.retry_backoff_s`.
+
+Each method builds a fresh client (closing an SDK client closes its HTTP client),
+and imports its framework lazily; a missing framework names the pip extra.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from apps_bench.models.retrying import RetryPolicy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from apps_bench.models.endpoint import Endpoint
+    from apps_bench.types import Usage
+
+
+class MissingFrameworkError(ImportError):
+    """A runner's framework is not installed; the message has the install command."""
+
+
+def _require(module: str, extra: str, package: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingFrameworkError(
+            f"{package} is not installed ({exc}). Install it with: pip install 'apps-bench[{extra}]'"
+        ) from exc
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf containers -> plain dicts/lists (SDKs json-encode what we pass)."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(value, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return copy.deepcopy(dict(value)) if value else {}
+
+
+# AutoGen needs these for a model name it does not know (any non-OpenAI name).
+AUTOGEN_MODEL_INFO = {
+    "vision": False,
+    "function_calling": True,
+    "json_output": False,
+    "family": "unknown",
+    "structured_output": False,
+    "multiple_system_messages": True,
+}
+
+
+class ModelClients:
+    """Per problem: builds metered clients for every framework; all count into `usage`."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        model_cfg: Any,
+        usage: Usage,
+        *,
+        headers: dict[str, str] | None = None,
+        flavour: str = "httpx2",
+    ) -> None:
+        self.endpoint = endpoint
+        self.cfg = model_cfg
+        self.usage = usage
+        self.headers = dict(headers or {})
+        self.flavour = flavour
+        self.policy = RetryPolicy(
+            max_retries=int(model_cfg.max_retries),
+            backoff_s=float(model_cfg.retry_backoff_s),
+        )
+        self.timeout_s = float(model_cfg.request_timeout_s)
+
+    # ------------------------------------------------------------ building blocks
+
+    def http_client(self, asynchronous: bool = False, flavour: str | None = None) -> Any:
+        """A fresh metered + retrying httpx2 (default) client; openai 3.x accepts httpx2 and httpx."""
+        from apps_bench.models.metering import metered_client
+
+        return metered_client(
+            self.usage,
+            self.policy,
+            asynchronous=asynchronous,
+            flavour=flavour or self.flavour,
+            timeout_s=self.timeout_s,
+            headers=self.headers or None,
+        )
+
+    @property
+    def model_id(self) -> str:
+        return self.endpoint.model_id
+
+    def extra_body(self) -> dict[str, Any]:
+        return _plain(self.cfg.extra_body)
+
+    def request_params(self, seed: int) -> dict[str, Any]:
+        """Sampling for one chat.completions call: temperature, top_p, max_tokens, seed, extra_body."""
+        params: dict[str, Any] = {
+            "temperature": float(self.cfg.temperature),
+            "top_p": float(self.cfg.top_p),
+            "max_tokens": int(self.cfg.max_tokens),
+            "seed": int(seed),
+        }
+        extra = self.extra_body()
+        if extra:
+            params["extra_body"] = extra
+        return params
+
+    # ------------------------------------------------------------ OpenAI SDK
+
+    def async_openai(self) -> Any:
+        """AsyncOpenAI on the endpoint; pass `**request_params(seed)` to each create() call."""
+        openai = _require("openai", "all", "openai")
+        return openai.AsyncOpenAI(
+            base_url=self.endpoint.base_url,
+            api_key=self.endpoint.api_key,
+            http_client=self.http_client(asynchronous=True),
+            max_retries=0,
+            timeout=self.timeout_s,
+            default_headers=self.headers or None,
+        )
+
+    def openai(self) -> Any:
+        """Synchronous OpenAI client (e.g. for an optimizer's reflection model)."""
+        openai = _require("openai", "all", "openai")
+        return openai.OpenAI(
+            base_url=self.endpoint.base_url,
+            api_key=self.endpoint.api_key,
+            http_client=self.http_client(),
+            max_retries=0,
+            timeout=self.timeout_s,
+            default_headers=self.headers or None,
+        )
+
+    # ------------------------------------------------------------ LangChain / LangGraph
+
+    def langchain_chat(self, seed: int) -> Any:
+        """ChatOpenAI with both sync and async HTTP clients metered (else one side goes uncounted)."""
+        mod = _require("langchain_openai", "all", "langchain-openai")
+        kwargs: dict[str, Any] = dict(
+            model=self.model_id,
+            base_url=self.endpoint.base_url,
+            api_key=self.endpoint.api_key,
+            temperature=float(self.cfg.temperature),
+            top_p=float(self.cfg.top_p),
+            max_tokens=int(self.cfg.max_tokens),
+            seed=int(seed),
+            timeout=self.timeout_s,
+            max_retries=0,  # retried at the transport (model.max_retries)
+            http_client=self.http_client(),
+            http_async_client=self.http_client(asynchronous=True),
+            use_responses_api=False,
+            stream_usage=True,
+        )
+        extra = self.extra_body()
+        if extra:
+            kwargs["extra_body"] = extra
+        if self.headers:
+            kwargs["default_headers"] = self.headers
+        return mod.ChatOpenAI(**kwargs)
+
+    # ------------------------------------------------------------ AutoGen
+
+    def autogen_client(self, seed: int) -> Any:
+        """OpenAIChatCompletionClient with a full model_info (AutoGen rejects unknown names without it)."""
+        mod = _require("autogen_ext.models.openai", "autogen", "autogen-ext[openai]")
+        kwargs: dict[str, Any] = dict(
+            model=self.model_id,
+            base_url=self.endpoint.base_url,
+            api_key=self.endpoint.api_key,
+            model_info=dict(AUTOGEN_MODEL_INFO),
+            temperature=float(self.cfg.temperature),
+            top_p=float(self.cfg.top_p),
+            max_tokens=int(self.cfg.max_tokens),
+            seed=int(seed),
+            timeout=self.timeout_s,
+            max_retries=0,
+            http_client=self.http_client(asynchronous=True),
+        )
+        extra = self.extra_body()
+        if extra:
+            kwargs["extra_body"] = extra
+        if self.headers:
+            kwargs["default_headers"] = self.headers
+        return mod.OpenAIChatCompletionClient(**kwargs)
+
+    # ------------------------------------------------------------ CrewAI
+
+    def crewai_llm(self, seed: int) -> Any:
+        """crewai.LLM on the native OpenAI provider (no litellm), metered through client_params."""
+        crewai = _require("crewai", "crewai", "crewai")
+        kwargs: dict[str, Any] = dict(
+            model=self.model_id,  # no provider prefix: "openai/..." would route through litellm
+            provider="openai",  # a "/" in the id (Qwen/...) must not be read as a provider
+            base_url=self.endpoint.base_url,
+            api_key=self.endpoint.api_key,
+            temperature=float(self.cfg.temperature),
+            top_p=float(self.cfg.top_p),
+            max_tokens=int(self.cfg.max_tokens),
+            seed=int(seed),
+            timeout=self.timeout_s,
+            max_retries=0,
+            client_params={"http_client": self.http_client()},
+        )
+        extra = self.extra_body()
+        if extra:
+            kwargs["extra_body"] = extra
+        if self.headers:
+            kwargs["default_headers"] = self.headers
+        return crewai.LLM(**kwargs)

@@ -1,0 +1,306 @@
+"""Token and call accounting at the HTTP transport, the one layer every framework shares.
+
+LangChain, AutoGen, CrewAI and the OpenAI SDK all end in an `openai` client whose
+`http_client=` we supply. Counting there (not in framework callbacks, which miss
+streamed calls or double-count shared LLMs) gives the same numbers for all four.
+
+The stack of one metered client, outermost first:
+
+    MeteredTransport   counts once per logical model call: model_calls + usage on
+                       success, failed_calls when the call still fails
+    RetryingTransport  (retrying.py) retries 429 / 5xx / timeouts / malformed bodies
+    HTTPTransport      the real network
+
+openai 3.x accepts either an `httpx2` or a legacy `httpx` client (it checks both
+types); LangChain, AutoGen and CrewAI pass the object through untouched. We build
+`httpx2` clients by default (the SDK's native one) and can build `httpx` ones too.
+
+`Usage.model_calls` counts successful model responses, `failed_calls` model calls
+that failed after all retries (an HTTP error status, a transport error, or a body
+that does not parse). Tool calls are counted by the tool, not here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+if TYPE_CHECKING:  # pragma: no cover
+    from apps_bench.models.retrying import RetryPolicy
+    from apps_bench.types import Usage
+
+log = logging.getLogger(__name__)
+
+# One lock for all Usage objects: several transports (a framework's sync and async
+# clients, a selector's client) may feed the same per-problem Usage from many threads.
+_USAGE_LOCK = threading.Lock()
+
+MODEL_PATHS = ("/chat/completions", "/completions", "/responses", "/embeddings")
+
+
+def is_model_call(method: str, path: str) -> bool:
+    """POSTs to the model endpoints are model calls; GET /models (the probe) is not."""
+    return method.upper() == "POST" and path.rstrip("/").endswith(MODEL_PATHS)
+
+
+def parse_usage(body: bytes, content_type: str = "") -> tuple[bool, int, int]:
+    """(well_formed, prompt_tokens, completion_tokens) of a JSON body or an SSE stream.
+
+    For SSE the last event carrying a `usage` object wins (the server's final usage
+    chunk); a stream whose events do not parse as JSON is malformed.
+    """
+    text = body.decode("utf-8", errors="replace")
+    if "text/event-stream" in content_type or text.lstrip().startswith("data:"):
+        usage: dict[str, Any] | None = None
+        seen = False
+        for line in text.splitlines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if not data or data == "[DONE]":
+                continue
+            try:
+                event = json.loads(data)
+            except ValueError:
+                return False, 0, 0
+            seen = True
+            if isinstance(event, dict) and isinstance(event.get("usage"), dict):
+                usage = event["usage"]
+        if not seen:
+            return False, 0, 0
+        return True, *_tokens(usage)
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return False, 0, 0
+    if not isinstance(obj, dict):
+        return False, 0, 0
+    return True, *_tokens(obj.get("usage"))
+
+
+def _tokens(usage: Any) -> tuple[int, int]:
+    if not isinstance(usage, dict):
+        return 0, 0
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0
+    completion = usage.get("completion_tokens", usage.get("output_tokens", 0)) or 0
+    return int(prompt), int(completion)
+
+
+def record(usage: Usage, *, ok: bool, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+    with _USAGE_LOCK:
+        if ok:
+            usage.model_calls += 1
+            usage.prompt_tokens += prompt_tokens
+            usage.completion_tokens += completion_tokens
+        else:
+            usage.failed_calls += 1
+
+
+class _Counter:
+    """Collects a response's bytes and records it exactly once, when the stream closes."""
+
+    def __init__(self, usage: Usage, status: int, content_type: str) -> None:
+        self.usage = usage
+        self.status = status
+        self.content_type = content_type
+        self.chunks: list[bytes] = []
+        self.done = False
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.done:
+            self.chunks.append(chunk)
+
+    def close(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.status >= 400:
+            record(self.usage, ok=False)
+            return
+        ok, p, c = parse_usage(b"".join(self.chunks), self.content_type)
+        record(self.usage, ok=ok, prompt_tokens=p, completion_tokens=c)
+        self.chunks = []
+
+
+def ensure_stream_usage(content: bytes) -> bytes | None:
+    """Ask a streaming chat request for its usage chunk (vLLM sends it only when asked).
+
+    Returns the rewritten body, or None when nothing needs to change.
+    """
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not body.get("stream"):
+        return None
+    opts = body.get("stream_options") or {}
+    if opts.get("include_usage"):
+        return None
+    body["stream_options"] = {**opts, "include_usage": True}
+    return json.dumps(body).encode()
+
+
+def _rewrite(mod: Any, request: Any) -> Any:
+    """The model request as sent: uncompressed replies (so bodies can be read for usage),
+    and `stream_options.include_usage` set when it streams without it."""
+    try:
+        content = request.content
+    except Exception:  # stream not read yet
+        content = request.read()
+    new = ensure_stream_usage(content) if content else None
+    if new is None and request.headers.get("accept-encoding", "identity") == "identity":
+        return request
+    drop = {"content-length", "accept-encoding"} if new is not None else {"accept-encoding"}
+    headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() not in drop]
+    headers.append(("Accept-Encoding", "identity"))
+    return mod.Request(
+        request.method, request.url, headers=headers, content=new if new is not None else content,
+        extensions=request.extensions,
+    )
+
+
+def transport_classes(mod: Any) -> tuple[type, type]:
+    """(sync, async) metering transports for the httpx-like module `mod` (httpx2 or httpx)."""
+    cached = _CLASSES.get(mod.__name__)
+    if cached:
+        return cached
+
+    class MeteredStream(mod.SyncByteStream):
+        def __init__(self, inner: Any, counter: _Counter) -> None:
+            self._inner, self._counter = inner, counter
+
+        def __iter__(self) -> Iterator[bytes]:
+            for chunk in self._inner:
+                self._counter.feed(chunk)
+                yield chunk
+            self._counter.close()  # fully read: count now, even if nobody closes us
+
+        def close(self) -> None:
+            try:
+                self._inner.close()
+            finally:
+                self._counter.close()
+
+    class AsyncMeteredStream(mod.AsyncByteStream):
+        def __init__(self, inner: Any, counter: _Counter) -> None:
+            self._inner, self._counter = inner, counter
+
+        async def __aiter__(self) -> Any:
+            async for chunk in self._inner:
+                self._counter.feed(chunk)
+                yield chunk
+            self._counter.close()  # fully read: count now, even if nobody closes us
+
+        async def aclose(self) -> None:
+            try:
+                await self._inner.aclose()
+            finally:
+                self._counter.close()
+
+    class MeteredTransport(mod.BaseTransport):
+        """Counts each model call once into `usage`; other requests pass untouched."""
+
+        def __init__(self, inner: Any, usage: Usage) -> None:
+            self.inner, self.usage = inner, usage
+
+        def handle_request(self, request: Any) -> Any:
+            if not is_model_call(request.method, request.url.path):
+                return self.inner.handle_request(request)
+            request = _rewrite(mod, request)
+            try:
+                response = self.inner.handle_request(request)
+            except Exception:
+                record(self.usage, ok=False)
+                raise
+            counter = _Counter(self.usage, response.status_code, response.headers.get("content-type", ""))
+            return mod.Response(
+                response.status_code,
+                headers=response.headers,
+                stream=MeteredStream(response.stream, counter),
+                extensions=response.extensions,
+            )
+
+        def close(self) -> None:
+            self.inner.close()
+
+    class AsyncMeteredTransport(mod.AsyncBaseTransport):
+        """Async twin of MeteredTransport."""
+
+        def __init__(self, inner: Any, usage: Usage) -> None:
+            self.inner, self.usage = inner, usage
+
+        async def handle_async_request(self, request: Any) -> Any:
+            if not is_model_call(request.method, request.url.path):
+                return await self.inner.handle_async_request(request)
+            request = _rewrite(mod, request)
+            try:
+                response = await self.inner.handle_async_request(request)
+            except Exception:
+                record(self.usage, ok=False)
+                raise
+            counter = _Counter(self.usage, response.status_code, response.headers.get("content-type", ""))
+            return mod.Response(
+                response.status_code,
+                headers=response.headers,
+                stream=AsyncMeteredStream(response.stream, counter),
+                extensions=response.extensions,
+            )
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    _CLASSES[mod.__name__] = (MeteredTransport, AsyncMeteredTransport)
+    return MeteredTransport, AsyncMeteredTransport
+
+
+_CLASSES: dict[str, tuple[type, type]] = {}
+
+
+def _module(flavour: str) -> Any:
+    if flavour == "httpx2":
+        import httpx2
+
+        return httpx2
+    if flavour == "httpx":
+        import httpx
+
+        return httpx
+    raise ValueError(f"unknown httpx flavour {flavour!r}; use 'httpx2' (openai 3.x native) or 'httpx'")
+
+
+def metered_client(
+    usage: Usage,
+    policy: RetryPolicy | None = None,
+    *,
+    asynchronous: bool = False,
+    flavour: str = "httpx2",
+    timeout_s: float | None = None,
+    headers: dict[str, str] | None = None,
+    max_connections: int = 64,
+) -> Any:
+    """An httpx2 (or httpx) Client/AsyncClient whose model calls are retried and counted into `usage`.
+
+    Give each SDK object its own client: closing an SDK client closes the one it was given.
+    """
+    from apps_bench.models.retrying import RetryPolicy, retrying_classes
+
+    mod = _module(flavour)
+    policy = policy or RetryPolicy()
+    limits = mod.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    sync_metered, async_metered = transport_classes(mod)
+    sync_retry, async_retry = retrying_classes(mod)
+    timeout = mod.Timeout(timeout_s) if timeout_s else mod.Timeout(600.0, connect=10.0)
+    if asynchronous:
+        inner = async_retry(mod.AsyncHTTPTransport(limits=limits), policy)
+        return mod.AsyncClient(transport=async_metered(inner, usage), timeout=timeout, headers=headers)
+    inner = sync_retry(mod.HTTPTransport(limits=limits), policy)
+    return mod.Client(transport=sync_metered(inner, usage), timeout=timeout, headers=headers)
+
+
+def iter_sse_data(lines: Iterable[str]) -> Iterator[str]:
+    """The `data:` payloads of SSE lines (helper for tests and the gold server's self-checks)."""
+    for line in lines:
+        if line.startswith("data:"):
+            yield line[5:].strip()

@@ -1,0 +1,135 @@
+"""Retries with backoff for model calls, at the transport, so every framework retries alike.
+
+The SDKs' own retry loops differ (and none retries a 200 with a broken body), so the
+clients we build pass `max_retries=0` to the SDK and retry here instead: on 429, any
+5xx, timeouts and other transport errors (connection refused, connection dropped),
+and on a 2xx model response whose body is not well-formed JSON / SSE. A model
+response is read whole before it is handed up (so a broken body can still be
+retried); the caller still sees a normal (streamed) response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from apps_bench.models.metering import is_model_call, parse_usage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 2  # retries after the first attempt
+    backoff_s: float = 1.0  # first delay; doubles per retry
+    max_backoff_s: float = 30.0
+
+    def delay(self, attempt: int, retry_after: str | None = None) -> float:
+        base = min(self.backoff_s * (2**attempt), self.max_backoff_s)
+        if retry_after:
+            try:
+                return min(max(float(retry_after), 0.0), self.max_backoff_s)
+            except ValueError:
+                pass
+        return base * (0.5 + random.random() / 2)  # jitter: 16 problems in flight must not retry in lockstep
+
+
+def _retryable_status(status: int) -> bool:
+    return status == 429 or status >= 500
+
+
+def retrying_classes(mod: Any) -> tuple[type, type]:
+    """(sync, async) retrying transports for the httpx-like module `mod`."""
+    cached = _CLASSES.get(mod.__name__)
+    if cached:
+        return cached
+    errors = (mod.TransportError,)  # timeouts, connect errors, dropped connections
+
+    def rebuild(response: Any, body: bytes) -> Any:
+        return mod.Response(response.status_code, headers=response.headers, content=body, extensions=response.extensions)
+
+    def judge(response: Any, body: bytes) -> str | None:
+        """Why this response should be retried, or None to hand it up."""
+        if _retryable_status(response.status_code):
+            return f"HTTP {response.status_code}"
+        if 200 <= response.status_code < 300:
+            ok, _, _ = parse_usage(body, response.headers.get("content-type", ""))
+            if not ok:
+                return "malformed response body"
+        return None
+
+    class RetryingTransport(mod.BaseTransport):
+        def __init__(self, inner: Any, policy: RetryPolicy) -> None:
+            self.inner, self.policy = inner, policy
+
+        def handle_request(self, request: Any) -> Any:
+            if not is_model_call(request.method, request.url.path):
+                return self.inner.handle_request(request)
+            attempt = 0
+            while True:
+                retry_after = None
+                try:
+                    response = self.inner.handle_request(request)
+                    try:
+                        body = b"".join(response.stream)
+                    finally:
+                        response.stream.close()
+                except errors as exc:
+                    if attempt >= self.policy.max_retries:
+                        raise
+                    reason = f"{type(exc).__name__}: {exc}"
+                else:
+                    reason = judge(response, body)
+                    if reason is None or attempt >= self.policy.max_retries:
+                        return rebuild(response, body)
+                    retry_after = response.headers.get("retry-after")
+                delay = self.policy.delay(attempt, retry_after)
+                log.warning("model call failed (%s); retry %d/%d in %.2fs", reason, attempt + 1, self.policy.max_retries, delay)
+                time.sleep(delay)
+                attempt += 1
+
+        def close(self) -> None:
+            self.inner.close()
+
+    class AsyncRetryingTransport(mod.AsyncBaseTransport):
+        def __init__(self, inner: Any, policy: RetryPolicy) -> None:
+            self.inner, self.policy = inner, policy
+
+        async def handle_async_request(self, request: Any) -> Any:
+            if not is_model_call(request.method, request.url.path):
+                return await self.inner.handle_async_request(request)
+            attempt = 0
+            while True:
+                retry_after = None
+                try:
+                    response = await self.inner.handle_async_request(request)
+                    try:
+                        body = b"".join([chunk async for chunk in response.stream])
+                    finally:
+                        await response.stream.aclose()
+                except errors as exc:
+                    if attempt >= self.policy.max_retries:
+                        raise
+                    reason = f"{type(exc).__name__}: {exc}"
+                else:
+                    reason = judge(response, body)
+                    if reason is None or attempt >= self.policy.max_retries:
+                        return rebuild(response, body)
+                    retry_after = response.headers.get("retry-after")
+                delay = self.policy.delay(attempt, retry_after)
+                log.warning("model call failed (%s); retry %d/%d in %.2fs", reason, attempt + 1, self.policy.max_retries, delay)
+                await asyncio.sleep(delay)
+                attempt += 1
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    _CLASSES[mod.__name__] = (RetryingTransport, AsyncRetryingTransport)
+    return RetryingTransport, AsyncRetryingTransport
+
+
+_CLASSES: dict[str, tuple[type, type]] = {}
