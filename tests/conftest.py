@@ -15,3 +15,33 @@ def apps_data_dir() -> Path:
     if not APPS_DATA_DIR.is_dir():
         pytest.skip(f"real APPS rows not found at {APPS_DATA_DIR}")
     return APPS_DATA_DIR
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _framework_env(tmp_path_factory: pytest.TempPathFactory):
+    """Offline, quiet frameworks for the whole session (ECOSYSTEM.md, agent frameworks).
+
+    A scratch HOME (CrewAI writes a key and a kickoff database there), telemetry off,
+    no interactive CrewAI prompt, loopback never proxied, and OPENAI_BASE_URL at a
+    loopback gold server with no problems: a client some framework builds on its own
+    (not through ModelClients) reaches loopback and gets a reply saying it cannot be
+    placed, never the internet.
+    """
+    from apps_bench.models.gold import GoldServer
+
+    stray = GoldServer([]).start()
+    env = {
+        "HOME": str(tmp_path_factory.mktemp("home")),
+        "CREWAI_DISABLE_TELEMETRY": "true",
+        "CREWAI_TESTING": "true",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "OPENAI_API_KEY": "x",
+        "OPENAI_BASE_URL": stray.base_url,
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        yield env
+    stray.stop()
