@@ -1,0 +1,322 @@
+"""Containment primitives: mounts, cgroup, privilege drop, rlimits, sweeping.
+
+The arrangement (measured in JUDGE.md): each worker is PID 1 of its own PID, net,
+IPC and mount namespaces (created by the `unshare` command that launches it). In
+`setup_worker_namespace` it hides everything outside the system directories behind
+empty tmpfs mounts (the repository, the dataset, root's home — only the
+interpreter's own prefixes are bound back in), remounts `/` read-only recursively,
+and mounts private writable tmpfs on `/tmp` and `/dev/shm`. Each program child then
+gets setsid, rlimits, closed fds, no-new-privs, an unprivileged uid of its own worker
+and an empty environment. After each program the worker, being PID 1, kills every
+other process of its namespace (`kill(-1, SIGKILL)`) and reaps them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import resource
+import shutil
+import signal
+import stat
+import time
+from typing import Iterable
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MNT_DETACH = 2
+PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_CHILD_SUBREAPER = 36
+SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 (generic table) alike
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+
+# Top-level directories a program may see (read-only). Everything else is hidden.
+SYSTEM_DIRS = frozenset(("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys"))
+
+
+class ContainError(OSError):
+    pass
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        e = ctypes.get_errno()
+        raise ContainError(e, f"{what}: {os.strerror(e)}")
+
+
+def mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    _check(
+        _libc.mount(
+            src.encode() if src else None, dst.encode(), fstype.encode() if fstype else None, flags,
+            data.encode() if data else None,
+        ),
+        f"mount {src} on {dst}",
+    )
+
+
+def umount(path: str) -> None:
+    _check(_libc.umount2(path.encode(), MNT_DETACH), f"umount {path}")
+
+
+def prctl(option: int, arg: int) -> None:
+    _check(_libc.prctl(option, arg, 0, 0, 0), f"prctl({option})")
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def remount_readonly_recursive(path: str = "/") -> None:
+    """Make `path` and every mount below it read-only (and nosuid)."""
+    attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
+    syscall = _libc.syscall
+    ret = syscall(
+        ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_long(AT_FDCWD), ctypes.c_char_p(path.encode()),
+        ctypes.c_long(AT_RECURSIVE), ctypes.byref(attr), ctypes.c_long(ctypes.sizeof(attr)),
+    )
+    if ret == 0:
+        return
+    # Older kernels: remount each mount point read-only, one by one.
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    for p in sorted(set(points), key=len):
+        if p == path or p.startswith(path.rstrip("/") + "/"):
+            try:
+                mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
+            except ContainError:
+                mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def setup_worker_namespace(keep: Iterable[str], work: str, tmp_size: str) -> list[str]:
+    """Hide the host filesystem, make / read-only, give the worker private tmpfs.
+
+    `keep` are directories (the interpreter prefixes) that stay visible even when
+    they live under a hidden directory. Returns the hidden top-level paths.
+    """
+    keep = sorted({os.path.realpath(k) for k in keep if os.path.isdir(k)})
+    # Drop keeps nested in other keeps.
+    keep = [k for k in keep if not any(k != o and _under(k, o) for o in keep)]
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=700")
+    stash = []
+    for n, k in enumerate(keep):
+        if any(_under(k, "/" + d) for d in SYSTEM_DIRS):
+            continue
+        s = f"/tmp/keep{n}"
+        os.mkdir(s)
+        mount(k, s, None, MS_BIND | MS_REC)
+        stash.append((s, k))
+    hidden = []
+    for name in sorted(os.listdir("/")):
+        p = "/" + name
+        if name in SYSTEM_DIRS or name == "tmp":
+            continue
+        st = os.lstat(p)
+        if stat.S_ISDIR(st.st_mode):
+            mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=755")
+            hidden.append(p)
+        elif stat.S_ISREG(st.st_mode):
+            mount("/dev/null", p, None, MS_BIND)
+            hidden.append(p)
+    for s, k in stash:
+        os.makedirs(k, mode=0o755, exist_ok=True)
+        mount(s, k, None, MS_BIND | MS_REC)
+        umount(s)
+    remount_readonly_recursive("/")
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size},mode=755")
+    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
+    os.makedirs(work, mode=0o755, exist_ok=True)
+    return hidden
+
+
+def join_cgroup(path: str) -> None:
+    with open(os.path.join(path, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+
+
+def set_rlimits(*, memory_bytes: int, cpu_s: int, fsize: int, nofile: int, nproc: int | None) -> None:
+    def lim(which: int, soft: int, hard: int | None = None) -> None:
+        hard = soft if hard is None else hard
+        try:
+            resource.setrlimit(which, (soft, hard))
+        except (ValueError, OSError):
+            cur_soft, cur_hard = resource.getrlimit(which)
+            if cur_hard != resource.RLIM_INFINITY:
+                resource.setrlimit(which, (min(soft, cur_hard), cur_hard))
+
+    lim(resource.RLIMIT_CORE, 0)
+    if memory_bytes > 0:
+        lim(resource.RLIMIT_AS, memory_bytes)
+    lim(resource.RLIMIT_CPU, cpu_s)
+    lim(resource.RLIMIT_FSIZE, fsize)
+    lim(resource.RLIMIT_NOFILE, nofile)
+    if nproc is not None:
+        lim(resource.RLIMIT_NPROC, nproc)
+
+
+def keep_only_fds(keep: list[int]) -> list[int]:
+    """Renumber `keep` to 3.. in order and close every other fd >= 3; returns the new numbers."""
+    import fcntl
+
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 512 + n) for n, fd in enumerate(keep)]
+    new = list(range(3, 3 + len(keep)))
+    for h, n in zip(high, new):
+        os.dup2(h, n)
+    os.closerange(3 + len(keep), 1 << 20)
+    return new
+
+
+def drop_privileges(uid: int | None) -> None:
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if uid is not None and os.geteuid() == 0:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+
+
+CLEAN_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+
+
+def reset_environment(tmpdir: str) -> None:
+    os.environ.clear()
+    os.environ.update(CLEAN_ENV)
+    os.environ["HOME"] = tmpdir
+    os.environ["TMPDIR"] = tmpdir
+
+
+def reset_signals() -> None:
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM):
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as in any Python program
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past RLIMIT_FSIZE fail with EFBIG
+
+
+def reap_all_nohang() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def sweep_namespace() -> None:
+    """As PID 1 of a PID namespace: SIGKILL everything else in it and reap it all."""
+    if os.getpid() != 1:
+        raise RuntimeError("sweep_namespace is only safe as PID 1 of a private PID namespace")
+    for _ in range(1000):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            while True:
+                os.waitpid(-1, 0)
+        except ChildProcessError:
+            pass
+        # kill(-1) raced with a fork? Look again.
+        if not any(p.isdigit() and p != "1" for p in os.listdir("/proc")):
+            return
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        rest = data[data.rfind(b")") + 2 :].split()
+        try:
+            ppid = int(rest[1])
+        except (IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(p))
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def sweep_descendants(max_rounds: int = 200) -> None:
+    """Fallback sweep (no PID namespace): as a child subreaper, kill all descendants."""
+    me = os.getpid()
+    for _ in range(max_rounds):
+        pids = _descendants(me)
+        if not pids:
+            reap_all_nohang()
+            return
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        reap_all_nohang()
+        time.sleep(0.001)
+
+
+def wipe_dir(path: str, owner: int | None) -> None:
+    """Remove everything in `path` and recreate it empty, private to `owner`."""
+    shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    if owner is not None and os.geteuid() == 0:
+        os.chown(path, owner, owner)
+    os.chmod(path, 0o700)
+
+
+def wipe_contents(path: str) -> None:
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return
+    for n in names:
+        p = os.path.join(path, n)
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.unlink(p)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                pass

@@ -1,0 +1,434 @@
+"""SandboxPool: warm, contained workers shared by the judge and the agents' tool.
+
+One worker per core by default. `run()` is thread-safe: each call takes a free worker
+(blocking until one is), runs one program's tests on it in one contained child, and
+calls `keep_going(raw)` in the caller's thread after every test so the judge can
+compare there and stop early. Only JSON crosses back from a worker.
+
+Containment is chosen at construction: as root with the `unshare` command each
+worker is PID 1 of new PID/net/IPC/mount namespaces with a read-only view of the
+system, its own pids cgroup and its own unprivileged uid (see contain.py). Without
+root or namespaces it falls back to fork + rlimits + a subreaper sweep and logs a
+loud warning once: that mode does not stop a program from reading the judge's files
+or signalling the judge's processes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Callable
+
+from .api import RAW_STATUSES, ExecResult, RawRun, RunRequest
+from .protocol import ChannelClosed, ChannelCorrupt, ChannelTimeout, FrameReader, send_frame
+
+log = logging.getLogger(__name__)
+
+PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
+_WEAK_WARNED = False
+_WARN_LOCK = threading.Lock()
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_WORKER_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[2]); "
+    "from apps_bench.sandbox.worker import main; main()"
+)
+READY_TIMEOUT_S = 120.0
+MESSAGE_SLACK_S = 30.0
+
+
+def _warn_weak(reason: str) -> None:
+    global _WEAK_WARNED
+    with _WARN_LOCK:
+        if _WEAK_WARNED:
+            return
+        _WEAK_WARNED = True
+    log.warning(
+        "SANDBOX CONTAINMENT IS WEAK (%s): programs run with fork + rlimits only; they can read files "
+        "this user can read and signal this user's processes. Run as root with `unshare` available "
+        "(Linux namespaces) for the contained sandbox.", reason,
+    )
+
+
+def namespaces_possible() -> tuple[bool, str]:
+    """Whether the contained arrangement can be tried here, and why not."""
+    if not sys.platform.startswith("linux"):
+        return False, f"platform {sys.platform} has no Linux namespaces"
+    if os.geteuid() != 0:
+        return False, "not running as root"
+    if shutil.which("unshare") is None:
+        return False, "the `unshare` command (util-linux) is not installed"
+    return True, ""
+
+
+class WorkerBroken(Exception):
+    pass
+
+
+class _Worker:
+    """The pool's handle on one worker process."""
+
+    def __init__(self, pool: SandboxPool, index: int) -> None:
+        self.pool = pool
+        self.index = index
+        self.uid = pool._uid_base + index
+        self.cgroup: str | None = None
+        self.proc: subprocess.Popen | None = None
+        self.reader: FrameReader | None = None
+        self.ready = False
+        self.features: dict[str, Any] = {}
+        self.contained = pool._contain_mode
+
+    def _make_cgroup(self) -> str | None:
+        if os.geteuid() != 0 or not PIDS_CGROUP_ROOT.is_dir():
+            return None
+        path = PIDS_CGROUP_ROOT / "apps-bench" / f"{os.getpid()}-{self.index}"
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "pids.max").write_text(str(self.pool.pids_max))
+        except OSError:
+            return None
+        return str(path)
+
+    def start(self) -> None:
+        self.cgroup = self._make_cgroup()
+        cfg = {
+            "contained": self.contained,
+            "uid": self.uid,
+            "cgroup": self.cgroup,
+            "output_cap": self.pool.output_limit_bytes,
+            "nproc": self.pool.nproc,
+            "tmp_size": self.pool.tmp_size,
+        }
+        from .contain import CLEAN_ENV
+
+        env = dict(CLEAN_ENV, HOME="/tmp")
+        cmd = [sys.executable, "-s", "-c", _WORKER_BOOT, json.dumps(cfg), _PACKAGE_ROOT]
+        if self.contained:
+            cmd = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc", "--uts",
+                   "--mount", "--propagation", "private", "--", *cmd]
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
+            start_new_session=True, cwd="/",
+        )
+        self.reader = FrameReader(self.proc.stdout.fileno())
+        self.ready = False
+
+    def wait_ready(self) -> None:
+        try:
+            msg = self.recv(time.monotonic() + READY_TIMEOUT_S)
+        except WorkerBroken as e:
+            self.stop()
+            raise WorkerBroken(f"sandbox worker did not start: {e}") from None
+        if msg.get("t") != "ready":
+            self.stop()
+            raise WorkerBroken(f"sandbox worker did not start: {msg.get('error', msg)}")
+        self.features = msg.get("features", {})
+        self.ready = True
+
+    def send(self, data: bytes) -> None:
+        try:
+            send_frame(self.proc.stdin.fileno(), data)
+        except (ChannelClosed, OSError) as e:
+            raise WorkerBroken(f"worker link closed: {e}") from None
+
+    def recv(self, deadline: float) -> dict[str, Any]:
+        try:
+            msg = json.loads(self.reader.read(deadline))
+        except ChannelTimeout:
+            raise WorkerBroken("worker did not answer in time") from None
+        except (ChannelClosed, ChannelCorrupt, ValueError) as e:
+            raise WorkerBroken(f"worker link broken: {e}") from None
+        if not isinstance(msg, dict):
+            raise WorkerBroken("worker sent a non-object message")
+        return msg
+
+    def stop(self, wait_s: float = 2.0) -> None:
+        p = self.proc
+        if p is None:
+            return
+        self.proc = None
+        self.ready = False
+        try:
+            p.stdin.close()
+        except OSError:
+            pass
+        try:
+            p.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            p.kill()
+            p.wait()
+        try:
+            p.stdout.close()
+        except OSError:
+            pass
+        self._remove_cgroup()
+
+    def _remove_cgroup(self) -> None:
+        if not self.cgroup:
+            return
+        for _ in range(50):
+            try:
+                os.rmdir(self.cgroup)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.01)
+        self.cgroup = None
+
+    def restart(self) -> None:
+        self.stop(wait_s=0.5)
+        self.start()
+
+
+class SandboxPool:
+    """Warm contained workers; thread-safe `run()` and `python_exec()`.
+
+    workers: 0 = one per core. contain: None = contained when possible (root and
+    `unshare`), else a loud fallback; False = force the weak fallback; True = refuse
+    to run without containment.
+    """
+
+    def __init__(
+        self,
+        workers: int = 0,
+        *,
+        contain: bool | None = None,
+        output_limit_bytes: int = 8 << 20,
+        exec_memory_bytes: int = 2 << 30,
+        pids_max: int = 128,
+        nproc: int = 64,
+        tmp_size: str = "256m",
+        stderr_chars: int = 2000,
+    ) -> None:
+        if workers < 0:
+            raise ValueError(f"workers must be >= 0 (0 = one per core), got {workers}")
+        self.workers = workers or os.cpu_count() or 1
+        self.output_limit_bytes = int(output_limit_bytes)
+        self.exec_memory_bytes = int(exec_memory_bytes)
+        self.pids_max = pids_max
+        self.nproc = nproc
+        self.tmp_size = tmp_size
+        self.stderr_chars = stderr_chars
+        possible, why = namespaces_possible()
+        if contain is True and not possible:
+            raise RuntimeError(f"contained sandbox requested but unavailable: {why}")
+        self._contain_mode = bool(possible and contain is not False)
+        self._require_contain = contain is True
+        if not self._contain_mode:
+            _warn_weak(why or "containment disabled by the caller")
+        self._uid_base = 1_000_000 + (os.getpid() % 10_000) * 1_000
+        self._free: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        self._all: list[_Worker] = []
+        self._closed = False
+        self._lock = threading.Lock()
+        for k in range(self.workers):
+            w = _Worker(self, k)
+            w.start()
+            self._all.append(w)
+            self._free.put(w)
+        self._finalizer = weakref.finalize(self, SandboxPool._shutdown, list(self._all))
+
+    # -- worker management ----------------------------------------------------------
+    def _ensure_ready(self, w: _Worker) -> None:
+        if w.proc is None:
+            w.start()
+        if w.ready:
+            return
+        try:
+            w.wait_ready()
+        except WorkerBroken as e:
+            if not w.contained or self._require_contain:
+                raise RuntimeError(f"sandbox worker {w.index} failed to start: {e}") from None
+            _warn_weak(f"contained worker failed to start: {e}")
+            w.contained = False
+            w.start()
+            w.wait_ready()
+
+    def _acquire(self) -> _Worker:
+        if self._closed:
+            raise RuntimeError("SandboxPool is closed")
+        w = self._free.get()
+        try:
+            self._ensure_ready(w)
+        except BaseException:
+            self._free.put(w)
+            raise
+        return w
+
+    def _release(self, w: _Worker) -> None:
+        self._free.put(w)
+
+    @property
+    def features(self) -> dict[str, Any]:
+        """Containment features active on one (ready) worker."""
+        w = self._acquire()
+        try:
+            return dict(w.features)
+        finally:
+            self._release(w)
+
+    def worker_pids(self) -> list[int]:
+        """PIDs of the worker processes (and their `unshare` launchers) as seen from here."""
+        out = []
+        for w in self._all:
+            if w.proc is not None:
+                out.append(w.proc.pid)
+                try:
+                    kids = Path(f"/proc/{w.proc.pid}/task/{w.proc.pid}/children").read_text().split()
+                    out += [int(k) for k in kids]
+                except OSError:
+                    pass
+        return out
+
+    # -- running --------------------------------------------------------------------
+    def run(self, req: RunRequest, keep_going: Callable[[RawRun], bool] | None = None,
+            *, stderr_chars: int | None = None) -> list[RawRun]:
+        """Run `req`'s tests in order in one contained child; see module docstring."""
+        if not isinstance(req, RunRequest):
+            raise TypeError(f"SandboxPool.run needs a RunRequest, got {type(req).__name__}")
+        n = len(req.inputs)
+        if n == 0:
+            return []
+        job = {
+            "code": req.code, "mode": req.mode, "fn_name": req.fn_name, "inputs": list(req.inputs),
+            "timeout_s": float(req.timeout_s), "memory_bytes": int(req.memory_bytes),
+            "stderr_chars": int(stderr_chars if stderr_chars is not None else self.stderr_chars),
+        }
+        w = self._acquire()
+        try:
+            return self._run_on(w, job, n, keep_going)
+        finally:
+            self._release(w)
+
+    def _run_on(self, w: _Worker, job: dict[str, Any], n: int,
+                keep_going: Callable[[RawRun], bool] | None) -> list[RawRun]:
+        results: list[RawRun] = []
+        go = True
+        pending: BaseException | None = None
+        compile_detail: str | None = None
+        per_msg = float(job["timeout_s"]) + MESSAGE_SLACK_S
+        try:
+            w.send(b"J" + pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
+            while True:
+                msg = w.recv(time.monotonic() + per_msg)
+                kind = msg.get("t")
+                if kind == "end":
+                    break
+                if kind != "raw":
+                    raise WorkerBroken(f"unexpected worker message {kind!r}")
+                raw = _raw_from_msg(msg, expected=len(results))
+                results.append(raw)
+                if keep_going is not None:
+                    try:
+                        go = bool(keep_going(raw))
+                    except BaseException as e:  # tell the worker to stop, then re-raise
+                        pending, go = e, False
+                if raw.status == "compile_error":
+                    compile_detail = raw.detail
+                elif len(results) < n:
+                    w.send(b"C" if go else b"S")
+        except WorkerBroken as e:
+            log.error("sandbox worker %d broke (%s); restarting it", w.index, e)
+            try:
+                w.restart()
+            except Exception as e2:  # noqa: BLE001
+                log.error("sandbox worker %d failed to restart: %s", w.index, e2)
+            results.append(RawRun(index=len(results), status="sandbox_error", detail=f"sandbox worker broke: {e}"))
+            if pending is not None:
+                raise pending
+            return results
+        if pending is not None:
+            raise pending
+        if compile_detail is not None and go:
+            for i in range(len(results), n):
+                raw = RawRun(index=i, status="compile_error", exit_code=1, detail=compile_detail)
+                results.append(raw)
+                if keep_going is not None and not keep_going(raw):
+                    break
+        return results
+
+    def python_exec(self, code: str, stdin: str = "", timeout_s: float = 10.0,
+                    output_chars: int = 4000) -> ExecResult:
+        """Run a script once in a fresh child (the agents' tool); output clipped."""
+        if not isinstance(code, str):
+            raise TypeError("python_exec: code must be a string")
+        if not isinstance(stdin, str):
+            raise TypeError("python_exec: stdin must be a string")
+        req = RunRequest(code=code, mode="stdin", inputs=[stdin], timeout_s=timeout_s,
+                         memory_bytes=self.exec_memory_bytes)
+        (raw,) = self.run(req, stderr_chars=output_chars)[:1]
+        stdout = raw.stdout
+        if len(stdout) > output_chars:
+            stdout = stdout[:output_chars] + f"\n[... stdout clipped: {len(raw.stdout) - output_chars} more characters]"
+        stderr = raw.stderr
+        if raw.status == "output_limit":
+            stderr = (stderr + f"\n[output limit of {self.output_limit_bytes} bytes exceeded]").lstrip("\n")
+        elif raw.status == "memory_limit" and "MemoryError" not in stderr:
+            stderr = (stderr + "\n[memory limit exceeded]").lstrip("\n")
+        elif raw.status == "sandbox_error":
+            stderr = f"[sandbox error: {raw.detail}]"
+        elif raw.status == "runtime_error" and not stderr and raw.detail:
+            stderr = f"[{raw.detail}]"
+        timed_out = raw.status == "timeout"
+        if timed_out:
+            stderr = (stderr + f"\n[killed: time limit of {timeout_s:g}s exceeded]").lstrip("\n")
+        return ExecResult(stdout=stdout, stderr=stderr, exit_code=None if timed_out else raw.exit_code,
+                          timed_out=timed_out, seconds=raw.seconds, status=raw.status)
+
+    # -- lifetime ---------------------------------------------------------------------
+    @staticmethod
+    def _shutdown(workers: list[_Worker]) -> None:
+        for w in workers:
+            try:
+                w.stop()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._finalizer()
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _raw_from_msg(msg: dict[str, Any], expected: int) -> RawRun:
+    """Build a RawRun from a worker message, checking every field's type."""
+    status = msg.get("status")
+    index = msg.get("index")
+    if status not in RAW_STATUSES or type(index) is not int or index != expected:
+        raise WorkerBroken(f"malformed result from worker: status={status!r} index={index!r}")
+
+    def s(key: str) -> str:
+        v = msg.get(key)
+        return v if isinstance(v, str) else ""
+
+    vj = msg.get("value_json")
+    ec = msg.get("exit_code")
+    secs = msg.get("seconds")
+    return RawRun(
+        index=index, status=status, stdout=s("stdout"), value_json=vj if isinstance(vj, str) else None,
+        stderr=s("stderr"), exit_code=ec if type(ec) is int else None,
+        seconds=float(secs) if type(secs) in (int, float) else 0.0, detail=s("detail"),
+    )

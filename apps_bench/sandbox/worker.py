@@ -1,0 +1,408 @@
+"""A warm sandbox worker: started once, serves jobs from the pool over a pipe.
+
+Start-up (once): numeric libraries pinned to one thread, then the interpreter, the
+APPS prelude (numpy included) and the stdlib modules programs commonly use are
+imported, so forked children start warm. In contained mode the worker is PID 1 of
+fresh PID/net/IPC/mount namespaces and builds its filesystem view (contain.py).
+
+Per job (one program and its test inputs): fork one contained child, tell it to run
+test i, wait for its result frame with a wall-clock deadline, read its stdout/stderr
+from memfds the worker owns, send a plain-JSON RawRun to the pool, and ask the pool
+whether to go on. A timeout or crash kills the child; remaining tests continue in a
+fresh child. After the job everything the program started is killed and reaped and
+the private temp dir wiped; only then does the worker say `end`.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
+    os.environ[_var] = "1"
+
+import json  # noqa: E402
+import pickle  # noqa: E402
+import select  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Any  # noqa: E402
+
+from . import contain  # noqa: E402
+from .harness import ChildSpec, child_main, prelude_namespace, stdin_bytes  # noqa: E402
+from .protocol import ChannelClosed, ChannelCorrupt, ChannelTimeout, FrameReader, send_frame  # noqa: E402
+
+# Modules programs commonly import: loaded here once so children find them in
+# sys.modules (fast, and importable even when the interpreter's files are not
+# readable by the child's uid).
+PREIMPORT = (
+    "abc array base64 binascii bisect calendar cmath codecs collections collections.abc contextlib copy "
+    "copyreg csv dataclasses datetime decimal difflib enum errno fractions functools gc glob hashlib heapq "
+    "io itertools json keyword linecache locale math numbers operator pathlib pprint queue random re "
+    "reprlib secrets select shutil signal socket statistics string struct subprocess tempfile textwrap "
+    "threading time timeit traceback types typing unicodedata uuid warnings weakref zlib "
+    "multiprocessing multiprocessing.pool concurrent.futures faulthandler ctypes resource "
+    "numpy numpy.linalg numpy.random numpy.fft"
+).split()
+for _m in PREIMPORT:
+    try:
+        __import__(_m)
+    except Exception:
+        pass
+for _enc in ("utf_8", "latin_1", "ascii", "utf_16", "utf_32", "cp1252", "idna"):
+    try:
+        __import__("encodings." + _enc)
+    except Exception:
+        pass
+sys.set_int_max_str_digits(0)
+prelude_namespace()
+
+GRACE_S = 0.25  # wall-clock slack before the worker kills a test (the child times itself)
+CHILD_STATUSES = frozenset(("ok", "runtime_error", "memory_limit", "compile_error", "output_limit"))
+
+
+@dataclass
+class Child:
+    pid: int
+    pidfd: int
+    ctrl_w: int
+    res_r: int
+    reader: FrameReader
+    in_fd: int
+    out_fd: int
+    err_fd: int
+    reaped: bool = False
+
+
+class Worker:
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.contained = bool(cfg.get("contained"))
+        self.uid: int | None = cfg.get("uid") if os.geteuid() == 0 else None
+        self.features: dict[str, Any] = {"contained": False, "uid": self.uid, "pid": os.getpid()}
+        self.output_cap = int(cfg.get("output_cap", 8 << 20))
+        self.nproc = int(cfg.get("nproc", 64))
+        self.nofile = int(cfg.get("nofile", 256))
+        # The pool's link: move it off 0/1 so nothing stray can write into it.
+        self.rfd = os.dup(0)
+        self.wfd = os.dup(1)
+        null = os.open("/dev/null", os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        os.close(null)
+        self.reader = FrameReader(self.rfd)
+
+    # -- start-up -----------------------------------------------------------------
+    def setup(self) -> None:
+        cg = self.cfg.get("cgroup")
+        if cg:
+            try:
+                contain.join_cgroup(cg)
+                self.features["pids_cgroup"] = cg
+            except OSError as e:
+                self.features["pids_cgroup_error"] = str(e)
+        if self.contained:
+            if os.getpid() != 1:
+                raise RuntimeError("contained worker is not PID 1 of a new PID namespace")
+            keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *self.cfg.get("keep", [])]
+            hidden = contain.setup_worker_namespace(keep, "/tmp", self.cfg.get("tmp_size", "256m"))
+            self.root = "/tmp"
+            self.features.update(
+                contained=True, pid_namespace=True, net_namespace=True, ipc_namespace=True,
+                mount_namespace=True, readonly_root=True, hidden=hidden,
+            )
+        else:
+            contain.prctl(contain.PR_SET_CHILD_SUBREAPER, 1)
+            self.root = tempfile.mkdtemp(prefix="apps-bench-sandbox-")
+            self.features["subreaper"] = True
+            if self.uid is None:
+                # RLIMIT_NPROC counts every process of this uid: leave room for the user's own.
+                mine = 0
+                uid = os.getuid()
+                for p in os.listdir("/proc"):
+                    if p.isdigit():
+                        try:
+                            mine += os.stat(f"/proc/{p}").st_uid == uid
+                        except OSError:
+                            pass
+                self.nproc = mine + self.nproc
+        self.run_dir = os.path.join(self.root, "run")
+        contain.wipe_dir(self.run_dir, self.uid)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        self.features["uid_switch"] = self.uid is not None
+        self.features["rlimits"] = ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"]
+
+    def send(self, msg: dict[str, Any]) -> None:
+        send_frame(self.wfd, json.dumps(msg, ensure_ascii=True).encode("ascii"))
+
+    # -- children -----------------------------------------------------------------
+    def spawn(self, job: dict[str, Any], fsize_hard: int) -> Child:
+        ctrl_r, ctrl_w = os.pipe()
+        res_r, res_w = os.pipe()
+        in_fd = os.memfd_create("stdin")
+        out_fd = os.memfd_create("stdout")
+        err_fd = os.memfd_create("stderr")
+        n_left = len(job["inputs"])
+        pid = os.fork()
+        if pid == 0:  # ---- the program child
+            try:
+                os.setsid()
+                contain.prctl(contain.PR_SET_PDEATHSIG, signal.SIGKILL)
+                fds = contain.keep_only_fds([ctrl_r, res_w, in_fd, out_fd, err_fd])
+                os.dup2(fds[2], 0)
+                os.dup2(fds[3], 1)
+                os.dup2(fds[4], 2)
+                contain.reset_signals()
+                contain.set_rlimits(
+                    memory_bytes=int(job.get("memory_bytes") or 0),
+                    cpu_s=int(n_left * (job["timeout_s"] + 2)) + 2,
+                    fsize=fsize_hard,
+                    nofile=self.nofile,
+                    nproc=self.nproc,
+                )
+                os.chdir(self.run_dir)
+                contain.reset_environment(self.run_dir)
+                contain.drop_privileges(self.uid)
+                spec = ChildSpec(
+                    code=job["code"], mode=job["mode"], fn_name=job.get("fn_name"), inputs=job["inputs"],
+                    timeout_s=float(job["timeout_s"]), output_cap=self.output_cap, fsize_hard=fsize_hard,
+                    ctrl_fd=fds[0], res_fd=fds[1], in_fd=fds[2], out_fd=fds[3], err_fd=fds[4],
+                    guard=job["mode"] == "call",
+                )
+                child_main(spec)
+            finally:
+                os._exit(5)
+        os.close(ctrl_r)
+        os.close(res_w)
+        return Child(pid, os.pidfd_open(pid), ctrl_w, res_r, FrameReader(res_r, max_frame=self.output_cap * 2 + 65536),
+                     in_fd, out_fd, err_fd)
+
+    def kill_child(self, c: Child) -> int | None:
+        """SIGKILL the child's process group and reap the child; returns its wait status."""
+        if c.reaped:
+            return None
+        for f in (lambda: os.killpg(c.pid, signal.SIGKILL), lambda: os.kill(c.pid, signal.SIGKILL)):
+            try:
+                f()
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            _, status = os.waitpid(c.pid, 0)
+        except ChildProcessError:
+            status = None
+        c.reaped = True
+        return status
+
+    def close_child(self, c: Child) -> None:
+        for fd in (c.pidfd, c.ctrl_w, c.res_r, c.in_fd, c.out_fd, c.err_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def sweep(self) -> None:
+        if self.contained:
+            contain.sweep_namespace()
+            contain.wipe_contents("/dev/shm")
+        else:
+            contain.sweep_descendants()
+        contain.wipe_dir(self.run_dir, self.uid)
+
+    def _read_out(self, c: Child, stderr_chars: int) -> tuple[bytes, int, str]:
+        size = os.fstat(c.out_fd).st_size
+        out = os.pread(c.out_fd, min(size, self.output_cap + 1), 0) if size else b""
+        esize = os.fstat(c.err_fd).st_size
+        n = max(1024, stderr_chars * 4)
+        err = os.pread(c.err_fd, min(esize, n), max(0, esize - n)) if esize else b""
+        etext = err.decode("utf-8", "replace")
+        if len(etext) > stderr_chars:
+            etext = etext[-stderr_chars:]
+        return out, size, etext
+
+    def _wait_exit(self, c: Child, deadline: float) -> int | None:
+        left = max(0.0, deadline - time.monotonic())
+        try:
+            select.select([c.pidfd], [], [], left)
+        except InterruptedError:
+            pass
+        try:
+            pid, status = os.waitpid(c.pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if pid == 0:
+            return None
+        c.reaped = True
+        return status
+
+    def run_test(self, c: Child, i: int, job: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Run test i in child c. Returns (raw fields, child still usable)."""
+        timeout = float(job["timeout_s"])
+        stderr_chars = int(job.get("stderr_chars", 2000))
+        t0 = time.monotonic()
+        deadline = t0 + timeout + GRACE_S
+        meta: dict[str, Any] | None = None
+        status_word: int | None = None
+        reason = ""
+        try:
+            send_frame(c.ctrl_w, b"G%d" % i)
+            payload = c.reader.read(deadline)
+            meta = json.loads(payload)
+        except ChannelTimeout:
+            reason = "timeout"
+        except ChannelClosed:
+            reason = "died"
+        except (ChannelCorrupt, ValueError, RecursionError):
+            reason = "corrupt"
+        wall = time.monotonic() - t0
+        raw: dict[str, Any] = {"index": i, "status": "runtime_error", "stdout": "", "value_json": None,
+                               "stderr": "", "exit_code": None, "seconds": round(wall, 6), "detail": ""}
+        alive = True
+        if meta is not None:
+            ok_meta = (
+                isinstance(meta, dict) and meta.get("i") == i and meta.get("status") in CHILD_STATUSES
+                and (meta.get("value_json") is None or isinstance(meta.get("value_json"), str))
+            )
+            if ok_meta and meta.get("value_json") is not None:
+                try:
+                    json.loads(meta["value_json"])
+                except (ValueError, RecursionError):
+                    ok_meta = False
+            if not ok_meta:
+                reason = "corrupt"
+                meta = None
+        if meta is not None:
+            secs = meta.get("seconds")
+            secs = float(secs) if type(secs) in (int, float) and 0 <= secs <= wall + 0.01 else wall
+            raw["seconds"] = round(secs, 6)
+            raw["status"] = meta["status"]
+            ec = meta.get("exit_code")
+            raw["exit_code"] = ec if type(ec) is int else None
+            raw["value_json"] = meta.get("value_json")
+            d = meta.get("detail")
+            raw["detail"] = d[:300] if isinstance(d, str) else ""
+            if secs > timeout and raw["status"] != "compile_error":
+                raw.update(status="timeout", detail=f"took {secs:.2f}s > {timeout:g}s", value_json=None)
+        else:
+            alive = False
+            if reason == "died":
+                status_word = self._wait_exit(c, deadline)
+                if status_word is None:  # result channel closed but still running
+                    reason = "corrupt" if time.monotonic() < deadline else "timeout"
+            if status_word is None:
+                status_word = self.kill_child(c)
+            wall = time.monotonic() - t0
+            raw["seconds"] = round(wall, 6)
+            if reason == "timeout":
+                raw.update(status="timeout", detail=f"killed at the {timeout:g}s deadline")
+            elif reason == "corrupt":
+                raw.update(status="runtime_error", detail="the program corrupted the result channel")
+            else:
+                raw.update(self._classify_exit(status_word, job["mode"]))
+        out, size, etext = self._read_out(c, stderr_chars)
+        raw["stderr"] = etext
+        if size > self.output_cap:
+            raw.update(status="output_limit", value_json=None, detail=f"output over {self.output_cap} bytes")
+        elif raw["status"] == "runtime_error" and meta is None and ("MemoryError" in etext or "Cannot allocate memory" in etext):
+            raw["status"] = "memory_limit"
+        raw["stdout"] = out[: self.output_cap].decode("utf-8", "replace")
+        return raw, alive
+
+    @staticmethod
+    def _classify_exit(status_word: int | None, mode: str) -> dict[str, Any]:
+        if status_word is None:
+            return {"status": "runtime_error", "detail": "the program's process vanished"}
+        if os.WIFSIGNALED(status_word):
+            sig = os.WTERMSIG(status_word)
+            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+            if sig == signal.SIGXCPU:
+                return {"status": "timeout", "detail": "CPU time limit (SIGXCPU)", "exit_code": -sig}
+            if sig == signal.SIGXFSZ:
+                return {"status": "output_limit", "detail": "file size limit (SIGXFSZ)", "exit_code": -sig}
+            if sig == signal.SIGSEGV:
+                return {"status": "runtime_error", "detail": "killed by SIGSEGV (stack overflow?)", "exit_code": -sig}
+            return {"status": "runtime_error", "detail": f"killed by {name}", "exit_code": -sig}
+        code = os.WEXITSTATUS(status_word)
+        if code == 0 and mode != "call":
+            return {"status": "ok", "exit_code": 0, "detail": "exited with os._exit(0)"}
+        if code == 0:
+            return {"status": "runtime_error", "exit_code": 0, "detail": "the process exited during the call"}
+        return {"status": "runtime_error", "exit_code": code, "detail": f"exit status {code}"}
+
+    # -- jobs ---------------------------------------------------------------------
+    def handle(self, job: dict[str, Any]) -> None:
+        inputs = job["inputs"]
+        n = len(inputs)
+        max_in = 0
+        if job["mode"] != "call":
+            max_in = max((len(stdin_bytes(x)) for x in inputs), default=0)
+        fsize_hard = max(self.output_cap, max_in) + 1
+        i = 0
+        stop = False
+        while i < n and not stop:
+            c = self.spawn(job, fsize_hard)
+            try:
+                while i < n:
+                    raw, alive = self.run_test(c, i, job)
+                    self.send({"t": "raw", **raw})
+                    i += 1
+                    if raw["status"] == "compile_error" or i >= n:
+                        stop = True
+                        break
+                    reply = self.reader.read()
+                    if reply != b"C":
+                        stop = True
+                        break
+                    if not alive:
+                        break
+            finally:
+                self.kill_child(c)
+                self.close_child(c)
+                self.sweep()
+        self.send({"t": "end"})
+
+    def serve(self) -> None:
+        self.send({"t": "ready", "features": self.features})
+        while True:
+            try:
+                frame = self.reader.read()
+            except (ChannelClosed, ChannelCorrupt):
+                return
+            if frame[:1] != b"J":
+                continue
+            job = pickle.loads(frame[1:])
+            try:
+                self.handle(job)
+            except (ChannelClosed, BrokenPipeError):
+                return
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    w = Worker(cfg)
+    try:
+        w.setup()
+    except Exception as e:  # report why, so the pool can fall back loudly
+        try:
+            w.send({"t": "failed", "error": f"{type(e).__name__}: {e}"})
+        finally:
+            os._exit(3)
+    try:
+        w.serve()
+    finally:
+        if w.contained:
+            try:
+                contain.sweep_namespace()
+            except Exception:
+                pass
+        else:
+            contain.sweep_descendants()
+            import shutil
+
+            shutil.rmtree(w.root, ignore_errors=True)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
