@@ -55,6 +55,8 @@ class GoldStats:
 
     requests: int = 0
     replies: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0  # most chat requests being served at once (concurrency check)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     faults: Counter = field(default_factory=Counter)
@@ -242,6 +244,16 @@ class _Handler(BaseHTTPRequestHandler):
         gold = self.gold
         with gold._lock:
             gold.stats.requests += 1
+            gold.stats.in_flight += 1
+            gold.stats.max_in_flight = max(gold.stats.max_in_flight, gold.stats.in_flight)
+        try:
+            self._chat(raw)
+        finally:
+            with gold._lock:
+                gold.stats.in_flight -= 1
+
+    def _chat(self, raw: bytes) -> None:
+        gold = self.gold
         try:
             request = json.loads(raw or b"null")
         except ValueError:
