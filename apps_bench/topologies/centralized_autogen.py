@@ -1,0 +1,238 @@
+"""Centralized team on AutoGen AgentChat: the sibling of `centralized_langgraph`.
+
+A `SelectorGroupChat` of a manager and its workers (analyzer, coder, tester for team
+size 4). The manager speaks first and after every worker; it delegates with the same
+`delegate(worker, instruction)` tool as the LangGraph sibling, and after each manager
+message the selector model picks the worker who speaks next (its calls go through their
+own metered client, so they are counted like every other call). The chat ends when the
+manager replies without delegating (a plain text message from the manager) or at the
+message cap: `max_turns` delegations, i.e. 2 * max_turns + 1 speaker turns. Final
+program: the manager's final program, else the last program a worker produced.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, Sequence
+
+from apps_bench.topologies.base import SolveContext, agent_seed
+from apps_bench.topologies.messages import DELEGATE_TOOL, cap_note, delegate_description, delegate_parameters
+from apps_bench.topologies.team import FlowRunner, Team, Turn
+from apps_bench.types import Attempt, Candidate
+
+
+class CentralizedAutoGen(FlowRunner):
+    """Hub and spoke as an AutoGen selector group chat."""
+
+    framework = "autogen"
+
+    async def flow(self, ctx: SolveContext, team: Team) -> None:
+        from autogen_agentchat.agents import AssistantAgent
+        from autogen_agentchat.conditions import TextMessageTermination
+        from autogen_agentchat.messages import (
+            BaseChatMessage,
+            SelectSpeakerEvent,
+            TextMessage,
+            ToolCallExecutionEvent,
+            ToolCallRequestEvent,
+        )
+        from autogen_agentchat.teams import SelectorGroupChat
+        from autogen_core import CancellationToken
+
+        manager, workers = ctx.roles[0], list(ctx.roles[1:])
+        team.data.update(manager=manager, workers=workers, delegations=0, manager_final=None)
+        cap = int(ctx.config.max_turns)  # delegations, as in the LangGraph sibling
+        clients: list[Any] = []
+
+        def client(index: int) -> Any:
+            c = ctx.models.autogen_client(agent_seed(ctx.seed, index))
+            clients.append(c)
+            return c
+
+        agents = [
+            AssistantAgent(
+                manager,
+                client(0),
+                tools=[_delegate_tool(workers)],
+                system_message=ctx.prompts[manager],
+                description=f"the {manager}: delegates to the workers and submits the final program",
+                reflect_on_tool_use=False,
+                max_tool_iterations=1,
+            )
+        ]
+        for i, role in enumerate(workers, start=1):
+            tools = [_python_exec_tool(ctx.tool)] if role in (ctx.config.tool_roles or ()) else []
+            agents.append(
+                AssistantAgent(
+                    role,
+                    client(i),
+                    tools=tools,
+                    system_message=ctx.prompts[role],
+                    description=f"the {role}",
+                    model_context=_worker_context(manager),
+                    reflect_on_tool_use=bool(tools),
+                    max_tool_iterations=max(1, int(ctx.config.max_steps) - 1),
+                )
+            )
+
+        def selector_func(thread: Sequence[Any]) -> str | None:
+            # The manager speaks first and after every worker; after the manager, the model picks.
+            last = thread[-1].source if thread else None
+            return None if last == manager else manager
+
+        def candidate_func(thread: Sequence[Any]) -> list[str]:
+            return list(workers)
+
+        chat_team = SelectorGroupChat(
+            agents,
+            model_client=client(len(ctx.roles)),  # the selector's own metered client
+            termination_condition=TextMessageTermination(source=manager),
+            max_turns=2 * cap + 1,
+            allow_repeated_speaker=True,
+            selector_func=selector_func,
+            candidate_func=candidate_func,
+            emit_team_events=True,
+        )
+        await chat_team.reset()
+
+        token = CancellationToken()
+        turn: Turn | None = None
+        chat: list[tuple[str, str]] = []  # (source, text) of the chat messages, in order
+        seen: dict[str, int] = {}
+        try:
+            async for item in chat_team.run_stream(task=ctx.prompt, cancellation_token=token):
+                if isinstance(item, SelectSpeakerEvent):
+                    speaker = item.content[0] if item.content else ""
+                    turn = team.start(speaker, speaker, team.data["delegations"])
+                    if speaker == manager:  # the manager reads everything new since its last turn
+                        shown = chat[seen.get(speaker, 0):]
+                    else:  # a worker sees the problem and the manager's latest instruction
+                        shown = chat[:1] + [m for m in chat if m[0] == manager][-1:]
+                    seen[speaker] = len(chat)
+                    ctx.log(speaker, speaker, "input", "\n\n".join(f"[{s}] {t}" for s, t in shown), turn.round)
+                elif isinstance(item, ToolCallRequestEvent):
+                    if turn is not None:
+                        turn.steps += 1
+                    for call in item.content:
+                        ctx.log(item.source, item.source, "tool_call",
+                                json.dumps({"name": call.name, "args": _args(call.arguments)}), _round(turn))
+                        if item.source == manager and call.name == DELEGATE_TOOL:
+                            team.data["delegations"] += 1
+                elif isinstance(item, ToolCallExecutionEvent):
+                    for res in item.content:
+                        if turn is not None:
+                            turn.tool_calls += 1 if item.source != manager else 0
+                        ctx.log(item.source, item.source, "tool_result", res.content, _round(turn))
+                elif isinstance(item, BaseChatMessage):
+                    text = item.to_text()
+                    chat.append((item.source, text))
+                    if item.source == "user" or turn is None:
+                        continue
+                    seen[item.source] = len(chat)
+                    if isinstance(item, TextMessage):  # a reply (not a delegation summary)
+                        turn.steps += 1
+                        ctx.log(item.source, item.source, "reply", text, turn.round)
+                        turn.add_reply(text)
+                        turn.stop_reason = "done"
+                        if item.source == manager:
+                            team.data["manager_final"] = turn
+                    else:
+                        turn.stop_reason = "done"
+        finally:
+            token.cancel()
+            for c in clients:
+                await c.close()
+        if team.data["manager_final"] is None and team.stop_reason == "done":
+            ctx.log(manager, manager, "note", cap_note("turn cap", cap))
+            team.stop("turn_cap", f"the {manager} did not finish within {cap} delegations")
+
+    def finish(self, ctx: SolveContext, team: Team) -> Attempt:
+        final: Turn | None = team.data.get("manager_final")
+        workers = team.data.get("workers", list(ctx.roles[1:]))
+        program = final.program if final is not None and final.program else team.latest_program(workers)
+        return team.attempt(
+            program,
+            candidates=[Candidate(t.agent, t.program) for t in team.turns if t.program],
+            rounds=team.data.get("delegations", 0),
+        )
+
+
+def _round(turn: Turn | None) -> int:
+    return turn.round if turn is not None else 0
+
+
+def _args(arguments: str) -> Any:
+    try:
+        return json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return arguments
+
+
+def _worker_context(manager: str) -> Any:
+    """A worker's view, as in the LangGraph sibling: the problem and the manager's latest
+    instruction (plus the worker's own tool steps since), not the whole group chat."""
+    from autogen_core.model_context import UnboundedChatCompletionContext
+    from autogen_core.models import UserMessage
+
+    class WorkerContext(UnboundedChatCompletionContext):
+        async def get_messages(self) -> list[Any]:
+            msgs = self._messages
+            last = max((i for i, m in enumerate(msgs) if isinstance(m, UserMessage) and m.source == manager),
+                       default=None)
+            if last is None or last == 0:
+                return list(msgs)
+            return [msgs[0], *msgs[last:]]
+
+    return WorkerContext()
+
+
+def _delegate_tool(workers: list[str]) -> Any:
+    """The manager's `delegate(worker, instruction)` tool, with the LangGraph sibling's name,
+    description and schema. In a group chat it only records the delegation (its result is
+    the message the chosen worker reads); the worker then answers in the chat itself."""
+    from autogen_core import CancellationToken
+    from autogen_core.tools import BaseTool
+    from pydantic import BaseModel, Field, create_model
+
+    description = delegate_description(workers)
+    parameters = delegate_parameters(workers)
+    args_model: type[BaseModel] = create_model(
+        "DelegateArgs",
+        worker=(Literal[tuple(workers)], Field(description="the worker to ask")),  # type: ignore[valid-type]
+        instruction=(str, Field(description="what the worker should do")),
+    )
+
+    class Delegate(BaseTool[BaseModel, str]):
+        def __init__(self) -> None:
+            super().__init__(args_model, str, DELEGATE_TOOL, description)
+
+        @property
+        def schema(self) -> Any:
+            return {"name": DELEGATE_TOOL, "description": description, "parameters": parameters}
+
+        async def run(self, args: BaseModel, cancellation_token: CancellationToken) -> str:
+            return f"Instruction for the {args.worker}: {args.instruction}"  # type: ignore[attr-defined]
+
+    return Delegate()
+
+
+def _python_exec_tool(tool: Any) -> Any:
+    """python_exec as an AutoGen tool with exactly the shared JSON schema."""
+    from autogen_core import CancellationToken
+    from autogen_core.tools import BaseTool
+    from pydantic import BaseModel, create_model
+
+    args_model: type[BaseModel] = create_model("PythonExecArgs", code=(str, ...), stdin=(str, ""))
+
+    class PythonExec(BaseTool[BaseModel, str]):
+        def __init__(self) -> None:
+            super().__init__(args_model, str, tool.name, tool.description)
+
+        @property
+        def schema(self) -> Any:
+            return {"name": tool.name, "description": tool.description, "parameters": tool.parameters}
+
+        async def run(self, args: BaseModel, cancellation_token: CancellationToken) -> str:
+            return await tool.acall(args.code, args.stdin or "")  # type: ignore[attr-defined]
+
+    return PythonExec()

@@ -1,0 +1,187 @@
+"""Sequential pipeline on CrewAI: the sibling of `sequential_langgraph`.
+
+One CrewAI Agent + Task per stage (analyzer -> coder -> tester -> debugger for team
+size 4; the role list per size comes from config), run by `Process.sequential`; each
+task gets the earlier tasks as its `context`. A stage's agent carries its role prompt
+(as the backstory) and `python_exec` as a CrewAI tool when its role is in
+`tool_roles`. Final program: the last stage's program, else the latest earlier one.
+
+CrewAI is synchronous, so the crew runs in a worker thread (asyncio.to_thread) and the
+pipeline's event loop stays free. When the wall clock runs out, the thread is told to
+stop at its next step or tool call; what the finished stages produced is kept.
+Tool calls are counted by the tool itself; tokens and calls at the HTTP layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from typing import Any
+
+from apps_bench.topologies.base import SolveContext, agent_seed
+from apps_bench.topologies.messages import cap_note
+from apps_bench.topologies.team import FlowRunner, StopFlow, Team, Turn
+from apps_bench.types import Attempt
+
+# Settings CrewAI reads from the environment. Never prompt (a benchmark has no user at
+# the keyboard: without CREWAI_TESTING the first kickoff asks an interactive question)
+# and send no telemetry. setdefault: a user's explicit choice wins.
+CREWAI_ENV = {"CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_TESTING": "true", "CREWAI_TRACING_ENABLED": "false"}
+
+
+def prepare_crewai_env() -> None:
+    for key, value in CREWAI_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+class SequentialCrewAI(FlowRunner):
+    """Process.sequential over one task per stage."""
+
+    framework = "crewai"
+
+    async def flow(self, ctx: SolveContext, team: Team) -> None:
+        stop = threading.Event()
+        team.data["stop"] = stop
+        try:
+            await asyncio.to_thread(self._kickoff, ctx, team, stop)
+        finally:
+            stop.set()  # a crew cut short by the wall clock stops at its next step
+
+    def _kickoff(self, ctx: SolveContext, team: Team, stop: threading.Event) -> None:
+        prepare_crewai_env()
+        from crewai import Agent, Crew, Process, Task
+
+        roles = list(ctx.roles)
+        cap = int(ctx.config.max_steps)
+        max_iter = max(1, cap - 1)  # + CrewAI's forced final-answer call = at most max_steps calls
+        tasks: list[Any] = []
+        agents: list[Any] = []
+        state: dict[str, Any] = {"stage": 0, "turn": None}
+
+        def begin(stage: int) -> Turn:
+            role = roles[stage]
+            turn = team.start(role, role, stage)
+            state["stage"], state["turn"], state["last_action"] = stage, turn, False
+            earlier = [(roles[i], t.output.raw) for i, t in enumerate(tasks[:stage]) if t.output is not None]
+            text = tasks[stage].prompt()
+            if earlier:
+                text += "\n\nThis is the context you're working with:\n" + "\n\n----------\n\n".join(
+                    out for _, out in earlier
+                )
+            ctx.log(role, role, "input", text, stage)
+            return turn
+
+        def check_stop() -> None:
+            if stop.is_set() or ctx.time_left() <= 0:
+                stop.set()
+                raise StopFlow("time_limit")
+
+        def on_step(step: Any) -> None:
+            turn: Turn = state["turn"]
+            role = turn.role
+            turn.steps += 1
+            state["last_action"] = hasattr(step, "tool")
+            thought = (getattr(step, "thought", "") or "").strip()
+            if hasattr(step, "tool"):  # AgentAction: a tool call and its observation
+                if thought:
+                    ctx.log(role, role, "note", thought, turn.round)
+                ctx.log(role, role, "tool_call", json.dumps({"name": step.tool, "args": _args(step.tool_input)}),
+                        turn.round)
+                ctx.log(role, role, "tool_result", str(step.result or ""), turn.round)
+            check_stop()
+
+        def on_task_done(output: Any) -> None:
+            turn: Turn = state["turn"]
+            text = str(getattr(output, "raw", "") or "")
+            ctx.log(turn.agent, turn.role, "reply", text, turn.round)
+            turn.add_reply(text)
+            if state["last_action"] and turn.steps >= max_iter:  # CrewAI forced a final answer
+                turn.steps += 1
+                turn.stop_reason = "step_cap"
+                ctx.log(turn.agent, turn.role, "note", cap_note("step cap", cap), turn.round)
+            else:
+                turn.stop_reason = "done"
+            if state["stage"] + 1 < len(roles):
+                check_stop()
+                begin(state["stage"] + 1)
+
+        for i, role in enumerate(roles):
+            tools = [_python_exec_tool(ctx, state, check_stop)] if role in (ctx.config.tool_roles or ()) else []
+            agent = Agent(
+                role=role,
+                goal=f"Do the {role} stage of solving the programming problem, as your instructions say.",
+                backstory=ctx.prompts[role],
+                llm=ctx.models.crewai_llm(agent_seed(ctx.seed, i)),
+                tools=tools,
+                allow_delegation=False,
+                max_iter=max_iter,
+                max_retry_limit=0,  # retries live in the HTTP layer; a failed stage must not re-run
+                respect_context_window=False,  # an overlong conversation is a result, not silently summarized
+                cache=False,
+                step_callback=on_step,
+                verbose=False,
+            )
+            agents.append(agent)
+            tasks.append(
+                Task(
+                    description=ctx.prompt,
+                    expected_output=f"The {role} stage's result, in the form your instructions ask for.",
+                    agent=agent,
+                    context=list(tasks),  # every earlier stage
+                    callback=on_task_done,
+                )
+            )
+        crew = Crew(
+            agents=agents,
+            tasks=tasks,
+            process=Process.sequential,
+            memory=False,
+            cache=False,
+            verbose=False,
+        )
+        begin(0)
+        crew.kickoff()
+
+    def finish(self, ctx: SolveContext, team: Team) -> Attempt:
+        stages = list(ctx.roles)
+        last = [t for t in team.turns if t.role == stages[-1] and t.program]
+        program = last[-1].program if last else team.latest_program()
+        return team.attempt(program, rounds=len([t for t in team.turns if t.reply]))
+
+
+def _args(text: Any) -> Any:
+    if isinstance(text, dict):
+        return text
+    try:
+        return json.loads(text or "{}")
+    except (TypeError, json.JSONDecodeError):
+        return text
+
+
+def _python_exec_tool(ctx: SolveContext, state: dict[str, Any], check_stop: Any) -> Any:
+    """python_exec as a CrewAI tool: the shared tool's name, description and arguments."""
+    from crewai.tools import BaseTool
+    from pydantic import BaseModel, Field
+
+    tool = ctx.tool
+    props = dict(tool.parameters.get("properties", {}))
+
+    class PythonExecArgs(BaseModel):
+        code: str = Field(description=str(props.get("code", {}).get("description", "Python source to run")))
+        stdin: str = Field(default="", description=str(props.get("stdin", {}).get("description", "standard input")))
+
+    class PythonExec(BaseTool):
+        name: str = tool.name
+        description: str = tool.description
+        args_schema: type[BaseModel] = PythonExecArgs
+
+        def _run(self, code: str, stdin: str = "", **_ignored: Any) -> str:
+            check_stop()
+            turn: Turn | None = state.get("turn")
+            if turn is not None:
+                turn.tool_calls += 1
+            return tool(code, stdin or "")
+
+    return PythonExec()
