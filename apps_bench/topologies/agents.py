@@ -41,8 +41,8 @@ def tools_for(ctx: SolveContext, role: str) -> list[Any]:
 
 
 def _text(message: Any) -> str:
-    text = message.text
-    return text() if callable(text) else str(text or "")
+    text = message.text  # a str in langchain-core 1.x (a method in 0.3)
+    return str(text) if isinstance(text, str) else str(text() or "")
 
 
 async def run_agent(
@@ -75,7 +75,7 @@ async def run_agent(
     by_name = {t.name: t for t in tools}
     ctx.log(agent, role, "input", user, round)
 
-    async def call_model(state: MessagesState) -> dict:
+    async def call_model(state: dict) -> dict:
         if ctx.time_left() <= 0:
             raise StopFlow("time_limit")
         turn.steps += 1
@@ -90,7 +90,7 @@ async def run_agent(
             ctx.log(agent, role, "note", f"unparsable tool call {bad.get('name')!r}: {bad.get('error')}", round)
         return {"messages": [ai]}
 
-    async def call_tools(state: MessagesState) -> dict:
+    async def call_tools(state: dict) -> dict:
         out = []
         for call in state["messages"][-1].tool_calls:
             tool = by_name.get(call["name"])
@@ -106,7 +106,7 @@ async def run_agent(
             out.append(ToolMessage(content=str(result), tool_call_id=call["id"], name=call["name"]))
         return {"messages": out}
 
-    def after_model(state: MessagesState) -> str:
+    def after_model(state: dict) -> str:
         if not state["messages"][-1].tool_calls:
             return END
         if turn.steps >= steps_cap:
@@ -115,7 +115,7 @@ async def run_agent(
             return END
         return "tools"
 
-    def after_tools(state: MessagesState) -> str:
+    def after_tools(state: dict) -> str:
         reason = stop_check() if stop_check else None
         if reason:
             turn.stop_reason = reason

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from apps_bench.topologies.base import PromptSet, SolveContext
 from apps_bench.topologies.prompts import load_prompts, roles_for
 from apps_bench.types import Problem, Usage
+
+
+def as_topology_config(cfg: Any) -> Any:
+    """A plain mapping (e.g. a resolved config dict) -> a TopologyConfig-typed DictConfig.
+
+    Runners read `ctx.config.max_steps` etc. as attributes; typing it here also turns a
+    wrong type in a hand-built config into a clear error before any model call.
+    """
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(cfg) or not isinstance(cfg, Mapping):
+        return cfg
+    from apps_bench.config import TopologyConfig
+
+    return OmegaConf.merge(OmegaConf.structured(TopologyConfig), dict(cfg))
 
 
 def build_context(
@@ -25,6 +40,7 @@ def build_context(
     `prompts` defaults to the config's prompt set (or its prompt_file); an optimizer
     passes its candidate prompt set here. `prompt` defaults to `task.frame(problem)`.
     """
+    topology_cfg = as_topology_config(topology_cfg)
     if prompt is None:
         from apps_bench.task import frame
 
