@@ -1,0 +1,215 @@
+#!/usr/bin/env python
+"""Judge speed: the project's judge command vs one fresh `python` per test.
+
+In one run, judge the reference solutions (first solution of each problem, all tests)
+of an APPS file with
+  (a) `python -m apps_bench.judge ROWS --gold --max-tests-per-row 0` as a subprocess,
+      the whole command timed (interpreter start, imports, loading, pool start-up);
+  (b) a baseline that starts a fresh `python` for every test, one after another, the
+      program run bare (no prelude, default int-string limit), and compares with the
+      same comparison functions, stopping a problem at its first failing test.
+Then check that the per-problem verdicts agree, explain each disagreement (a rerun
+of the baseline with the seed prelude decides "prelude"; a test near the time limit
+is "timing-marginal"), and print both times, the ratio and the compute floor (the
+solutions' own CPU time: the baseline children's rusage minus interpreter start-up).
+
+Usage (from the repo root):
+  python benchmarks/judge_speed.py [ROWS] [--timeout-s 4] [--workers 0]
+ROWS defaults to ../shared/data/apps/train_mini150.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from apps_bench.data import load_problems  # noqa: E402
+from apps_bench.judge.compare import compare_call, compare_stdin  # noqa: E402
+
+# The seed profile's prelude (JUDGE.md), used only to explain disagreements.
+PRELUDE = """\
+import sys, time, itertools, collections, functools, math, fractions, random, heapq
+from itertools import accumulate, product, permutations, combinations
+from collections import Counter, OrderedDict, deque, defaultdict, ChainMap
+from functools import lru_cache
+from math import sqrt, sin, cos, tan, ceil, fabs, floor, gcd, exp, log, log2
+from typing import List, Tuple
+import numpy as np
+from heapq import *
+sys.set_int_max_str_digits(0)
+"""
+
+# Call-based driver for the baseline: runs the program bare, calls the target, prints JSON.
+CALL_DRIVER = """\
+import json, sys
+spec = json.loads(sys.stdin.read())
+ns = {"__name__": "__main__"}
+exec(compile(open(spec["code"]).read(), spec["code"], "exec"), ns)
+fn = getattr(ns["Solution"](), spec["fn"]) if "Solution" in ns else ns[spec["fn"]]
+out = fn(*spec["args"])
+sys.stdout.write("\\n@@RESULT@@" + json.dumps(out))
+"""
+
+CHILD_ENV = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR")}
+CHILD_ENV.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def child_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_test(problem, code_path: Path, driver_path: Path, i: int, timeout_s: float) -> tuple[bool, float, str]:
+    """One test in a fresh python: (passed, seconds, why)."""
+    tests = problem.tests
+    t0 = time.perf_counter()
+    try:
+        if tests.mode == "stdin":
+            proc = subprocess.run(
+                [sys.executable, str(code_path)], input=tests.inputs[i].encode(), capture_output=True,
+                timeout=timeout_s, env=CHILD_ENV, cwd=code_path.parent,
+            )
+        else:
+            spec = json.dumps({"code": str(code_path), "fn": tests.fn_name, "args": tests.inputs[i]})
+            proc = subprocess.run(
+                [sys.executable, str(driver_path)], input=spec.encode(), capture_output=True,
+                timeout=timeout_s, env=CHILD_ENV, cwd=code_path.parent,
+            )
+    except subprocess.TimeoutExpired:
+        return False, time.perf_counter() - t0, "timeout"
+    secs = time.perf_counter() - t0
+    if proc.returncode != 0:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        return False, secs, f"exit {proc.returncode}: {tail[0][:100]}"
+    out = proc.stdout.decode(errors="replace")
+    if tests.mode == "stdin":
+        ok, rule = compare_stdin(out, tests.outputs[i])
+    else:
+        marker = out.rfind("@@RESULT@@")
+        if marker < 0:
+            return False, secs, "no result"
+        ok, rule = compare_call(json.loads(out[marker + len("@@RESULT@@"):]), tests.outputs[i])
+    return ok, secs, rule
+
+
+def baseline(problems, timeout_s: float, prelude: bool = False) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="judge-speed-") as d:
+        dpath = Path(d)
+        driver = dpath / "driver.py"
+        driver.write_text(CALL_DRIVER)
+        for p in problems:
+            code = p.solutions[0] if p.solutions else None
+            if code is None:
+                continue
+            code_path = dpath / f"prog_{p.id}.py"
+            code_path.write_text((PRELUDE if prelude else "") + code)
+            passed, times, why, n_run = True, [], "", 0
+            for i in range(len(p.tests)):
+                ok, secs, rule = run_test(p, code_path, driver, i, timeout_s)
+                times.append(secs)
+                n_run += 1
+                if not ok:
+                    passed, why = False, f"test {i}: {rule}"
+                    break
+            out[p.id] = {"passed": passed, "why": why, "max_seconds": max(times), "tests_run": n_run}
+    return out
+
+
+def startup_cpu(n: int = 20) -> float:
+    """CPU seconds of one bare `python -c pass` (what the floor subtracts per baseline test)."""
+    c0 = child_cpu()
+    for _ in range(n):
+        subprocess.run([sys.executable, "-c", "pass"], env=CHILD_ENV, check=True)
+    return (child_cpu() - c0) / n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("rows", nargs="?", default=str(REPO.parent / "shared/data/apps/train_mini150.jsonl"))
+    ap.add_argument("--timeout-s", type=float, default=4.0)
+    ap.add_argument("--workers", type=int, default=None, help="passed to the judge command (default: its config)")
+    args = ap.parse_args()
+    rows = Path(args.rows).resolve()
+    if not rows.is_file():
+        print(f"error: {rows} not found (give the path to a codeparrot-schema JSONL file)", file=sys.stderr)
+        return 2
+    problems = load_problems({"source": "file", "path": str(rows), "split": "train"}, max_tests_per_row=0).problems
+    n_tests = sum(len(p.tests) for p in problems)
+    print(f"{len(problems)} problems, {n_tests} tests from {rows}; cpus={os.cpu_count()}")
+
+    # (a) the project's judge command, whole command timed
+    with tempfile.TemporaryDirectory(prefix="judge-speed-") as d:
+        verdicts_path = Path(d) / "verdicts.jsonl"
+        cmd = [sys.executable, "-m", "apps_bench.judge", str(rows), "--gold", "--max-tests-per-row", "0",
+               "--split", "train", "--out", str(verdicts_path), "--no-progress", "--timeout-s", str(args.timeout_s)]
+        if args.workers is not None:
+            cmd += ["--workers", str(args.workers)]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        judge_s = time.perf_counter() - t0
+        if proc.returncode != 0:
+            print(proc.stdout, proc.stderr, sep="\n", file=sys.stderr)
+            print(f"error: judge command failed with exit {proc.returncode}", file=sys.stderr)
+            return 1
+        verdicts = {json.loads(line)["id"]: json.loads(line) for line in verdicts_path.read_text().splitlines()}
+    print("command:", " ".join(cmd[1:]).replace(str(REPO) + "/", ""))
+    print(proc.stdout.rstrip())
+
+    # (b) baseline: fresh python per test, bare, sequential
+    per_start = startup_cpu()
+    c0 = child_cpu()
+    t0 = time.perf_counter()
+    base = baseline(problems, args.timeout_s)
+    base_s = time.perf_counter() - t0
+    base_cpu = child_cpu() - c0
+    base_tests = sum(b["tests_run"] for b in base.values())
+    floor_s = max(0.0, base_cpu - base_tests * per_start)
+
+    # agreement
+    disagree = [pid for pid, b in base.items() if pid in verdicts and verdicts[pid]["passed"] != b["passed"]]
+    explained: dict[str, str] = {}
+    if disagree:
+        with_prelude = baseline([p for p in problems if p.id in disagree], args.timeout_s, prelude=True)
+        for pid in disagree:
+            v, b = verdicts[pid], base[pid]
+            slow = max([b["max_seconds"]] + [r["seconds"] for r in v["results"]])
+            if with_prelude[pid]["passed"] == v["passed"]:
+                explained[pid] = "prelude"
+            elif slow > 0.5 * args.timeout_s or any(r["outcome"] == "timeout" for r in v["results"]) or "timeout" in b["why"]:
+                explained[pid] = "timing-marginal"
+            else:
+                explained[pid] = "UNEXPLAINED"
+    print()
+    print(f"verdicts: judge passed {sum(v['passed'] for v in verdicts.values())}/{len(verdicts)}, "
+          f"baseline passed {sum(b['passed'] for b in base.values())}/{len(base)}; "
+          f"{len(disagree)} disagreement(s)")
+    for pid in disagree:
+        v, b = verdicts[pid], base[pid]
+        first_fail = next((r for r in v["results"] if r["outcome"] != "pass"), None)
+        jwhy = f"{first_fail['outcome']} at test {first_fail['index']}" if first_fail else "all pass"
+        print(f"  {pid}: judge={'pass' if v['passed'] else 'fail'} ({jwhy}), "
+              f"baseline={'pass' if b['passed'] else 'fail'} ({b['why'] or 'all pass'}) -> {explained[pid]}")
+    print()
+    print(f"judge command : {judge_s:7.2f} s  (whole command, {len(verdicts)} problems)")
+    print(f"baseline      : {base_s:7.2f} s  ({base_tests} fresh python processes, one after another)")
+    print(f"ratio         : {base_s / judge_s:7.1f}x  (target >= 15x)")
+    print(f"compute floor : {floor_s:7.2f} s CPU  (baseline children {base_cpu:.2f} s CPU minus "
+          f"{base_tests} x {per_start * 1000:.1f} ms interpreter start-up)")
+    unexplained = [pid for pid, why in explained.items() if why == "UNEXPLAINED"]
+    return 1 if unexplained else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
