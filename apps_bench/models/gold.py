@@ -27,7 +27,7 @@ import json
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable, Sequence
@@ -61,8 +61,9 @@ class GoldStats:
     completion_tokens: int = 0
     faults: Counter = field(default_factory=Counter)
     kinds: Counter = field(default_factory=Counter)
-    seeds: list = field(default_factory=list)
-    headers: list = field(default_factory=list)
+    seeds: list = field(default_factory=list)  # the `seed` of every answered request
+    headers: list = field(default_factory=list)  # X-Apps-* headers of every answered request
+    last_requests: deque = field(default_factory=lambda: deque(maxlen=64))  # recent request bodies
 
 
 def usage_for(request: dict[str, Any], reply: Reply) -> dict[str, int]:
@@ -284,6 +285,7 @@ class _Handler(BaseHTTPRequestHandler):
             st.completion_tokens += usage["completion_tokens"]
             st.kinds[reply.kind] += 1
             st.seeds.append(request.get("seed"))
+            st.last_requests.append(request)
             st.headers.append({k.lower(): v for k, v in self.headers.items() if k.lower().startswith("x-apps")})
         if request.get("stream"):
             self._send(200, self._sse(request, reply, usage), "text/event-stream")

@@ -1,0 +1,346 @@
+"""Every framework's model calls counted exactly once at the HTTP transport, retried alike.
+
+Real clients (openai AsyncOpenAI, LangChain ChatOpenAI in a LangGraph ReAct loop,
+AutoGen, CrewAI) against the gold server over real loopback HTTP. "Exactly once"
+means: our per-problem Usage equals the usage the server reported, call for call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from apps_bench.config import ModelConfig
+from apps_bench.models import Endpoint, ModelClients, open_endpoint
+from apps_bench.models.clients import MissingFrameworkError
+from apps_bench.models.gold import GoldServer, load_rows
+from apps_bench.models.gold_policy import GoldProblem
+from apps_bench.types import Usage
+
+CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf" / "model"
+HEADERS = {"X-Apps-Bench-Run": "run-7"}
+
+
+def model_cfg(name: str = "gold", **over):
+    cfg = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(CONF / f"{name}.yaml"))
+    for k, v in over.items():
+        OmegaConf.update(cfg, k, v, merge=False)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def rows(apps_data_dir: Path) -> list[GoldProblem]:
+    return load_rows(str(apps_data_dir / "train_mini150.jsonl"), "train")
+
+
+@pytest.fixture()
+def gold(rows):
+    cfg = model_cfg(extra_body={"repetition_penalty": 1.05, "chat_template_kwargs": {"enable_thinking": False}})
+    with open_endpoint(cfg, rows) as ep:
+        yield ep, cfg
+
+
+def stdin_problem(rows) -> GoldProblem:
+    return next(r for r in rows if r.stdin and r.solution and r.solution.count("\n") > 3)
+
+
+def prompt(p: GoldProblem) -> str:
+    return f"QUESTION:\n{p.question}\nUse Standard Input format.\nANSWER:\n"
+
+
+def assert_counted_once(usage: Usage, server: GoldServer, calls: int) -> None:
+    st = server.stats
+    assert st.replies == calls
+    assert (usage.model_calls, usage.prompt_tokens, usage.completion_tokens, usage.failed_calls) == (
+        calls, st.prompt_tokens, st.completion_tokens, 0,
+    )
+
+
+# ------------------------------------------------------------------ request parameters
+
+
+def test_request_params_carry_sampling_seed_and_extra_body(gold):
+    ep, cfg = gold
+    params = ModelClients(ep, cfg, Usage()).request_params(seed=11)
+    assert params == {
+        "temperature": 0.2, "top_p": 0.9, "max_tokens": 4096, "seed": 11,
+        "extra_body": {"repetition_penalty": 1.05, "chat_template_kwargs": {"enable_thinking": False}},
+    }
+    assert type(params["extra_body"]) is dict  # plain, not an OmegaConf node
+
+
+# ------------------------------------------------------------------ OpenAI SDK
+
+
+@pytest.mark.parametrize("flavour", ["httpx2", "httpx"])
+def test_async_openai_streaming_and_not_counted_once(gold, rows, flavour):
+    ep, cfg = gold
+    usage = Usage()
+    mc = ModelClients(ep, cfg, usage, headers=HEADERS, flavour=flavour)
+    p = rows[0]
+
+    async def run() -> tuple[str, str]:
+        client = mc.async_openai()
+        r = await client.chat.completions.create(model=mc.model_id, messages=[{"role": "user", "content": prompt(p)}], **mc.request_params(5))
+        stream = await client.chat.completions.create(
+            model=mc.model_id, messages=[{"role": "user", "content": prompt(p)}], stream=True, **mc.request_params(6)
+        )
+        text = ""
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                text += chunk.choices[0].delta.content
+        await client.close()
+        return r.choices[0].message.content, text
+
+    plain, streamed = asyncio.run(run())
+    assert plain == streamed and p.solution.strip() in plain
+    assert_counted_once(usage, ep.server, 2)
+    st = ep.server.stats
+    assert st.seeds == [5, 6]
+    assert all(h == {"x-apps-bench-run": "run-7"} for h in st.headers)
+    last = st.last_requests[-1]
+    assert last["repetition_penalty"] == 1.05 and last["chat_template_kwargs"] == {"enable_thinking": False}
+    assert last["temperature"] == 0.2 and last["top_p"] == 0.9 and last["max_tokens"] == 4096
+    assert last["stream_options"] == {"include_usage": True}  # the transport asks for the usage chunk
+
+
+# ------------------------------------------------------------------ LangChain / LangGraph
+
+
+def test_langgraph_react_tool_round_trip_counted_once(gold, rows):
+    from langchain_core.tools import tool
+    from langgraph.prebuilt import create_react_agent
+
+    ep, cfg = gold
+    usage = Usage()
+    mc = ModelClients(ep, cfg, usage, headers=HEADERS)
+    p = stdin_problem(rows)
+    ran: list[tuple[str, str]] = []
+
+    @tool
+    def python_exec(code: str, stdin: str = "") -> str:
+        """Run Python code with the given standard input and return its output."""
+        ran.append((code, stdin))
+        return "exit code 0\nstdout:\n(ok)"
+
+    agent = create_react_agent(mc.langchain_chat(seed=3), [python_exec])
+    out = agent.invoke({"messages": [("user", prompt(p))]}, config={"recursion_limit": 8})
+    assert ran == [(p.solution, p.stdin)]
+    assert p.solution.strip() in out["messages"][-1].content
+    assert_counted_once(usage, ep.server, 2)
+
+    async def arun():  # the async side has its own HTTP client: it must be metered too
+        return await agent.ainvoke({"messages": [("user", prompt(p))]}, config={"recursion_limit": 8})
+
+    asyncio.run(arun())
+    assert len(ran) == 2
+    assert_counted_once(usage, ep.server, 4)
+    st = ep.server.stats
+    assert st.seeds == [3, 3, 3, 3] and st.headers[-1] == {"x-apps-bench-run": "run-7"}
+    assert st.last_requests[-1]["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_langchain_streaming_counted_once(gold, rows):
+    ep, cfg = gold
+    usage = Usage()
+    llm = ModelClients(ep, cfg, usage).langchain_chat(seed=1)
+    text = "".join(chunk.content for chunk in llm.stream(prompt(rows[1])))
+    assert rows[1].solution.strip() in text
+    assert_counted_once(usage, ep.server, 1)
+
+
+# ------------------------------------------------------------------ AutoGen
+
+
+def test_autogen_client_and_selector_counted_once(gold, rows):
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.conditions import MaxMessageTermination
+    from autogen_agentchat.teams import SelectorGroupChat
+    from autogen_core.models import UserMessage
+
+    ep, cfg = gold
+    usage = Usage()
+    mc = ModelClients(ep, cfg, usage, headers=HEADERS)
+    p = rows[2]
+
+    async def run():
+        client = mc.autogen_client(seed=4)
+        r = await client.create([UserMessage(content=prompt(p), source="user")])
+        last = None
+        async for last in client.create_stream([UserMessage(content=prompt(p), source="user")]):
+            pass
+        coder = AssistantAgent("coder", model_client=mc.autogen_client(seed=8), description="writes code")
+        tester = AssistantAgent("tester", model_client=mc.autogen_client(seed=9), description="tests code")
+        team = SelectorGroupChat([coder, tester], model_client=mc.autogen_client(seed=0), termination_condition=MaxMessageTermination(3))
+        res = await team.run(task=prompt(p))
+        return r, last, res
+
+    r, last, res = asyncio.run(run())
+    assert p.solution.strip() in r.content and r.content == last.content
+    assert r.usage.prompt_tokens > 0
+    assert [m.source for m in res.messages] == ["user", "coder", "tester"]  # the selector picked the first listed name
+    st = ep.server.stats
+    assert st.kinds["select"] == 1
+    assert_counted_once(usage, ep.server, 2 + 3)  # create, create_stream, selector, coder, tester
+    assert st.seeds[:2] == [4, 4] and st.headers[0] == {"x-apps-bench-run": "run-7"}
+
+
+# ------------------------------------------------------------------ CrewAI
+
+
+def test_crewai_llm_and_sequential_crew_counted_once(gold, rows):
+    from crewai import Agent, Crew, Process, Task
+    from crewai.llms.base_llm import BaseLLM
+    from crewai.tools import BaseTool
+
+    ep, cfg = gold
+    usage = Usage()
+    mc = ModelClients(ep, cfg, usage, headers=HEADERS)
+    p = stdin_problem(rows)
+    ran: list[str] = []
+
+    class PythonExec(BaseTool):
+        name: str = "python_exec"
+        description: str = "Run Python code (argument code) with standard input (argument stdin)."
+
+        def _run(self, code: str, stdin: str = "") -> str:
+            ran.append(code)
+            return "exit code 0"
+
+    llm = mc.crewai_llm(seed=2)
+    assert isinstance(llm, BaseLLM) and type(llm).__module__.startswith("crewai.llms.providers.openai")  # native, no litellm
+    assert p.solution.strip() in llm.call(prompt(p))
+    coder = Agent(role="coder", goal="solve", backstory="writes programs", llm=mc.crewai_llm(seed=3), tools=[PythonExec()],
+                  allow_delegation=False, verbose=False, max_iter=4)
+    debugger = Agent(role="debugger", goal="fix", backstory="fixes programs", llm=mc.crewai_llm(seed=4),
+                     allow_delegation=False, verbose=False)
+    t1 = Task(description=prompt(p), expected_output="a python program", agent=coder)
+    t2 = Task(description=prompt(p) + "\nFix the program if needed.", expected_output="a python program", agent=debugger, context=[t1])
+    out = Crew(agents=[coder, debugger], tasks=[t1, t2], process=Process.sequential, memory=False, verbose=False).kickoff()
+    assert ran == [p.solution]
+    assert p.solution.strip() in str(out)
+    st = ep.server.stats
+    assert st.kinds["crewai_action"] == 1 and st.kinds["crewai_final"] == 2
+    assert_counted_once(usage, ep.server, 1 + 3)
+    assert st.seeds == [2, 3, 3, 4] and st.headers[-1] == {"x-apps-bench-run": "run-7"}
+
+
+# ------------------------------------------------------------------ retries and failures
+
+
+def faulty(rows, *, kinds, fraction, timeout_s=5.0, retries=4, stall_s=2.0):
+    server = GoldServer(rows, fault_fraction=fraction, fault_kinds=kinds, stall_s=stall_s).start()
+    cfg = model_cfg(max_retries=retries, retry_backoff_s=0.01, request_timeout_s=timeout_s)
+    return server, Endpoint(server.base_url, "gold", "x", "gold", ("gold",), server), cfg
+
+
+def test_faults_are_retried_until_success_async_and_sync(rows):
+    server, ep, cfg = faulty(rows, kinds=("http_500", "http_503", "http_429", "malformed"), fraction=0.5, retries=8)
+    try:
+        usage = Usage()
+        mc = ModelClients(ep, cfg, usage)
+
+        async def run():
+            client = mc.async_openai()
+            outs = []
+            for i in range(6):
+                r = await client.chat.completions.create(
+                    model="gold", messages=[{"role": "user", "content": prompt(rows[i])}], stream=bool(i % 2), **mc.request_params(i)
+                )
+                if i % 2:
+                    outs.append("".join([c.choices[0].delta.content or "" async for c in r if c.choices]))
+                else:
+                    outs.append(r.choices[0].message.content)
+            return outs
+
+        outs = asyncio.run(run())
+        assert all(rows[i].solution.strip() in o for i, o in enumerate(outs))
+        sync = mc.openai()
+        for i in range(6, 10):
+            r = sync.chat.completions.create(model="gold", messages=[{"role": "user", "content": prompt(rows[i])}], **mc.request_params(i))
+            assert rows[i].solution.strip() in r.choices[0].message.content
+        st = server.stats
+        assert sum(st.faults.values()) >= 3 and set(st.faults) >= {"malformed"} | (set(st.faults) - {"malformed"})
+        assert_counted_once(usage, server, 10)  # retried attempts are not extra model calls
+        assert st.requests == 10 + sum(st.faults.values())
+    finally:
+        server.stop()
+
+
+def test_exhausted_retries_fail_clearly_and_count_failed_calls(rows):
+    import openai
+
+    server, ep, cfg = faulty(rows, kinds=("http_503",), fraction=1.0, retries=2)
+    try:
+        usage = Usage()
+        client = ModelClients(ep, cfg, usage).openai()
+        with pytest.raises(openai.APIStatusError, match="injected fault"):
+            client.chat.completions.create(model="gold", messages=[{"role": "user", "content": prompt(rows[0])}])
+        assert (usage.model_calls, usage.failed_calls) == (0, 1)
+        assert server.stats.requests == 3  # first attempt + 2 retries
+    finally:
+        server.stop()
+
+
+def test_malformed_reply_without_retries_is_a_failed_call(rows):
+    server, ep, cfg = faulty(rows, kinds=("malformed",), fraction=1.0, retries=0)
+    try:
+        usage = Usage()
+        mc = ModelClients(ep, cfg, usage)
+
+        async def run():
+            await mc.async_openai().chat.completions.create(model="gold", messages=[{"role": "user", "content": prompt(rows[0])}])
+
+        with pytest.raises(Exception):
+            asyncio.run(run())
+        assert (usage.model_calls, usage.failed_calls) == (0, 1)
+    finally:
+        server.stop()
+
+
+def test_timeouts_are_retried_then_fail_as_timeouts(rows):
+    import openai
+
+    server, ep, cfg = faulty(rows, kinds=("timeout",), fraction=1.0, timeout_s=0.3, retries=1, stall_s=1.0)
+    try:
+        usage = Usage()
+        llm = ModelClients(ep, cfg, usage).langchain_chat(seed=0)
+        with pytest.raises(openai.APITimeoutError):
+            llm.invoke(prompt(rows[0]))
+        assert (usage.model_calls, usage.failed_calls) == (0, 1)
+        assert server.stats.faults["timeout"] == 2
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------ missing frameworks
+
+
+@pytest.mark.parametrize(
+    "method, module, extra",
+    [("crewai_llm", "crewai", "crewai"), ("autogen_client", "autogen_ext.models.openai", "autogen")],
+)
+def test_missing_framework_names_the_pip_extra(gold, monkeypatch, method, module, extra):
+    ep, cfg = gold
+    monkeypatch.setitem(sys.modules, module, None)  # import now raises ImportError
+    with pytest.raises(MissingFrameworkError, match=rf"pip install 'apps-bench\[{extra}\]'"):
+        getattr(ModelClients(ep, cfg, Usage()), method)(0)
+
+
+def test_metering_parses_json_sse_and_rejects_malformed():
+    from apps_bench.models.metering import ensure_stream_usage, parse_usage
+
+    assert parse_usage(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 4}}') == (True, 3, 4)
+    assert parse_usage(b'{"choices": []}') == (True, 0, 0)
+    sse = b'data: {"choices": [{"delta": {"content": "a"}}]}\n\ndata: {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}}\n\ndata: [DONE]\n\n'
+    assert parse_usage(sse, "text/event-stream") == (True, 7, 2)
+    assert parse_usage(b'data: {"choices": [ {', "text/event-stream")[0] is False
+    assert parse_usage(b"{oops")[0] is False
+    body = json.loads(ensure_stream_usage(b'{"stream": true, "messages": []}'))
+    assert body["stream_options"] == {"include_usage": True}
+    assert ensure_stream_usage(b'{"messages": []}') is None
