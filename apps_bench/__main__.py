@@ -29,6 +29,51 @@ SEED_FLAGS: dict[str, str] = {
 }
 
 
+HELP = """\
+apps-bench: the APPS coding benchmark against multi-agent LLM systems, one grid cell per run.
+A cell = dataset x topology x model x optimizer x seed (+ settings); everything is a Hydra override.
+
+Usage:
+  python -m apps_bench [OVERRIDE ...]            run one cell (no overrides: the 2 demo problems, gold model)
+  python -m apps_bench -m [OVERRIDE ...]         a sweep, e.g. topology=single,independent seed=0,1,2
+  python -m apps_bench --cfg job [OVERRIDE ...]  print the composed cell config
+  python -m apps_bench --hydra-help              Hydra's own options
+  python -m apps_bench.report [--plot FILE.png]  pass@1 by topology x model, mean and spread over seeds
+
+Examples:
+  python -m apps_bench dataset=apps limit=50 model=qwen topology=sequential_langgraph
+  python -m apps_bench dataset=apps dataset.path=/data/apps/test.jsonl limit=50
+  python -m apps_bench -m hydra/launcher=local_parallel model=qwen seed=0,1,2
+  python -m apps_bench experiment=smoke
+
+Config groups (conf/ in the package):
+{groups}
+Run options (top level): seed, limit, offset, only=[ids], difficulty, max_tests_per_row (20; <=0 keeps all),
+  concurrency (16), allow_any_cell (false), out_dir, verbose, progress, tool.timeout_s, tool.output_chars,
+  tracking.experiment (MLflow experiment, default apps)
+
+Seed flags -> overrides:
+{flags}
+
+Cells outside conf/grid are refused (allow_any_cell=true runs them anyway).
+Outputs: ./outputs/cells/<cell>-<key>/ (records.jsonl, summary.json, config.yaml, transcripts.jsonl)
+MLflow:  $MLFLOW_TRACKING_URI, else sqlite ./outputs/mlflow.db
+"""
+
+
+def _print_help() -> None:
+    """Fast help (Hydra's own --help composes every group option: seconds, not milliseconds)."""
+    conf = Path(CONF_DIR)
+    lines = []
+    for group in sorted(p for p in conf.iterdir() if p.is_dir() and p.name != "hydra"):
+        opts = sorted(f.stem for f in group.glob("*.yaml"))
+        lines.append(f"  {group.name + ':':<12} {', '.join(opts)}")
+    launchers = sorted(f.stem for f in (conf / "hydra" / "launcher").glob("*.yaml"))
+    lines.append(f"  {'hydra/launcher:':<12} {', '.join(launchers)} (+ the installed plugins' own)")
+    flags = "\n".join(f"  {k:<22} {v}" for k, v in SEED_FLAGS.items())
+    sys.stdout.write(HELP.format(groups="\n".join(lines), flags=flags))
+
+
 def _refuse_seed_flags(argv: list[str]) -> None:
     """The seed's argparse flags are Hydra overrides here: say which one, instead of Hydra's generic error."""
     bad = [a.split("=", 1)[0] for a in argv if a.split("=", 1)[0] in SEED_FLAGS]
@@ -67,7 +112,11 @@ def _task(cfg: Any) -> Any:
 
 
 def main() -> None:
-    _refuse_seed_flags(sys.argv[1:])
+    args = sys.argv[1:]
+    if any(a in ("--help", "-h") for a in args):
+        _print_help()
+        return
+    _refuse_seed_flags(args)
     import hydra
 
     from apps_bench.config import register_configs

@@ -45,3 +45,41 @@ def _framework_env(tmp_path_factory: pytest.TempPathFactory):
             mp.setenv(key, value)
         yield env
     stray.stop()
+
+
+# --- the real CLI, run as a subprocess (grid runner tests) ------------------------------
+
+import os
+import subprocess
+import sys
+
+
+def cli_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """Environment for a CLI subprocess: this session's offline settings, a store under `tmp`."""
+    env = dict(os.environ)
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env.pop("APPS_BENCH_PARENT_RUN_ID", None)
+    env.update(
+        MLFLOW_DISABLE_TELEMETRY="true",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
+        COLUMNS="160",
+    )
+    env.update(extra)
+    return env
+
+
+def run_cli(
+    args: list[str], cwd: Path, *, env: dict[str, str] | None = None, timeout: float = 300, module: str = "apps_bench"
+) -> subprocess.CompletedProcess[str]:
+    """`python -m apps_bench ARGS` in `cwd`, stdin closed, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=env if env is not None else cli_env(cwd),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

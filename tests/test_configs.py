@@ -1,0 +1,210 @@
+"""Every option of every config group composes (real Hydra, the package's own conf/), typos
+fail at compose time, and the cell key changes exactly when a result-changing setting does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+import apps_bench
+from apps_bench.cell import CellRefused, guard, resolve_cell
+from apps_bench.config import register_configs
+
+CONF = Path(apps_bench.__file__).resolve().parent / "conf"
+
+
+def _groups() -> list[tuple[str, str]]:
+    pairs = []
+    for group in sorted(p for p in CONF.iterdir() if p.is_dir() and p.name != "hydra"):
+        for opt in sorted(group.glob("*.yaml")):
+            pairs.append((group.name, opt.stem))
+    for opt in sorted((CONF / "hydra" / "launcher").glob("*.yaml")):
+        pairs.append(("hydra/launcher", opt.stem))
+    return pairs
+
+
+def _compose(overrides: list[str], hydra_cfg: bool = False):
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+            return compose("config", overrides=overrides, return_hydra_config=hydra_cfg)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def test_every_group_has_options():
+    groups = {g for g, _ in _groups()}
+    assert {"dataset", "topology", "model", "optimizer", "grid", "judge", "experiment", "hydra/launcher"} <= groups
+    opts = {g: {o for gg, o in _groups() if gg == g} for g in groups}
+    assert {"apps", "demo"} <= opts["dataset"]
+    assert {"gold", "qwen", "qwen_122b", "openai"} <= opts["model"]
+    assert {"single"} <= opts["topology"]
+    assert {"none"} <= opts["optimizer"]
+    assert {"local_parallel", "slurm", "slurm_local", "ray_cluster"} <= opts["hydra/launcher"]
+
+
+@pytest.mark.parametrize("group,option", _groups())
+def test_compose_every_option(group: str, option: str):
+    cfg = _compose([f"{group}={option}"], hydra_cfg=group.startswith("hydra/"))
+    if group.startswith("hydra/"):
+        launcher = cfg.hydra.launcher
+        assert "_target_" in launcher and str(launcher._target_).startswith("hydra_plugins.")
+        return
+    job = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+    assert isinstance(job, dict)
+    if group in ("dataset", "topology", "model", "optimizer", "grid"):
+        assert job[group]["name"] == option
+    cell = resolve_cell(cfg)
+    assert len(cell.key) == 12
+
+
+def test_default_cell_is_inside_the_grid():
+    cfg = _compose([])
+    cell = guard(cfg)
+    assert cell.axes() == {"dataset": "demo", "topology": "single", "model": "gold", "optimizer": "none", "seed": 0}
+    assert cfg.max_tests_per_row == 20 and cfg.concurrency == 16 and cfg.allow_any_cell is False
+    assert cfg.tool.timeout_s == 10
+
+
+STUDY_TOPOLOGIES = [
+    "single",
+    "independent",
+    "sequential_langgraph",
+    "sequential_crewai",
+    "centralized_langgraph",
+    "centralized_autogen",
+    "decentralized_langgraph",
+    "decentralized_openai",
+]
+
+
+def test_study_grid_axes():
+    grid = OmegaConf.to_container(_compose([]).grid)
+    axes = grid["axes"]
+    assert set(STUDY_TOPOLOGIES) <= set(axes["topology"])
+    assert {"qwen", "qwen_122b", "gold"} <= set(axes["model"])
+    assert {"none", "maspo", "gepa"} <= set(axes["optimizer"])
+    assert {0, 1, 2} <= set(axes["seed"])
+    assert {"apps", "demo"} <= set(axes["dataset"])
+
+
+@pytest.mark.parametrize("topology", STUDY_TOPOLOGIES)
+def test_study_cells_are_allowed(topology: str):
+    cfg = _compose([f"topology={topology}", "model=qwen_122b", "dataset=apps", "seed=2"])
+    assert guard(cfg).axes() == {
+        "dataset": "apps", "topology": topology, "model": "qwen_122b", "optimizer": "none", "seed": 2
+    }
+    data = OmegaConf.to_container(cfg, resolve=True)
+    for model in ("qwen", "gold"):
+        for seed in (0, 1):
+            data["model"]["name"], data["seed"] = model, seed
+            guard(data)
+
+
+@pytest.mark.parametrize(
+    "overrides,axis,value",
+    [
+        (["seed=7"], "seed", "7"),
+        (["model=openai"], "model", "openai"),
+        (["dataset=apps_train"], "dataset", "apps_train"),
+    ],
+)
+def test_cells_outside_the_grid_are_refused(overrides, axis, value):
+    cfg = _compose(overrides)
+    with pytest.raises(CellRefused) as e:
+        guard(cfg)
+    msg = str(e.value)
+    assert f"{axis}={value}" in msg and "allow_any_cell=true" in msg
+    assert guard(_compose(overrides + ["allow_any_cell=true"])).axes()[axis] is not None
+
+
+def test_grid_exclusion_is_refused():
+    cfg = _compose(["model=gold", "optimizer.name=maspo"])
+    with pytest.raises(CellRefused, match="model=gold, optimizer=maspo.*allow_any_cell=true"):
+        guard(cfg)
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["dataset.revison=x", "topology.max_step=3", "sed=1", "judge.profil=seed", "model.temprature=0.1"],
+)
+def test_typos_fail_at_compose_time(override: str):
+    with pytest.raises(ConfigCompositionException):
+        _compose([override])
+
+
+@pytest.mark.parametrize("override", ["seed=abc", "concurrency=many", "max_tests_per_row=x", "judge.timeout_s=slow"])
+def test_wrong_types_fail_at_compose_time(override: str):
+    with pytest.raises(ConfigCompositionException):
+        _compose([override])
+
+
+def test_unknown_group_option_lists_choices():
+    with pytest.raises(Exception) as e:
+        _compose(["topology=singel"])
+    assert "single" in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def base() -> dict:
+    return OmegaConf.to_container(_compose([]), resolve=True)
+
+
+def _key_with(base: dict, dotted: str) -> str:
+    """Key of the default cell with one setting changed (as an override would change it)."""
+    import copy
+
+    import yaml
+
+    data = copy.deepcopy(base)
+    path, value = dotted.split("=", 1)
+    *parents, leaf = path.split(".")
+    node = data
+    for p in parents:
+        node = node[p]
+    node[leaf] = yaml.safe_load(value)
+    return resolve_cell(data).key
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["concurrency=3", "out_dir=/tmp/x", "verbose=true", "progress=false", "tracking.experiment=other",
+     "model.latency_ms=500", "model.fault_fraction=0.5", "model.max_retries=0", "judge.workers=1",
+     "allow_any_cell=true", "model.base_url=http://elsewhere/v1"],
+)
+def test_run_only_settings_keep_the_cell(base: dict, override: str):
+    assert _key_with(base, override) == resolve_cell(base).key
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["seed=1", "max_tests_per_row=5", "limit=1", "offset=3", "judge.timeout_s=2", "judge.profile=reference",
+     "model.temperature=0.7", "model.top_p=0.5", "model.model_id=other", "topology.prompts.solver=hello",
+     "topology.max_steps=3", "topology.team_size=2", "tool.timeout_s=5", "model.wrong_fraction=0.5",
+     "dataset.revision=abc", "dataset.path=/data/x.jsonl"],
+)
+def test_result_settings_change_the_cell(base: dict, override: str):
+    assert _key_with(base, override) != resolve_cell(base).key
+
+
+def test_composed_overrides_change_the_cell(base: dict):
+    ref = resolve_cell(base).key
+    for override in ("dataset=apps", "model=qwen", "topology=independent"):
+        assert resolve_cell(_compose([override])).key != ref, override
+    assert resolve_cell(_compose(["concurrency=2", "verbose=true"])).key == ref
+
+
+def test_experiment_files_are_global_deltas():
+    cfg = _compose(["experiment=smoke"], hydra_cfg=True)
+    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
+    assert "seed" in cfg.hydra.sweeper.params
+    study = _compose(["experiment=study"], hydra_cfg=True)
+    topos = str(study.hydra.sweeper.params.topology).split(",")
+    assert sorted(topos) == sorted(STUDY_TOPOLOGIES)
+    assert study.dataset.name == "apps" and study.limit == 50
