@@ -127,9 +127,7 @@ def run(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
     from apps_bench.config import DatasetConfig
-    from apps_bench.data import load_problems
-    from apps_bench.judge.core import Judge, check_profile
-    from apps_bench.judge.summary import summarize
+    from apps_bench.judge.core import check_profile
 
     t0 = time.perf_counter()
     if not args.gold and not args.predictions:
@@ -149,6 +147,23 @@ def run(args: argparse.Namespace) -> int:
     max_tests = args.max_tests_per_row if args.max_tests_per_row is not None else default_max_tests_per_row()
     only = _split_only(args.only)
     preds = read_predictions(args.predictions) if args.predictions else {}
+    workers = int(args.workers if args.workers is not None else jcfg.workers)
+    if args.timeout_s is not None:
+        jcfg.timeout_s = args.timeout_s
+
+    from apps_bench.sandbox import SandboxPool
+
+    # Start the workers first: they warm up (interpreter, prelude imports) while the rows load.
+    with SandboxPool(workers=workers) as pool:
+        return _judge_all(args, pool, jcfg, ds, t0, max_tests=max_tests, only=only, preds=preds, workers=workers)
+
+
+def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: float, *, max_tests: int, only: list[str],
+               preds: dict[str, str | None], workers: int) -> int:
+    from apps_bench.data import load_problems
+    from apps_bench.judge.core import Judge
+    from apps_bench.judge.summary import summarize
+
     if preds and not only and args.limit is None:
         only = list(preds)  # judge what was predicted
     try:
@@ -171,19 +186,15 @@ def run(args: argparse.Namespace) -> int:
             return p.solutions[0] if p.solutions else None
         return preds.get(p.id)
 
-    from apps_bench.sandbox import SandboxPool
-
-    workers = int(args.workers if args.workers is not None else jcfg.workers)
-    if args.timeout_s is not None:
-        jcfg.timeout_s = args.timeout_s
-    n_threads = (workers or os.cpu_count() or 1) + 2
+    # One thread per sandbox worker: a thread never waits for a worker, so problems start in order.
+    n_threads = int(getattr(pool, "workers", 0) or workers or os.cpu_count() or 1)
     writer = _OrderedWriter(args.out)
     pairs: list[Any] = [None] * len(problems)
     from tqdm import tqdm
 
-    with SandboxPool(workers=workers) as pool:
-        judge = Judge.from_config(pool, jcfg)
-        bar = tqdm(total=len(problems), unit="problem", file=err, disable=args.no_progress, desc="judging")
+    judge = Judge.from_config(pool, jcfg)
+    bar = tqdm(total=len(problems), unit="problem", file=err, disable=args.no_progress, desc="judging")
+    try:
         with ThreadPoolExecutor(max_workers=n_threads) as ex:
             futs = {ex.submit(judge.score, p, program_for(p)): i for i, p in enumerate(problems)}
             pending = set(futs)
@@ -196,8 +207,9 @@ def run(args: argparse.Namespace) -> int:
                     pairs[i] = (p, v)
                     writer.put(i, {**v.to_json(), "difficulty": p.difficulty, "split": p.split})
                     bar.update(1)
+    finally:
         bar.close()
-    writer.close()
+        writer.close()
     seconds = time.perf_counter() - t0
     summary = summarize(pairs, skipped=loaded.skipped, profile=judge.profile, seconds=seconds)
     summary.print()
