@@ -270,3 +270,19 @@ def test_eval_ids_manifest_ships_with_package():
     import apps_bench.data
 
     assert (Path(apps_bench.data.__file__).parent / "apps_eval_ids.json").is_file()
+
+
+def test_only_reports_ids_no_row_had(tmp_path):
+    rows = [good_row(1), good_row(2, input_output="")]
+    res = load_problems(local(write_jsonl(tmp_path / "r.jsonl", rows)), only=["1", "2", "3"])
+    assert [p.id for p in res.problems] == ["1"] and res.skipped == {"missing_input_output": 1}
+    assert res.missing_ids == ("3",)  # 2 exists but was skipped (counted), 3 is absent
+
+
+def test_unreachable_hub_says_how_to_go_offline(tmp_path, monkeypatch):
+    from apps_bench.data import DatasetUnavailableError
+
+    repo = tmp_path / "mirror"
+    repo.mkdir()  # a mirror without test.jsonl
+    with pytest.raises(DatasetUnavailableError, match="dataset.path"):
+        load_problems({"source": "hub", "hub_repo": str(repo), "revision": "x", "split": "test"}, limit=1)

@@ -26,13 +26,17 @@ REQUIRED_COLUMNS = ("problem_id", "question", "input_output")
 PARQUET_REVISION = "refs/convert/parquet"  # the hub's parquet conversion branch: read its all/ folder
 
 
+class DatasetUnavailableError(OSError):
+    """The hub (or a local mirror) could not be read; the message says how to load offline instead."""
+
+
 @dataclass(frozen=True)
 class LoadResult:
     problems: list[Problem]
     skipped: dict[str, int]  # skip reason -> rows skipped for it (never silent)
     source: str  # where the rows came from (hub URL, file path, or "builtin:demo")
     revision: str  # pinned hub revision, "local" for a file, "builtin" for the demos
-    missing_ids: tuple[str, ...] = ()  # `only` IDs that no row had
+    missing_ids: tuple[str, ...] = ()  # `only` IDs that no selected row had (skipped rows count as present)
     rows_selected: int = 0  # rows that passed the filters (problems + skipped)
 
     @property
@@ -150,7 +154,7 @@ def _iter_hub(builder: str, data_files: str, streaming: bool) -> Iterator[Any]:
     try:
         ds = load_dataset(builder, data_files=data_files, split="train", streaming=streaming)
     except Exception as e:
-        raise RuntimeError(
+        raise DatasetUnavailableError(
             f"could not load {data_files} with the datasets {builder!r} builder: {type(e).__name__}: {e}. "
             "Offline or behind a firewall? Point dataset.path at a local codeparrot-schema "
             ".jsonl/.parquet file (e.g. dataset.path=/data/apps/test.jsonl)."
@@ -188,7 +192,7 @@ def load_problems(
 
     if source_kind == "demo" and not path:
         chosen = list(_select(DEMO_PROBLEMS, lambda p: (p.id, p.difficulty), **select))
-        return _result(chosen, Counter(), "builtin:demo", "builtin", only, len(chosen))
+        return _result(chosen, Counter(), "builtin:demo", "builtin", only, {p.id for p in chosen}, len(chosen))
 
     if path:
         p = Path(str(path)).expanduser()
@@ -210,9 +214,13 @@ def load_problems(
     skipped: Counter[str] = Counter()
     problems: list[Problem] = []
     n_selected = 0
+    seen: set[str] = set()
     checked = False
     for row in _select(rows, _row_key, **select):
         n_selected += 1
+        pid = _row_key(row)[0]
+        if pid is not None:
+            seen.add(pid)
         if not isinstance(row, Mapping):
             skipped[UNPARSABLE_ROW] += 1
             continue
@@ -223,12 +231,13 @@ def load_problems(
             problems.append(parse_row(row, split=split, max_tests_per_row=max_tests_per_row))
         except RowError as e:
             skipped[e.reason] += 1
-    return _result(problems, skipped, source, revision, only, n_selected)
+    return _result(problems, skipped, source, revision, only, seen, n_selected)
 
 
-def _result(problems: list[Problem], skipped: Counter[str], source: str, revision: str, only: Sequence[str], n: int) -> LoadResult:
-    have = {p.id for p in problems}
-    missing = tuple(i for i in only if i not in have)
+def _result(
+    problems: list[Problem], skipped: Counter[str], source: str, revision: str, only: Sequence[str], seen: set[str], n: int
+) -> LoadResult:
+    missing = tuple(i for i in only if i not in seen)
     return LoadResult(problems=problems, skipped=dict(skipped), source=source, revision=revision, missing_ids=missing, rows_selected=n)
 
 

@@ -168,14 +168,14 @@ def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: floa
         only = list(preds)  # judge what was predicted
     try:
         loaded = load_problems(ds, limit=args.limit, offset=args.offset, only=only, difficulty=args.difficulty, max_tests_per_row=max_tests)
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:  # missing file, bad schema, hub unreachable (DatasetUnavailableError)
         raise UsageError(str(e)) from None
     problems = loaded.problems
     err = sys.stderr
     print(f"{len(problems)} problems from {loaded.source} (revision {loaded.revision}); "
           f"max_tests_per_row={max_tests}; skipped rows: {loaded.skipped or 0}", file=err)
     if loaded.missing_ids:
-        print(f"warning: {len(loaded.missing_ids)} requested id(s) not loaded (absent or skipped): {', '.join(loaded.missing_ids[:20])}", file=err)
+        print(f"warning: {len(loaded.missing_ids)} requested id(s) in no row: {', '.join(loaded.missing_ids[:20])}", file=err)
     if preds:
         unknown = set(preds) - {p.id for p in problems}
         if unknown:
