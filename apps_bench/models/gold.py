@@ -225,7 +225,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
         path = self.path.split("?")[0].rstrip("/")
-        if path in ("/v1/models", "/models"):
+        if path == "/v1/models":
             self._json(200, {"object": "list", "data": [{"id": self.gold.model_id, "object": "model", "created": 0, "owned_by": "apps-bench-gold"}]})
         elif path in ("/health", "/v1/health", ""):
             self._json(200, {"status": "ok", "model": self.gold.model_id, "note": SELF_CHECK})
