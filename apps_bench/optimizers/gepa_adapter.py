@@ -1,0 +1,294 @@
+"""GEPA over the pipeline: an adapter from `gepa` 0.1.x to the protocol's `Evaluator`.
+
+The traps found when GEPA was probed, and what this module does about each:
+- An adapter that is not a `GEPAAdapter` with `propose_new_texts` silently fails every
+  reflection while spending budget: `PipelineAdapter` subclasses `GEPAAdapter` and
+  implements `propose_new_texts` itself.
+- The default proposer takes the text between the first and last ``` of the reply,
+  which breaks on prompts containing code fences: the proposer here asks for tagged
+  sections (`proposals.parse_tagged`); an unparsable reply proposes nothing for that
+  role (GEPA then skips the child instead of evaluating a copy).
+- The budget check runs between iterations (a budget of 80 used 83): the protocol's
+  `Budget` is the authority; once exhausted, `evaluate` runs nothing more and returns
+  placeholder zeros (flagged), and a stopper ends the loop at the next check, so the
+  overshoot is the batch in flight at most.
+- On resume GEPA re-scores the seed uncounted: every evaluation goes through the
+  rollout cache, so that re-scoring is served from disk and charged nothing new.
+- Val ids inside GEPA's state are positions 0..n-1: results are mapped back to problem
+  keys (`GepaOutcome.val_scores`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from gepa.core.adapter import EvaluationBatch, GEPAAdapter
+
+from apps_bench.optimizers.proposals import ChatReply, Message, parse_tagged, proposal_messages, role_examples
+from apps_bench.optimizers.protocol import Budget, BudgetExhausted, EvalKeyError, ProblemKey, make_key
+from apps_bench.optimizers.scoring import PERFECT_SCORE, Evaluator, Rollout, example_score
+from apps_bench.topologies.base import PromptSet
+
+ReflectFn = Callable[[list[Message], int], ChatReply]  # the optimizer model (e.g. proposals.CachedChat)
+
+
+@dataclass(frozen=True)
+class GepaConfig:
+    minibatch: int = 3  # reflection minibatch size
+    component_selection: str = "round_robin"  # round_robin | all
+    candidate_selection: str = "pareto"  # pareto | current_best | epsilon_greedy | top_k_pareto
+    acceptance: str = "strict_improvement"  # strict_improvement | improvement_or_equal
+    use_merge: bool = False
+    n_traces: int = 5  # examples per role shown to the reflection model
+    stall_iterations: int = 20  # stop after this many iterations that charged nothing (all cached/failed)
+    seed: int = 0
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> GepaConfig:
+        known = set(cls.__dataclass_fields__)
+        cfg = cls(**{k: v for k, v in dict(params).items() if k in known})
+        if cfg.minibatch < 1:
+            raise ValueError(f"gepa.minibatch must be >= 1, got {cfg.minibatch}")
+        if cfg.component_selection not in ("round_robin", "all"):
+            raise ValueError(f"gepa.component_selection must be round_robin or all, got {cfg.component_selection!r}")
+        if cfg.acceptance not in ("strict_improvement", "improvement_or_equal"):
+            raise ValueError(f"gepa.acceptance must be strict_improvement or improvement_or_equal, got {cfg.acceptance!r}")
+        return cfg
+
+
+class PipelineAdapter(GEPAAdapter):
+    """DataInst = ProblemKey; Trajectory = RolloutOutput = `Rollout`."""
+
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        reflect: ReflectFn,
+        *,
+        budget: Budget | None = None,
+        question_of: Callable[[ProblemKey], str] | None = None,
+        n_traces: int = 5,
+        seed: int = 0,
+        on_proposal: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.evaluator = evaluator
+        self.reflect = reflect
+        self.budget = budget
+        self.question_of = question_of
+        self.n_traces = n_traces
+        self.seed = seed
+        self.on_proposal = on_proposal
+        self.budget_hit: str | None = None
+        self.placeholder_evals = 0
+        self.proposals = 0
+        self.unparsable = 0
+
+    # -- evaluation
+
+    def _placeholder(self, key: ProblemKey, why: str) -> Rollout:
+        return Rollout(key=key, seed=0, error=why)
+
+    def _evaluate_keys(self, ps: PromptSet, keys: list[ProblemKey]) -> list[Rollout]:
+        try:
+            return list(self.evaluator.evaluate(ps, keys, capture_traces=True))
+        except (BudgetExhausted, EvalKeyError):
+            raise
+        except Exception:  # noqa: BLE001 - isolate the problem that failed; never raise per problem
+            out: list[Rollout] = []
+            for k in keys:
+                try:
+                    out.extend(self.evaluator.evaluate(ps, [k], capture_traces=True))
+                except (BudgetExhausted, EvalKeyError):
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    out.append(self._placeholder(k, f"{type(exc).__name__}: {exc}"))
+            return out
+
+    def evaluate(self, batch: list[Any], candidate: dict[str, str], capture_traces: bool = False) -> EvaluationBatch:
+        keys = [make_key(*k) for k in batch]
+        ps = PromptSet(dict(candidate))
+        before = self.budget.rollouts if self.budget else None
+        try:
+            rollouts = self._evaluate_keys(ps, keys) if self.budget_hit is None else None
+        except BudgetExhausted as exc:
+            self.budget_hit = str(exc)
+            rollouts = None
+        if rollouts is None:  # the cap is reached: run nothing more, score nothing
+            self.placeholder_evals += 1
+            rollouts = [self._placeholder(k, "budget exhausted: not run") for k in keys]
+        scores = [0.0 if r.error else example_score(r) for r in rollouts]
+        charged = (self.budget.rollouts - before) if self.budget is not None and before is not None else None
+        return EvaluationBatch(
+            outputs=rollouts,
+            scores=scores,
+            trajectories=rollouts if capture_traces else None,
+            num_metric_calls=charged,
+        )
+
+    # -- reflection
+
+    def make_reflective_dataset(
+        self, candidate: dict[str, str], eval_batch: EvaluationBatch, components_to_update: list[str]
+    ) -> dict[str, list[dict[str, Any]]]:
+        rollouts = [r for r in (eval_batch.trajectories or []) if isinstance(r, Rollout)]
+        out: dict[str, list[dict[str, Any]]] = {}
+        for role in components_to_update:
+            out[role] = [
+                {
+                    "Inputs": {"problem": ex["problem"], "agent_input": ex["agent_input"]},
+                    "Generated Outputs": ex["agent_output"],
+                    "Tool calls": ex["tool_calls"],
+                    "Feedback": ex["feedback"],
+                }
+                for ex in role_examples(role, rollouts, self.question_of, self.n_traces)
+            ]
+        return out
+
+    def propose_new_texts(
+        self,
+        candidate: dict[str, str],
+        reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
+        components_to_update: list[str],
+    ) -> dict[str, str]:
+        new: dict[str, str] = {}
+        for role in components_to_update:
+            examples = [
+                {
+                    "problem": r.get("Inputs", {}).get("problem", ""),
+                    "agent_input": r.get("Inputs", {}).get("agent_input", ""),
+                    "agent_output": r.get("Generated Outputs", ""),
+                    "tool_calls": r.get("Tool calls", []),
+                    "feedback": r.get("Feedback", ""),
+                }
+                for r in reflective_dataset.get(role, ())
+            ]
+            reply = self.reflect(proposal_messages(role, candidate[role], examples), self.seed)
+            self.proposals += 1
+            tp = parse_tagged(reply.text)
+            ok = tp is not None and tp.prompt != candidate[role]
+            if not ok:
+                self.unparsable += 1
+            else:
+                new[role] = tp.prompt
+            if self.on_proposal is not None:
+                self.on_proposal({"role": role, "parent": candidate, "reply": reply.text, "accepted_text": ok})
+        return new
+
+    # -- GEPA run_dir persistence (optional hooks GEPA calls by duck typing)
+
+    def get_adapter_state(self) -> dict[str, Any]:
+        state = getattr(self.evaluator, "state", None)
+        return {"evaluator": state() if callable(state) else None, "budget_hit": self.budget_hit}
+
+    def set_adapter_state(self, state: dict[str, Any]) -> None:
+        restore = getattr(self.evaluator, "restore", None)
+        if callable(restore) and state.get("evaluator"):
+            restore(state["evaluator"])
+        self.budget_hit = state.get("budget_hit")
+
+
+class BudgetStopper:
+    """GEPA stop callback: the protocol budget is exhausted, or nothing new was charged
+    for `stall_iterations` checks in a row (every proposal failing on cached batches)."""
+
+    def __init__(self, budget: Budget, adapter: PipelineAdapter, stall_iterations: int = 20) -> None:
+        self.budget = budget
+        self.adapter = adapter
+        self.stall_iterations = stall_iterations
+        self._last: tuple[int, int] | None = None
+        self._stalled = 0
+        self.reason: str | None = None
+
+    def __call__(self, gepa_state: Any) -> bool:
+        if self.adapter.budget_hit or self.budget.exhausted:
+            self.reason = "budget"
+            return True
+        now = (self.budget.rollouts, self.budget.optimizer_calls)
+        self._stalled = self._stalled + 1 if now == self._last else 0
+        self._last = now
+        if self._stalled >= self.stall_iterations:
+            self.reason = "stalled"
+            return True
+        return False
+
+
+class _ListLogger:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, message: str) -> None:
+        self.lines.append(str(message))
+
+
+@dataclass
+class GepaOutcome:
+    best: dict[str, str]
+    best_idx: int
+    candidates: list[dict[str, str]]
+    parents: list[list[int | None]]
+    val_aggregate: list[float]
+    val_scores: list[dict[ProblemKey, float]]  # per candidate, by problem key (not GEPA's positions)
+    stopped: str
+    budget: dict[str, Any]
+    placeholder_evals: int
+    proposals: int
+    unparsable: int
+    log: list[str] = field(default_factory=list)
+
+
+def run_gepa(
+    seed_prompts: Mapping[str, str],
+    train_keys: Sequence[ProblemKey],
+    val_keys: Sequence[ProblemKey],
+    evaluator: Evaluator,
+    reflect: ReflectFn,
+    *,
+    budget: Budget,
+    cfg: GepaConfig = GepaConfig(),
+    question_of: Callable[[ProblemKey], str] | None = None,
+    run_dir: str | None = None,
+    callbacks: list[Any] | None = None,
+) -> GepaOutcome:
+    """Optimize `seed_prompts` with `gepa.optimize`; the protocol budget decides when to stop."""
+    import gepa  # noqa: PLC0415
+
+    train = [make_key(*k) for k in train_keys]
+    val = [make_key(*k) for k in val_keys]
+    adapter = PipelineAdapter(evaluator, reflect, budget=budget, question_of=question_of, n_traces=cfg.n_traces, seed=cfg.seed)
+    stopper = BudgetStopper(budget, adapter, cfg.stall_iterations)
+    logger = _ListLogger()
+    result = gepa.optimize(
+        seed_candidate=dict(seed_prompts),
+        trainset=train,
+        valset=val,
+        adapter=adapter,
+        candidate_selection_strategy=cfg.candidate_selection,
+        reflection_minibatch_size=cfg.minibatch,
+        perfect_score=PERFECT_SCORE,
+        skip_perfect_score=True,
+        module_selector=cfg.component_selection,
+        use_merge=cfg.use_merge,
+        stop_callbacks=[stopper],
+        logger=logger,
+        run_dir=run_dir,
+        callbacks=callbacks,
+        seed=cfg.seed,
+        raise_on_exception=True,
+        acceptance_criterion=cfg.acceptance,
+        display_progress_bar=False,
+    )
+    val_scores = [{val[int(pos)]: float(s) for pos, s in sub.items()} for sub in result.val_subscores]
+    return GepaOutcome(
+        best=dict(result.best_candidate),
+        best_idx=result.best_idx,
+        candidates=[dict(c) for c in result.candidates],
+        parents=[list(p) for p in result.parents],
+        val_aggregate=list(result.val_aggregate_scores),
+        val_scores=val_scores,
+        stopped=stopper.reason or "done",
+        budget=budget.to_json(),
+        placeholder_evals=adapter.placeholder_evals,
+        proposals=adapter.proposals,
+        unparsable=adapter.unparsable,
+        log=logger.lines,
+    )
