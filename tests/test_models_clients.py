@@ -344,3 +344,14 @@ def test_metering_parses_json_sse_and_rejects_malformed():
     body = json.loads(ensure_stream_usage(b'{"stream": true, "messages": []}'))
     assert body["stream_options"] == {"include_usage": True}
     assert ensure_stream_usage(b'{"messages": []}') is None
+
+
+def test_aclose_closes_every_http_client_it_built(gold):
+    ep, cfg = gold
+    mc = ModelClients(ep, cfg, Usage())
+    mc.langchain_chat(0)
+    mc.async_openai()
+    built = list(mc._opened)
+    assert len(built) == 3 and not any(c.is_closed for c in built)
+    asyncio.run(mc.aclose())
+    assert all(c.is_closed for c in built) and mc._opened == []

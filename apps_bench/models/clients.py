@@ -81,6 +81,7 @@ class ModelClients:
             backoff_s=float(model_cfg.retry_backoff_s),
         )
         self.timeout_s = float(model_cfg.request_timeout_s)
+        self._opened: list[Any] = []  # HTTP clients handed out, closed by aclose()/close()
 
     # ------------------------------------------------------------ building blocks
 
@@ -88,7 +89,7 @@ class ModelClients:
         """A fresh metered + retrying httpx2 (default) client; openai 3.x accepts httpx2 and httpx."""
         from apps_bench.models.metering import metered_client
 
-        return metered_client(
+        client = metered_client(
             self.usage,
             self.policy,
             asynchronous=asynchronous,
@@ -96,6 +97,33 @@ class ModelClients:
             timeout_s=self.timeout_s,
             headers=self.headers or None,
         )
+        self._opened.append(client)
+        return client
+
+    async def aclose(self) -> None:
+        """Close every HTTP client this object built (their connection pools), sync and async."""
+        opened, self._opened = self._opened, []
+        for client in opened:
+            try:
+                if hasattr(client, "aclose"):
+                    await client.aclose()
+                else:
+                    client.close()
+            except Exception:  # noqa: BLE001 - closing is best effort; usage is already counted
+                pass
+
+    def close(self) -> None:
+        """Synchronous close; async clients are left to aclose() (or the garbage collector)."""
+        keep = []
+        for client in self._opened:
+            if hasattr(client, "aclose"):
+                keep.append(client)
+                continue
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self._opened = keep
 
     @property
     def model_id(self) -> str:
