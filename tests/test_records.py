@@ -1,0 +1,79 @@
+"""The records store: one line per problem, torn tails cut, error records retried, no duplicates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from apps_bench.tracking.records import CellDirConflict, RecordStore
+
+
+def _rec(i: int, error: str | None = None) -> dict:
+    return {"key": f"test/{i}", "id": str(i), "passed": error is None, "error": error}
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_append_and_resume(tmp_path: Path):
+    store = RecordStore(tmp_path / "cell")
+    store.claim("k1", {"name": "x"})
+    assert store.resume().done == {}
+    with store:
+        for i in range(3):
+            store.append(_rec(i), transcript=[{"agent": "solver", "content": f"t{i}"}])
+    state = RecordStore(tmp_path / "cell").resume()
+    assert set(state.done) == {"test/0", "test/1", "test/2"} and not state.retried
+    assert [r["key"] for r in _lines(tmp_path / "cell" / "transcripts.jsonl")] == ["test/0", "test/1", "test/2"]
+
+
+def test_torn_last_line_is_cut_and_appends_stay_clean(tmp_path: Path):
+    store = RecordStore(tmp_path)
+    store.claim("k", {})
+    with store:
+        store.append(_rec(0))
+        store.append(_rec(1))
+    with open(tmp_path / "records.jsonl", "ab") as f:
+        f.write(b'{"key": "test/2", "id": "2", "pass')  # a write cut by kill -9
+    state = RecordStore(tmp_path).resume()
+    assert set(state.done) == {"test/0", "test/1"} and state.torn_bytes > 0
+    with RecordStore(tmp_path) as again:
+        again.append(_rec(2))
+    recs = _lines(tmp_path / "records.jsonl")  # every line parses: the fragment is gone
+    assert [r["key"] for r in recs] == ["test/0", "test/1", "test/2"]
+
+
+def test_error_records_are_dropped_so_they_are_retried(tmp_path: Path):
+    store = RecordStore(tmp_path)
+    store.claim("k", {})
+    with store:
+        store.append(_rec(0))
+        store.append(_rec(1, error="ModelEndpointError: 503 after 3 retries"), transcript=[])
+        store.append(_rec(2))
+    state = RecordStore(tmp_path).resume()
+    assert state.retried == ["test/1"] and set(state.done) == {"test/0", "test/2"}
+    assert [r["key"] for r in _lines(tmp_path / "records.jsonl")] == ["test/0", "test/2"]
+    assert all(r["key"] != "test/1" for r in _lines(tmp_path / "transcripts.jsonl"))
+    with RecordStore(tmp_path) as again:
+        again.append(_rec(1))
+    keys = [r["key"] for r in _lines(tmp_path / "records.jsonl")]
+    assert sorted(keys) == ["test/0", "test/1", "test/2"] and len(keys) == len(set(keys))
+
+
+def test_duplicate_lines_are_compacted(tmp_path: Path):
+    (tmp_path / "records.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in [_rec(0), _rec(0), _rec(1)]) + "\nnot json\n"
+    )
+    state = RecordStore(tmp_path).resume()
+    assert set(state.done) == {"test/0", "test/1"} and state.corrupt_lines == 1
+    assert len(_lines(tmp_path / "records.jsonl")) == 2
+
+
+def test_a_folder_never_mixes_two_cells(tmp_path: Path):
+    RecordStore(tmp_path).claim("aaaa", {})
+    RecordStore(tmp_path).claim("aaaa", {})  # same cell: fine
+    with pytest.raises(CellDirConflict, match="aaaa.*bbbb"):
+        RecordStore(tmp_path).claim("bbbb", {})
