@@ -247,15 +247,19 @@ def test_graph_mappings():
 
 def test_plan_lowers_D_then_T_then_minibatch():
     c = MaspoConfig()  # K=2 Ksub=2 T=3 D=3 minibatch=10
-    assert estimate_rollouts(2, c, 3, 3, 10) == 2 * (3 * 3 * 2 * 10 * 3 + 2 * 2 * 10) == 1160
+    # per agent: (1 + (D*T - 1)*K) nodes stepped x mb x (1 + Ksub) + (D - 1) refreshes x K x mb
+    assert estimate_rollouts(2, c, 3, 3, 10) == 2 * ((1 + 8 * 2) * 10 * 3 + 2 * 2 * 10) == 1100
     assert plan(2, c, None).D == 3
-    p = plan(2, c, 1160)
+    p = plan(2, c, 1100)
     assert (p.D, p.T, p.minibatch, p.reductions) == (3, 3, 10, ())
     p = plan(2, c, 500)
-    assert (p.D, p.T, p.minibatch, p.reductions, p.estimated_rollouts) == (1, 3, 10, ("D=2", "D=1"), 360)
+    assert (p.D, p.T, p.minibatch, p.reductions, p.estimated_rollouts) == (1, 3, 10, ("D=2", "D=1"), 300)
     p = plan(2, c, 100)
-    assert (p.D, p.T, p.minibatch) == (1, 1, 8) and p.estimated_rollouts == 96 and p.fits
-    assert p.reductions == ("D=2", "D=1", "T=2", "T=1", "minibatch=9", "minibatch=8")
+    assert (p.D, p.T, p.minibatch, p.estimated_rollouts) == (1, 1, 10, 60)
+    assert p.reductions == ("D=2", "D=1", "T=2", "T=1")
+    p = plan(2, c, 50)
+    assert (p.D, p.T, p.minibatch, p.estimated_rollouts, p.fits) == (1, 1, 8, 48, True)
+    assert p.reductions[-2:] == ("minibatch=9", "minibatch=8")
     assert not plan(2, c, 5).fits
 
 

@@ -232,9 +232,10 @@ class Plan:
 
 
 def estimate_rollouts(n_agents: int, cfg: MaspoConfig, D: int, T: int, mb: int) -> int:
-    """Upper bound: per step and beam node, one run plus Ksub child runs on the minibatch;
+    """Upper bound: per step and beam node, one run plus Ksub child runs on the minibatch
+    (the very first step of an agent has a one-node beam, later steps at most K nodes);
     per revisit, one run of the best plus K-1 comparisons on a fresh minibatch."""
-    steps = D * T * cfg.K * mb * (1 + cfg.Ksub)
+    steps = (1 + (D * T - 1) * cfg.K) * mb * (1 + cfg.Ksub)
     refresh = (D - 1) * cfg.K * mb
     return n_agents * (steps + refresh)
 
