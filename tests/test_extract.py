@@ -17,12 +17,12 @@ def test_single_python_block():
     assert extract_program(f"Here it is:\n{block('print(1)')}\nDone.") == "print(1)\n"
 
 
-@pytest.mark.parametrize("label", ["python", "py", "Python", "PYTHON", "python3", "Python3", "py3", "python title=sol.py", "{.python}"])
+@pytest.mark.parametrize("label", ["python", "py", "Python", "PYTHON", "python3", "Python3", "py3", "python title=sol.py", "{.python}", "python:solution.py"])
 def test_python_labels_any_case(label):
     assert extract_program(block("x = 1", label)) == "x = 1\n"
 
 
-@pytest.mark.parametrize("label", ["cpp", "java", "text", "bash", "json", "output", "pycon", "javascript", "plaintext"])
+@pytest.mark.parametrize("label", ["cpp", "java", "text", "bash", "json", "output", "pycon", "javascript", "plaintext", "python-repl", "cython", "{.text}"])
 def test_other_labels_never_taken(label):
     # valid Python, but labelled as something else
     assert extract_program(block("x = 1", label)) is None

@@ -22,6 +22,7 @@ CONTAINER_LABELS = frozenset({"", "markdown", "md"})  # may wrap a whole answer,
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
+_LABEL = re.compile(r"[{.\s]*([A-Za-z0-9_+#-]+)")  # `python`, `{.python}`, `python:sol.py` -> python
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 
 
@@ -63,8 +64,8 @@ def fenced_blocks(text: str) -> list[Block]:
             continue
         indent, fence = len(m.group("indent")), m.group("fence")
         info = m.group("info").strip()
-        label = info.split()[0].lower() if info else ""
-        label = label.lstrip("{.").rstrip("}")
+        lm = _LABEL.match(info)
+        label = lm.group(1).lower() if lm else ("" if not info else info.split()[0].lower())
         body: list[str] = []
         closed = False
         j = i + 1
