@@ -139,22 +139,26 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     jcfg = judge_config(args.profile)
-    ds = OmegaConf.merge(OmegaConf.structured(DatasetConfig), _load_conf("dataset", "apps.yaml"))
-    if args.rows:
-        ds.path = args.rows
-    if args.split:
-        ds.split = args.split
-    max_tests = args.max_tests_per_row if args.max_tests_per_row is not None else default_max_tests_per_row()
-    only = _split_only(args.only)
-    preds = read_predictions(args.predictions) if args.predictions else {}
     workers = int(args.workers if args.workers is not None else jcfg.workers)
+    if workers < 0:
+        raise UsageError(f"--workers must be >= 0 (0 = one per core), got {workers}")
     if args.timeout_s is not None:
+        if args.timeout_s <= 0:
+            raise UsageError(f"--timeout-s must be > 0, got {args.timeout_s}")
         jcfg.timeout_s = args.timeout_s
+    preds = read_predictions(args.predictions) if args.predictions else {}
 
     from apps_bench.sandbox import SandboxPool
 
     # Start the workers first: they warm up (interpreter, prelude imports) while the rows load.
     with SandboxPool(workers=workers) as pool:
+        ds = OmegaConf.merge(OmegaConf.structured(DatasetConfig), _load_conf("dataset", "apps.yaml"))
+        if args.rows:
+            ds.path = args.rows
+        if args.split:
+            ds.split = args.split
+        max_tests = args.max_tests_per_row if args.max_tests_per_row is not None else default_max_tests_per_row()
+        only = _split_only(args.only)
         return _judge_all(args, pool, jcfg, ds, t0, max_tests=max_tests, only=only, preds=preds, workers=workers)
 
 
