@@ -247,7 +247,9 @@ def print_summary(summary: Mapping[str, Any], cell: Cell, cell_dir: Path, run_id
     from rich.table import Table
 
     console = Console(file=sys.stdout, width=max(100, Console().width))
-    t = Table(title=f"apps-bench {cell.name}  [{cell.key}]  judge profile {summary.get('profile') or '?'}")
+    from rich.markup import escape
+
+    t = Table(title=escape(f"{cell.name} [{cell.key}]"), caption=f"judge profile {summary.get('profile') or '?'}")
     t.add_column("set")
     t.add_column("problems", justify="right")
     t.add_column("passed", justify="right")
@@ -296,6 +298,7 @@ async def _solve_all(
     endpoint: Any,
     pool: Any,
     progress: Any,
+    tracker_future: Any = None,
 ) -> None:
     from apps_bench.judge import Judge, has_sandbox_error
     from apps_bench.models import ModelClients
@@ -359,6 +362,8 @@ async def _solve_all(
             keep = bool((cfg.get("tracking") or {}).get("log_transcripts", True))
             store.append(rec, transcript if keep else None)
             progress.update(1, rec)
+            if tracker_future is not None and tracker_future.done() and tracker_future.exception() is not None:
+                raise tracker_future.exception()  # the tracking store is unusable: stop, keep the records
 
     await asyncio.gather(*(one(p) for p in todo))
 
@@ -399,7 +404,10 @@ def run_cell(cfg: Any) -> CellResult:
     import yaml
 
     t_start = time.perf_counter()
+    from omegaconf import OmegaConf
+
     data = plain_config(cfg)
+    node = OmegaConf.create(data)  # attribute + mapping access for the other modules' APIs
     cell = guard(data)  # raises CellRefused before anything runs
     _check_optimizer(data)
 
@@ -407,7 +415,7 @@ def run_cell(cfg: Any) -> CellResult:
 
     try:
         loaded = load_problems(
-            data["dataset"],
+            node.dataset,
             limit=data.get("limit"),
             offset=int(data.get("offset") or 0),
             only=tuple(str(x) for x in (data.get("only") or ())),
@@ -428,7 +436,7 @@ def run_cell(cfg: Any) -> CellResult:
     try:
         from apps_bench.topologies.prompts import load_prompts
 
-        store.write_json(PROMPTS, dict(load_prompts(data["topology"]).texts))
+        store.write_json(PROMPTS, dict(load_prompts(node.topology).texts))
     except Exception as exc:  # noqa: BLE001 - a bad prompt set is a setup error with its own message
         raise CellSetupError(str(exc)) from exc
     state = store.resume()
@@ -459,27 +467,39 @@ def run_cell(cfg: Any) -> CellResult:
         try:
             from apps_bench.topologies.registry import get_topology
 
-            get_topology(data["topology"])  # a missing framework fails now, with the pip command
+            get_topology(node.topology)  # a missing framework fails now, with the pip command
         except ImportError as exc:
             raise CellSetupError(str(exc)) from exc
         try:
-            endpoint_cm = open_endpoint(data["model"], problems)
+            endpoint_cm = open_endpoint(node.model, problems)
             endpoint = endpoint_cm.__enter__()
         except ModelEndpointError as exc:
             raise CellSetupError(str(exc)) from exc
+        # The MLflow run opens in the background (importing mlflow and reaching the store take
+        # seconds) while the first problems run; a store that fails stops the cell at the next
+        # completed problem, and the records written so far are kept for the rerun.
+        tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
+        tracker_future = tx.submit(_open_tracker, data, cell, loaded)
         try:
-            tracker = _open_tracker(data, cell, loaded)
             with SandboxPool(workers=int(data["judge"].get("workers") or 0)) as pool:
                 progress = _Progress(len(problems), n_done, bool(data.get("progress", True)), cell.name)
                 try:
-                    asyncio.run(_solve_all(data, cell, todo, store, endpoint=endpoint, pool=pool, progress=progress))
+                    asyncio.run(
+                        _solve_all(
+                            node, cell, todo, store, endpoint=endpoint, pool=pool, progress=progress,
+                            tracker_future=tracker_future,
+                        )
+                    )
                 finally:
                     progress.close()
+            tracker = tracker_future.result()
         except BaseException as exc:
-            if tracker is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                tracker.fail(f"{type(exc).__name__}: {exc}")
+            if tracker_future.done() and tracker_future.exception() is None:
+                if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    tracker_future.result().fail(f"{type(exc).__name__}: {exc}")
             raise
         finally:
+            tx.shutdown(wait=True)
             store.close()
             endpoint_cm.__exit__(None, None, None)
     else:
