@@ -147,8 +147,8 @@ def _rewrite(mod: Any, request: Any) -> Any:
     and `stream_options.include_usage` set when it streams without it."""
     try:
         content = request.content
-    except Exception:  # stream not read yet
-        content = request.read()
+    except Exception:  # a streamed request body (no SDK sends one): leave it alone
+        return request
     new = ensure_stream_usage(content) if content else None
     if new is None and request.headers.get("accept-encoding", "identity") == "identity":
         return request
