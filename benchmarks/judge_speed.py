@@ -140,6 +140,7 @@ def main() -> int:
     ap.add_argument("rows", nargs="?", default=str(REPO.parent / "shared/data/apps/train_mini150.jsonl"))
     ap.add_argument("--timeout-s", type=float, default=4.0)
     ap.add_argument("--workers", type=int, default=None, help="passed to the judge command (default: its config)")
+    ap.add_argument("--repeat", type=int, default=3, help="run the judge command this many times; report the median")
     args = ap.parse_args()
     rows = Path(args.rows).resolve()
     if not rows.is_file():
@@ -147,7 +148,8 @@ def main() -> int:
         return 2
     problems = load_problems({"source": "file", "path": str(rows), "split": "train"}, max_tests_per_row=0).problems
     n_tests = sum(len(p.tests) for p in problems)
-    print(f"{len(problems)} problems, {n_tests} tests from {rows}; cpus={os.cpu_count()}")
+    print(f"{len(problems)} problems, {n_tests} tests from {rows}; cpus={os.cpu_count()}; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     # (a) the project's judge command, whole command timed
     with tempfile.TemporaryDirectory(prefix="judge-speed-") as d:
@@ -156,13 +158,16 @@ def main() -> int:
                "--split", "train", "--out", str(verdicts_path), "--no-progress", "--timeout-s", str(args.timeout_s)]
         if args.workers is not None:
             cmd += ["--workers", str(args.workers)]
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-        judge_s = time.perf_counter() - t0
-        if proc.returncode != 0:
-            print(proc.stdout, proc.stderr, sep="\n", file=sys.stderr)
-            print(f"error: judge command failed with exit {proc.returncode}", file=sys.stderr)
-            return 1
+        judge_runs = []
+        for _ in range(max(1, args.repeat)):
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+            judge_runs.append(time.perf_counter() - t0)
+            if proc.returncode != 0:
+                print(proc.stdout, proc.stderr, sep="\n", file=sys.stderr)
+                print(f"error: judge command failed with exit {proc.returncode}", file=sys.stderr)
+                return 1
+        judge_s = statistics.median(judge_runs)
         verdicts = {json.loads(line)["id"]: json.loads(line) for line in verdicts_path.read_text().splitlines()}
     print("command:", " ".join(cmd[1:]).replace(str(REPO) + "/", ""))
     print(proc.stdout.rstrip())
@@ -202,7 +207,9 @@ def main() -> int:
         print(f"  {pid}: judge={'pass' if v['passed'] else 'fail'} ({jwhy}), "
               f"baseline={'pass' if b['passed'] else 'fail'} ({b['why'] or 'all pass'}) -> {explained[pid]}")
     print()
-    print(f"judge command : {judge_s:7.2f} s  (whole command, {len(verdicts)} problems)")
+    print(f"load average  : {' '.join(f'{x:.2f}' for x in os.getloadavg())} (other work on the machine slows both sides)")
+    print(f"judge command : {judge_s:7.2f} s  (whole command, {len(verdicts)} problems, {n_tests} tests; "
+          f"median of {', '.join(f'{x:.2f}' for x in judge_runs)})")
     print(f"baseline      : {base_s:7.2f} s  ({base_tests} fresh python processes, one after another)")
     print(f"ratio         : {base_s / judge_s:7.1f}x  (target >= 15x)")
     print(f"compute floor : {floor_s:7.2f} s CPU  (baseline children {base_cpu:.2f} s CPU minus "
