@@ -70,8 +70,10 @@ class PipelineAdapter(GEPAAdapter):
         n_traces: int = 5,
         seed: int = 0,
         on_proposal: Callable[[dict[str, Any]], None] | None = None,
+        base_prompts: Mapping[str, str] | None = None,
     ) -> None:
         self.evaluator = evaluator
+        self.base_prompts = dict(base_prompts or {})  # roles not optimized (e.g. other team sizes) ride along
         self.reflect = reflect
         self.budget = budget
         self.question_of = question_of
@@ -106,7 +108,7 @@ class PipelineAdapter(GEPAAdapter):
 
     def evaluate(self, batch: list[Any], candidate: dict[str, str], capture_traces: bool = False) -> EvaluationBatch:
         keys = [make_key(*k) for k in batch]
-        ps = PromptSet(dict(candidate))
+        ps = PromptSet({**self.base_prompts, **candidate})
         before = self.budget.rollouts if self.budget else None
         try:
             rollouts = self._evaluate_keys(ps, keys) if self.budget_hit is None else None
@@ -212,6 +214,35 @@ class BudgetStopper:
         return False
 
 
+class _EventBridge:
+    """GEPA callbacks -> the run's event log: every candidate (parents, changed roles,
+    texts, val scores by problem key) and every iteration's outcome."""
+
+    def __init__(self, emit: Callable[[str, dict[str, Any]], None], val: Sequence[ProblemKey], budget: Budget) -> None:
+        self.emit = emit
+        self.val = list(val)
+        self.budget = budget
+        self.seen: dict[int, dict[str, str]] = {}
+
+    def on_valset_evaluated(self, event: Mapping[str, Any]) -> None:
+        idx = int(event["candidate_idx"])
+        cand = dict(event["candidate"])
+        self.seen[idx] = cand
+        parents = [p for p in event.get("parent_ids") or () if p is not None]
+        base = self.seen.get(parents[0], {}) if parents else {}
+        self.emit("gepa_candidate", {
+            "idx": idx, "parents": parents, "iteration": event.get("iteration"),
+            "changed_roles": sorted(r for r in cand if base and base.get(r) != cand[r]),
+            "texts": cand, "average": event.get("average_score"),
+            "scores": {f"{self.val[int(i)][0]}/{self.val[int(i)][1]}": s for i, s in event["scores_by_val_id"].items()},
+            "rollouts_charged": self.budget.rollouts,
+        })  # fmt: skip
+
+    def on_iteration_end(self, event: Mapping[str, Any]) -> None:
+        self.emit("gepa_iteration", {"iteration": event.get("iteration"), "accepted": event.get("proposal_accepted"),
+                                     "rollouts_charged": self.budget.rollouts})  # fmt: skip
+
+
 class _ListLogger:
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -248,13 +279,20 @@ def run_gepa(
     question_of: Callable[[ProblemKey], str] | None = None,
     run_dir: str | None = None,
     callbacks: list[Any] | None = None,
+    base_prompts: Mapping[str, str] | None = None,
+    on_event: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> GepaOutcome:
     """Optimize `seed_prompts` with `gepa.optimize`; the protocol budget decides when to stop."""
     import gepa  # noqa: PLC0415
 
     train = [make_key(*k) for k in train_keys]
     val = [make_key(*k) for k in val_keys]
-    adapter = PipelineAdapter(evaluator, reflect, budget=budget, question_of=question_of, n_traces=cfg.n_traces, seed=cfg.seed)
+    adapter = PipelineAdapter(
+        evaluator, reflect, budget=budget, question_of=question_of, n_traces=cfg.n_traces, seed=cfg.seed,
+        base_prompts=base_prompts,
+        on_proposal=(lambda p: on_event("gepa_proposal", p)) if on_event else None,
+    )  # fmt: skip
+    bridge = _EventBridge(on_event, val, budget) if on_event else None
     stopper = BudgetStopper(budget, adapter, cfg.stall_iterations)
     logger = _ListLogger()
     result = gepa.optimize(
@@ -271,7 +309,7 @@ def run_gepa(
         stop_callbacks=[stopper],
         logger=logger,
         run_dir=run_dir,
-        callbacks=callbacks,
+        callbacks=(list(callbacks or []) + ([bridge] if bridge else [])) or None,
         seed=cfg.seed,
         raise_on_exception=True,
         acceptance_criterion=cfg.acceptance,

@@ -1,0 +1,255 @@
+"""One optimizer run, protocol first: splits and manifest, the method, val re-scoring,
+the chosen PromptSet on disk. The caller (the CLI cell) supplies the pipeline pieces
+and then runs the final eval cell with `prompts.yaml` (`topology.prompt_file=...`).
+
+Order matters for fairness and resumption:
+1. pool + disjoint splits + `manifest.json`, before any model call (a rerun must agree);
+2. every rollout through `ProtocolEvaluator` (gate, paired seeds, cache, budget), every
+   optimizer-model call through `CachedChat` (cache, budget), both logged to `events.jsonl`;
+3. the method's own selection; then seed and chosen prompts scored on the whole val set
+   (not charged to the optimizer budget; counted apart as `val_rescoring`);
+4. `prompts.yaml` (the chosen PromptSet, loadable by a cell) and `result.json`.
+A rerun with the same out_dir replays through the cache to the same result and the
+same charged budget.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from apps_bench.optimizers.cache import Checkpoints, RolloutCache
+from apps_bench.optimizers.proposals import CachedChat, ChatFn, ModelProposer
+from apps_bench.optimizers.protocol import (
+    Budget,
+    EvalSet,
+    ProblemKey,
+    ScoringGate,
+    build_pool,
+    key_str,
+    make_splits,
+    manifest_dict,
+    write_manifest,
+)
+from apps_bench.optimizers.scoring import EvalRecord, Objective, ProtocolEvaluator, Runner, objective
+from apps_bench.topologies.base import PromptSet
+from apps_bench.types import Problem, Verdict
+
+METHODS = ("none", "maspo", "gepa")
+
+
+class EventLog:
+    """Append-only JSONL of everything an optimizer run does (candidates, evaluations,
+    optimizer-model calls, steps), plus an optional hook (e.g. MLflow step metrics)."""
+
+    def __init__(self, path: Path, hook: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        self.path = path
+        self.hook = hook
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, kind: str, payload: Mapping[str, Any]) -> None:
+        rec = {**payload, "t": round(time.time(), 3), "kind": kind}
+        line = json.dumps(rec, ensure_ascii=False, default=_jsonable)
+        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+        if self.hook is not None:
+            self.hook(kind, dict(payload))
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if hasattr(obj, "__dataclass_fields__"):
+        return asdict(obj)
+    return str(obj)
+
+
+@dataclass
+class OptimizeResult:
+    method: str
+    chosen: dict[str, str]
+    seed_val: Objective
+    chosen_val: Objective
+    budget: dict[str, Any]
+    val_rescoring: dict[str, Any]
+    stopped: str
+    details: dict[str, Any] = field(default_factory=dict)
+    out_dir: str = ""
+
+    @property
+    def prompts_path(self) -> Path:
+        return Path(self.out_dir) / "prompts.yaml"
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["seed_val"] = self.seed_val._asdict()
+        d["chosen_val"] = self.chosen_val._asdict()
+        return d
+
+
+def write_prompt_set(path: Path, texts: Mapping[str, str]) -> Path:
+    """A PromptSet file a cell loads with `topology.prompt_file=PATH` (YAML, literal blocks)."""
+    import yaml  # noqa: PLC0415
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    def _str(dumper: yaml.SafeDumper, data: str) -> Any:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
+    _Dumper.add_representer(str, _str)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.dump(dict(texts), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=10_000)
+    if yaml.safe_load(text) != dict(texts):  # literal blocks cannot hold some texts (e.g. trailing spaces)
+        text = yaml.safe_dump(dict(texts), sort_keys=False, allow_unicode=True, width=10_000)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _judge_program(problems: Mapping[ProblemKey, Problem], score: Callable[[Problem, str | None], Verdict]):
+    def judge(key: ProblemKey, program: str | None) -> tuple[bool, float]:
+        v = score(problems[tuple(key)], program)
+        n = v.n_tests or len(problems[tuple(key)].tests)
+        return bool(v.passed), (v.tests_passed / n if n else 0.0)
+
+    return judge
+
+
+def optimize(
+    *,
+    method: str,
+    params: Mapping[str, Any],
+    flow: str,
+    roles: Sequence[str],
+    seed_prompts: PromptSet,
+    problems: Sequence[Problem],
+    dataset_revision: str,
+    eval_set: EvalSet,
+    runner: Runner,
+    run_seed: int,
+    model: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    out_dir: Path | str,
+    chat: ChatFn | None = None,
+    optimizer_model: Mapping[str, Any] | None = None,
+    score_program: Callable[[Problem, str | None], Verdict] | None = None,
+    extract_program: Callable[[str], str | None] | None = None,
+    hook: Callable[[str, dict[str, Any]], None] | None = None,
+    eval_problems: Sequence[Problem] = (),
+) -> OptimizeResult:
+    """Run one optimizer cell's optimization (see module doc). `problems`: loaded rows of
+    the pool's split; eval rows are excluded by key and, for the eval rows found among
+    `problems` and `eval_problems` (the final cell's rows), by question text."""
+    if method not in METHODS:
+        raise ValueError(f"unknown optimizer {method!r}; choose one of {METHODS}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    log = EventLog(out / "events.jsonl", hook)
+    eval_set = eval_set.with_questions([*problems, *eval_problems])
+    pool_p = dict(params.get("pool") or {})
+    pool = build_pool(problems, eval_set=eval_set, source=str(pool_p.get("source", "train")),
+                      difficulty=pool_p.get("difficulty", "interview"))  # fmt: skip
+    splits = make_splits(pool, train_size=int(pool_p.get("train_size", 50)), val_size=int(pool_p.get("val_size", 30)),
+                         split_seed=int(pool_p.get("split_seed", 0)))  # fmt: skip
+    write_manifest(out / "manifest.json", manifest_dict(splits, pool, dataset_revision=dataset_revision, eval_set=eval_set))
+    log("start", {"method": method, "train": [key_str(k) for k in splits.train], "val": [key_str(k) for k in splits.val]})
+
+    cache = RolloutCache(out / "cache.sqlite")
+    budget = Budget.from_params(dict(params.get("budget") or {}))
+    gate = ScoringGate(eval_set, splits)
+
+    def on_eval(rec: EvalRecord) -> None:
+        log("evaluation", {**asdict(rec), "keys": [key_str(k) for k in rec.keys], "rollouts_charged": budget.rollouts})
+
+    evaluator = ProtocolEvaluator(runner, cache, budget, gate, run_seed, dict(model), dict(settings), on_evaluate=on_eval)
+    question_of = lambda key: pool.problems[tuple(key)].question  # noqa: E731 - statements only, never solutions
+    cchat = None
+    if chat is not None:
+        cchat = CachedChat(chat, cache, dict(optimizer_model or model), budget,
+                           on_call=lambda c: log("optimizer_call", c))  # fmt: skip
+    elif method != "none":
+        raise ValueError(f"optimizer={method} needs an optimizer model (chat callable); none was given")
+
+    seed_texts = dict(seed_prompts.texts)
+    optimized_roles = list(dict.fromkeys(roles))
+    details: dict[str, Any] = {"train": len(splits.train), "val": len(splits.val), "pool": len(pool.problems),
+                               "dropped": dict(pool.dropped), "roles": optimized_roles}  # fmt: skip
+    stopped = "done"
+    if method == "none":
+        chosen = seed_texts
+    elif method == "maspo":
+        chosen, stopped, d = _run_maspo(params, flow, roles, seed_texts, splits.train, evaluator, cchat, budget,
+                                        question_of, pool, score_program, extract_program, out, log)  # fmt: skip
+        details.update(d)
+    else:
+        chosen, stopped, d = _run_gepa(params, optimized_roles, seed_texts, splits, evaluator, cchat, budget, question_of, log)
+        details.update(d)
+
+    # val re-scoring of the seed and the chosen prompts: same cache and gate, its own uncapped budget
+    val_budget = Budget()
+    val_eval = ProtocolEvaluator(runner, cache, val_budget, gate, run_seed, dict(model), dict(settings))
+    seed_val = objective(val_eval.evaluate(PromptSet(seed_texts), list(splits.val)))
+    chosen_val = objective(val_eval.evaluate(PromptSet(dict(chosen)), list(splits.val)))
+    log("val", {"seed": seed_val._asdict(), "chosen": chosen_val._asdict()})
+
+    write_prompt_set(out / "prompts.yaml", chosen)
+    result = OptimizeResult(method, dict(chosen), seed_val, chosen_val, budget.to_json(), val_budget.to_json(),
+                            stopped, details, str(out))  # fmt: skip
+    (out / "result.json").write_text(json.dumps(result.to_json(), indent=2, default=_jsonable) + "\n", encoding="utf-8")
+    log("done", {"stopped": stopped, "budget": budget.to_json()})
+    cache.close()
+    return result
+
+
+def _run_maspo(params, flow, roles, seed_texts, train, evaluator, cchat, budget, question_of, pool, score_program,
+               extract_program, out, log):  # fmt: skip
+    from apps_bench.optimizers.maspo import Maspo, MaspoConfig, graph_for  # noqa: PLC0415
+    from apps_bench.optimizers.maspo_system import EvaluatorSystem, ModelTextJudge  # noqa: PLC0415
+
+    if score_program is None:
+        raise ValueError("optimizer=maspo needs score_program (the judge on training tests) for its execution-grounded reward")
+    if extract_program is None:
+        from apps_bench.task import extract_program  # noqa: PLC0415
+    cfg = MaspoConfig.from_params(params)
+    graph = graph_for(flow, roles)
+    system = EvaluatorSystem(evaluator, graph, judge_program=_judge_program(pool.problems, score_program),
+                             extract_program=extract_program, text_judge=ModelTextJudge(cchat, cfg.seed),
+                             question_of=question_of)  # fmt: skip
+    proposer = ModelProposer(cchat, ksub=cfg.Ksub, n_traces=int(params.get("n_traces", 5)), question_of=question_of, seed=cfg.seed)
+
+    def on_event(ev: dict[str, Any]) -> None:
+        log(f"maspo_{ev.get('kind')}", ev)
+
+    m = Maspo(graph, seed_texts, system, proposer, train, cfg, budget=budget, checkpoints=Checkpoints(out / "checkpoints"),
+              on_event=on_event)  # fmt: skip
+    res = m.run()
+    return res.prompts, res.stopped, {
+        "plan": asdict(res.plan),
+        "steps": res.steps_done,
+        "best_scores": res.best_scores,
+        "hard_cases": {a: [key_str(k) for k in h] for a, h in res.hard_cases.items()},
+        "graph": {"agents": list(graph.agents), "edges": [list(e) for e in graph.edges], "partial_rerun": graph.partial_rerun},
+    }
+
+
+def _run_gepa(params, roles, seed_texts, splits, evaluator, cchat, budget, question_of, log):
+    from apps_bench.optimizers.gepa_adapter import GepaConfig, run_gepa  # noqa: PLC0415
+
+    cfg = GepaConfig.from_params(params)
+    res = run_gepa({r: seed_texts[r] for r in roles}, splits.train, splits.val, evaluator, cchat, budget=budget, cfg=cfg,
+                   question_of=question_of, base_prompts=seed_texts, on_event=log)  # fmt: skip
+    chosen = {**seed_texts, **res.best}
+    return chosen, res.stopped, {
+        "candidates": len(res.candidates),
+        "best_idx": res.best_idx,
+        "val_aggregate": res.val_aggregate,
+        "parents": res.parents,
+        "proposals": res.proposals,
+        "unparsable": res.unparsable,
+        "placeholder_evals": res.placeholder_evals,
+    }

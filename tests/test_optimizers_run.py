@@ -1,0 +1,169 @@
+"""One optimizer run through `optimizers.run.optimize` for none, maspo and gepa, with a
+synthetic two-stage pipeline (analyzer -> coder) and a deterministic optimizer model.
+
+Synthetic pipeline: the coder's program prints N = (+ in analyzer prompt) + (+ in coder
+prompt); problem i passes when N >= i % 4. The optimizer model appends '+' (even seed)
+or '-' (odd seed) to the current prompt, in tags.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from apps_bench.optimizers.protocol import EvalSet, read_manifest_splits
+from apps_bench.optimizers.proposals import ChatReply
+from apps_bench.optimizers.run import optimize, write_prompt_set
+from apps_bench.optimizers.scoring import Rollout, RoleTrace
+from apps_bench.topologies.base import PromptSet
+from apps_bench.topologies.prompts import read_prompt_file
+from apps_bench.types import Outcome, Problem, Verdict
+from apps_bench.types import TestResult as Result
+from apps_bench.types import TestSuite as Suite
+
+EVAL = EvalSet(frozenset(("test", str(i)) for i in range(50)))
+SEED = PromptSet({"analyzer": "Plan.", "coder": "Code.\n```python\n# your code\n```", "debugger": "unused role"})
+
+
+def problems():
+    out = [Problem(id=str(i), question=f"Train question {i}", tests=Suite(("1\n",), ("1\n",)), difficulty="interview",
+                   split="train", solutions=("REFERENCE_SOLUTION",)) for i in range(100, 140)]  # fmt: skip
+    out.append(Problem(id="7", question="Eval question 7", tests=Suite(("1\n",), ("1\n",)), difficulty="interview", split="test"))
+    out.append(Problem(id="300", question="Eval question 7", tests=Suite(("1\n",), ("1\n",)), difficulty="interview", split="train"))
+    out.append(Problem(id="301", question="intro", tests=Suite(("1\n",), ("1\n",)), difficulty="introductory", split="train"))
+    return out
+
+
+def n_of(texts) -> int:
+    return texts["analyzer"].count("+") + texts["coder"].count("+") - texts["coder"].count("-")
+
+
+def need(pid) -> int:
+    return int(pid) % 4
+
+
+class Pipeline:
+    def __init__(self, out_dir):
+        self.out_dir = out_dir
+        self.batches = 0
+        self.keys: set = set()
+
+    def run_batch(self, prompt_set, jobs):
+        assert (self.out_dir / "manifest.json").exists(), "manifest must be written before any model call"
+        self.batches += 1
+        n = max(0, n_of(prompt_set.texts))
+        out = []
+        for key, seed in jobs:
+            self.keys.add(key)
+            ok = n >= need(key[1])
+            out.append(Rollout(key=key, seed=seed, program=f"print({n})", passed=ok, pass_fraction=1.0 if ok else n / need(key[1]),
+                               n_tests=1, tests_passed=int(ok), task_tokens=3,
+                               traces=(RoleTrace("analyzer", "analyzer", key[1], "plan" + "+" * prompt_set["analyzer"].count("+")),
+                                       RoleTrace("coder", "coder", key[1], f"```python\nprint({n})\n```"))))  # fmt: skip
+        return out
+
+
+def score_program(problem, program):
+    n = int(re.search(r"print\((-?\d+)\)", program).group(1)) if program else -1
+    ok = n >= need(problem.id)
+    res = (Result(0, Outcome.PASS if ok else Outcome.WRONG_ANSWER),)
+    return Verdict(problem.id, ok, 1, 1, int(ok), res, "seed")
+
+
+def extract(text):
+    m = re.search(r"```python\n(.*?)```", text, re.S)
+    return m.group(1).strip() if m else None
+
+
+class Chat:
+    def __init__(self):
+        self.calls = 0
+        self.seen_text = []
+
+    def __call__(self, messages, seed):
+        self.calls += 1
+        body = messages[-1]["content"]
+        self.seen_text.append(body)
+        m = re.search(r"<current_prompt>\n(.*)\n</current_prompt>", body, re.S)
+        if m is None:  # a text-judge request
+            return ChatReply("<winner>tie</winner>", 5)
+        cur = m.group(1)
+        return ChatReply(f"<analysis>a</analysis><modification>m</modification><prompt>{cur}{'+' if seed % 2 == 0 else '-'}</prompt>", 10)
+
+
+PARAMS = {
+    "maspo": {"budget": {"rollouts": 300}, "pool": {"train_size": 12, "val_size": 6, "split_seed": 3},
+              "K": 2, "Ksub": 2, "T": 2, "D": 2, "minibatch": 4, "seed": 0},
+    "gepa": {"budget": {"rollouts": 80}, "pool": {"train_size": 12, "val_size": 6, "split_seed": 3}, "minibatch": 3},
+    "none": {"pool": {"train_size": 12, "val_size": 6, "split_seed": 3}},
+}  # fmt: skip
+
+
+def go(tmp_path, method, name="out"):
+    out = tmp_path / name
+    pipe, chat = Pipeline(out), Chat()
+    res = optimize(method=method, params=PARAMS[method], flow="sequential", roles=["analyzer", "coder"], seed_prompts=SEED,
+                   problems=problems(), dataset_revision="rev1", eval_set=EVAL, runner=pipe, run_seed=0,
+                   model={"id": "synthetic"}, settings={"flow": "sequential"}, out_dir=out,
+                   chat=None if method == "none" else chat, score_program=score_program, extract_program=extract)  # fmt: skip
+    return res, pipe, chat, out
+
+
+@pytest.mark.parametrize("method", ["maspo", "gepa"])
+def test_optimizer_run_end_to_end(tmp_path, method):
+    res, pipe, chat, out = go(tmp_path, method)
+    splits = read_manifest_splits(out / "manifest.json")
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["dataset_revision"] == "rev1" and man["pool_size"] == 40
+    assert man["dropped"] == {"eval_question": 1, "other_difficulty": 1, "other_split": 1}
+    # only training problems during optimization, val only for re-scoring; never an eval key
+    assert pipe.keys <= set(splits.train) | set(splits.val) and not any(k[0] == "test" for k in pipe.keys)
+    assert res.chosen_val > res.seed_val and n_of(res.chosen) > n_of(SEED.texts)
+    assert res.chosen["debugger"] == "unused role" and res.chosen["coder"].startswith("Code.\n```python")
+    assert read_prompt_file(res.prompts_path) == res.chosen  # a cell loads it as topology.prompt_file
+    assert res.budget["rollouts"] <= 300 + 6 and res.budget["overshoot"]["rollouts"] <= 6
+    assert res.val_rescoring["rollouts"] == 12 and res.val_rescoring["max_rollouts"] is None
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    kinds = {e["kind"] for e in events}
+    assert {"start", "evaluation", "optimizer_call", "val", "done"} <= kinds
+    evaluated = {k for e in events if e["kind"] == "evaluation" for k in e["keys"]}
+    assert evaluated and not any(k.startswith("test/") for k in evaluated)
+    # the optimizer model never saw a reference solution
+    assert chat.calls > 0 and not any("REFERENCE_SOLUTION" in t for t in chat.seen_text)
+    assert json.loads((out / "result.json").read_text())["chosen"] == res.chosen
+    if method == "maspo":
+        assert res.details["graph"]["agents"] == ["analyzer", "coder"] and res.details["steps"] > 0
+        assert any(e["kind"] == "maspo_child" for e in events)
+    else:
+        assert res.details["candidates"] >= 2 and any(e["kind"] == "gepa_candidate" for e in events)
+
+
+@pytest.mark.parametrize("method", ["maspo", "gepa"])
+def test_rerun_same_out_dir_replays_without_cost(tmp_path, method):
+    first, pipe1, chat1, _ = go(tmp_path, method)
+    again, pipe2, chat2, _ = go(tmp_path, method)
+    assert again.chosen == first.chosen and again.seed_val == first.seed_val and again.chosen_val == first.chosen_val
+    assert again.budget["rollouts"] == first.budget["rollouts"] and again.budget["optimizer_tokens"] == first.budget["optimizer_tokens"]
+    assert pipe2.batches == 0 and chat2.calls == 0 and again.budget["fresh_rollouts"] == 0
+
+
+def test_none_scores_seed_only_and_other_split_settings_are_refused(tmp_path):
+    res, pipe, chat, out = go(tmp_path, "none")
+    assert res.chosen == dict(SEED.texts) and res.seed_val == res.chosen_val and res.budget["rollouts"] == 0
+    assert chat.calls == 0 and pipe.batches == 1  # seed on val once; chosen == seed is served from the cache
+    with pytest.raises(ValueError, match="different split manifest"):
+        optimize(method="none", params={"pool": {"train_size": 12, "val_size": 6, "split_seed": 4}}, flow="sequential",
+                 roles=["analyzer", "coder"], seed_prompts=SEED, problems=problems(), dataset_revision="rev1",
+                 eval_set=EVAL, runner=Pipeline(out), run_seed=0, model={"id": "synthetic"}, settings={}, out_dir=out)  # fmt: skip
+    with pytest.raises(ValueError, match="needs an optimizer model"):
+        optimize(method="gepa", params=PARAMS["gepa"], flow="sequential", roles=["analyzer", "coder"], seed_prompts=SEED,
+                 problems=problems(), dataset_revision="rev1", eval_set=EVAL, runner=Pipeline(tmp_path / "x"), run_seed=0,
+                 model={"id": "synthetic"}, settings={}, out_dir=tmp_path / "x")  # fmt: skip
+
+
+def test_prompt_file_roundtrip_with_fences_and_odd_whitespace(tmp_path):
+    texts = {"a": "line1\n```python\nx = 1\n```\n", "b": "trailing space \nnext", "c": "one line"}
+    path = write_prompt_set(tmp_path / "p.yaml", texts)
+    assert read_prompt_file(path) == texts
