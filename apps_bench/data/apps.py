@@ -156,8 +156,8 @@ def _iter_hub(builder: str, data_files: str, streaming: bool) -> Iterator[Any]:
     except Exception as e:
         raise DatasetUnavailableError(
             f"could not load {data_files} with the datasets {builder!r} builder: {type(e).__name__}: {e}. "
-            "Offline or behind a firewall? Point dataset.path at a local codeparrot-schema "
-            ".jsonl/.parquet file (e.g. dataset.path=/data/apps/test.jsonl)."
+            "Offline or behind a firewall? Use a local codeparrot-schema .jsonl/.parquet file instead: "
+            "dataset.path=/data/apps/test.jsonl for a run, or ROWS for `python -m apps_bench.judge`."
         ) from e
     return iter(ds)
 
