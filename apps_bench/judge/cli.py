@@ -124,12 +124,12 @@ class _OrderedWriter:
 
 
 def run(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
     from omegaconf import OmegaConf
 
     from apps_bench.config import DatasetConfig
     from apps_bench.judge.core import check_profile
 
-    t0 = time.perf_counter()
     if not args.gold and not args.predictions:
         raise UsageError("give --predictions PRED.jsonl, or --gold to judge the reference solutions")
     if args.gold and args.predictions:
