@@ -322,3 +322,13 @@ def test_standalone_cli_serves_rows(apps_data_dir, rows):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_tool_choice_none_and_named_are_respected(server, rows):
+    p = rows[8]
+    out = chat(server, messages=[user(p.question)], tools=[PY_EXEC, DELEGATE], tool_choice="none")
+    assert "tool_calls" not in out["choices"][0]["message"]  # e.g. AutoGen's reflection call
+    assert fence(out["choices"][0]["message"]["content"]).strip() == p.solution.strip()
+    named = {"type": "function", "function": {"name": "delegate"}}
+    out = chat(server, messages=[user(p.question)], tools=[PY_EXEC, DELEGATE], tool_choice=named)
+    assert out["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "delegate"

@@ -22,7 +22,8 @@ exercised offline and must reach the reference pass rate. Rules, first match win
    format): if `python_exec` is among the listed tools and no `Observation:` is in the
    conversation yet, reply `Thought:` / `Action: python_exec` / `Action Input: {json}`;
    else `Thought:` / `Final Answer:` with the program.
-5. Native tools: `python_exec` offered and no tool result yet -> call it (code = the
+5. Native tools (as allowed by `tool_choice`: "none" allows none, a named function only
+   that one): `python_exec` offered and no tool result yet -> call it (code = the
    solution, stdin = first test input for stdin problems). Then, if `delegate` is
    offered (params `worker` enum, `instruction`), one delegate call per reply for each
    worker of the enum in order, skipping workers already delegated to. Then the final
@@ -228,6 +229,20 @@ def offered_tools(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return tools
 
 
+def usable_tools(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Offered tools the request lets the model call: `tool_choice: "none"` allows none (AutoGen's
+    reflection call), a named function allows only that one."""
+    tools = offered_tools(request)
+    choice = request.get("tool_choice")
+    if choice == "none":
+        return {}
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name") or choice.get("name")
+        if name:
+            return {k: v for k, v in tools.items() if k == name}
+    return tools
+
+
 def request_seed(request: dict[str, Any]) -> int:
     try:
         return int(request.get("seed") or 0)
@@ -388,7 +403,7 @@ def respond(request: dict[str, Any], index: ProblemIndex, *, wrong_fraction: flo
     if crew:
         return crew
 
-    tools = offered_tools(request)
+    tools = usable_tools(request)
     has_tool_result = any(m.get("role") in ("tool", "function") for m in messages)
     if problem.solution is not None:
         if "python_exec" in tools and not has_tool_result:

@@ -10,7 +10,6 @@ retried); the caller still sees a normal (streamed) response.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -122,6 +121,8 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
                     retry_after = response.headers.get("retry-after")
                 delay = self.policy.delay(attempt, retry_after)
                 log.warning("model call failed (%s); retry %d/%d in %.2fs", reason, attempt + 1, self.policy.max_retries, delay)
+                import asyncio  # lazily: keeps `import apps_bench.models` light
+
                 await asyncio.sleep(delay)
                 attempt += 1
 
