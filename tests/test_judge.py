@@ -182,3 +182,54 @@ KNOWN_GOLD_FAILURES_OUTCOME: dict[str, T.Outcome] = {
 }
 KNOWN_GOLD_FAILURES: set[str] = set(KNOWN_GOLD_FAILURES_OUTCOME)
 TIMING_MARGINAL: set[str] = {"49"}  # its reference solution needs about 4 s on test 0 on this machine
+
+
+# ---------------------------------------------------------------- summary (pure)
+
+
+def _v(pid, passed, extracted=True, outcome=O.PASS):
+    res = () if not extracted else (T.TestResult(0, outcome),)
+    return T.Verdict(pid, passed, 1, len(res), int(passed), res, "seed", extracted=extracted)
+
+
+def test_summary_pass_at_1_all_extracted_and_tiers():
+    items = [
+        ("introductory", _v("a", True)),
+        ("introductory", _v("b", False, outcome=O.WRONG_ANSWER)),
+        ("interview", _v("c", False, extracted=False)),
+        ("competition", _v("d", True)),
+        ("interview", _v("e", False, outcome=O.SANDBOX_ERROR)),  # infrastructure: not scored
+    ]
+    s = summarize(items, skipped={"empty_tests": 2})
+    assert (s.n_problems, s.n_passed, s.n_extracted, s.n_sandbox_errors) == (4, 2, 3, 1)
+    assert s.pass_at_1 == 0.5 and s.pass_at_1_extracted == pytest.approx(2 / 3)
+    assert list(s.by_difficulty) == ["introductory", "interview", "competition"]
+    assert s.by_difficulty["interview"].n == 1 and s.by_difficulty["interview"].pass_at_1 == 0.0
+    d = s.to_dict()
+    assert d["n_skipped"] == 2 and d["skipped"] == {"empty_tests": 2} and d["profile"] == "seed"
+    assert d["by_difficulty"]["competition"] == {"n": 1, "passed": 1, "pass_at_1": 1.0}
+    m = s.metrics()
+    assert m["pass_at_1_introductory"] == 0.5 and m["n_sandbox_errors"] == 1
+    json.dumps(d)  # plain data
+
+
+def test_summary_from_verdict_records_and_table():
+    recs = [{**_v("a", True).to_json(), "difficulty": "interview"}, {**_v("b", False).to_json(), "difficulty": "interview"}]
+    s = summarize(recs, profile="seed", seconds=1.5)
+    assert (s.n_problems, s.n_passed) == (2, 1)
+    from rich.console import Console
+
+    console = Console(record=True, width=100)
+    console.print(s.table())
+    text = console.export_text()
+    assert "pass@1" in text and "0.5000" in text and "interview" in text and "1.50 s" in text
+
+
+def test_summary_rejects_unknown_items():
+    with pytest.raises(TypeError, match="pairs or verdict records"):
+        summarize([42])
+
+
+def test_unknown_profile_is_refused(pool):
+    with pytest.raises(ValueError, match="available: seed"):
+        Judge(pool, profile="nonesuch")
