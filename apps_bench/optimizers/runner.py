@@ -1,0 +1,128 @@
+"""The protocol's `Runner` over the real pipeline: a topology run per (problem, seed) with a
+candidate PromptSet, judged on the problem's training tests with the eval cell's settings.
+
+It is the same per-problem path as a cell (`build_context` -> `topology.solve` -> judge),
+with two differences an optimizer needs: the prompt set is the candidate's (a value,
+passed in), and each problem's request seed is the protocol's paired seed. A failure of
+one problem is a Rollout with `error` set (infrastructure), never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping, Sequence
+
+from apps_bench.optimizers.protocol import ProblemKey
+from apps_bench.optimizers.scoring import Rollout, rollout_from_attempt
+from apps_bench.topologies.base import PromptSet
+from apps_bench.types import Problem
+
+
+class PipelineRunner:
+    """`cfg`: the resolved cell config (attribute access: an OmegaConf node); `endpoint`:
+    an open model endpoint (`models.open_endpoint`); `pool`: the SandboxPool; `judge`: a
+    `judge.Judge` built from `cfg.judge` (the eval cell's profile, timeouts, test cap)."""
+
+    def __init__(self, cfg: Any, *, endpoint: Any, pool: Any, judge: Any, problems: Mapping[ProblemKey, Problem],
+                 concurrency: int | None = None) -> None:  # fmt: skip
+        from apps_bench.topologies.registry import get_topology  # noqa: PLC0415
+
+        self.cfg = cfg
+        self.endpoint = endpoint
+        self.pool = pool
+        self.judge = judge
+        self.problems = dict(problems)
+        self.topology = get_topology(cfg.topology)
+        self.concurrency = max(1, int(concurrency or cfg.get("concurrency", 4) or 4))
+        tl = float(cfg.topology.get("time_limit_s") or 600)
+        self.time_cap = tl * 1.5 + 30  # safety net over the runner's own limit, as in a cell
+
+    def run_batch(self, prompt_set: PromptSet, jobs: Sequence[tuple[ProblemKey, int]]) -> list[Rollout]:
+        missing = [k for k, _ in jobs if tuple(k) not in self.problems]
+        if missing:
+            raise KeyError(f"the runner was given no problem rows for {missing[:5]}")
+        return asyncio.run(self._run_all(prompt_set, list(jobs)))
+
+    async def _run_all(self, prompt_set: PromptSet, jobs: list[tuple[ProblemKey, int]]) -> list[Rollout]:
+        loop = asyncio.get_running_loop()
+        executor = ThreadPoolExecutor(max_workers=self.concurrency * 2 + 4, thread_name_prefix="apps-bench-opt")
+        loop.set_default_executor(executor)
+        sem = asyncio.Semaphore(self.concurrency)
+        try:
+            return list(await asyncio.gather(*(self._one(sem, prompt_set, tuple(k), int(s)) for k, s in jobs)))
+        finally:
+            executor.shutdown(wait=False)
+
+    async def _one(self, sem: asyncio.Semaphore, prompt_set: PromptSet, key: ProblemKey, seed: int) -> Rollout:
+        from apps_bench.models import ModelClients  # noqa: PLC0415
+        from apps_bench.sandbox.tool import PythonExecTool  # noqa: PLC0415
+        from apps_bench.topologies.context import build_context  # noqa: PLC0415
+        from apps_bench.types import Attempt, Usage  # noqa: PLC0415
+
+        problem = self.problems[key]
+        async with sem:
+            usage = Usage()
+            models = None
+            try:
+                models = ModelClients(self.endpoint, self.cfg.model, usage)
+                tool = PythonExecTool(self.pool, float(self.cfg.tool.timeout_s), int(self.cfg.tool.output_chars), usage)
+                ctx = build_context(problem, self.cfg.topology, models=models, tool=tool, seed=seed, usage=usage,
+                                    prompts=prompt_set)  # fmt: skip
+                try:
+                    attempt = await asyncio.wait_for(self.topology.solve(ctx), timeout=self.time_cap)
+                except asyncio.TimeoutError:
+                    attempt = Attempt(program=None, transcript=list(ctx.transcript), stop_reason="time_limit")
+                if not attempt.transcript:
+                    attempt.transcript = list(ctx.transcript)
+                attempt.usage = usage
+            except Exception as exc:  # noqa: BLE001 - one problem's failure is recorded, never fatal
+                return Rollout(key=key, seed=seed, error=f"{type(exc).__name__}: {exc}")
+            finally:
+                closer = getattr(models, "aclose", None)
+                if closer is not None:
+                    try:
+                        await closer()
+                    except Exception:  # noqa: BLE001
+                        pass
+            if attempt.error:
+                return Rollout(key=key, seed=seed, error=str(attempt.error), task_tokens=usage.total_tokens)
+            try:
+                verdict = await asyncio.to_thread(self.judge.score, problem, attempt.program)
+            except Exception as exc:  # noqa: BLE001 - a judge crash is infrastructure for this problem
+                return Rollout(key=key, seed=seed, error=f"judge {type(exc).__name__}: {exc}", task_tokens=usage.total_tokens)
+            from apps_bench.judge import has_sandbox_error  # noqa: PLC0415
+
+            if has_sandbox_error(verdict):
+                return Rollout(key=key, seed=seed, error="sandbox_error while judging", task_tokens=usage.total_tokens)
+            return rollout_from_attempt(problem, seed, attempt, verdict)
+
+    def score_program(self, problem: Problem, program: str | None) -> Any:
+        """The judge on a problem's training tests (MASPO's reward for intermediate programs)."""
+        return self.judge.score(problem, program)
+
+    def settings(self) -> dict[str, Any]:
+        """What goes into the rollout cache key besides prompts: everything that changes a run."""
+        from omegaconf import OmegaConf  # noqa: PLC0415
+
+        topo = OmegaConf.to_container(self.cfg.topology, resolve=True) if OmegaConf.is_config(self.cfg.topology) else dict(self.cfg.topology)
+        topo = {k: v for k, v in dict(topo).items() if k not in ("prompts", "prompt_file")}
+        judge = OmegaConf.to_container(self.cfg.judge, resolve=True) if OmegaConf.is_config(self.cfg.judge) else dict(self.cfg.judge)
+        judge = {k: v for k, v in dict(judge).items() if k != "workers"}
+        tool = OmegaConf.to_container(self.cfg.tool, resolve=True) if OmegaConf.is_config(self.cfg.tool) else dict(self.cfg.tool)
+        return {"topology": topo, "judge": judge, "tool": tool, "max_tests_per_row": self.cfg.get("max_tests_per_row")}
+
+    def model_identity(self) -> dict[str, Any]:
+        m = self.cfg.model
+        keys = ("name", "provider", "model_id", "temperature", "top_p", "max_tokens", "extra_body", "wrong_fraction")
+        out = {}
+        for k in keys:
+            v = m.get(k) if hasattr(m, "get") else getattr(m, k, None)
+            try:
+                from omegaconf import OmegaConf  # noqa: PLC0415
+
+                v = OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+            except ImportError:
+                pass
+            out[k] = v
+        return out

@@ -1,0 +1,86 @@
+"""An optimizer run over the real pipeline: Hydra-composed cell, the gold model over
+loopback HTTP, real LangGraph runner, real SandboxPool and judge, real APPS train rows.
+
+The optimizer model is a deterministic local callable (tags), standing in until the gold
+server has its optimizer mode. The gold model answers with reference solutions whatever
+the prompt, so this checks the plumbing (paired seeds, cache, budget, manifest, traces,
+prompt file), not that optimization helps.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from apps_bench.config import register_configs
+
+pytestmark = pytest.mark.slow
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def _cfg(*overrides):
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        return copy.deepcopy(compose("config", overrides=["allow_any_cell=true", "model=gold", *overrides]))
+
+
+def chat(messages, seed):
+    cur = re.search(r"<current_prompt>\n(.*)\n</current_prompt>", messages[-1]["content"], re.S)
+    if cur is None:
+        return __import__("apps_bench.optimizers.proposals", fromlist=["ChatReply"]).ChatReply("<winner>tie</winner>", 3)
+    from apps_bench.optimizers.proposals import ChatReply
+
+    return ChatReply(f"<analysis>a</analysis><modification>m</modification><prompt>{cur.group(1)}\nCheck edge cases ({seed % 7}).</prompt>", 30)
+
+
+def test_maspo_over_real_single_runner_with_gold(tmp_path, apps_data_dir):
+    pytest.importorskip("apps_bench.sandbox.tool", reason="python_exec tool (sandbox engineer) not landed yet")
+    from apps_bench.data import load_problems
+    from apps_bench.judge import Judge
+    from apps_bench.models import open_endpoint
+    from apps_bench.optimizers.protocol import load_eval_set
+    from apps_bench.optimizers.run import optimize
+    from apps_bench.optimizers.runner import PipelineRunner
+    from apps_bench.sandbox import SandboxPool
+    from apps_bench.topologies.prompts import load_prompts, roles_for
+
+    cfg = _cfg("topology=single", "dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "concurrency=4")
+    loaded = load_problems(cfg.dataset, difficulty="interview", max_tests_per_row=int(cfg.max_tests_per_row))
+    problems = {p.key: p for p in loaded.problems}
+    params = {"budget": {"rollouts": 24}, "pool": {"train_size": 6, "val_size": 3, "split_seed": 0},
+              "K": 1, "Ksub": 1, "T": 2, "D": 1, "minibatch": 3}  # fmt: skip
+    out = tmp_path / "opt"
+    seed_prompts = load_prompts(cfg.topology)
+    with open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool(workers=2) as pool:
+        runner = PipelineRunner(cfg, endpoint=ep, pool=pool, judge=Judge.from_config(pool, cfg.judge), problems=problems)
+
+        def run_once():
+            return optimize(method="maspo", params=params, flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),
+                            seed_prompts=seed_prompts, problems=loaded.problems, dataset_revision=loaded.revision,
+                            eval_set=load_eval_set(), runner=runner, run_seed=int(cfg.seed), model=runner.model_identity(),
+                            settings=runner.settings(), out_dir=out, chat=chat, score_program=runner.score_program)  # fmt: skip
+
+        res = run_once()
+        again = run_once()
+    # the gold model passes the rows whose reference solution passes: val scores are real verdicts
+    assert res.seed_val.strict > 0 and res.budget["rollouts"] > 0 and res.budget["task_tokens"] > 0
+    assert res.budget["overshoot"]["rollouts"] < 3
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["dataset_revision"] == "local" and all(r["split"] == "train" for r in manifest["train"] + manifest["val"])
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert any(e["kind"] == "optimizer_call" for e in events)
+    # the traces the optimizer model saw came from the real runner: the solver's input holds the framed problem
+    first_call = next(e for e in events if e["kind"] == "optimizer_call")
+    assert "QUESTION:" in first_call["messages"][-1]["content"]
+    # a rerun replays through the cache: same prompts, same charged budget, nothing fresh
+    assert again.chosen == res.chosen and again.budget["rollouts"] == res.budget["rollouts"]
+    assert again.budget["fresh_rollouts"] == 0 and again.budget["fresh_optimizer_tokens"] == 0
+    # the chosen prompt set loads in a normal cell
+    cell = _cfg("topology=single", f"topology.prompt_file={res.prompts_path}")
+    assert dict(load_prompts(cell.topology).texts) == res.chosen
