@@ -1,0 +1,112 @@
+"""From a composed optimizer cell to a chosen PromptSet: what the CLI calls for
+`optimizer=maspo|gepa`, before it runs the final eval cell with the chosen prompts.
+
+`run_optimizer_cell(cfg)` loads the pool (the train split by default), opens the task
+model endpoint (the gold server gets the pool's rows), the sandbox and the judge with
+the eval cell's own settings, opens the optimizer model (`optimizer.params.optimizer_model`,
+default the task model), and runs `run.optimize`. MLflow logging and the final cell are
+the caller's (`hook` receives every event for step metrics).
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from apps_bench.optimizers.run import OptimizeResult, optimize
+
+
+def _plain(node: Any) -> Any:
+    from omegaconf import OmegaConf  # noqa: PLC0415
+
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
+def pool_dataset_config(dataset_cfg: Mapping[str, Any], pool: Mapping[str, Any]) -> dict[str, Any]:
+    """The dataset the pool is drawn from: the cell's dataset at the pool's split.
+
+    source=train reads the train split (hub, same repo and revision) or `pool.path` (a
+    local codeparrot-schema train file); source=test_minus_eval reads the cell's own
+    test-split dataset.
+    """
+    ds = dict(dataset_cfg)
+    source = str(pool.get("source", "train"))
+    if source == "train":
+        ds["split"] = "train"
+        ds["name"] = f"{ds.get('name', 'apps')}_train"
+        if pool.get("path"):
+            ds["path"], ds["source"] = str(pool["path"]), "file"
+        elif ds.get("path"):
+            raise ValueError(
+                "the cell's dataset is a local file (dataset.path) but the optimizer pool reads the train split: "
+                "set optimizer.params.pool.path=<train.jsonl> or optimizer.params.pool.source=test_minus_eval"
+            )
+        elif ds.get("source") == "demo":
+            raise ValueError("the demo dataset has no train split; use dataset=apps (or set optimizer.params.pool.path)")
+    elif source == "test_minus_eval":
+        ds["split"] = "test"
+    else:
+        raise ValueError(f"optimizer.params.pool.source must be train or test_minus_eval, got {source!r}")
+    ds["streaming"] = False  # the whole split is needed
+    return ds
+
+
+def run_optimizer_cell(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[str, Any]], None] | None = None) -> OptimizeResult:
+    from omegaconf import OmegaConf  # noqa: PLC0415
+
+    from apps_bench.data import eval_ids, load_problems  # noqa: PLC0415
+    from apps_bench.judge import Judge  # noqa: PLC0415
+    from apps_bench.models import open_endpoint  # noqa: PLC0415
+    from apps_bench.optimizers.chat import EndpointChat  # noqa: PLC0415
+    from apps_bench.optimizers.protocol import load_eval_set  # noqa: PLC0415
+    from apps_bench.optimizers.runner import PipelineRunner  # noqa: PLC0415
+    from apps_bench.sandbox import SandboxPool  # noqa: PLC0415
+    from apps_bench.topologies.prompts import load_prompts, roles_for  # noqa: PLC0415
+
+    method = str(cfg.optimizer.name)
+    params = dict(_plain(cfg.optimizer.params) or {})
+    pool_p = dict(params.get("pool") or {})
+    pool_ds = pool_dataset_config(dict(_plain(cfg.dataset)), pool_p)
+    loaded = load_problems(pool_ds, difficulty=pool_p.get("difficulty", "interview"), max_tests_per_row=int(cfg.max_tests_per_row))
+    eval_rows = load_problems(cfg.dataset, only=eval_ids(), max_tests_per_row=int(cfg.max_tests_per_row)).problems
+    problems = {p.key: p for p in loaded.problems}
+
+    opt_model_cfg = params.get("optimizer_model")
+    with ExitStack() as stack:
+        ep = stack.enter_context(open_endpoint(cfg.model, loaded.problems))
+        if opt_model_cfg:
+            from apps_bench.config import ModelConfig  # noqa: PLC0415
+
+            opt_cfg = OmegaConf.merge(OmegaConf.structured(ModelConfig), opt_model_cfg)
+            opt_ep = stack.enter_context(open_endpoint(opt_cfg, loaded.problems))
+        else:
+            opt_cfg, opt_ep = cfg.model, ep
+        pool = stack.enter_context(SandboxPool(workers=int(cfg.judge.get("workers") or 0)))
+        runner = PipelineRunner(cfg, endpoint=ep, pool=pool, judge=Judge.from_config(pool, cfg.judge), problems=problems)
+        chat = EndpointChat(opt_ep, opt_cfg) if method != "none" else None
+        try:
+            return optimize(
+                method=method,
+                params=params,
+                flow=str(cfg.topology.flow),
+                roles=roles_for(cfg.topology),
+                seed_prompts=load_prompts(cfg.topology),
+                problems=loaded.problems,
+                dataset_revision=str(loaded.revision),
+                eval_set=load_eval_set(),
+                eval_problems=eval_rows,
+                runner=runner,
+                run_seed=int(cfg.seed),
+                model=runner.model_identity(),
+                settings=runner.settings(),
+                out_dir=out_dir,
+                chat=chat,
+                optimizer_model={"name": str(opt_cfg.name), "model_id": str(opt_cfg.model_id),
+                                 "temperature": float(opt_cfg.temperature)},  # fmt: skip
+                score_program=runner.score_program,
+                hook=hook,
+            )
+        finally:
+            if chat is not None:
+                chat.close()
