@@ -190,6 +190,7 @@ def _chunks(text: str, n: int = 3) -> list[str]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = 300  # an idle keep-alive connection (a client nobody closed) frees its thread after this
     gold: GoldServer  # set on the subclass made by GoldServer.start
     server_version = "apps-bench-gold/1"
 
