@@ -140,7 +140,7 @@ def main() -> int:
     ap.add_argument("rows", nargs="?", default=str(REPO.parent / "shared/data/apps/train_mini150.jsonl"))
     ap.add_argument("--timeout-s", type=float, default=4.0)
     ap.add_argument("--workers", type=int, default=None, help="passed to the judge command (default: its config)")
-    ap.add_argument("--repeat", type=int, default=3, help="run the judge command this many times; report the median")
+    ap.add_argument("--repeat", type=int, default=4, help="judge command runs (half before, half after the baseline); the median counts")
     args = ap.parse_args()
     rows = Path(args.rows).resolve()
     if not rows.is_file():
@@ -151,25 +151,30 @@ def main() -> int:
     print(f"{len(problems)} problems, {n_tests} tests from {rows}; cpus={os.cpu_count()}; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
-    # (a) the project's judge command, whole command timed
-    with tempfile.TemporaryDirectory(prefix="judge-speed-") as d:
-        verdicts_path = Path(d) / "verdicts.jsonl"
-        cmd = [sys.executable, "-m", "apps_bench.judge", str(rows), "--gold", "--max-tests-per-row", "0",
-               "--split", "train", "--out", str(verdicts_path), "--no-progress", "--timeout-s", str(args.timeout_s)]
-        if args.workers is not None:
-            cmd += ["--workers", str(args.workers)]
-        judge_runs = []
-        for _ in range(max(1, args.repeat)):
-            t0 = time.perf_counter()
-            proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-            judge_runs.append(time.perf_counter() - t0)
-            if proc.returncode != 0:
-                print(proc.stdout, proc.stderr, sep="\n", file=sys.stderr)
-                print(f"error: judge command failed with exit {proc.returncode}", file=sys.stderr)
-                return 1
-        judge_s = statistics.median(judge_runs)
-        verdicts = {json.loads(line)["id"]: json.loads(line) for line in verdicts_path.read_text().splitlines()}
-    print("command:", " ".join(cmd[1:]).replace(str(REPO) + "/", ""))
+    # (a) the project's judge command, whole command timed; runs before and after the baseline,
+    # so a change in the machine's load during the run weighs on both sides alike
+    tmp = tempfile.TemporaryDirectory(prefix="judge-speed-")
+    verdicts_path = Path(tmp.name) / "verdicts.jsonl"
+    cmd = [sys.executable, "-m", "apps_bench.judge", str(rows), "--gold", "--max-tests-per-row", "0",
+           "--split", "train", "--out", str(verdicts_path), "--no-progress", "--timeout-s", str(args.timeout_s)]
+    if args.workers is not None:
+        cmd += ["--workers", str(args.workers)]
+    judge_runs: list[float] = []
+
+    def judge_once() -> subprocess.CompletedProcess:
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        judge_runs.append(time.perf_counter() - t0)
+        if proc.returncode != 0:
+            print(proc.stdout, proc.stderr, sep="\n", file=sys.stderr)
+            raise SystemExit(f"error: judge command failed with exit {proc.returncode}")
+        return proc
+
+    n_before = (max(1, args.repeat) + 1) // 2
+    for _ in range(n_before):
+        proc = judge_once()
+    verdicts = {json.loads(line)["id"]: json.loads(line) for line in verdicts_path.read_text().splitlines()}
+    print("command:", " ".join(cmd[1:]).replace(str(REPO) + "/", "").replace(str(Path(tmp.name)), "$TMP"))
     print(proc.stdout.rstrip())
 
     # (b) baseline: fresh python per test, bare, sequential
@@ -179,6 +184,10 @@ def main() -> int:
     base = baseline(problems, args.timeout_s)
     base_s = time.perf_counter() - t0
     base_cpu = child_cpu() - c0
+    for _ in range(max(1, args.repeat) - n_before):
+        judge_once()
+    tmp.cleanup()
+    judge_s = statistics.median(judge_runs)
     base_tests = sum(b["tests_run"] for b in base.values())
     floor_s = max(0.0, base_cpu - base_tests * per_start)
 
