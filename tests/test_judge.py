@@ -233,3 +233,22 @@ def test_summary_rejects_unknown_items():
 def test_unknown_profile_is_refused(pool):
     with pytest.raises(ValueError, match="available: seed"):
         Judge(pool, profile="nonesuch")
+
+
+def test_call_memory_cap_from_env_reaches_the_program(pool, monkeypatch):
+    monkeypatch.setenv("APPS_CALL_BASED_MEMORY_BYTES", "600000000")
+    cfg = judge_config("seed")
+    assert cfg.call_memory_bytes == 600_000_000 and isinstance(cfg.call_memory_bytes, int)
+    j = Judge.from_config(pool, cfg)
+    p = T.Problem(id="m", question="q", tests=T.TestSuite(([1],), ([1],), "f", 1))
+    v = j.score(p, "def f(x):\n    b = bytearray(1_000_000_000)\n    return 1\n")
+    assert not v.passed and v.results[0].outcome is O.MEMORY_LIMIT
+    assert j.score(p, "def f(x):\n    b = bytearray(10_000_000)\n    return 1\n").passed
+    monkeypatch.setenv("APPS_CALL_BASED_MEMORY_BYTES", "0")
+    assert judge_config("seed").call_memory_bytes == 0  # 0 disables the cap
+
+
+def test_seed_config_defaults(monkeypatch):
+    monkeypatch.delenv("APPS_CALL_BASED_MEMORY_BYTES", raising=False)
+    cfg = judge_config("seed")
+    assert (cfg.profile, cfg.timeout_s, cfg.stop_on_first_failure, cfg.call_memory_bytes, cfg.workers) == ("seed", 4.0, True, 4_000_000_000, 0)
