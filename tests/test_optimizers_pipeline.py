@@ -102,9 +102,9 @@ def test_pool_dataset_config_reads_the_right_split():
 
 
 def test_run_optimizer_cell_from_composed_config(tmp_path, apps_data_dir):
-    """The whole entry: Hydra cell -> pool from a local train file -> gold task and optimizer
-    model -> prompts.yaml. Gold cannot rewrite prompts yet (no tags), so nothing is proposed
-    and the seed is chosen; the protocol's plumbing is what is checked."""
+    """The whole entry: Hydra cell -> pool from a local train file -> gold as task model and
+    as optimizer model (its deterministic tagged rewrite) -> prompts.yaml. Gold's answers do
+    not depend on the prompt, so the child ties its parent and the seed stays chosen."""
     pytest.importorskip("apps_bench.sandbox.tool", reason="python_exec tool (sandbox engineer) not landed yet")
     from apps_bench.optimizers.entry import run_optimizer_cell
 
@@ -119,3 +119,10 @@ def test_run_optimizer_cell_from_composed_config(tmp_path, apps_data_dir):
     man = json.loads((tmp_path / "opt" / "manifest.json").read_text())
     assert man["pool_source"] == "train" and len(man["train"]) == 4 and len(man["val"]) == 2
     assert res.budget["rollouts"] > 0 and res.val_rescoring["rollouts"] > 0
+    events = [json.loads(line) for line in (tmp_path / "opt" / "events.jsonl").read_text().splitlines()]
+    child = next(e for e in events if e["kind"] == "maspo_child")
+    assert child["reward"] == 0.5 and not child["won"]
+    from apps_bench.topologies.prompts import load_prompts
+
+    assert res.chosen == dict(load_prompts(cfg.topology).texts)
+    assert res.budget["optimizer_calls"] == 1 and res.budget["rollouts"] == 4  # one parent run + one child re-run of 2
