@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:  # pragma: no cover
     from apps_bench.models.retrying import RetryPolicy
@@ -311,9 +311,3 @@ def metered_client(
     inner = sync_retry(mod.HTTPTransport(limits=limits, verify=verify), policy)
     return mod.Client(transport=sync_metered(inner, usage), timeout=timeout, headers=headers)
 
-
-def iter_sse_data(lines: Iterable[str]) -> Iterator[str]:
-    """The `data:` payloads of SSE lines (helper for tests and the gold server's self-checks)."""
-    for line in lines:
-        if line.startswith("data:"):
-            yield line[5:].strip()
