@@ -355,3 +355,15 @@ def test_aclose_closes_every_http_client_it_built(gold):
     assert len(built) == 3 and not any(c.is_closed for c in built)
     asyncio.run(mc.aclose())
     assert all(c.is_closed for c in built) and mc._opened == []
+
+
+def test_proxy_from_environment_except_loopback_and_no_proxy(monkeypatch):
+    from apps_bench.models.metering import proxy_for
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("https_proxy", "http://proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost,gpu7")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost,gpu7")
+    assert proxy_for("https://api.example.org/v1") == "http://proxy.internal:3128"
+    assert proxy_for("https://gpu7:8000/v1") is None
+    assert proxy_for("http://127.0.0.1:8000/v1") is None

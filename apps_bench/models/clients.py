@@ -96,6 +96,7 @@ class ModelClients:
             flavour=flavour or self.flavour,
             timeout_s=self.timeout_s,
             headers=self.headers or None,
+            base_url=self.endpoint.base_url,
         )
         self._opened.append(client)
         return client

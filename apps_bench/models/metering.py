@@ -270,6 +270,19 @@ def _ssl_context(mod: Any) -> Any:
         return ctx
 
 
+def proxy_for(url: str) -> str | None:
+    """The proxy the environment sets for `url` (HTTP(S)_PROXY, ALL_PROXY, NO_PROXY), or None."""
+    import urllib.request
+    from urllib.parse import urlparse
+
+    parts = urlparse(url)
+    host = parts.hostname or ""
+    if host in ("127.0.0.1", "localhost", "::1") or urllib.request.proxy_bypass(host):
+        return None
+    proxies = urllib.request.getproxies()
+    return proxies.get(parts.scheme) or proxies.get("all") or None
+
+
 def _module(flavour: str) -> Any:
     if flavour == "httpx2":
         import httpx2
@@ -291,10 +304,13 @@ def metered_client(
     timeout_s: float | None = None,
     headers: dict[str, str] | None = None,
     max_connections: int = 64,
+    base_url: str | None = None,
 ) -> Any:
     """An httpx2 (or httpx) Client/AsyncClient whose model calls are retried and counted into `usage`.
 
     Give each SDK object its own client: closing an SDK client closes the one it was given.
+    `base_url` picks the environment's proxy for that endpoint (HTTP(S)_PROXY / NO_PROXY), as
+    the SDKs' own clients would; loopback is never proxied.
     """
     from apps_bench.models.retrying import RetryPolicy, retrying_classes
 
@@ -305,9 +321,10 @@ def metered_client(
     sync_retry, async_retry = retrying_classes(mod)
     timeout = mod.Timeout(timeout_s) if timeout_s else mod.Timeout(600.0, connect=10.0)
     verify = _ssl_context(mod)
+    proxy = proxy_for(base_url) if base_url else None
     if asynchronous:
-        inner = async_retry(mod.AsyncHTTPTransport(limits=limits, verify=verify), policy)
+        inner = async_retry(mod.AsyncHTTPTransport(limits=limits, verify=verify, proxy=proxy), policy)
         return mod.AsyncClient(transport=async_metered(inner, usage), timeout=timeout, headers=headers)
-    inner = sync_retry(mod.HTTPTransport(limits=limits, verify=verify), policy)
+    inner = sync_retry(mod.HTTPTransport(limits=limits, verify=verify, proxy=proxy), policy)
     return mod.Client(transport=sync_metered(inner, usage), timeout=timeout, headers=headers)
 
