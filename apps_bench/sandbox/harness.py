@@ -92,6 +92,7 @@ def prelude_namespace() -> dict[str, Any]:
         exec(compile(PRELUDE, "<prelude>", "exec"), ns)
         ns.pop("__builtins__", None)
         _PRELUDE_NS = ns
+        _init_np_types()
     return _PRELUDE_NS
 
 
@@ -124,6 +125,11 @@ def _np_types() -> tuple[frozenset, frozenset, frozenset, Any]:
 
 
 _NP_INTS, _NP_FLOATS, _NP_BOOLS, _NP_ARRAY = _np_types()
+
+
+def _init_np_types() -> None:
+    global _NP_INTS, _NP_FLOATS, _NP_BOOLS, _NP_ARRAY
+    _NP_INTS, _NP_FLOATS, _NP_BOOLS, _NP_ARRAY = _np_types()
 MAX_DEPTH = 400
 
 
@@ -183,6 +189,7 @@ class ChildSpec:
     out_fd: int
     err_fd: int
     guard: bool
+    nonce: str = ""  # echoed in every result frame: blind writes to the channel are rejected
 
 
 def stdin_bytes(value: Any) -> bytes:
@@ -389,6 +396,7 @@ class Runner:
                 res = self.run_call(index)
             else:
                 res = self.run_stdin(index)
+            res["n"] = s.nonce
             try:
                 payload = _encode(res).encode("utf-8", "surrogateescape")
                 send_frame(s.res_fd, payload)

@@ -248,6 +248,9 @@ class SandboxPool:
     def _ensure_ready(self, w: _Worker) -> None:
         if w.proc is None:
             w.start()
+        elif w.proc.poll() is not None:  # died while idle: replace it
+            log.warning("sandbox worker %d exited (status %s); restarting it", w.index, w.proc.returncode)
+            w.restart()
         if w.ready:
             return
         try:

@@ -20,8 +20,10 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
     os.environ[_var] = "1"
 
+import gc  # noqa: E402
 import json  # noqa: E402
 import pickle  # noqa: E402
+import secrets  # noqa: E402
 import select  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
@@ -37,14 +39,11 @@ from .protocol import ChannelClosed, ChannelCorrupt, ChannelTimeout, FrameReader
 # Modules programs commonly import: loaded here once so children find them in
 # sys.modules (fast, and importable even when the interpreter's files are not
 # readable by the child's uid).
+# Kept lean: every module here makes each fork (one per program) a little dearer.
 PREIMPORT = (
-    "abc array base64 binascii bisect calendar cmath codecs collections collections.abc contextlib copy "
-    "copyreg csv dataclasses datetime decimal difflib enum errno fractions functools gc glob hashlib heapq "
-    "io itertools json keyword linecache locale math numbers operator pathlib pprint queue random re "
-    "reprlib secrets select shutil signal socket statistics string struct subprocess tempfile textwrap "
-    "threading time timeit traceback types typing unicodedata uuid warnings weakref zlib "
-    "multiprocessing multiprocessing.pool concurrent.futures faulthandler ctypes resource "
-    "numpy numpy.linalg numpy.random numpy.fft"
+    "array bisect cmath collections collections.abc copy dataclasses datetime decimal enum fractions "
+    "functools heapq io itertools json math numbers operator queue random re statistics string struct "
+    "threading time traceback types typing faulthandler shutil subprocess resource numpy"
 ).split()
 for _m in PREIMPORT:
     try:
@@ -58,6 +57,8 @@ for _enc in ("utf_8", "latin_1", "ascii", "utf_16", "utf_32", "cp1252", "idna"):
         pass
 sys.set_int_max_str_digits(0)
 prelude_namespace()
+gc.collect()
+gc.freeze()  # children's collections skip everything loaded above: no copy-on-write storm
 
 GRACE_S = 0.25  # wall-clock slack before the worker kills a test (the child times itself)
 CHILD_STATUSES = frozenset(("ok", "runtime_error", "memory_limit", "compile_error", "output_limit"))
@@ -73,6 +74,7 @@ class Child:
     in_fd: int
     out_fd: int
     err_fd: int
+    nonce: str = ""
     reaped: bool = False
 
 
@@ -116,6 +118,7 @@ class Worker:
         else:
             contain.prctl(contain.PR_SET_CHILD_SUBREAPER, 1)
             self.root = tempfile.mkdtemp(prefix="apps-bench-sandbox-")
+            os.chmod(self.root, 0o711)  # the child's uid must reach run/ by absolute path
             self.features["subreaper"] = True
             if self.uid is None:
                 # RLIMIT_NPROC counts every process of this uid: leave room for the user's own.
@@ -145,6 +148,7 @@ class Worker:
         out_fd = os.memfd_create("stdout")
         err_fd = os.memfd_create("stderr")
         n_left = len(job["inputs"])
+        nonce = secrets.token_hex(8)
         pid = os.fork()
         if pid == 0:  # ---- the program child
             try:
@@ -169,7 +173,7 @@ class Worker:
                     code=job["code"], mode=job["mode"], fn_name=job.get("fn_name"), inputs=job["inputs"],
                     timeout_s=float(job["timeout_s"]), output_cap=self.output_cap, fsize_hard=fsize_hard,
                     ctrl_fd=fds[0], res_fd=fds[1], in_fd=fds[2], out_fd=fds[3], err_fd=fds[4],
-                    guard=job["mode"] == "call",
+                    guard=job["mode"] == "call", nonce=nonce,
                 )
                 child_main(spec)
             finally:
@@ -177,7 +181,7 @@ class Worker:
         os.close(ctrl_r)
         os.close(res_w)
         return Child(pid, os.pidfd_open(pid), ctrl_w, res_r, FrameReader(res_r, max_frame=self.output_cap * 2 + 65536),
-                     in_fd, out_fd, err_fd)
+                     in_fd, out_fd, err_fd, nonce)
 
     def kill_child(self, c: Child) -> int | None:
         """SIGKILL the child's process group and reap the child; returns its wait status."""
@@ -261,7 +265,8 @@ class Worker:
         alive = True
         if meta is not None:
             ok_meta = (
-                isinstance(meta, dict) and meta.get("i") == i and meta.get("status") in CHILD_STATUSES
+                isinstance(meta, dict) and meta.get("n") == c.nonce and meta.get("i") == i
+                and meta.get("status") in CHILD_STATUSES
                 and (meta.get("value_json") is None or isinstance(meta.get("value_json"), str))
             )
             if ok_meta and meta.get("value_json") is not None:

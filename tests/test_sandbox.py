@@ -1,0 +1,361 @@
+"""The sandbox's contract: semantics of stdin and call mode, the protocol, the tool."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import threading
+
+import pytest
+
+from apps_bench.sandbox import RawRun, RunRequest, SandboxPool, decode_value
+from apps_bench.sandbox.harness import NotPlainData, to_plain
+from apps_bench.sandbox.tool import PythonExecTool
+from apps_bench.types import Usage
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with SandboxPool(2) as p:
+        yield p
+
+
+def stdin_run(pool, code, inputs, **kw):
+    return pool.run(RunRequest(code=code, mode="stdin", inputs=inputs, **kw))
+
+
+def call_run(pool, code, fn, inputs, **kw):
+    return pool.run(RunRequest(code=code, mode="call", inputs=inputs, fn_name=fn, **kw))
+
+
+# -- stdin mode ---------------------------------------------------------------------
+def test_stdin_runs_each_test_in_order(pool):
+    rs = stdin_run(pool, "a, b = map(int, input().split())\nprint(a + b)\n", ["1 2", "3 4", "10 -3"])
+    assert [r.index for r in rs] == [0, 1, 2]
+    assert [r.status for r in rs] == ["ok"] * 3
+    assert [r.stdout for r in rs] == ["3\n", "7\n", "7\n"]
+    assert all(r.exit_code == 0 and r.value_json is None for r in rs)
+
+
+def test_stdin_list_input_joined_with_newlines(pool):
+    (r,) = stdin_run(pool, "import sys\nprint(sys.stdin.read().split())", [["1 2", "3"]])
+    assert r.stdout == "['1', '2', '3']\n"
+
+
+def test_runs_as_main_with_prelude(pool):
+    code = (
+        "if __name__ == '__main__':\n"
+        "    h = []\n    heappush(h, 3); heappush(h, 1)\n"
+        "    x: List[int] = [1]\n"
+        "    print(heappop(h), Counter('aab')['a'], int(np.int64(4)), gcd(6, 4), sqrt(16), deque([1]).pop(),"
+        " List is not None, Tuple is not None, lru_cache is not None, log2(8), sys.maxsize > 0)\n"
+    )
+    (r,) = stdin_run(pool, code, [""])
+    assert r.status == "ok", r
+    assert r.stdout == "1 2 4 2 4.0 1 True True True 3.0 True\n"
+
+
+@pytest.mark.parametrize(
+    "code,status,exit_code",
+    [
+        ("print(1)\nimport sys\nsys.exit()", "ok", 0),
+        ("print(1)\nexit(0)", "ok", 0),
+        ("print(1)\nimport sys\nsys.exit(None)", "ok", 0),
+        ("print(1)\nquit()", "ok", 0),
+        ("print(1)\nraise SystemExit", "ok", 0),
+        ("print(1)\nimport sys\nsys.exit(1)", "runtime_error", 1),
+        ("print(1)\nimport sys\nsys.exit('bad')", "runtime_error", 1),
+        ("print(1)\n1/0", "runtime_error", 1),
+        ("print(1)\nimport os, sys\nsys.stdout.flush()\nos._exit(0)", "ok", 0),
+        ("print(1)\nimport os, sys\nsys.stdout.flush()\nos._exit(7)", "runtime_error", 7),
+    ],
+)
+def test_stdin_exit_semantics(pool, code, status, exit_code):
+    (r,) = stdin_run(pool, code, [""])
+    assert (r.status, r.exit_code) == (status, exit_code), r
+    assert r.stdout == "1\n"
+
+
+def test_runtime_error_reports_traceback_tail(pool):
+    (r,) = stdin_run(pool, "x = 1\ny = x / 0\n", [""])
+    assert r.status == "runtime_error"
+    assert "ZeroDivisionError" in r.detail
+    assert 'File "solution.py", line 2' in r.stderr
+
+
+def test_fd_level_stdout_is_captured(pool):
+    (r,) = stdin_run(pool, "import os\nprint('a', flush=True)\nos.write(1, b'b\\n')\nprint('c')", [""])
+    assert r.stdout == "a\nb\nc\n"
+
+
+def test_non_daemon_threads_are_joined_like_a_script(pool):
+    code = "import threading, time\ndef f():\n    time.sleep(0.05)\n    print(int(input()) * 2)\nthreading.Thread(target=f).start()\n"
+    (r,) = stdin_run(pool, code, ["21"])
+    assert (r.status, r.stdout) == ("ok", "42\n")
+
+
+def test_fresh_namespace_and_stdin_per_test(pool):
+    code = "try:\n    seen\nexcept NameError:\n    seen = 0\nseen += 1\nprint(seen, input())\n"
+    rs = stdin_run(pool, code, ["a", "b", "c"])
+    assert [r.stdout for r in rs] == ["1 a\n", "1 b\n", "1 c\n"]
+
+
+def test_big_integer_digits_limit_lifted(pool):
+    (r,) = stdin_run(pool, "n = int(input())\nprint(n * 10)", ["7" * 5000])
+    assert r.status == "ok" and r.stdout.strip() == "7" * 5000 + "0"
+
+
+def test_compile_error_fails_every_test(pool):
+    rs = stdin_run(pool, "def f(:\n  pass", ["1", "2", "3"])
+    assert [r.status for r in rs] == ["compile_error"] * 3
+    assert "SyntaxError" in rs[0].detail
+
+
+def test_keep_going_stops_early(pool):
+    seen: list[RawRun] = []
+
+    def keep_going(raw: RawRun) -> bool:
+        seen.append(raw)
+        return raw.stdout.strip() != "2"
+
+    rs = pool.run(RunRequest("print(input())", "stdin", ["1", "2", "3", "4"]), keep_going)
+    assert [r.stdout for r in rs] == ["1\n", "2\n"]
+    assert seen == rs
+    rs = pool.run(RunRequest("def f(:", "stdin", ["1", "2", "3"]), lambda raw: False)
+    assert [r.status for r in rs] == ["compile_error"]
+
+
+def test_keep_going_exception_propagates_and_pool_survives(pool):
+    def boom(raw: RawRun) -> bool:
+        raise KeyError("judge bug")
+
+    with pytest.raises(KeyError):
+        pool.run(RunRequest("print(input())", "stdin", ["1", "2"]), boom)
+    assert stdin_run(pool, "print(input())", ["ok"])[0].stdout == "ok\n"
+
+
+def test_timeout_then_remaining_tests_continue_in_fresh_child(pool):
+    code = "import os\ns = input()\nif s == 'hang':\n    while True: pass\nif s == 'crash':\n    os._exit(9)\nprint(s)\n"
+    rs = stdin_run(pool, code, ["a", "hang", "b", "crash", "c"], timeout_s=0.5)
+    assert [r.status for r in rs] == ["ok", "timeout", "ok", "runtime_error", "ok"]
+    assert [r.stdout for r in rs if r.status == "ok"] == ["a\n", "b\n", "c\n"]
+    assert rs[3].exit_code == 9
+
+
+def test_slow_but_finishing_test_over_limit_is_timeout(pool):
+    (r,) = stdin_run(pool, "import time\ntime.sleep(0.6)\nprint(1)", [""], timeout_s=0.5)
+    assert r.status == "timeout"
+
+
+def test_memory_cap_gives_memory_limit(pool):
+    (r,) = stdin_run(pool, "x = bytearray(3 * 1024**3)\nprint(len(x))", [""], memory_bytes=1 << 30)
+    assert r.status == "memory_limit", r
+
+
+def test_output_cap(pool):
+    (r,) = stdin_run(pool, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", [""])
+    assert r.status == "output_limit"
+    assert len(r.stdout) <= pool.output_limit_bytes
+
+
+def test_test_data_never_on_a_command_line(pool):
+    marker = "MARKER_" + "9" * 12
+    (r,) = stdin_run(pool, "print(repr(open('/proc/self/cmdline','rb').read()))\ninput()", [marker])
+    assert r.status == "ok" and marker not in r.stdout
+
+
+def test_environment_is_cleared(pool, monkeypatch):
+    (r,) = stdin_run(pool, "import os, json\nprint(json.dumps(dict(os.environ)))", [""])
+    env = json.loads(r.stdout)
+    assert set(env) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                        "MKL_NUM_THREADS", "PYTHONDONTWRITEBYTECODE"}
+    assert not any(k.startswith(("MLFLOW", "OPENAI", "HF_")) for k in env)
+
+
+def test_numpy_single_threaded_in_children(pool):
+    (r,) = stdin_run(pool, "import os\nprint(os.environ['OPENBLAS_NUM_THREADS'], np.ones(3).sum())", [""])
+    assert r.stdout == "1 3.0\n"
+
+
+def test_unpreloaded_stdlib_modules_importable(pool):
+    (r,) = stdin_run(pool, "import fnmatch, graphlib, zoneinfo, sortedcontainers\n", [""])
+    # sortedcontainers is not installed: a clean ImportError, not a crash of the harness
+    assert r.status == "runtime_error" and "sortedcontainers" in r.detail
+    (r,) = stdin_run(pool, "import fnmatch, graphlib, multiprocessing\nprint('ok')", [""])
+    assert (r.status, r.stdout) == ("ok", "ok\n"), r
+
+
+# -- call mode ---------------------------------------------------------------------
+def test_call_mode_solution_class_and_plain_json(pool):
+    code = "class Solution:\n    def f(self, a, b):\n        return (a + b, [a, (b,)], None, True, 1.5, {'k': a})\n"
+    rs = call_run(pool, code, "f", [[1, 2], [3, 4]])
+    assert [r.status for r in rs] == ["ok", "ok"]
+    assert decode_value(rs[0].value_json) == [3, [1, [2]], None, True, 1.5, {"k": 1}]
+    assert rs[1].value_json == '[7,[3,[4]],null,true,1.5,{"k":3}]'
+
+
+def test_call_mode_top_level_function(pool):
+    (r,) = call_run(pool, "def add(a, b):\n    return a + b\n", "add", [[2, 3]])
+    assert (r.status, r.value_json) == ("ok", "5")
+
+
+def test_call_mode_missing_function(pool):
+    (r,) = call_run(pool, "def other():\n    return 1\n", "add", [[2, 3]])
+    assert r.status == "runtime_error" and "add" in r.detail
+
+
+def test_call_mode_nan_inf_bigint_numpy(pool):
+    code = "def f():\n    return [float('nan'), float('inf'), 10**5000, np.int64(3), np.float64(0.5), np.array([1, 2]), np.bool_(True)]\n"
+    (r,) = call_run(pool, code, "f", [[]])
+    assert r.status == "ok", r
+    v = decode_value(r.value_json)
+    assert math.isnan(v[0]) and v[1] == math.inf and v[2] == 10**5000
+    assert v[3:] == [3, 0.5, [1, 2], True] and type(v[3]) is int and type(v[6]) is bool
+
+
+@pytest.mark.parametrize(
+    "ret",
+    ["{1, 2}", "object()", "(x for x in [1])", "Big(5)", "S('a')", "[1, L([2])]", "{(1, 2): 3}"],
+)
+def test_call_mode_non_plain_return_is_runtime_error(pool, ret):
+    code = (
+        "class Big(int):\n    def __eq__(self, o): return True\n"
+        "class S(str):\n    def __eq__(self, o): return True\n"
+        "class L(list):\n    def __eq__(self, o): return True\n"
+        f"def f():\n    return {ret}\n"
+    )
+    (r,) = call_run(pool, code, "f", [[]])
+    assert r.status == "runtime_error" and r.value_json is None, r
+
+
+def test_call_mode_reliability_guard(pool):
+    code = "import os, shutil, subprocess\ndef f():\n    return [os.system is None, os.kill is None, shutil.rmtree is None, subprocess.Popen is None]\n"
+    (r,) = call_run(pool, code, "f", [[]])
+    assert decode_value(r.value_json) == [True, True, True, True]
+
+
+def test_to_plain_exact_types():
+    assert to_plain((1, [True, None], {"a": 2.0})) == [1, [True, None], {"a": 2.0}]
+
+    class I(int):
+        pass
+
+    for bad in (I(1), {1}, b"x", [object()], bytearray(b"x")):
+        with pytest.raises(NotPlainData):
+            to_plain(bad)
+    deep: list = []
+    cur = deep
+    for _ in range(1000):
+        cur.append([])
+        cur = cur[0]
+    with pytest.raises(NotPlainData):
+        to_plain(deep)
+
+
+# -- pool ----------------------------------------------------------------------------
+def test_concurrent_runs_from_threads(pool):
+    results: dict[int, list[RawRun]] = {}
+
+    def work(k: int) -> None:
+        results[k] = stdin_run(pool, f"print(int(input()) + {k})", [str(i) for i in range(5)])
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(8):
+        assert [r.stdout for r in results[k]] == [f"{i + k}\n" for i in range(5)]
+
+
+def test_killed_worker_is_replaced(pool):
+    victim = pool._all[0]
+    old = victim.proc.pid
+    os.kill(old, 9)
+    victim.proc.wait()
+    for _ in range(4):
+        assert stdin_run(pool, "print(input())", ["alive"])[0].stdout == "alive\n"
+    assert victim.proc.pid != old
+
+
+def test_request_validation():
+    with pytest.raises(ValueError, match="fn_name"):
+        RunRequest("x", "call", [[1]])
+    with pytest.raises(ValueError, match="mode"):
+        RunRequest("x", "shell", [""])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout"):
+        RunRequest("x", "stdin", [""], timeout_s=0)
+
+
+def test_empty_inputs_run_nothing(pool):
+    assert pool.run(RunRequest("print(1)", "stdin", [])) == []
+
+
+def test_features_report_containment(pool):
+    f = pool.features
+    if os.geteuid() == 0:
+        assert f["contained"] and f["uid_switch"]
+
+
+# -- python_exec and the tool ----------------------------------------------------------
+def test_python_exec_basic_and_clipping(pool):
+    r = pool.python_exec("import sys\nprint(input()[::-1])\nprint('e' * 50, file=sys.stderr)\nsys.exit(3)",
+                         stdin="abc", timeout_s=5, output_chars=20)
+    assert r.stdout == "cba\n" and r.exit_code == 3 and not r.timed_out
+    assert len(r.stderr) <= 20
+    r = pool.python_exec("print('x' * 100)", output_chars=10)
+    assert r.stdout.startswith("x" * 10) and "clipped" in r.stdout and r.exit_code == 0
+
+
+def test_python_exec_fresh_state_and_timeout(pool):
+    r1 = pool.python_exec("import builtins\nbuiltins.MARK = 1\nprint('set')")
+    r2 = pool.python_exec("import builtins\nprint(hasattr(builtins, 'MARK'))")
+    assert (r1.stdout, r2.stdout) == ("set\n", "False\n")
+    r = pool.python_exec("while True: pass", timeout_s=0.5)
+    assert r.timed_out and r.exit_code is None and r.status == "timeout"
+
+
+def test_tool_counts_calls_and_formats(pool):
+    usage = Usage()
+    tool = PythonExecTool(pool, timeout_s=0.5, output_chars=200, usage=usage)
+    assert tool.name == "python_exec"
+    assert set(tool.parameters["properties"]) == {"code", "stdin"}  # no timeout the model could raise
+    text = tool("print(int(input()) * 2)", stdin="21")
+    assert "exit code: 0" in text and "42" in text
+    text = tool("import time\ntime.sleep(5)")
+    assert "timed out" in text and "0.5s" in text
+    with pytest.raises(TypeError):
+        tool("print(1)", timeout_s=100)  # type: ignore[call-arg]
+    text = asyncio.run(tool.acall("raise ValueError('nope')"))
+    assert "exit code: 1" in text and "ValueError: nope" in text
+    assert usage.tool_calls == 3 and tool.calls == 3
+    assert tool.openai_schema()["function"]["name"] == "python_exec"
+
+
+# -- the weak fallback ---------------------------------------------------------------------
+def test_fallback_mode_works_and_warns(caplog, tmp_path):
+    import apps_bench.sandbox.pool as pool_mod
+
+    pool_mod._WEAK_WARNED = False
+    with caplog.at_level(logging.WARNING, logger="apps_bench.sandbox.pool"):
+        with SandboxPool(1, contain=False) as weak:
+            assert any("CONTAINMENT IS WEAK" in r.message for r in caplog.records)
+            assert weak.features["contained"] is False
+            rs = stdin_run(weak, "print(int(input()) * 2)", ["21", "2"])
+            assert [r.stdout for r in rs] == ["42\n", "4\n"]
+            code = (
+                "import os, time\n"
+                "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1000)\n    os._exit(0)\n"
+                "print('parent done')\n"
+            )
+            (r,) = stdin_run(weak, code, [""])
+            assert r.stdout == "parent done\n"
+            (r,) = stdin_run(weak, "while True: pass", [""], timeout_s=0.5)
+            assert r.status == "timeout"
+            worker = weak._all[0].proc.pid
+            from apps_bench.sandbox.contain import _descendants
+
+            assert _descendants(worker) == []  # the daemonised grandchild was swept too
