@@ -200,10 +200,10 @@ def main() -> int:
         for pid in disagree:
             v, b = verdicts[pid], base[pid]
             slow = max([b["max_seconds"]] + [r["seconds"] for r in v["results"]])
-            if with_prelude[pid]["passed"] == v["passed"]:
-                explained[pid] = "prelude"
-            elif slow > 0.5 * args.timeout_s or any(r["outcome"] == "timeout" for r in v["results"]) or "timeout" in b["why"]:
+            if slow > 0.5 * args.timeout_s or any(r["outcome"] == "timeout" for r in v["results"]) or "timeout" in b["why"]:
                 explained[pid] = "timing-marginal"
+            elif with_prelude[pid]["passed"] == v["passed"]:
+                explained[pid] = "prelude"
             else:
                 explained[pid] = "UNEXPLAINED"
     print()
