@@ -367,3 +367,14 @@ def test_proxy_from_environment_except_loopback_and_no_proxy(monkeypatch):
     assert proxy_for("https://api.example.org/v1") == "http://proxy.internal:3128"
     assert proxy_for("https://gpu7:8000/v1") is None
     assert proxy_for("http://127.0.0.1:8000/v1") is None
+
+
+def test_plain_dict_model_config_works_and_gaps_are_named(gold):
+    from apps_bench.models import ModelEndpointError
+
+    ep, cfg = gold
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    assert ModelClients(ep, plain, Usage()).request_params(2)["seed"] == 2
+    del plain["top_p"]
+    with pytest.raises(ModelEndpointError, match="top_p"):
+        ModelClients(ep, plain, Usage())

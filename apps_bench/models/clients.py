@@ -16,6 +16,7 @@ import copy
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from apps_bench.models.endpoint import cfg_value
 from apps_bench.models.retrying import RetryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -77,10 +78,13 @@ class ModelClients:
         self.headers = dict(headers or {})
         self.flavour = flavour
         self.policy = RetryPolicy(
-            max_retries=int(model_cfg.max_retries),
-            backoff_s=float(model_cfg.retry_backoff_s),
+            max_retries=int(cfg_value(model_cfg, "max_retries")),
+            backoff_s=float(cfg_value(model_cfg, "retry_backoff_s")),
         )
-        self.timeout_s = float(model_cfg.request_timeout_s)
+        self.timeout_s = float(cfg_value(model_cfg, "request_timeout_s"))
+        self.temperature = float(cfg_value(model_cfg, "temperature"))
+        self.top_p = float(cfg_value(model_cfg, "top_p"))
+        self.max_tokens = int(cfg_value(model_cfg, "max_tokens"))
         self._opened: list[Any] = []  # HTTP clients handed out, closed by aclose()/close()
 
     # ------------------------------------------------------------ building blocks
@@ -131,14 +135,14 @@ class ModelClients:
         return self.endpoint.model_id
 
     def extra_body(self) -> dict[str, Any]:
-        return _plain(self.cfg.extra_body)
+        return _plain(cfg_value(self.cfg, "extra_body", {}))
 
     def request_params(self, seed: int) -> dict[str, Any]:
         """Sampling for one chat.completions call: temperature, top_p, max_tokens, seed, extra_body."""
         params: dict[str, Any] = {
-            "temperature": float(self.cfg.temperature),
-            "top_p": float(self.cfg.top_p),
-            "max_tokens": int(self.cfg.max_tokens),
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
             "seed": int(seed),
         }
         extra = self.extra_body()
@@ -181,9 +185,9 @@ class ModelClients:
             model=self.model_id,
             base_url=self.endpoint.base_url,
             api_key=self.endpoint.api_key,
-            temperature=float(self.cfg.temperature),
-            top_p=float(self.cfg.top_p),
-            max_tokens=int(self.cfg.max_tokens),
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
             seed=int(seed),
             timeout=self.timeout_s,
             max_retries=0,  # retried at the transport (model.max_retries)
@@ -209,9 +213,9 @@ class ModelClients:
             base_url=self.endpoint.base_url,
             api_key=self.endpoint.api_key,
             model_info=dict(AUTOGEN_MODEL_INFO),
-            temperature=float(self.cfg.temperature),
-            top_p=float(self.cfg.top_p),
-            max_tokens=int(self.cfg.max_tokens),
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
             seed=int(seed),
             timeout=self.timeout_s,
             max_retries=0,
@@ -234,9 +238,9 @@ class ModelClients:
             provider="openai",  # a "/" in the id (Qwen/...) must not be read as a provider
             base_url=self.endpoint.base_url,
             api_key=self.endpoint.api_key,
-            temperature=float(self.cfg.temperature),
-            top_p=float(self.cfg.top_p),
-            max_tokens=int(self.cfg.max_tokens),
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_tokens=self.max_tokens,
             seed=int(seed),
             timeout=self.timeout_s,
             max_retries=0,

@@ -14,7 +14,7 @@ import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import urlparse
 
 log = logging.getLogger(__name__)
@@ -48,12 +48,26 @@ class Endpoint:
         return self.provider == "gold"
 
 
-def _get(cfg: Any, name: str, default: Any = None) -> Any:
-    try:
-        value = getattr(cfg, name)
-    except (AttributeError, KeyError):
+_REQUIRED = object()
+
+
+def cfg_value(cfg: Any, name: str, default: Any = _REQUIRED) -> Any:
+    """`cfg.name` for a ModelConfig, an OmegaConf node or a plain dict; None counts as unset.
+
+    A missing required value is an error naming the key (the model configs in conf/model/ set them all).
+    """
+    if isinstance(cfg, Mapping):
+        value = cfg.get(name)
+    else:
+        value = getattr(cfg, name, None)
+    if value is None:
+        if default is _REQUIRED:
+            raise ModelEndpointError(f"the model config has no {name!r}; every conf/model/*.yaml sets it (or pass model.{name}=...)")
         return default
-    return default if value is None else value
+    return value
+
+
+_get = cfg_value
 
 
 def is_loopback(base_url: str) -> bool:
@@ -63,7 +77,7 @@ def is_loopback(base_url: str) -> bool:
 @contextmanager
 def open_endpoint(model_cfg: Any, problems: Iterable[Any] = ()) -> Iterator[Endpoint]:
     provider = str(_get(model_cfg, "provider", "openai"))
-    if provider == "gold" and not _get(model_cfg, "base_url"):
+    if provider == "gold" and not _get(model_cfg, "base_url", None):
         from apps_bench.models.gold import GoldServer
 
         server = GoldServer(
