@@ -12,13 +12,14 @@ program: the manager's final program, else the last program a worker produced.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, Literal, Sequence
 
 from apps_bench.topologies.base import SolveContext, agent_seed
 from apps_bench.topologies.messages import DELEGATE_TOOL, cap_note, delegate_description, delegate_parameters
-from apps_bench.topologies.team import FlowRunner, Team, Turn
-from apps_bench.types import Attempt, Candidate
+from apps_bench.topologies.team import FlowRunner, StopFlow, Team, Turn
+from apps_bench.types import Attempt
 
 
 class CentralizedAutoGen(FlowRunner):
@@ -40,6 +41,8 @@ class CentralizedAutoGen(FlowRunner):
         from autogen_core import CancellationToken
 
         manager, workers = ctx.roles[0], list(ctx.roles[1:])
+        if len(set(workers)) != len(workers) or manager in workers:
+            raise ValueError(f"centralized roles must be distinct, got {ctx.roles}")
         team.data.update(manager=manager, workers=workers, delegations=0, manager_final=None)
         cap = int(ctx.config.max_turns)  # delegations, as in the LangGraph sibling
         clients: list[Any] = []
@@ -95,7 +98,11 @@ class CentralizedAutoGen(FlowRunner):
         )
         await chat_team.reset()
 
+        # The wall clock must stop the chat itself: cancelling only the consumer of run_stream
+        # leaves AutoGen waiting (in the stream's cleanup) until the runtime is idle, i.e.
+        # until the whole conversation has run. The token cancels the runtime's work at once.
         token = CancellationToken()
+        timer = asyncio.get_running_loop().call_later(max(0.0, ctx.time_left()), token.cancel)
         turn: Turn | None = None
         chat: list[tuple[str, str]] = []  # (source, text) of the chat messages, in order
         seen: dict[str, int] = {}
@@ -138,7 +145,13 @@ class CentralizedAutoGen(FlowRunner):
                             team.data["manager_final"] = turn
                     else:
                         turn.stop_reason = "done"
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if token.is_cancelled() and not (task is not None and task.cancelling()):
+                raise StopFlow("time_limit") from None  # our clock, not a caller's cancellation
+            raise
         finally:
+            timer.cancel()
             token.cancel()
             for c in clients:
                 await c.close()
@@ -150,11 +163,8 @@ class CentralizedAutoGen(FlowRunner):
         final: Turn | None = team.data.get("manager_final")
         workers = team.data.get("workers", list(ctx.roles[1:]))
         program = final.program if final is not None and final.program else team.latest_program(workers)
-        return team.attempt(
-            program,
-            candidates=[Candidate(t.agent, t.program) for t in team.turns if t.program],
-            rounds=team.data.get("delegations", 0),
-        )
+        # As the LangGraph sibling: turns = delegations made (what max_turns caps).
+        return team.attempt(program, rounds=1, turns=team.data.get("delegations", 0))
 
 
 def _round(turn: Turn | None) -> int:

@@ -36,10 +36,35 @@ def prepare_crewai_env() -> None:
         os.environ.setdefault(key, value)
 
 
+def _skip_console_tree_wait() -> None:
+    """CrewAI 1.6.1's console listener waits up to 5 s on every TaskStarted event for a crew
+    tree that only `verbose=True` builds. With verbose off, each stage parks an event-bus
+    thread (10 in all) for 5 s and the process exit waits for all of them (minutes for a
+    cell). A placeholder tree ends the wait; with verbose off nothing ever prints it."""
+    from crewai.events.event_listener import event_listener
+    from rich.tree import Tree
+
+    formatter = event_listener.formatter
+    if not formatter.verbose and formatter.current_crew_tree is None:
+        formatter.current_crew_tree = Tree("crew")
+
+
 class SequentialCrewAI(FlowRunner):
     """Process.sequential over one task per stage."""
 
     framework = "crewai"
+
+    def __init__(self, cfg: object) -> None:
+        super().__init__(cfg)
+        # Import CrewAI here, in the caller's thread, not first inside a crew's worker thread:
+        # a worker thread holding the import lock for seconds would stall the event loop
+        # (and with it every other problem in flight and the wall-clock limit).
+        prepare_crewai_env()
+        import crewai  # noqa: F401
+        import crewai.llms.providers.openai.completion  # noqa: F401
+        import crewai.tools  # noqa: F401
+
+        _skip_console_tree_wait()
 
     async def flow(self, ctx: SolveContext, team: Team) -> None:
         stop = threading.Event()
@@ -53,6 +78,8 @@ class SequentialCrewAI(FlowRunner):
         prepare_crewai_env()
         from crewai import Agent, Crew, Process, Task
 
+        _skip_console_tree_wait()
+
         roles = list(ctx.roles)
         cap = int(ctx.config.max_steps)
         max_iter = max(1, cap - 1)  # + CrewAI's forced final-answer call = at most max_steps calls
@@ -62,7 +89,7 @@ class SequentialCrewAI(FlowRunner):
 
         def begin(stage: int) -> Turn:
             role = roles[stage]
-            turn = team.start(role, role, stage)
+            turn = team.start(role, role, 0)  # round 0 for every stage, as the LangGraph sibling
             state["stage"], state["turn"], state["last_action"] = stage, turn, False
             earlier = [(roles[i], t.output.raw) for i, t in enumerate(tasks[:stage]) if t.output is not None]
             text = tasks[stage].prompt()
@@ -70,7 +97,7 @@ class SequentialCrewAI(FlowRunner):
                 text += "\n\nThis is the context you're working with:\n" + "\n\n----------\n\n".join(
                     out for _, out in earlier
                 )
-            ctx.log(role, role, "input", text, stage)
+            ctx.log(role, role, "input", text, 0)
             return turn
 
         def check_stop() -> None:
@@ -142,13 +169,19 @@ class SequentialCrewAI(FlowRunner):
             verbose=False,
         )
         begin(0)
-        crew.kickoff()
+        try:
+            crew.kickoff()
+        finally:
+            for agent in agents:  # one HTTP client per LLM; release its connections now
+                client = getattr(agent.llm, "client", None)
+                if client is not None and hasattr(client, "close"):
+                    client.close()
 
     def finish(self, ctx: SolveContext, team: Team) -> Attempt:
         stages = list(ctx.roles)
         last = [t for t in team.turns if t.role == stages[-1] and t.program]
         program = last[-1].program if last else team.latest_program()
-        return team.attempt(program, rounds=len([t for t in team.turns if t.reply]))
+        return team.attempt(program, rounds=1)  # turns = stages that ran, in order
 
 
 def _args(text: Any) -> Any:

@@ -1,0 +1,299 @@
+"""End to end: the CrewAI, AutoGen and OpenAI-SDK runners through their real frameworks.
+
+Each runner is built from its real Hydra config (registry.get_topology), talks to the
+gold server over loopback HTTP through the metered ModelClients, runs python_exec in
+the real SandboxPool, and its submissions are judged by the real Judge on real APPS
+rows. Checked: the gold pass rate is reached, the transcript/usage show the flow
+(stage order; manager after every worker with one delegation per worker; N x R debate
+calls, concurrent within a round), and the usage counted at the HTTP layer equals what
+the server says it served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apps_bench.types import Usage
+
+CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf"
+IDS = ("8", "9", "4655")  # real APPS test rows whose reference solutions pass strictly
+
+
+def compose(*overrides: str) -> Any:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from apps_bench.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+            return hydra_compose("config", overrides=list(overrides))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@pytest.fixture(scope="module")
+def problems(apps_data_dir: Path) -> list:
+    from apps_bench.data import load_problems
+
+    found = []
+    for name in ("test_0-49_partial.jsonl", "test_more.jsonl"):
+        cfg = {"name": "apps", "source": "file", "path": str(apps_data_dir / name), "split": "test"}
+        found += load_problems(cfg, only=IDS).problems
+    assert sorted(p.id for p in found) == sorted(IDS)
+    return sorted(found, key=lambda p: IDS.index(p.id))
+
+
+@pytest.fixture(scope="module")
+def pool():
+    from apps_bench.sandbox import SandboxPool
+
+    with SandboxPool(workers=2) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def judge(pool):
+    from apps_bench.judge import Judge
+
+    return Judge(pool)
+
+
+@pytest.fixture(scope="module")
+def gold_passes(problems, judge) -> dict[str, bool]:
+    """The gold pass rate: each problem's first reference solution, judged directly."""
+    out = {p.id: judge.score(p, p.solutions[0]).passed for p in problems}
+    assert all(out.values()), out  # these rows were chosen because their reference passes
+    return out
+
+
+def _endpoint(problems, **gold: Any):
+    from omegaconf import OmegaConf
+
+    from apps_bench.models import open_endpoint
+
+    model_cfg = compose(*(f"model.{k}={v}" for k, v in gold.items())).model
+    return model_cfg, open_endpoint(model_cfg, problems)
+
+
+def solve(topology_cfg: Any, problem, ep, model_cfg, pool, seed: int = 0):
+    """One problem through the runner, as the pipeline does it; returns (attempt, server usage delta)."""
+    from apps_bench.models import ModelClients
+    from apps_bench.sandbox.tool import PythonExecTool
+    from apps_bench.topologies.context import build_context
+    from apps_bench.topologies.registry import get_topology
+
+    topology = get_topology(topology_cfg)  # imports the framework before the problem's clock starts
+    usage = Usage()
+    tool_cfg = compose().tool
+    tool = PythonExecTool(pool, float(tool_cfg.timeout_s), int(tool_cfg.output_chars), usage)
+    ctx = build_context(
+        problem, topology_cfg, models=ModelClients(ep, model_cfg, usage), tool=tool, seed=seed, usage=usage
+    )
+    stats = ep.server.stats
+    before = (stats.replies, stats.prompt_tokens, stats.completion_tokens, len(stats.seeds))
+    attempt = asyncio.run(topology.solve(ctx))
+    served = {
+        "replies": stats.replies - before[0],
+        "prompt_tokens": stats.prompt_tokens - before[1],
+        "completion_tokens": stats.completion_tokens - before[2],
+        "seeds": stats.seeds[before[3]:],
+    }
+    return attempt, served
+
+
+def assert_usage_matches(attempt, served) -> None:
+    u = attempt.usage
+    assert u.model_calls > 0 and u.prompt_tokens > 0 and u.completion_tokens > 0
+    assert u.failed_calls == 0
+    assert u.model_calls == served["replies"]
+    assert u.prompt_tokens == served["prompt_tokens"]
+    assert u.completion_tokens == served["completion_tokens"]
+
+
+def events(attempt, kind: str) -> list:
+    return [e for e in attempt.transcript if e.kind == kind]
+
+
+# ------------------------------------------------------------------ configs
+
+
+@pytest.mark.parametrize(
+    "ours, sibling",
+    [
+        ("sequential_crewai", "sequential_langgraph"),
+        ("centralized_autogen", "centralized_langgraph"),
+        ("decentralized_openai", "decentralized_langgraph"),
+    ],
+)
+def test_sibling_configs_are_equal_but_for_name_and_framework(ours: str, sibling: str) -> None:
+    from omegaconf import OmegaConf
+
+    a = OmegaConf.to_container(compose(f"topology={ours}").topology, resolve=True)
+    b = OmegaConf.to_container(compose(f"topology={sibling}").topology, resolve=True)
+    assert a["name"] == ours and a["framework"] == ours.split("_")[1]
+    for d in (a, b):
+        d.pop("name"), d.pop("framework")
+    assert a == b  # same roles, prompts, tool roles, team sizes, rounds and limits
+
+
+# ------------------------------------------------------------------ sequential (CrewAI)
+
+
+@pytest.mark.slow
+def test_sequential_crewai_end_to_end(problems, pool, judge, gold_passes) -> None:
+    cfg = compose("topology=sequential_crewai").topology
+    stages = list(cfg.roles_by_size["4"])
+    model_cfg, endpoint = _endpoint(problems)
+    with endpoint as ep:
+        for problem in problems:
+            attempt, served = solve(cfg, problem, ep, model_cfg, pool)
+            assert attempt.error is None and attempt.stop_reason == "done", attempt.transcript[-3:]
+            assert judge.score(problem, attempt.program).passed == gold_passes[problem.id]
+            # the stage order, each stage once, each given the earlier stages' outputs as context
+            inputs = events(attempt, "input")
+            assert [e.agent for e in inputs] == stages
+            assert problem.question.split()[0] in inputs[0].content
+            assert "context you're working with" in inputs[-1].content
+            assert [e.agent for e in events(attempt, "reply")] == stages
+            assert attempt.turns == len(stages)
+            # python_exec only for the tool roles (tester, debugger), run in the sandbox
+            tool_roles = [s for s in stages if s in cfg.tool_roles]
+            assert [e.agent for e in events(attempt, "tool_call")] == tool_roles
+            assert attempt.usage.tool_calls == len(tool_roles)
+            # gold: one call per stage, one more for each stage that ran the tool (ReAct Action)
+            assert attempt.usage.model_calls == len(stages) + len(tool_roles)
+            assert_usage_matches(attempt, served)
+            assert len(set(served["seeds"])) == len(stages)  # every stage its own seed
+
+
+# ------------------------------------------------------------------ centralized (AutoGen)
+
+
+@pytest.mark.slow
+def test_centralized_autogen_end_to_end(problems, pool, judge, gold_passes) -> None:
+    cfg = compose("topology=centralized_autogen").topology
+    manager, *workers = list(cfg.roles_by_size["4"])
+    model_cfg, endpoint = _endpoint(problems)
+    with endpoint as ep:
+        for problem in problems:
+            before = Counter(ep.server.stats.kinds)
+            attempt, served = solve(cfg, problem, ep, model_cfg, pool)
+            kinds = Counter(ep.server.stats.kinds) - before
+            assert attempt.error is None and attempt.stop_reason == "done", attempt.transcript[-3:]
+            assert judge.score(problem, attempt.program).passed == gold_passes[problem.id]
+            # the manager speaks first, after every worker, and last; each delegation reaches its worker
+            speakers = [e.agent for e in events(attempt, "input")]
+            assert speakers == [manager, workers[0], manager, workers[1], manager, workers[2], manager]
+            delegated = [json.loads(e.content)["args"]["worker"]
+                         for e in events(attempt, "tool_call") if e.agent == manager]
+            assert delegated == workers
+            assert attempt.turns == len(workers)  # delegations, as in the LangGraph sibling
+            # a worker sees the problem and its instruction
+            tester_input = next(e for e in events(attempt, "input") if e.agent == "tester")
+            assert "Instruction for the tester" in tester_input.content
+            # the selector model chose each worker: its calls are metered like the agents'
+            assert kinds["select"] == len(workers)
+            assert kinds["delegate"] == len(workers)
+            # only the tester runs code
+            assert [e.agent for e in events(attempt, "tool_call") if e.agent != manager] == ["tester"]
+            assert attempt.usage.tool_calls == 1
+            assert_usage_matches(attempt, served)
+
+
+@pytest.mark.slow
+def test_centralized_autogen_stops_at_the_delegation_cap(problems, pool) -> None:
+    cfg = compose("topology=centralized_autogen", "topology.max_turns=2").topology
+    model_cfg, endpoint = _endpoint(problems[:1])
+    with endpoint as ep:
+        attempt, served = solve(cfg, problems[0], ep, model_cfg, pool)
+    assert attempt.stop_reason == "turn_cap" and attempt.error is None
+    assert attempt.turns == 3  # the third delegation was made and never answered: the chat hit its cap
+    assert [e.agent for e in events(attempt, "input")] == ["manager", "analyzer", "manager", "coder", "manager"]
+    # no final program from the manager: the last worker program is submitted
+    assert attempt.program is not None and attempt.program.strip() == problems[0].solutions[0].strip()
+    assert_usage_matches(attempt, served)
+
+
+# ------------------------------------------------------------------ decentralized (OpenAI SDK)
+
+
+@pytest.mark.slow
+def test_decentralized_openai_end_to_end(problems, pool, judge, gold_passes) -> None:
+    cfg = compose("topology=decentralized_openai").topology
+    n, r = int(cfg.team_size), int(cfg.rounds)
+    model_cfg, endpoint = _endpoint(problems, latency_ms=30)
+    with endpoint as ep:
+        for problem in problems:
+            ep.server.stats.max_in_flight = 0
+            attempt, served = solve(cfg, problem, ep, model_cfg, pool, seed=3)
+            assert attempt.error is None and attempt.stop_reason == "done"
+            assert judge.score(problem, attempt.program).passed == gold_passes[problem.id]
+            assert attempt.rounds == r and attempt.turns == n * r
+            inputs = events(attempt, "input")
+            assert Counter((e.agent, e.round) for e in inputs) == Counter(
+                (f"debater_{i}", k) for i in range(n) for k in range(r))
+            # later rounds show the peers' previous answers
+            later = next(e for e in inputs if e.round == 1 and e.agent == "debater_0")
+            assert all(f"Answer of debater_{j} from round 0" in later.content for j in range(1, n))
+            # N x R turns, each a python_exec call then a final answer (gold); peers run concurrently
+            assert attempt.usage.model_calls == 2 * n * r
+            assert attempt.usage.tool_calls == n * r
+            assert ep.server.stats.max_in_flight >= 2
+            assert_usage_matches(attempt, served)
+            # each agent its own seed, derived from the cell seed; agent 0 keeps it
+            assert len(set(served["seeds"])) == n and 3 in served["seeds"]
+            # every agent voted for the same (reference) program
+            assert attempt.vote is not None and attempt.vote.group_sizes == (n,) and attempt.vote.winner == 0
+            assert [c.agent for c in attempt.candidates] == [f"debater_{i}" for i in range(n)]
+
+
+@pytest.mark.slow
+def test_decentralized_openai_votes_over_wrong_answers(problems, pool, judge) -> None:
+    """Gold's seeded wrong answers: the team submits its largest group, never a test-chosen one."""
+    cfg = compose("topology=decentralized_openai", "topology.team_size=8", "topology.rounds=1").topology
+    model_cfg, endpoint = _endpoint(problems[:1], wrong_fraction=0.5)
+    problem = problems[0]
+    with endpoint as ep:
+        attempt, _ = solve(cfg, problem, ep, model_cfg, pool, seed=11)
+    vote = attempt.vote
+    assert vote is not None and sum(vote.group_sizes) == 8
+    assert len(vote.group_sizes) == 2  # the reference program and the (seed-independent) wrong one
+    winner = vote.winner
+    assert vote.group_sizes[winner] == max(vote.group_sizes)
+    if vote.group_sizes[0] == vote.group_sizes[1]:
+        assert winner == 0  # a tie goes to the group seen first
+    members = set(vote.group_members[winner])
+    chosen = [c for c in attempt.candidates if c.agent in members]
+    assert all(c.program.strip() == attempt.program.strip() for c in chosen)
+    wrong = "gold-deliberately-wrong-answer" in attempt.program
+    assert judge.score(problem, attempt.program).passed is (not wrong)
+
+
+# ------------------------------------------------------------------ wall clock
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("topology", ["sequential_crewai", "centralized_autogen", "decentralized_openai"])
+def test_wall_clock_limit_keeps_what_exists(topology: str, problems, pool) -> None:
+    """A slow model and a short per-problem limit: the attempt ends with stop_reason
+    time_limit (not an error), keeps the turns made so far, and submits their program."""
+    cfg = compose(f"topology={topology}", "topology.time_limit_s=1.0").topology
+    model_cfg, endpoint = _endpoint(problems[:1], latency_ms=400)
+    with endpoint as ep:
+        attempt, served = solve(cfg, problems[0], ep, model_cfg, pool)
+    assert attempt.stop_reason == "time_limit" and attempt.error is None
+    assert any(e.kind == "note" and "limit" in e.content.lower() for e in attempt.transcript)
+    replies = [e for e in attempt.transcript if e.kind == "reply" and "```python" in e.content]
+    if attempt.program is not None:
+        assert replies  # the submission comes from a reply that was made before the limit
+    assert attempt.usage.model_calls <= served["replies"]
