@@ -124,3 +124,9 @@ def test_gold_options_reach_the_server():
         srv = ep.server
         assert (srv.latency_s, srv.wrong_fraction, srv.fault_fraction) == (0.005, 0.25, 0.1)
         assert srv.stall_s > 2  # an injected timeout outlasts the client's request timeout
+
+
+def test_gold_with_base_url_uses_a_running_gold_server():
+    with GoldServer([PROBLEM]) as srv:
+        with open_endpoint(model_cfg("gold", base_url=srv.base_url), []) as ep:
+            assert ep.base_url == srv.base_url and ep.model_id == "gold" and ep.server is None

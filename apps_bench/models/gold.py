@@ -394,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         fault_fraction=args.fault_fraction, stall_s=args.stall_s,
     ).start()
     print(f"gold ({SELF_CHECK}): {len(server.index)} problems at {server.base_url}  model id: {server.model_id}", flush=True)
-    print(f"use: model=openai model.base_url={server.base_url} model.model_id={server.model_id}   (Ctrl-C stops)", flush=True)
+    print(f"use: python -m apps_bench model=gold model.base_url={server.base_url}   (Ctrl-C stops)", flush=True)
     try:
         while True:
             time.sleep(3600)
