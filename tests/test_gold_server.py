@@ -332,3 +332,14 @@ def test_tool_choice_none_and_named_are_respected(server, rows):
     named = {"type": "function", "function": {"name": "delegate"}}
     out = chat(server, messages=[user(p.question)], tools=[PY_EXEC, DELEGATE], tool_choice=named)
     assert out["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "delegate"
+
+
+def test_selector_follows_the_worker_a_manager_just_addressed(server, rows):
+    history = f"user: {rows[0].question}\nmanager: gold: Delegating to tester.\n"
+    prompt = (
+        "You are in a role play game. The following roles are available:\ncoder: writes code\ntester: tests\n"
+        f"Read the following conversation. Then select the next role from ['coder', 'tester'] to play. Only return the role.\n\n"
+        f"{history}\nRead the above conversation. Then select the next role from ['coder', 'tester'] to play. Only return the role."
+    )
+    out = chat(server, messages=[{"role": "system", "content": prompt}])
+    assert out["choices"][0]["message"]["content"] == "tester"
