@@ -167,3 +167,25 @@ def test_prompt_file_roundtrip_with_fences_and_odd_whitespace(tmp_path):
     texts = {"a": "line1\n```python\nx = 1\n```\n", "b": "trailing space \nnext", "c": "one line"}
     path = write_prompt_set(tmp_path / "p.yaml", texts)
     assert read_prompt_file(path) == texts
+
+
+def test_step_metrics_from_events(tmp_path):
+    """Events -> (step, metrics) for MLflow: the step is the charged rollout count."""
+    from apps_bench.optimizers.run import step_metrics
+
+    logged = []
+    out = tmp_path / "o"
+    res = optimize(method="maspo", params=PARAMS["maspo"], flow="sequential", roles=["analyzer", "coder"],
+                   seed_prompts=SEED, problems=problems(), dataset_revision="rev1", eval_set=EVAL,
+                   runner=Pipeline(out), run_seed=0, model={"id": "synthetic"}, settings={}, out_dir=out,
+                   chat=Chat(), score_program=score_program, extract_program=extract,
+                   hook=lambda k, p: logged.append(step_metrics(k, p)))  # fmt: skip
+    logged = [m for m in logged if m is not None]
+    charged = [m["opt/rollouts_charged"] for _, m in logged if "opt/rollouts_charged" in m]
+    assert charged == sorted(charged) and charged[-1] == res.budget["rollouts"]
+    assert all(step == m["opt/rollouts_charged"] for step, m in logged if "opt/rollouts_charged" in m)
+    best = [m["opt/best_score/coder"] for _, m in logged if "opt/best_score/coder" in m]
+    assert len(best) == res.details["steps"] and best[-1] == res.details["best_scores"]["coder"]
+    final = logged[-1][1]
+    assert final["val/chosen_strict"] == res.chosen_val.strict and final["val/seed_strict"] == res.seed_val.strict
+    assert step_metrics("optimizer_call", {"tokens": 3}) is None

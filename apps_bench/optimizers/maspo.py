@@ -455,6 +455,8 @@ class Maspo:
             self.visits.append(item)
             self.steps_done += 1
             self._checkpoint(item)
+            self._emit(kind="step_done", step=self.steps_done, item=list(item), best_scores=dict(self.best_score),
+                       rollouts_charged=self.budget.rollouts if self.budget else 0)  # fmt: skip
         return MaspoResult(
             prompts=dict(self.prompts),
             best_scores=dict(self.best_score),

@@ -193,9 +193,10 @@ def optimize(
     # val re-scoring of the seed and the chosen prompts: same cache and gate, its own uncapped budget
     val_budget = Budget()
     val_eval = ProtocolEvaluator(runner, cache, val_budget, gate, run_seed, dict(model), dict(settings))
+    # (the val step's metrics use the optimizer's final charged count as their step)
     seed_val = objective(val_eval.evaluate(PromptSet(seed_texts), list(splits.val)))
     chosen_val = objective(val_eval.evaluate(PromptSet(dict(chosen)), list(splits.val)))
-    log("val", {"seed": seed_val._asdict(), "chosen": chosen_val._asdict()})
+    log("val", {"seed": seed_val._asdict(), "chosen": chosen_val._asdict(), "rollouts_charged": budget.rollouts})
 
     write_prompt_set(out / "prompts.yaml", chosen)
     result = OptimizeResult(method, dict(chosen), seed_val, chosen_val, budget.to_json(), val_budget.to_json(),
@@ -253,3 +254,23 @@ def _run_gepa(params, roles, seed_texts, splits, evaluator, cchat, budget, quest
         "unparsable": res.unparsable,
         "placeholder_evals": res.placeholder_evals,
     }
+
+
+def step_metrics(kind: str, payload: Mapping[str, Any]) -> tuple[int, dict[str, float]] | None:
+    """An event as MLflow step metrics `(step, {name: value})`, or None for events that are
+    logs only. The step is the charged rollout count, so curves of every method share an x-axis.
+    Use as `hook=lambda k, p: (m := step_metrics(k, p)) and mlflow.log_metrics(m[1], step=m[0])`."""
+    step = int(payload.get("rollouts_charged", 0) or 0)
+    if kind == "evaluation":
+        return step, {"opt/eval_strict": float(payload["strict"]), "opt/eval_fraction": float(payload["fraction"]),
+                      "opt/rollouts_charged": float(step)}  # fmt: skip
+    if kind == "maspo_step_done":
+        m = {f"opt/best_score/{a}": float(s) for a, s in dict(payload.get("best_scores", {})).items()}
+        return step, {**m, "opt/steps": float(payload.get("step", 0))}
+    if kind == "gepa_candidate" and payload.get("average") is not None:
+        return step, {"opt/candidate_val": float(payload["average"]), "opt/candidates": float(payload["idx"]) + 1}
+    if kind == "val":
+        return step, {"val/seed_strict": float(payload["seed"]["strict"]), "val/chosen_strict": float(payload["chosen"]["strict"]),
+                      "val/seed_fraction": float(payload["seed"]["fraction"]),
+                      "val/chosen_fraction": float(payload["chosen"]["fraction"])}  # fmt: skip
+    return None
