@@ -63,7 +63,8 @@ class CentralizedLangGraph(FlowRunner):
 
         turn = await run_agent(
             ctx, team, agent=manager, role=manager, user=ctx.prompt, seed=agent_seed(ctx.seed, 0),
-            tools=[tool], max_steps=cap + 1, stop_check=over_cap,
+            # cap delegating steps, one step whose delegation is refused (-> turn_cap), one final answer
+            tools=[tool], max_steps=cap + 2, stop_check=over_cap,
         )
         if turn.stop_reason == "turn_cap":
             team.stop("turn_cap", cap_note("delegation cap", cap))
