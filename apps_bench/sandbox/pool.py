@@ -15,6 +15,7 @@ or signalling the judge's processes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -43,6 +44,7 @@ _WORKER_BOOT = (
     "import sys; sys.path.insert(0, sys.argv[2]); "
     "from apps_bench.sandbox.worker import main; main()"
 )
+_POOL_SERIAL = itertools.count()
 READY_TIMEOUT_S = 120.0
 MESSAGE_SLACK_S = 30.0
 
@@ -92,7 +94,7 @@ class _Worker:
     def _make_cgroup(self) -> str | None:
         if os.geteuid() != 0 or not PIDS_CGROUP_ROOT.is_dir():
             return None
-        path = PIDS_CGROUP_ROOT / "apps-bench" / f"{os.getpid()}-{self.index}"
+        path = PIDS_CGROUP_ROOT / "apps-bench" / f"{os.getpid()}-{self.pool._serial}-{self.index}"
         try:
             path.mkdir(parents=True, exist_ok=True)
             (path / "pids.max").write_text(str(self.pool.pids_max))
@@ -232,7 +234,13 @@ class SandboxPool:
         self._require_contain = contain is True
         if not self._contain_mode:
             _warn_weak(why or "containment disabled by the caller")
-        self._uid_base = 1_000_000 + (os.getpid() % 10_000) * 1_000
+        # One unprivileged uid per worker (RLIMIT_NPROC counts per uid), distinct across
+        # pools of this process and, barring pid wrap-around, across processes.
+        self._serial = next(_POOL_SERIAL)
+        self._uid_base = 1_000_000 + ((os.getpid() % 20_000) * 16 + self._serial % 16) * 256
+        if self.workers > 256:
+            raise ValueError(f"at most 256 sandbox workers per pool, got {self.workers}")
+        _remove_stale_cgroups()
         self._free: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self._all: list[_Worker] = []
         self._closed = False
@@ -414,6 +422,20 @@ class SandboxPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _remove_stale_cgroups() -> None:
+    """Remove empty pids cgroups left by pools whose process is gone."""
+    root = PIDS_CGROUP_ROOT / "apps-bench"
+    if os.geteuid() != 0 or not root.is_dir():
+        return
+    for d in root.iterdir():
+        pid = d.name.split("-")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            try:
+                d.rmdir()
+            except OSError:
+                pass
 
 
 def _raw_from_msg(msg: dict[str, Any], expected: int) -> RawRun:

@@ -1,0 +1,95 @@
+"""Micro-benchmark: cost per trivial test, warm contained pool vs a fresh `python` per test.
+
+    python benchmarks/sandbox_micro.py [--tests-per-program 6] [--programs 60] [--baseline-tests 60]
+
+Measured in one run, on the same machine and load, and reported as ratios (absolute
+milliseconds depend on the machine and on what else runs). The pool is measured
+twice: one caller thread on one worker (pure per-test overhead), and one thread per
+core on a pool sized to the cores (the judge's arrangement). The baseline starts a
+fresh interpreter for every test and runs the program bare (no prelude) — what most
+harnesses do; `--baseline-prelude` adds the APPS prelude (numpy) to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from apps_bench.sandbox import RunRequest, SandboxPool
+from apps_bench.sandbox.harness import PRELUDE
+
+PROGRAM = "n = int(input())\nprint(n + 1)\n"
+
+
+def bench_pool(pool: SandboxPool, programs: int, per_program: int, threads: int) -> float:
+    """Seconds per test when `threads` callers judge `programs` programs of `per_program` tests."""
+    reqs = [RunRequest(PROGRAM, "stdin", [str(p * 100 + i) for i in range(per_program)]) for p in range(programs)]
+
+    def one(req: RunRequest) -> None:
+        rs = pool.run(req)
+        expect = [f"{int(x) + 1}\n" for x in req.inputs]
+        if [r.stdout for r in rs] != expect:
+            raise SystemExit(f"wrong pool output: {rs}")
+
+    pool.run(reqs[0])  # warm
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as ex:
+        list(ex.map(one, reqs))
+    return (time.perf_counter() - t0) / (programs * per_program)
+
+
+def bench_fresh(tests: int, prelude: bool) -> float:
+    code = (PRELUDE if prelude else "") + PROGRAM
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "MLFLOW", "HF_"))}
+    t0 = time.perf_counter()
+    for i in range(tests):
+        out = subprocess.run([sys.executable, "-c", code], input=f"{i}\n", capture_output=True, text=True,
+                             timeout=30, env=env)
+        if out.stdout != f"{i + 1}\n":
+            raise SystemExit(f"wrong baseline output: {out!r}")
+    return (time.perf_counter() - t0) / tests
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--programs", type=int, default=60)
+    ap.add_argument("--tests-per-program", type=int, default=6, help="APPS train_mini150 averages ~6.4")
+    ap.add_argument("--baseline-tests", type=int, default=60)
+    ap.add_argument("--baseline-prelude", action="store_true", help="also time a fresh python + the prelude")
+    args = ap.parse_args()
+    cores = os.cpu_count() or 1
+
+    with SandboxPool(1) as one:
+        feats = one.features
+        single = bench_pool(one, args.programs, args.tests_per_program, threads=1)
+        per_prog = bench_pool(one, max(10, args.programs // 2), 1, threads=1)
+    with SandboxPool(0) as full:
+        full.features
+        parallel = bench_pool(full, args.programs, args.tests_per_program, threads=cores)
+    fresh = bench_fresh(args.baseline_tests, prelude=False)
+    fresh_prelude = bench_fresh(max(5, args.baseline_tests // 4), prelude=True) if args.baseline_prelude else None
+
+    print(f"containment: {'contained (namespaces, uid, cgroup)' if feats.get('contained') else 'WEAK fallback'}; "
+          f"cores: {cores}; load average: {os.getloadavg()[0]:.2f}")
+    rows = [
+        (f"pool, 1 worker, 1 thread ({args.tests_per_program} tests/program)", single),
+        ("pool, 1 worker, 1 thread (1 test/program: fork+sweep cost)", per_prog),
+        (f"pool, {cores} workers, {cores} threads ({args.tests_per_program} tests/program)", parallel),
+        ("fresh python per test, bare program, sequential", fresh),
+    ]
+    if fresh_prelude is not None:
+        rows.append(("fresh python per test + APPS prelude, sequential", fresh_prelude))
+    for label, sec in rows:
+        print(f"  {label:<66} {sec * 1000:8.2f} ms/test")
+    print(f"ratio fresh-python / pool (1 thread):        {fresh / single:6.1f}x")
+    print(f"ratio fresh-python / pool ({cores} threads):       {fresh / parallel:6.1f}x")
+    if fresh_prelude is not None:
+        print(f"ratio fresh-python+prelude / pool ({cores} threads): {fresh_prelude / parallel:6.1f}x")
+
+
+if __name__ == "__main__":
+    main()
