@@ -1,0 +1,105 @@
+#!/usr/bin/env python
+"""Optimizer cost report: rollouts, tokens and wall time per method at a fixed budget.
+
+For each method (none, maspo, gepa) run one optimizer cell on `sequential_langgraph`
+with the gold model as task model and as optimizer model (gold's tagged rewrite), with
+per-call latency on, the same pool, splits and rollout budget, and report: charged and
+fresh rollouts, task and optimizer tokens, optimizer-model calls, overshoot, val scores
+of seed and chosen prompts, and wall time (also as a ratio to `none`, which only scores
+the seed on val). Each method runs in a fresh output directory (no cache reuse).
+
+Usage (from the repo root):
+  python benchmarks/optimizer_cost.py [--budget 60] [--latency-ms 50] [--train 8] [--val 4] [--out DIR]
+Rows: ../shared/data/apps/train_mini150.jsonl (pool) and test_0-49_partial.jsonl (eval rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+DATA = REPO.parent / "shared" / "data" / "apps"
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hcompose
+    from hydra import initialize_config_dir
+
+    from apps_bench.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        return hcompose("config", overrides=overrides)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=int, default=60, help="rollout cap per method")
+    ap.add_argument("--latency-ms", type=int, default=50, help="gold model latency per call")
+    ap.add_argument("--train", type=int, default=8)
+    ap.add_argument("--val", type=int, default=4)
+    ap.add_argument("--methods", default="none,maspo,gepa")
+    ap.add_argument("--out", default=None, help="output folder (default: a temporary one)")
+    args = ap.parse_args()
+
+    from apps_bench.optimizers.entry import run_optimizer_cell
+
+    out_root = Path(args.out or tempfile.mkdtemp(prefix="optimizer_cost_"))
+    # warm-up outside the timings: heavy imports (LangGraph, LangChain, OpenAI) happen once per process
+    from apps_bench.topologies.registry import get_topology
+
+    get_topology(compose(["allow_any_cell=true", "topology=sequential_langgraph"]).topology)
+    import apps_bench.optimizers.gepa_adapter  # noqa: F401
+    import apps_bench.optimizers.maspo_system  # noqa: F401
+
+    rows = []
+    for method in args.methods.split(","):
+        over = [
+            "allow_any_cell=true", "topology=sequential_langgraph", "model=gold", f"model.latency_ms={args.latency_ms}",
+            f"optimizer={method}", "dataset=apps", f"dataset.path={DATA / 'test_0-49_partial.jsonl'}",
+            "concurrency=8", "judge.workers=2",
+        ]  # fmt: skip
+        if method != "none":
+            over += [
+                f"optimizer.params.pool.path={DATA / 'train_mini150.jsonl'}", f"optimizer.params.pool.train_size={args.train}",
+                f"optimizer.params.pool.val_size={args.val}", f"optimizer.params.budget.rollouts={args.budget}",
+            ]  # fmt: skip
+        if method == "maspo":
+            over += ["optimizer.params.minibatch=3"]
+        if method == "none":  # optimizer=none has no params of its own: give it the same pool
+            over += [
+                f"+optimizer.params.pool={{path: '{DATA / 'train_mini150.jsonl'}', train_size: {args.train}, val_size: {args.val}}}"
+            ]
+        cfg = compose(over)
+        t0 = time.perf_counter()
+        res = run_optimizer_cell(cfg, out_dir=out_root / method)
+        wall = time.perf_counter() - t0
+        b = res.budget
+        rows.append({
+            "method": method, "wall_s": round(wall, 2), "rollouts": b["rollouts"], "fresh_rollouts": b["fresh_rollouts"],
+            "task_tokens": b["task_tokens"], "optimizer_calls": b["optimizer_calls"], "optimizer_tokens": b["optimizer_tokens"],
+            "overshoot": b["overshoot"]["rollouts"], "val_rollouts": res.val_rescoring["rollouts"],
+            "seed_val": res.seed_val.strict, "chosen_val": res.chosen_val.strict, "stopped": res.stopped,
+        })  # fmt: skip
+    base = next((r["wall_s"] for r in rows if r["method"] == "none"), None)
+    cols = ["method", "wall_s", "x_none", "rollouts", "fresh_rollouts", "task_tokens", "optimizer_calls",
+            "optimizer_tokens", "overshoot", "val_rollouts", "seed_val", "chosen_val", "stopped"]  # fmt: skip
+    for r in rows:
+        r["x_none"] = round(r["wall_s"] / base, 2) if base else None
+    print(f"optimizer cost at a budget of {args.budget} rollouts, sequential_langgraph, gold model, latency {args.latency_ms} ms")
+    print(" | ".join(cols))
+    for r in rows:
+        print(" | ".join(str(r[c]) for c in cols))
+    (out_root / "optimizer_cost.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2) + "\n")
+    print(f"written: {out_root / 'optimizer_cost.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
