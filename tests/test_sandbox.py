@@ -346,6 +346,8 @@ def test_fallback_mode_works_and_warns(caplog, tmp_path):
             assert weak.features["contained"] is False
             rs = stdin_run(weak, "print(int(input()) * 2)", ["21", "2"])
             assert [r.stdout for r in rs] == ["42\n", "4\n"]
+            (r,) = stdin_run(weak, "import fnmatch, graphlib\nprint('imported')", [""])
+            assert r.stdout == "imported\n", r  # modules the worker did not pre-import load too
             code = (
                 "import os, time\n"
                 "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(1000)\n    os._exit(0)\n"

@@ -137,6 +137,8 @@ class _Worker:
             raise WorkerBroken(f"sandbox worker did not start: {msg.get('error', msg)}")
         self.features = msg.get("features", {})
         self.ready = True
+        if self.features.get("uid_switch_skipped"):
+            log.warning("sandbox worker %d runs programs as root: %s", self.index, self.features["uid_switch_skipped"])
 
     def send(self, data: bytes) -> None:
         try:

@@ -64,6 +64,22 @@ GRACE_S = 0.25  # wall-clock slack before the worker kills a test (the child tim
 CHILD_STATUSES = frozenset(("ok", "runtime_error", "memory_limit", "compile_error", "output_limit"))
 
 
+def _world_readable(path: str) -> bool:
+    """Whether any uid can traverse to and read `path` (every ancestor o+x, the dir o+rx)."""
+    p = os.path.realpath(path)
+    try:
+        st = os.stat(p)
+        if st.st_mode & 0o005 != 0o005:
+            return False
+        while p != "/":
+            p = os.path.dirname(p)
+            if not os.stat(p).st_mode & 0o001:
+                return False
+    except OSError:
+        return False
+    return True
+
+
 @dataclass
 class Child:
     pid: int
@@ -117,6 +133,11 @@ class Worker:
             )
         else:
             contain.prctl(contain.PR_SET_CHILD_SUBREAPER, 1)
+            if self.uid is not None and not all(_world_readable(p) for p in {sys.base_prefix, sys.prefix}):
+                # Without a mount namespace we cannot re-expose the interpreter to another
+                # uid: a switched child could not import what was not pre-imported.
+                self.features["uid_switch_skipped"] = "the interpreter is not readable by other users"
+                self.uid = None
             self.root = tempfile.mkdtemp(prefix="apps-bench-sandbox-")
             os.chmod(self.root, 0o711)  # the child's uid must reach run/ by absolute path
             self.features["subreaper"] = True
