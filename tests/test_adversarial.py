@@ -88,7 +88,8 @@ def _not_forged(rs: list[RawRun]) -> None:
         assert r.status != "ok" and r.value_json is None, r
 
 
-CANARY = "{CANARY}"  # placeholder, filled per run
+CANARY = "{CANARY}"  # placeholders, filled per run
+UNIX = "{UNIX}"
 
 ATTACKS: list[Attack] = [
     # -- time -------------------------------------------------------------------------
@@ -197,6 +198,12 @@ ATTACKS: list[Attack] = [
     Attack("secrets/proc_environ_of_every_process",
            "import os\nout = []\nfor p in os.listdir('/proc'):\n    try:\n        out.append(open(f'/proc/{p}/environ', 'rb').read().decode('latin-1'))\n"
            "    except Exception as e:\n        out.append(type(e).__name__)\nprint(out)\n", {"ok"}, check=_secrets_absent),
+    Attack("secrets/connect_to_host_loopback",
+           "import socket\ns = socket.create_connection(('127.0.0.1', {PORT}), timeout=0.5)\nprint(s.recv(100))\n",
+           {"runtime_error"}, check=_no_leak("listener-secret-7f3a")),
+    Attack("secrets/connect_to_host_unix_socket",
+           f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({UNIX!r})\nprint(s.recv(100))\n",
+           {"runtime_error"}, check=_no_leak("listener-secret-7f3a")),
     # -- numbers ----------------------------------------------------------------------
     Attack("numbers/over_4300_digit_output", "print(10**5000)\n", {"ok"}, check=_stdout_is("1" + "0" * 5000 + "\n")),
     Attack("numbers/over_4300_digit_input", "print(int(input()) + 1)\n", {"ok"}, inputs=["9" * 5000],
@@ -226,6 +233,41 @@ def pool(env_secrets):
     with SandboxPool(1, contain=True) as p:
         assert p.features["contained"]
         yield p
+
+
+@pytest.fixture(scope="module")
+def listeners(tmp_path_factory):
+    """A TCP listener on the host's loopback and a unix socket under the host's /tmp,
+    each answering a secret to whoever connects."""
+    import socket
+    import threading
+
+    tcp = socket.create_server(("127.0.0.1", 0))
+    path = str(tmp_path_factory.mktemp("sock") / "s")
+    uds = socket.socket(socket.AF_UNIX)
+    uds.bind(path)
+    uds.listen()
+    stop = threading.Event()
+
+    def serve(srv: socket.socket) -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            conn.sendall(b"listener-secret-7f3a")
+            conn.close()
+
+    threads = [threading.Thread(target=serve, args=(x,), daemon=True) for x in (tcp, uds)]
+    for t in threads:
+        t.start()
+    yield tcp.getsockname()[1], path
+    stop.set()
+    for t in threads:
+        t.join()
+    tcp.close()
+    uds.close()
 
 
 @pytest.fixture(scope="module")
@@ -262,10 +304,11 @@ def leftover_processes(pool: SandboxPool) -> list[str]:
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
-def test_attack_is_contained(attack: Attack, pool: SandboxPool, canary_dir: Path) -> None:
+def test_attack_is_contained(attack: Attack, pool: SandboxPool, canary_dir: Path, listeners) -> None:
     canary = canary_dir / "canary.txt"
     before = sorted(os.listdir(canary_dir))
-    code = attack.code.replace(CANARY, str(canary))
+    port, unix_path = listeners
+    code = attack.code.replace(CANARY, str(canary)).replace(UNIX, unix_path).replace("{PORT}", str(port))
     req = RunRequest(code=code, mode=attack.mode, inputs=attack.inputs, fn_name="f" if attack.mode == "call" else None,
                      timeout_s=attack.timeout_s, memory_bytes=attack.memory_bytes)
     rs = pool.run(req)
