@@ -297,3 +297,22 @@ def test_wall_clock_limit_keeps_what_exists(topology: str, problems, pool) -> No
     if attempt.program is not None:
         assert replies  # the submission comes from a reply that was made before the limit
     assert attempt.usage.model_calls <= served["replies"]
+
+
+# ------------------------------------------------------------------ endpoint failures
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("topology", ["sequential_crewai", "centralized_autogen", "decentralized_openai"])
+def test_endpoint_failure_is_an_infrastructure_error(topology: str, problems, pool) -> None:
+    """Every request fails (gold fault injection, no retries): the attempt carries the error
+    for the record (never scored as a wrong answer), the failed calls are counted, and the
+    framework's own wrapping (AutoGen re-raises agent errors as RuntimeError) does not crash the cell."""
+    cfg = compose(f"topology={topology}").topology
+    model_cfg, endpoint = _endpoint(problems[:1], fault_fraction=1.0, max_retries=0, request_timeout_s=1)
+    with endpoint as ep:
+        attempt, served = solve(cfg, problems[0], ep, model_cfg, pool)
+    assert attempt.stop_reason == "error"
+    assert attempt.error and attempt.error.startswith("model endpoint failed:") and "Traceback" not in attempt.error
+    assert attempt.program is None
+    assert attempt.usage.failed_calls >= 1 and attempt.usage.model_calls == served["replies"] == 0

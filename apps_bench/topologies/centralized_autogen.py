@@ -18,7 +18,7 @@ from typing import Any, Literal, Sequence
 
 from apps_bench.topologies.base import SolveContext, agent_seed
 from apps_bench.topologies.messages import DELEGATE_TOOL, cap_note, delegate_description, delegate_parameters
-from apps_bench.topologies.team import FlowRunner, StopFlow, Team, Turn
+from apps_bench.topologies.team import _CONTEXT_HINTS, FlowRunner, StopFlow, Team, Turn
 from apps_bench.types import Attempt
 
 
@@ -63,6 +63,10 @@ class CentralizedAutoGen(FlowRunner):
                 max_tool_iterations=1,
             )
         ]
+        # At most max_steps model calls per worker turn, as in the LangGraph loop: AutoGen makes
+        # max_tool_iterations tool-calling calls, then (if still calling tools) one reflection call.
+        steps_cap = int(ctx.config.max_steps)
+        tool_rounds = max(1, steps_cap - 1)
         for i, role in enumerate(workers, start=1):
             tools = [_python_exec_tool(ctx.tool)] if role in (ctx.config.tool_roles or ()) else []
             agents.append(
@@ -74,7 +78,7 @@ class CentralizedAutoGen(FlowRunner):
                     description=f"the {role}",
                     model_context=_worker_context(manager),
                     reflect_on_tool_use=bool(tools),
-                    max_tool_iterations=max(1, int(ctx.config.max_steps) - 1),
+                    max_tool_iterations=tool_rounds,
                 )
             )
 
@@ -141,10 +145,18 @@ class CentralizedAutoGen(FlowRunner):
                         ctx.log(item.source, item.source, "reply", text, turn.round)
                         turn.add_reply(text)
                         turn.stop_reason = "done"
+                        if item.source != manager and turn.steps - 1 >= tool_rounds:
+                            # every allowed tool round was used: this reply is AutoGen's forced reflection
+                            turn.stop_reason = "step_cap"
+                            ctx.log(item.source, item.source, "note", cap_note("step cap", steps_cap), turn.round)
                         if item.source == manager:
                             team.data["manager_final"] = turn
                     else:
                         turn.stop_reason = "done"
+        except RuntimeError as exc:
+            # AutoGen re-raises an agent's exception as RuntimeError("<ExceptionType>: <message>").
+            if not _api_failure(team, exc):
+                raise
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if token.is_cancelled() and not (task is not None and task.cancelling()):
@@ -165,6 +177,23 @@ class CentralizedAutoGen(FlowRunner):
         program = final.program if final is not None and final.program else team.latest_program(workers)
         # As the LangGraph sibling: turns = delegations made (what max_turns caps).
         return team.attempt(program, rounds=1, turns=team.data.get("delegations", 0))
+
+
+def _api_failure(team: Team, exc: RuntimeError) -> bool:
+    """Record a model-endpoint failure that AutoGen wrapped, as run_guarded records an unwrapped
+    one (infrastructure error, or context_limit for an overlong conversation); False if it is not one."""
+    import openai
+
+    text = str(exc).split("\nTraceback", 1)[0].strip()  # AutoGen appends the remote traceback
+    kind = getattr(openai, text.split(":", 1)[0].strip(), None)
+    if not (isinstance(kind, type) and issubclass(kind, openai.APIError)):
+        return False
+    if issubclass(kind, openai.BadRequestError) and any(h in text.lower() for h in _CONTEXT_HINTS):
+        team.stop("context_limit", f"model rejected the conversation: {text[:300]}")
+    else:
+        team.error = f"model endpoint failed: {text[:500]}"
+        team.stop("error", team.error)
+    return True
 
 
 def _round(turn: Turn | None) -> int:
