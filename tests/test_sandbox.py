@@ -40,6 +40,23 @@ def test_stdin_runs_each_test_in_order(pool):
     assert all(r.exit_code == 0 and r.value_json is None for r in rs)
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        "print(input())",
+        "import sys\nprint(sys.stdin.readline().strip())",
+        "import sys\nprint(sys.stdin.buffer.read().decode().strip())",
+        "print(open(0).read().strip())",
+        "print(open('/dev/stdin').read().strip())",
+        "import sys\nsys.stdin = open('/dev/stdin')\nprint(input())",
+        "import os\nprint(os.read(0, 100).decode().strip())",
+    ],
+)
+def test_every_way_of_reading_stdin(pool, code):
+    rs = stdin_run(pool, code, ["abc\n", "de\n"])
+    assert [(r.status, r.stdout) for r in rs] == [("ok", "abc\n"), ("ok", "de\n")]
+
+
 def test_stdin_list_input_joined_with_newlines(pool):
     (r,) = stdin_run(pool, "import sys\nprint(sys.stdin.read().split())", [["1 2", "3"]])
     assert r.stdout == "['1', '2', '3']\n"

@@ -170,11 +170,11 @@ class Worker:
         err_fd = os.memfd_create("stderr")
         n_left = len(job["inputs"])
         nonce = secrets.token_hex(8)
+        worker_pid = os.getpid()
         pid = os.fork()
         if pid == 0:  # ---- the program child
             try:
                 os.setsid()
-                contain.prctl(contain.PR_SET_PDEATHSIG, signal.SIGKILL)
                 fds = contain.keep_only_fds([ctrl_r, res_w, in_fd, out_fd, err_fd])
                 os.dup2(fds[2], 0)
                 os.dup2(fds[3], 1)
@@ -190,6 +190,10 @@ class Worker:
                 os.chdir(self.run_dir)
                 contain.reset_environment(self.run_dir)
                 contain.drop_privileges(self.uid)
+                # After the uid switch: changing credentials clears the parent-death signal.
+                contain.prctl(contain.PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != worker_pid:
+                    os._exit(6)
                 spec = ChildSpec(
                     code=job["code"], mode=job["mode"], fn_name=job.get("fn_name"), inputs=job["inputs"],
                     timeout_s=float(job["timeout_s"]), output_cap=self.output_cap, fsize_hard=fsize_hard,
