@@ -189,3 +189,53 @@ def test_step_metrics_from_events(tmp_path):
     final = logged[-1][1]
     assert final["val/chosen_strict"] == res.chosen_val.strict and final["val/seed_strict"] == res.seed_val.strict
     assert step_metrics("optimizer_call", {"tokens": 3}) is None
+
+
+KILL_SCRIPT = r'''
+import sys, time
+sys.path.insert(0, {tests!r})
+import test_optimizers_run as t
+from pathlib import Path
+out = Path({out!r})
+
+class Slow(t.Pipeline):
+    def run_batch(self, prompt_set, jobs):
+        res = super().run_batch(prompt_set, jobs)
+        print("batch", self.batches, flush=True)
+        time.sleep(0.05)
+        return res
+
+t.optimize(method={method!r}, params=t.PARAMS[{method!r}], flow="sequential", roles=["analyzer", "coder"],
+           seed_prompts=t.SEED, problems=t.problems(), dataset_revision="rev1", eval_set=t.EVAL, runner=Slow(out),
+           run_seed=0, model={{"id": "synthetic"}}, settings={{"flow": "sequential"}}, out_dir=out, chat=t.Chat(),
+           score_program=t.score_program, extract_program=t.extract)
+print("finished", flush=True)
+'''
+
+
+@pytest.mark.parametrize("method", ["maspo", "gepa"])
+def test_kill_9_mid_run_then_rerun_same_prompts_same_charged_budget(tmp_path, method):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    reference, _, _, _ = go(tmp_path, method, name="reference")
+    out = tmp_path / "killed"
+    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), out=str(out), method=method)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    seen = 0
+    for line in proc.stdout:
+        if line.startswith("batch"):
+            seen = int(line.split()[1])
+            if seen >= 5:
+                break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert seen >= 5 and not (out / "result.json").exists()  # killed mid-run
+    res, pipe, chat, _ = go(tmp_path, method, name="killed")
+    assert res.chosen == reference.chosen
+    assert res.budget["rollouts"] == reference.budget["rollouts"]
+    assert res.budget["optimizer_tokens"] == reference.budget["optimizer_tokens"]
+    assert res.budget["fresh_rollouts"] < res.budget["rollouts"]  # the batches before the kill were not paid twice
