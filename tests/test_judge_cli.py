@@ -56,6 +56,8 @@ def test_predictions_with_wrong_missing_and_null(rows, tmp_path, apps_data_dir):
                 {"id": "1", "code": "print('wrong')"},
                 {"id": "2404", "code": sols["2404"]},
                 {"id": "2412", "code": None},
+                {"id": "3", "reply": "<think>hmm</think>Here:\n```python\n" + sols["3"] + "\n```\nDone."},
+                {"id": "2", "reply": "I cannot solve this."},
             ]
         )
         + "\n"
@@ -64,12 +66,13 @@ def test_predictions_with_wrong_missing_and_null(rows, tmp_path, apps_data_dir):
     r = judge_cmd(str(rows), "--predictions", str(pred), "--out", str(out), "--no-progress")
     assert r.returncode == 0, r.stderr
     recs = {x["id"]: x for x in read_jsonl(out)}
-    assert set(recs) == {"0", "1", "2404", "2412"}  # only what was predicted
+    assert set(recs) == {"0", "1", "2", "3", "2404", "2412"}  # only what was predicted
     assert recs["0"]["passed"] and recs["2404"]["passed"]
     assert not recs["1"]["passed"] and recs["1"]["results"][0]["outcome"] == "wrong_answer" and recs["1"]["tests_run"] == 1
     assert not recs["2412"]["passed"] and recs["2412"]["extracted"] is False and recs["2412"]["tests_run"] == 0
-    # pass@1 all = 2/4, extracted = 2/3
-    assert "0.5000" in r.stdout and "0.6667" in r.stdout
+    assert recs["3"]["passed"] and recs["2"]["extracted"] is False  # replies go through extract_program
+    # pass@1 all = 3/6, extracted = 3/4
+    assert "0.5000" in r.stdout and "0.7500" in r.stdout
 
 
 def test_only_limit_and_default_cap_from_conf(apps_data_dir, tmp_path):
@@ -102,7 +105,7 @@ def test_bad_predictions_line(rows, tmp_path):
     pred = tmp_path / "p.jsonl"
     pred.write_text('{"id": "0"}\n')
     r = judge_cmd(str(rows), "--predictions", str(pred))
-    assert r.returncode == 2 and '"id" and "code"' in r.stderr
+    assert r.returncode == 2 and '"id" and "code" keys' in r.stderr
 
 
 def test_missing_rows_file(tmp_path):

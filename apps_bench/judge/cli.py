@@ -57,7 +57,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description="Judge APPS predictions (or the reference solutions with --gold) on the sandbox.",
     )
     p.add_argument("rows", nargs="?", help="codeparrot-schema .jsonl/.parquet file (default: the hub split of conf/dataset/apps.yaml)")
-    p.add_argument("--predictions", help='JSONL lines {"id": "<problem_id>", "code": "<program>"} ("code": null = no program)')
+    p.add_argument("--predictions", help='JSONL lines {"id": "<problem_id>", "code": "<program>"} ("code": null = no program; '
+                   'or "reply": a raw model reply, extracted with the APPS rule)')
     p.add_argument("--gold", action="store_true", help="judge each problem's first reference solution (harness self-check)")
     p.add_argument("--out", help="write one verdict per problem here (JSONL, in problem order)")
     p.add_argument("--max-tests-per-row", type=int, default=None, help="keep the first N tests per problem; <= 0 keeps all (default: conf/config.yaml)")
@@ -86,9 +87,16 @@ def read_predictions(path: str) -> dict[str, str | None]:
                 rec = json.loads(line)
             except ValueError as e:
                 raise UsageError(f"{p}:{n}: not JSON ({e}); expected {{\"id\": ..., \"code\": ...}}") from None
-            if not isinstance(rec, dict) or "id" not in rec or "code" not in rec:
-                raise UsageError(f'{p}:{n}: each line needs "id" and "code" keys')
-            code = rec["code"]
+            if not isinstance(rec, dict) or "id" not in rec or ("code" not in rec and "reply" not in rec):
+                raise UsageError(f'{p}:{n}: each line needs "id" and "code" keys (or "reply": raw model text to extract from)')
+            if "code" in rec:
+                code = rec["code"]
+            else:
+                from apps_bench.task import extract_program
+
+                if rec["reply"] is not None and not isinstance(rec["reply"], str):
+                    raise UsageError(f'{p}:{n}: "reply" must be a string or null')
+                code = extract_program(rec["reply"])
             if code is not None and not isinstance(code, str):
                 raise UsageError(f'{p}:{n}: "code" must be a string or null')
             preds[str(rec["id"])] = code
