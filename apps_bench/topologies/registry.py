@@ -35,12 +35,17 @@ RUNNERS: dict[str, RunnerSpec] = {
     "decentralized_openai": RunnerSpec("apps_bench.topologies.decentralized_openai:DecentralizedOpenAI", "openai"),
 }
 
-# framework -> (modules it needs, the pip command that installs them)
+# framework -> (modules it needs, imported at cell start; the pip command that installs them)
 FRAMEWORKS: dict[str, tuple[tuple[str, ...], str]] = {
-    "langgraph": (("langgraph", "langchain_openai", "langchain_core"), "pip install apps-bench"),
+    # everything the LangGraph runners import lazily, so the first problem does not pay for it
+    "langgraph": (
+        ("langgraph.graph", "langgraph.types", "langgraph.errors", "langchain_core.messages", "langchain_core.tools",
+         "langchain_openai", "openai.resources"),
+        "pip install apps-bench",
+    ),
     "crewai": (("crewai",), "pip install 'apps-bench[crewai]'"),
     "autogen": (("autogen_agentchat", "autogen_ext.models.openai"), "pip install 'apps-bench[autogen]'"),
-    "openai": (("openai",), "pip install apps-bench"),
+    "openai": (("openai", "openai.resources"), "pip install apps-bench"),  # the SDK loads resources on first use
 }
 
 
