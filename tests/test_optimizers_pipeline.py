@@ -127,3 +127,16 @@ def test_run_optimizer_cell_from_composed_config(tmp_path, apps_data_dir):
 
     assert res.chosen == dict(load_prompts(cfg.topology).texts)
     assert res.budget["optimizer_calls"] == 1 and res.budget["rollouts"] == 4  # one parent run + one child re-run of 2
+
+
+def test_optimizer_model_config_resolution():
+    from apps_bench.optimizers.entry import optimizer_model_config
+
+    task = _cfg("topology=single").model
+    assert optimizer_model_config(None, task) is task
+    q = optimizer_model_config("qwen_122b", task)
+    assert q.name == "qwen_122b" and q.provider == "openai"
+    g = optimizer_model_config({"name": "gold", "temperature": 0.9}, task)
+    assert g.provider == "gold" and g.temperature == 0.9 and g.max_tokens == task.max_tokens
+    with pytest.raises(ValueError, match="no conf/model/gpt9.yaml"):
+        optimizer_model_config("gpt9", task)

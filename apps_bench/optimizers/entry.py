@@ -52,6 +52,34 @@ def pool_dataset_config(dataset_cfg: Mapping[str, Any], pool: Mapping[str, Any])
     return ds
 
 
+def optimizer_model_config(value: Any, task_model: Any) -> Any:
+    """The optimizer model's config: null = the task model; a name = `conf/model/<name>.yaml`;
+    a mapping = overrides on top of `conf/model/<mapping.name>.yaml` (or a complete model config)."""
+    from omegaconf import OmegaConf  # noqa: PLC0415
+
+    from apps_bench.config import ModelConfig  # noqa: PLC0415
+
+    if value is None or value == "" or value == {}:
+        return task_model
+    model_dir = Path(__file__).resolve().parents[1] / "conf" / "model"
+    value = _plain(value)
+    over: dict[str, Any] = {}
+    if isinstance(value, str):
+        name = value
+    elif isinstance(value, Mapping):
+        over = dict(value)
+        name = str(over.get("name", ""))
+    else:
+        raise ValueError(f"optimizer.params.optimizer_model must be null, a model name or a mapping, got {value!r}")
+    base: Any = {}
+    if name and (model_dir / f"{name}.yaml").is_file():
+        base = OmegaConf.load(model_dir / f"{name}.yaml")
+    elif isinstance(value, str):
+        known = sorted(p.stem for p in model_dir.glob("*.yaml"))
+        raise ValueError(f"optimizer.params.optimizer_model={name!r}: no conf/model/{name}.yaml; choose one of {known}")
+    return OmegaConf.merge(OmegaConf.structured(ModelConfig), base, over)
+
+
 def run_optimizer_cell(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[str, Any]], None] | None = None) -> OptimizeResult:
     from omegaconf import OmegaConf  # noqa: PLC0415
 
@@ -75,13 +103,11 @@ def run_optimizer_cell(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, di
     opt_model_cfg = params.get("optimizer_model")
     with ExitStack() as stack:
         ep = stack.enter_context(open_endpoint(cfg.model, loaded.problems))
-        if opt_model_cfg:
-            from apps_bench.config import ModelConfig  # noqa: PLC0415
-
-            opt_cfg = OmegaConf.merge(OmegaConf.structured(ModelConfig), opt_model_cfg)
-            opt_ep = stack.enter_context(open_endpoint(opt_cfg, loaded.problems))
+        opt_cfg = optimizer_model_config(opt_model_cfg, cfg.model)
+        if _plain(opt_cfg) == _plain(cfg.model):
+            opt_ep = ep  # the task model's endpoint (one gold server, one vLLM connection)
         else:
-            opt_cfg, opt_ep = cfg.model, ep
+            opt_ep = stack.enter_context(open_endpoint(opt_cfg, loaded.problems))
         pool = stack.enter_context(SandboxPool(workers=int(cfg.judge.get("workers") or 0)))
         runner = PipelineRunner(cfg, endpoint=ep, pool=pool, judge=Judge.from_config(pool, cfg.judge), problems=problems)
         chat = EndpointChat(opt_ep, opt_cfg) if method != "none" else None
