@@ -119,6 +119,15 @@ def test_comparisons_are_execution_grounded_and_symmetric():
     # the coder has no successor: lookahead is the global result
     cmp2 = sys_.compare("coder", parent, {"analyzer": "Plan.", "coder": "Code.-"}, keys, sys_.run(parent, keys))
     assert [(p.local, p.lookahead, p.global_) for p in cmp2.per_problem] == [(0.0, 0.0, 0.0), (0.5, 0.5, 0.5)]
+    # an infrastructure failure on either side is no evidence: a tie on every term
+    class Flaky(Direct):
+        def evaluate(self, ps, keys, capture_traces=True):
+            out = super().evaluate(ps, keys, capture_traces)
+            return [Rollout(key=r.key, seed=0, error="model unreachable") if ps.texts == child else r for r in out]
+
+    flaky = EvaluatorSystem(Flaky(), graph, judge_program=judge_program, extract_program=extract, text_judge=plus_judge)
+    cmp3 = flaky.compare("analyzer", parent, child, keys, flaky.run(parent, keys))
+    assert [(p.local, p.lookahead, p.global_) for p in cmp3.per_problem] == [(0.5, 0.5, 0.5)] * 2
     # a position-biased judge (always "first") disagrees with itself across orders: a tie
     assert symmetric_win(lambda q, a, b: "first", "", "x", "y+") == 0.5
     assert symmetric_win(plus_judge, "", "x", "y+") == 1.0 and symmetric_win(plus_judge, "", "x+", "y") == 0.0

@@ -8,6 +8,8 @@ Comparing a child prompt with its parent on the same minibatch (same paired seed
   otherwise a text judge is asked in both orders and a disagreement counts as a tie
   (no judge configured: a tie). An agent without successors (or whose successor is the
   vote) takes the global result as lookahead.
+- a problem where either run failed for an infrastructure reason (Rollout.error) is a
+  tie on every term: a model outage is not evidence against a prompt.
 Whole re-runs go through `evaluator.evaluate`; where the graph allows partial re-runs and
 the evaluator offers `evaluate_from(prompt_set, keys, agent, upstream)`, only the agent
 and what follows it are re-run from the parent's cached upstream outputs.
@@ -130,6 +132,9 @@ class EvaluatorSystem:
         succ = [s for s in self.graph.successors(agent) if s in self.graph.agents]
         per = []
         for k, p, c in zip(keys, parent_rollouts, child_rollouts):
+            if p.error or c.error:  # infrastructure failed on one side: no evidence either way
+                per.append(ProblemComparison(tuple(k), 0.5, 0.5, 0.5))
+                continue
             glob = program_win((c.passed, c.pass_fraction), (p.passed, p.pass_fraction))
             local = self.output_win(k, agent, p, c)
             look = sum(self.output_win(k, s, p, c) for s in succ) / len(succ) if succ else glob
