@@ -1,10 +1,37 @@
-"""Prompt optimizers: one protocol (pool, splits, scoring gate, budgets, paired seeds,
-rollout cache) shared by every method (MASPO, GEPA).
+"""Prompt optimizers: one protocol shared by every method (MASPO, GEPA).
 
-Submodules are imported by name (``apps_bench.optimizers.maspo``...), so importing this
-package stays cheap; `gepa` is only imported inside `gepa_adapter`.
+Modules, each with one job (import them by name; `gepa` and the frameworks load lazily):
+- `protocol`: pool, disjoint splits, manifest, scoring gate (eval keys refused), budgets,
+  paired request seeds.
+- `cache`: the rollout cache (SQLite, safe across kill -9) and per-step checkpoints.
+- `scoring`: `Rollout`, the `Evaluator`/`Runner` protocols, `ProtocolEvaluator` (gate +
+  seeds + cache + budget in front of a runner), the objective.
+- `proposals`: tagged answers of the optimizer model, messages, `CachedChat`, `ModelProposer`.
+- `maspo`: the MASPO search over an abstract agent graph; `maspo_system`: its runs and
+  execution-grounded comparisons over an `Evaluator`.
+- `gepa_adapter`: `gepa` 0.1.x over an `Evaluator`, avoiding the traps found.
+- `runner`: the `Runner` over the real pipeline (topology + judge); `chat`: the optimizer
+  model on the project's metered clients.
+- `run`: one optimizer run (manifest first, method, val re-scoring, prompts.yaml,
+  events.jsonl, result.json); `entry`: from a composed cell config to `run.optimize`.
+
+The CLI's use: `entry.run_optimizer_cell(cfg, out_dir=..., hook=...)` returns the chosen
+PromptSet (`result.prompts_path`); the final eval cell runs with
+`topology.prompt_file=<that path>` next to the seed prompts' cell.
 """
 
 from __future__ import annotations
 
-__all__ = ["protocol", "cache", "scoring", "proposals", "maspo", "gepa_adapter"]
+__all__ = [
+    "cache",
+    "chat",
+    "entry",
+    "gepa_adapter",
+    "maspo",
+    "maspo_system",
+    "proposals",
+    "protocol",
+    "run",
+    "runner",
+    "scoring",
+]
