@@ -83,3 +83,23 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated, empty SQLite MLflow store, made once per session: tests copy it instead of
+    paying MLflow's schema migrations (seconds) in every CLI run."""
+    db = tmp_path_factory.mktemp("mlflow_template") / "mlflow.db"
+    from apps_bench.tracking import mlflow as mlf
+
+    mlf.client(f"sqlite:///{db}")
+    return db
+
+
+def fresh_store(template: Path, dest: Path) -> Path:
+    """Copy the template store to `dest` (e.g. <cwd>/outputs/mlflow.db, the embedded default)."""
+    import shutil
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, dest)
+    return dest
