@@ -79,7 +79,13 @@ class Run:
     verdict: Verdict
 
 
-def run_cell(cfg, problems, pool, judge, seed: int | None = None) -> list[Run]:
+class Runs(list):
+    """The runs of a cell, plus what the gold server saw (`stats`: seeds, concurrency, request bodies)."""
+
+    stats: object = None
+
+
+def run_cell(cfg, problems, pool, judge, seed: int | None = None) -> Runs:
     """What the pipeline does per problem, minus records: context -> topology.solve -> judge."""
     from apps_bench.models import ModelClients, open_endpoint
     from apps_bench.sandbox.tool import PythonExecTool
@@ -105,16 +111,23 @@ def run_cell(cfg, problems, pool, judge, seed: int | None = None) -> list[Run]:
 
     with open_endpoint(cfg.model, problems) as ep:
         results = asyncio.run(all_(ep))
-    return [Run(p, a, u, judge.score(p, a.program)) for p, (a, u) in zip(problems, results)]
+        stats = ep.server.stats
+    runs = Runs(Run(p, a, u, judge.score(p, a.program)) for p, (a, u) in zip(problems, results))
+    runs.stats = stats
+    return runs
 
 
 def events(attempt: Attempt, kind: str | None = None, agent: str | None = None):
     return [e for e in attempt.transcript if (kind is None or e.kind == kind) and (agent is None or e.agent == agent)]
 
 
-def assert_gold_rate(runs: list[Run], gold_passes: dict[str, bool]) -> None:
+def assert_gold_rate(runs: Runs, gold_passes: dict[str, bool]) -> None:
     got = {r.problem.id: r.verdict.passed for r in runs}
     assert got == gold_passes
+    # tokens and calls are counted once, at the HTTP layer: exactly what the server answered
+    assert sum(r.usage.model_calls for r in runs) == runs.stats.replies
+    assert sum(r.usage.prompt_tokens for r in runs) == runs.stats.prompt_tokens
+    assert sum(r.usage.completion_tokens for r in runs) == runs.stats.completion_tokens
     for r in runs:
         assert r.attempt.error is None and r.attempt.program is not None
         assert r.attempt.usage is r.usage  # the Attempt carries the usage counted at the HTTP layer
@@ -175,6 +188,10 @@ def test_independent_reaches_gold_rate_with_a_unanimous_vote(problems, pool, jud
         assert r.usage.model_calls == 8 and r.usage.tool_calls == 4 and a.turns == 4
         # nobody sees anybody: every coder's input is the bare framed problem
         assert {e.content for e in events(a, "input")} == {events(a, "input")[0].content}
+    # each coder has its own seed, derived from the cell seed (agent 0 keeps it)
+    from apps_bench.topologies.base import agent_seed
+
+    assert set(runs.stats.seeds) == {agent_seed(0, i) for i in range(4)} and agent_seed(0, 0) == 0
 
 
 def test_independent_without_any_program_submits_nothing(problems, pool, judge):
@@ -232,6 +249,16 @@ def test_centralized_reaches_gold_rate_through_delegations(problems, pool, judge
         # manager 4 calls (3 delegations + final), analyzer 1, coder 1, tester 2 (python_exec first)
         assert r.usage.model_calls == 8 and r.usage.tool_calls == 1
         assert events(a, "reply", "manager")[-1].content.rstrip().endswith("```")
+
+
+@pytest.mark.parametrize("size", [2, 10])
+def test_centralized_team_sizes(problems, pool, judge, gold_passes, size):
+    cfg = cell("centralized_langgraph", f"topology.team_size={size}")
+    r = run_cell(cfg, problems[:1], pool, judge)[0]
+    manager, *workers = list(cfg.topology.roles_by_size[str(size)])
+    assert [e.agent for e in events(r.attempt, "input")] == [manager, *workers]  # gold delegates in enum order
+    assert r.attempt.turns == size - 1 and r.attempt.stop_reason == "done"
+    assert r.verdict.passed == gold_passes[r.problem.id]
 
 
 def test_centralized_delegation_cap_falls_back_to_last_worker_program(problems, pool, judge, gold_passes):
@@ -325,3 +352,31 @@ def test_decentralized_vote_over_final_answers_with_wrong_answers(problems, pool
     r = run_cell(cell("decentralized_langgraph", "model.wrong_fraction=0.5"), [problem], pool, judge, seed=seed)[0]
     assert sorted(r.attempt.vote.group_sizes) == [1, 3]
     assert not r.verdict.passed and "gold-deliberately-wrong-answer" in r.attempt.program
+
+
+# ---------------------------------------------------------------------------- concurrency, prompts
+
+
+@pytest.mark.parametrize("name", ["independent", "decentralized_langgraph"])
+def test_peers_run_concurrently(problems, pool, judge, name):
+    """The server sees all N peers in flight at once (sequential would never exceed 1)."""
+    cfg = cell(name, "model.latency_ms=300", "topology.tool_roles=[]")
+    runs = run_cell(cfg, problems[:1], pool, judge)
+    assert runs.stats.max_in_flight == 4
+    a = runs[0].attempt
+    kinds = [e.kind for e in a.transcript if e.round == 0]
+    assert kinds[:4] == ["input"] * 4  # every peer of the round started before any answered
+
+
+def test_sequential_stages_do_not_overlap(problems, pool, judge):
+    runs = run_cell(cell("sequential_langgraph", "model.latency_ms=100"), problems[:1], pool, judge)
+    assert runs.stats.max_in_flight == 1
+
+
+def test_prompt_file_reaches_the_model_as_the_system_prompt(problems, pool, judge, gold_passes, tmp_path):
+    f = tmp_path / "optimized.yaml"
+    f.write_text("solver: |\n  OPTIMIZED-PROMPT-7 Solve it and end with one python block.\n")
+    runs = run_cell(cell("single", f"topology.prompt_file={f}"), problems[:1], pool, judge)
+    systems = {m["content"] for body in runs.stats.last_requests for m in body["messages"] if m["role"] == "system"}
+    assert systems == {"OPTIMIZED-PROMPT-7 Solve it and end with one python block.\n"}
+    assert runs[0].verdict.passed == gold_passes[runs[0].problem.id]
