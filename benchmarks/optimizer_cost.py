@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -81,14 +82,20 @@ def main() -> int:
         res = run_optimizer_cell(cfg, out_dir=out_root / method)
         wall = time.perf_counter() - t0
         b = res.budget
+        # per fresh batch: the time since the previous event (problem draws differ across methods; one slow
+        # problem dominates a small run, so the median batch time is the fairer speed figure)
+        events = [json.loads(line) for line in (out_root / method / "events.jsonl").read_text().splitlines()]
+        batch_s = [round(e["t"] - p["t"], 3) for p, e in zip(events, events[1:]) if e["kind"] == "evaluation" and e["fresh"]]
         rows.append({
             "method": method, "wall_s": round(wall, 2), "rollouts": b["rollouts"], "fresh_rollouts": b["fresh_rollouts"],
             "task_tokens": b["task_tokens"], "optimizer_calls": b["optimizer_calls"], "optimizer_tokens": b["optimizer_tokens"],
             "overshoot": b["overshoot"]["rollouts"], "val_rollouts": res.val_rescoring["rollouts"],
             "seed_val": res.seed_val.strict, "chosen_val": res.chosen_val.strict, "stopped": res.stopped,
+            "median_batch_s": round(statistics.median(batch_s), 2) if batch_s else None,
+            "max_batch_s": max(batch_s) if batch_s else None,
         })  # fmt: skip
     base = next((r["wall_s"] for r in rows if r["method"] == "none"), None)
-    cols = ["method", "wall_s", "x_none", "rollouts", "fresh_rollouts", "task_tokens", "optimizer_calls",
+    cols = ["method", "wall_s", "x_none", "median_batch_s", "max_batch_s", "rollouts", "fresh_rollouts", "task_tokens", "optimizer_calls",
             "optimizer_tokens", "overshoot", "val_rollouts", "seed_val", "chosen_val", "stopped"]  # fmt: skip
     for r in rows:
         r["x_none"] = round(r["wall_s"] / base, 2) if base else None
