@@ -102,6 +102,19 @@ def test_multirun_logs_parent_with_children(tmp_path: Path, mlflow_template: Pat
     _check_sweep(db, 2)
     assert len(_cell_dirs(tmp_path)) == 2
 
+    # the report reads the sweep back from MLflow: pass@1 by topology x model over the two seeds
+    parent = next(x for x in _all_runs(db) if x.data.tags.get("sweep") == "true").info.run_id
+    png = tmp_path / "chart.png"
+    rep = run_cli(["--sweep", parent, "--plot", str(png)], tmp_path, env=env, module="apps_bench.report")
+    assert rep.returncode == 0, rep.stderr
+    row = next(line for line in rep.stdout.splitlines() if line.startswith("single"))
+    assert "1.000 ± 0.000 (2)" in row and "gold" in rep.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    by_exp = run_cli(["--experiment", "apps"], tmp_path, env=env, module="apps_bench.report")
+    assert by_exp.returncode == 0 and "1.000 ± 0.000 (2)" in by_exp.stdout
+    missing = run_cli(["--experiment", "nope"], tmp_path, env=env, module="apps_bench.report")
+    assert missing.returncode == 2 and "no experiment 'nope'" in missing.stderr
+
 
 @pytest.mark.parametrize("launcher", ["slurm_local"])
 def test_multirun_with_launcher_presets(tmp_path: Path, launcher: str):
