@@ -19,7 +19,7 @@ class TopologyConfigError(ValueError):
     """A topology config (or its prompt file) that cannot be run as written."""
 
 
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
+def cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
     return cfg.get(key, default) if isinstance(cfg, Mapping) else getattr(cfg, key, default)
 
 
@@ -35,24 +35,24 @@ def _plain(value: Any) -> Any:
 def sizes_of(cfg: Any) -> list[int]:
     """Team sizes the config declares a role list for."""
     out = []
-    for key in (_plain(_get(cfg, "roles_by_size")) or {}):
+    for key in (_plain(cfg_get(cfg, "roles_by_size")) or {}):
         try:
             out.append(int(key))
         except (TypeError, ValueError):
             raise TopologyConfigError(
-                f"topology {_get(cfg, 'name')!r}: roles_by_size key {key!r} is not a team size (an integer)"
+                f"topology {cfg_get(cfg, 'name')!r}: roles_by_size key {key!r} is not a team size (an integer)"
             ) from None
     return sorted(out)
 
 
 def roles_for(cfg: Any, team_size: int | None = None) -> list[str]:
     """Ordered roles for `team_size` (default: cfg.team_size)."""
-    size = int(_get(cfg, "team_size") if team_size is None else team_size)
-    by_size = _plain(_get(cfg, "roles_by_size")) or {}
+    size = int(cfg_get(cfg, "team_size") if team_size is None else team_size)
+    by_size = _plain(cfg_get(cfg, "roles_by_size")) or {}
     roles = by_size.get(str(size), by_size.get(size))  # type: ignore[call-overload]
     if not roles:
         raise TopologyConfigError(
-            f"topology {_get(cfg, 'name')!r} has no role list for team_size={size}; "
+            f"topology {cfg_get(cfg, 'name')!r} has no role list for team_size={size}; "
             f"available sizes: {sizes_of(cfg)} (set topology.team_size to one of them, "
             f"or add topology.roles_by_size.'{size}')"
         )
@@ -62,7 +62,7 @@ def roles_for(cfg: Any, team_size: int | None = None) -> list[str]:
 def declared_roles(cfg: Any) -> list[str]:
     """Every role the topology can play at any team size, in first-seen order."""
     seen: dict[str, None] = {}
-    by_size = _plain(_get(cfg, "roles_by_size")) or {}
+    by_size = _plain(cfg_get(cfg, "roles_by_size")) or {}
     for key in sorted(by_size, key=lambda k: int(k)):
         for role in by_size[key]:
             seen.setdefault(str(role), None)
@@ -100,14 +100,14 @@ def load_prompts(cfg: Any) -> PromptSet:
     is an error (it is almost always a typo, and a silently ignored prompt would make an
     optimized prompt set look like it did nothing).
     """
-    name = _get(cfg, "name")
+    name = cfg_get(cfg, "name")
     needed = roles_for(cfg)
     known = set(declared_roles(cfg))
-    prompt_file = _get(cfg, "prompt_file")
+    prompt_file = cfg_get(cfg, "prompt_file")
     if prompt_file:
         texts, source = read_prompt_file(prompt_file), f"prompt_file {prompt_file!r}"
     else:
-        texts, source = dict(_plain(_get(cfg, "prompts")) or {}), f"topology.prompts of {name!r}"
+        texts, source = dict(_plain(cfg_get(cfg, "prompts")) or {}), f"topology.prompts of {name!r}"
     extra = sorted(set(texts) - known)
     if extra:
         raise TopologyConfigError(
@@ -117,6 +117,6 @@ def load_prompts(cfg: Any) -> PromptSet:
     missing = [r for r in dict.fromkeys(needed) if not str(texts.get(r, "")).strip()]
     if missing:
         raise TopologyConfigError(
-            f"{source} lacks prompts for roles {missing} (team_size={_get(cfg, 'team_size')} plays {needed})"
+            f"{source} lacks prompts for roles {missing} (team_size={cfg_get(cfg, 'team_size')} plays {needed})"
         )
     return PromptSet({r: str(t) for r, t in texts.items()})

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apps_bench.topologies.base import Topology
-from apps_bench.topologies.prompts import TopologyConfigError, _get
+from apps_bench.topologies.prompts import TopologyConfigError, cfg_get
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,11 @@ def require_framework(framework: str, topology: str = "") -> None:
 
 def get_topology(cfg: Any) -> Topology:
     """Build the runner named by `cfg.name` (a TopologyConfig or mapping)."""
-    name = _get(cfg, "name")
+    name = cfg_get(cfg, "name")
     spec = RUNNERS.get(name)
     if spec is None:
         raise TopologyConfigError(f"unknown topology {name!r}; valid topologies: {', '.join(sorted(RUNNERS))}")
-    framework = _get(cfg, "framework") or spec.framework
+    framework = cfg_get(cfg, "framework") or spec.framework
     if framework != spec.framework:
         raise TopologyConfigError(
             f"topology {name!r} runs on {spec.framework}, but its config says framework={framework!r}"
