@@ -6,8 +6,8 @@ task gets the earlier tasks as its `context`. A stage's agent carries its role p
 (as the backstory) and `python_exec` as a CrewAI tool when its role is in
 `tool_roles`. Final program: the last stage's program, else the latest earlier one.
 
-CrewAI is synchronous, so the crew runs in a worker thread (asyncio.to_thread) and the
-pipeline's event loop stays free. When the wall clock runs out, the thread is told to
+CrewAI is synchronous, so the crew runs in a thread of its own (like asyncio.to_thread,
+without queueing behind other problems) and the pipeline's event loop stays free. When the wall clock runs out, the thread is told to
 stop at its next step or tool call; what the finished stages produced is kept.
 Tool calls are counted by the tool itself; tokens and calls at the HTTP layer.
 """
@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import threading
+from dataclasses import replace
 from typing import Any
 
 from apps_bench.topologies.base import SolveContext, agent_seed
@@ -70,7 +71,7 @@ class SequentialCrewAI(FlowRunner):
         stop = threading.Event()
         team.data["stop"] = stop
         try:
-            await asyncio.to_thread(self._kickoff, ctx, team, stop)
+            await _in_own_thread(f"crew-{ctx.problem.id}", self._kickoff, ctx, team, stop)
         finally:
             stop.set()  # a crew cut short by the wall clock stops at its next step
 
@@ -106,6 +107,8 @@ class SequentialCrewAI(FlowRunner):
                 raise StopFlow("time_limit")
 
         def on_step(step: Any) -> None:
+            if stop.is_set():  # the attempt is over: record nothing more, end the crew
+                raise StopFlow("time_limit")
             turn: Turn = state["turn"]
             role = turn.role
             turn.steps += 1
@@ -120,6 +123,8 @@ class SequentialCrewAI(FlowRunner):
             check_stop()
 
         def on_task_done(output: Any) -> None:
+            if stop.is_set():
+                raise StopFlow("time_limit")
             turn: Turn = state["turn"]
             text = str(getattr(output, "raw", "") or "")
             ctx.log(turn.agent, turn.role, "reply", text, turn.round)
@@ -181,7 +186,40 @@ class SequentialCrewAI(FlowRunner):
         stages = list(ctx.roles)
         last = [t for t in team.turns if t.role == stages[-1] and t.program]
         program = last[-1].program if last else team.latest_program()
-        return team.attempt(program, rounds=1)  # turns = stages that ran, in order
+        attempt = team.attempt(program, rounds=1)  # turns = stages that ran, in order
+        # A crew cut by the wall clock may finish its in-flight model call after this returns
+        # (a thread cannot be cancelled): the record keeps what was counted and logged by now.
+        attempt.usage = replace(ctx.usage)
+        attempt.transcript = list(ctx.transcript)
+        return attempt
+
+
+async def _in_own_thread(name: str, fn: Any, *args: Any) -> Any:
+    """Run blocking `fn` in a thread of its own, like asyncio.to_thread but never queued
+    behind other problems' crews in the loop's small default executor (the per-problem
+    wall clock is already running). Daemon: a crew stuck in a call never blocks exit."""
+    import contextvars
+
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any = None, error: BaseException | None = None) -> None:
+        if not done.done():
+            done.set_exception(error) if error is not None else done.set_result(result)
+
+    def target() -> None:
+        try:
+            outcome: tuple[Any, BaseException | None] = (ctx_copy.run(fn, *args), None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine as is
+            outcome = (None, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop is gone (the attempt ended on the wall clock): nobody waits
+            pass
+
+    ctx_copy = contextvars.copy_context()
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return await done
 
 
 def _args(text: Any) -> Any:
