@@ -138,6 +138,11 @@ def test_optimizer_run_end_to_end(tmp_path, method):
         assert any(e["kind"] == "maspo_child" for e in events)
     else:
         assert res.details["candidates"] >= 2 and any(e["kind"] == "gepa_candidate" for e in events)
+    # a checkpoint per step (MASPO step / GEPA iteration), the last one holding the final budget
+    from apps_bench.optimizers.cache import Checkpoints
+
+    ck = Checkpoints(out / "checkpoints")
+    assert len(ck.steps()) >= 2 and ck.latest()["budget"]["rollouts"] == res.budget["rollouts"]
 
 
 @pytest.mark.parametrize("method", ["maspo", "gepa"])

@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from gepa.core.adapter import EvaluationBatch, GEPAAdapter
 
+from apps_bench.optimizers.cache import Checkpoints
 from apps_bench.optimizers.proposals import ChatReply, Message, parse_tagged, proposal_messages, role_examples
 from apps_bench.optimizers.protocol import Budget, BudgetExhausted, EvalKeyError, ProblemKey, make_key
 from apps_bench.optimizers.scoring import PERFECT_SCORE, Evaluator, Rollout, example_score
@@ -173,7 +174,8 @@ class PipelineAdapter(GEPAAdapter):
             else:
                 new[role] = tp.prompt
             if self.on_proposal is not None:
-                self.on_proposal({"role": role, "parent": candidate, "reply": reply.text, "accepted_text": ok})
+                self.on_proposal({"role": role, "parent": candidate, "reply": reply.text, "parsed": ok,
+                                  "child_text": tp.prompt if ok else None})  # fmt: skip
         return new
 
     # -- GEPA run_dir persistence (optional hooks GEPA calls by duck typing)
@@ -218,10 +220,12 @@ class _EventBridge:
     """GEPA callbacks -> the run's event log: every candidate (parents, changed roles,
     texts, val scores by problem key) and every iteration's outcome."""
 
-    def __init__(self, emit: Callable[[str, dict[str, Any]], None], val: Sequence[ProblemKey], budget: Budget) -> None:
+    def __init__(self, emit: Callable[[str, dict[str, Any]], None], val: Sequence[ProblemKey], budget: Budget,
+                 checkpoints: Checkpoints | None = None) -> None:  # fmt: skip
         self.emit = emit
         self.val = list(val)
         self.budget = budget
+        self.checkpoints = checkpoints
         self.seen: dict[int, dict[str, str]] = {}
 
     def on_valset_evaluated(self, event: Mapping[str, Any]) -> None:
@@ -241,6 +245,14 @@ class _EventBridge:
     def on_iteration_end(self, event: Mapping[str, Any]) -> None:
         self.emit("gepa_iteration", {"iteration": event.get("iteration"), "accepted": event.get("proposal_accepted"),
                                      "rollouts_charged": self.budget.rollouts})  # fmt: skip
+        state = event.get("state")
+        if self.checkpoints is not None and state is not None:
+            self.checkpoints.save(int(event.get("iteration") or 0), {
+                "candidates": [dict(c) for c in state.program_candidates],
+                "parents": [list(p) for p in state.parent_program_for_candidate],
+                "val_scores": [float(x) for x in state.program_full_scores_val_set],
+                "budget": self.budget.to_json(),
+            })  # fmt: skip
 
 
 class _ListLogger:
@@ -281,6 +293,7 @@ def run_gepa(
     callbacks: list[Any] | None = None,
     base_prompts: Mapping[str, str] | None = None,
     on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    checkpoints: Checkpoints | None = None,
 ) -> GepaOutcome:
     """Optimize `seed_prompts` with `gepa.optimize`; the protocol budget decides when to stop."""
     import gepa  # noqa: PLC0415
@@ -292,7 +305,7 @@ def run_gepa(
         base_prompts=base_prompts,
         on_proposal=(lambda p: on_event("gepa_proposal", p)) if on_event else None,
     )  # fmt: skip
-    bridge = _EventBridge(on_event, val, budget) if on_event else None
+    bridge = _EventBridge(on_event or (lambda k, p: None), val, budget, checkpoints) if (on_event or checkpoints) else None
     stopper = BudgetStopper(budget, adapter, cfg.stall_iterations)
     logger = _ListLogger()
     result = gepa.optimize(

@@ -187,7 +187,8 @@ def optimize(
                                         question_of, pool, score_program, extract_program, out, log)  # fmt: skip
         details.update(d)
     else:
-        chosen, stopped, d = _run_gepa(params, optimized_roles, seed_texts, splits, evaluator, cchat, budget, question_of, log)
+        chosen, stopped, d = _run_gepa(params, optimized_roles, seed_texts, splits, evaluator, cchat, budget, question_of, log,
+                                       Checkpoints(out / "checkpoints"))  # fmt: skip
         details.update(d)
 
     # val re-scoring of the seed and the chosen prompts: same cache and gate, its own uncapped budget
@@ -238,12 +239,12 @@ def _run_maspo(params, flow, roles, seed_texts, train, evaluator, cchat, budget,
     }
 
 
-def _run_gepa(params, roles, seed_texts, splits, evaluator, cchat, budget, question_of, log):
+def _run_gepa(params, roles, seed_texts, splits, evaluator, cchat, budget, question_of, log, checkpoints):
     from apps_bench.optimizers.gepa_adapter import GepaConfig, run_gepa  # noqa: PLC0415
 
     cfg = GepaConfig.from_params(params)
     res = run_gepa({r: seed_texts[r] for r in roles}, splits.train, splits.val, evaluator, cchat, budget=budget, cfg=cfg,
-                   question_of=question_of, base_prompts=seed_texts, on_event=log)  # fmt: skip
+                   question_of=question_of, base_prompts=seed_texts, on_event=log, checkpoints=checkpoints)  # fmt: skip
     chosen = {**seed_texts, **res.best}
     return chosen, res.stopped, {
         "candidates": len(res.candidates),
