@@ -160,3 +160,9 @@ def test_no_program(reply):
 def test_top_level_return_still_parses():
     # an APPS quirk: reference solutions sometimes have a top-level return; the judge decides, not extraction
     assert extract_program(block("return 5")) == "return 5\n"
+
+
+def test_crlf_and_unicode_separators():
+    assert extract_program("```python\r\nprint(1)\r\n```\r\n") == "print(1)\n"
+    code = "s = 'a\u2028b\x0cc'\nprint(s)"
+    assert extract_program(block(code)) == code + "\n"

@@ -55,7 +55,8 @@ def _dedent(line: str, width: int) -> str:
 def fenced_blocks(text: str) -> list[Block]:
     """All top-level fenced blocks, in order."""
     blocks: list[Block] = []
-    lines = text.splitlines()
+    # split on newlines only: str.splitlines() would also split inside code on \x0c, \x1c, \u2028, ...
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     i = 0
     while i < len(lines):
         m = _FENCE.match(lines[i])
