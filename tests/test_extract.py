@@ -166,3 +166,8 @@ def test_crlf_and_unicode_separators():
     assert extract_program("```python\r\nprint(1)\r\n```\r\n") == "print(1)\n"
     code = "s = 'a\u2028b\x0cc'\nprint(s)"
     assert extract_program(block(code)) == code + "\n"
+
+
+def test_whitespace_only_lines_inside_strings_kept():
+    code = 's = """\n   \n"""\nprint(repr(s))'
+    assert extract_program(block(code)) == code + "\n"

@@ -77,7 +77,11 @@ def fenced_blocks(text: str) -> list[Block]:
                 break
             body.append(_dedent(lines[j], indent))
             j += 1
-        blocks.append(Block(label=label, code=textwrap.dedent("\n".join(body)), closed=closed))
+        code = "\n".join(body)
+        if not parses(code):  # uniformly indented code; dedent only then (it also blanks whitespace-only lines)
+            dedented = textwrap.dedent(code)
+            code = dedented if parses(dedented) else code
+        blocks.append(Block(label=label, code=code, closed=closed))
         i = j + 1
     return blocks
 
