@@ -299,6 +299,7 @@ async def _solve_all(
     pool: Any,
     progress: Any,
     tracker_future: Any = None,
+    prompts: Any = None,
 ) -> None:
     from apps_bench.judge import Judge, has_sandbox_error
     from apps_bench.models import ModelClients
@@ -327,7 +328,9 @@ async def _solve_all(
             try:
                 models = ModelClients(endpoint, cfg["model"], usage)
                 tool = PythonExecTool(pool, float(tool_cfg["timeout_s"]), int(tool_cfg["output_chars"]), usage)
-                ctx = build_context(problem, topo_cfg, models=models, tool=tool, seed=int(cfg["seed"]), usage=usage)
+                ctx = build_context(
+                    problem, topo_cfg, models=models, tool=tool, seed=int(cfg["seed"]), usage=usage, prompts=prompts
+                )
                 try:
                     attempt = await asyncio.wait_for(topology.solve(ctx), timeout=time_cap)
                 except asyncio.TimeoutError:
@@ -390,13 +393,50 @@ class _Progress:
             self.bar.close()
 
 
-def _check_optimizer(cfg: Mapping[str, Any]) -> None:
-    name = str(cfg["optimizer"]["name"])
-    if name != "none":
+def _optimize(node: Any, data: Mapping[str, Any], cell: Cell, loaded: Any, cell_dir: Path) -> tuple[Any, Any]:
+    """An optimizer cell first optimizes the topology's prompts on training problems (the
+    protocol in apps_bench.optimizers; its cache makes a rerun replay, not recompute), then
+    the chosen prompt set is evaluated on this cell's problems like any cell. -> (tracker, PromptSet)."""
+    try:
+        from apps_bench.optimizers.entry import run_optimizer_cell
+        from apps_bench.optimizers.run import step_metrics
+    except ImportError as exc:
         raise CellSetupError(
-            f"optimizer={name} cells are not run by this pipeline yet (apps_bench.optimizers provides the "
-            "protocol); run optimizer=none, or the optimizer's own entrypoint."
-        )
+            f"optimizer={cell.optimizer} needs the optimizers extra: pip install 'apps-bench[optimizers]' ({exc})"
+        ) from exc
+    from apps_bench.topologies.base import PromptSet
+
+    tracker = _open_tracker(data, cell, loaded)
+
+    def hook(kind: str, payload: dict[str, Any]) -> None:
+        m = step_metrics(kind, payload)
+        if m:
+            tracker.log_metrics(m[1], step=m[0])
+
+    print(f"apps-bench: optimizer={cell.optimizer}: optimizing the {cell.topology} prompts first", file=sys.stderr)
+    try:
+        result = run_optimizer_cell(node, out_dir=cell_dir / "optimizer", hook=hook)
+    except ValueError as exc:  # bad pool / optimizer settings: the message says which
+        tracker.fail(f"{type(exc).__name__}: {exc}")
+        raise CellSetupError(f"optimizer={cell.optimizer}: {exc}") from exc
+    except BaseException as exc:
+        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            tracker.fail(f"{type(exc).__name__}: {exc}")
+        raise
+    print(
+        f"apps-bench: optimizer={cell.optimizer} chose a prompt set (val strict: seed {result.seed_val.strict:.3f} -> "
+        f"chosen {result.chosen_val.strict:.3f}); evaluating it on the cell's problems",
+        file=sys.stderr,
+    )
+    return tracker, PromptSet(dict(result.chosen))
+
+
+def _quiet_libraries() -> None:
+    """Per-request INFO lines of the HTTP clients drown the progress bar and the summary."""
+    import logging
+
+    for name in ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "mlflow", "alembic", "urllib3"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def run_cell(cfg: Any) -> CellResult:
@@ -409,7 +449,6 @@ def run_cell(cfg: Any) -> CellResult:
     data = plain_config(cfg)
     node = OmegaConf.create(data)  # attribute + mapping access for the other modules' APIs
     cell = guard(data)  # raises CellRefused before anything runs
-    _check_optimizer(data)
 
     from apps_bench.data import load_problems
 
@@ -459,6 +498,12 @@ def run_cell(cfg: Any) -> CellResult:
             file=sys.stderr,
         )
 
+    pre_tracker = None
+    prompts = None
+    if cell.optimizer != "none":
+        pre_tracker, prompts = _optimize(node, data, cell, loaded, cell_dir)
+        store.write_json(PROMPTS, dict(prompts.texts))
+
     tracker = None
     if todo:
         from apps_bench.models import ModelEndpointError, open_endpoint
@@ -479,7 +524,10 @@ def run_cell(cfg: Any) -> CellResult:
         # seconds) while the first problems run; a store that fails stops the cell at the next
         # completed problem, and the records written so far are kept for the rerun.
         tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
-        tracker_future = tx.submit(_open_tracker, data, cell, loaded)
+        if pre_tracker is not None:
+            tracker_future = tx.submit(lambda: pre_tracker)
+        else:
+            tracker_future = tx.submit(_open_tracker, data, cell, loaded)
         try:
             with SandboxPool(workers=int(data["judge"].get("workers") or 0)) as pool:
                 progress = _Progress(len(problems), n_done, bool(data.get("progress", True)), cell.name)
@@ -487,7 +535,7 @@ def run_cell(cfg: Any) -> CellResult:
                     asyncio.run(
                         _solve_all(
                             node, cell, todo, store, endpoint=endpoint, pool=pool, progress=progress,
-                            tracker_future=tracker_future,
+                            tracker_future=tracker_future, prompts=prompts,
                         )
                     )
                 finally:
@@ -503,7 +551,7 @@ def run_cell(cfg: Any) -> CellResult:
             store.close()
             endpoint_cm.__exit__(None, None, None)
     else:
-        tracker = _open_tracker(data, cell, loaded)
+        tracker = pre_tracker or _open_tracker(data, cell, loaded)
 
     records = [r for r in store.records() if r["key"] in selected]
     order = {record_key(p.split, p.id): i for i, p in enumerate(problems)}
@@ -533,6 +581,7 @@ def run_cell(cfg: Any) -> CellResult:
             rows=table_rows(records),
             files=files,
             complete=bool(summary["complete"]),
+            dirs={"optimizer": cell_dir / "optimizer"} if cell.optimizer != "none" else None,
         )
     print_summary(summary, cell, cell_dir, run_id)
     return CellResult(cell=cell, dir=cell_dir, summary=summary, complete=bool(summary["complete"]), run_id=run_id, records=records)

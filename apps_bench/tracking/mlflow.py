@@ -52,8 +52,19 @@ def _mlflow() -> Any:
     return mlflow
 
 
+_CLIENTS: dict[str, Any] = {}
+
+
 def client(uri: str) -> Any:
-    """An MlflowClient for `uri`, creating a fresh SQLite store under a file lock."""
+    """An MlflowClient for `uri` (one per process and URI), creating a fresh SQLite store under a file lock."""
+    if uri in _CLIENTS:
+        return _CLIENTS[uri]
+    c = _new_client(uri)
+    _CLIENTS[uri] = c
+    return c
+
+
+def _new_client(uri: str) -> Any:
     mlflow = _mlflow()
     from mlflow.tracking import MlflowClient
 
@@ -197,6 +208,7 @@ class CellRun:
         files: Iterable[Path],
         complete: bool,
         tags: Mapping[str, str] | None = None,
+        dirs: Mapping[str, Path] | None = None,
     ) -> None:
         c = client(self.uri)
         from mlflow.entities import Metric, RunTag
@@ -211,7 +223,20 @@ class CellRun:
         for f in files:
             if f.exists():
                 c.log_artifact(self.run_id, str(f))
+        for name, d in (dirs or {}).items():
+            for f in sorted(Path(d).glob("*")):  # e.g. optimizer/{result.json,prompts.yaml,manifest.json,events.jsonl}
+                if f.is_file() and f.suffix in (".json", ".jsonl", ".yaml", ".txt"):
+                    c.log_artifact(self.run_id, str(f), artifact_path=name)
         c.set_terminated(self.run_id, status="FINISHED" if complete else "FAILED")
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
+        """Step metrics during a cell (e.g. an optimizer's progress, step = charged rollouts)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        ms = [Metric(k, float(v), now, int(step)) for k, v in metrics.items() if v is not None]
+        if ms:
+            client(self.uri).log_batch(self.run_id, metrics=ms)
 
     def _log_table(self, c: Any, rows: list[dict[str, Any]]) -> None:
         """The per-problem table, exactly the current rows. `log_table` appends to an existing
