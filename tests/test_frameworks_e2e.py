@@ -198,9 +198,21 @@ def test_centralized_autogen_end_to_end(problems, pool, judge, gold_passes) -> N
                          for e in events(attempt, "tool_call") if e.agent == manager]
             assert delegated == workers
             assert attempt.turns == len(workers)  # delegations, as in the LangGraph sibling
-            # a worker sees the problem and its instruction
+            # a worker sees the problem and its instruction only (as in the LangGraph sibling),
+            # not the group chat: its requests hold no other worker's message
             tester_input = next(e for e in events(attempt, "input") if e.agent == "tester")
             assert "Instruction for the tester" in tester_input.content
+            requests = list(ep.server.stats.last_requests)[-served["replies"]:]
+            worker_requests = [
+                r for r in requests
+                if r["messages"][0]["role"] == "system" and "delegate" not in str(r.get("tools"))
+            ]
+            assert len(worker_requests) == len(workers) + 1  # the tester's second call reads its tool result
+            for r in worker_requests:
+                assert [m["role"] for m in r["messages"][:3]] == ["system", "user", "user"]
+                assert problem.question.split()[0] in r["messages"][1]["content"]
+                assert r["messages"][2].get("name") == manager
+                assert not any(m.get("name") in workers for m in r["messages"])
             # the selector model chose each worker: its calls are metered like the agents'
             assert kinds["select"] == len(workers)
             assert kinds["delegate"] == len(workers)
