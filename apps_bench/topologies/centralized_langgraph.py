@@ -20,7 +20,7 @@ from apps_bench.topologies.messages import (
     delegate_parameters,
     worker_input,
 )
-from apps_bench.topologies.team import FlowRunner, Team
+from apps_bench.topologies.team import FlowRunner, Team, extract
 from apps_bench.types import Attempt
 
 
@@ -72,6 +72,9 @@ class CentralizedLangGraph(FlowRunner):
     def finish(self, ctx: SolveContext, team: Team) -> Attempt:
         manager = team.data.get("manager")
         mturn = next((t for t in team.turns if t.agent == manager), None)
-        program = (mturn.program if mturn else None) or team.latest_program(team.data.get("workers", []))
+        # the manager's final answer (a reply without a delegation), else the last worker program;
+        # a program the manager only quoted in an instruction is the last resort
+        final = extract(mturn.reply) if mturn and mturn.stop_reason == "done" else None
+        program = final or team.latest_program(team.data.get("workers", [])) or (mturn.program if mturn else None)
         state = team.data.get("state", {})
         return team.attempt(program, rounds=1, turns=state.get("delegations", 0))
