@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from gepa.core.adapter import EvaluationBatch, GEPAAdapter
 
-from apps_bench.optimizers.cache import Checkpoints
+from apps_bench.optimizers.cache import Checkpoints, stable_hash
 from apps_bench.optimizers.proposals import ChatReply, Message, parse_tagged, proposal_messages, role_examples
 from apps_bench.optimizers.protocol import Budget, BudgetExhausted, EvalKeyError, ProblemKey, make_key
 from apps_bench.optimizers.scoring import PERFECT_SCORE, Evaluator, Rollout, example_score
@@ -165,8 +165,10 @@ class PipelineAdapter(GEPAAdapter):
                 }
                 for r in reflective_dataset.get(role, ())
             ]
-            reply = self.reflect(proposal_messages(role, candidate[role], examples), self.seed)
             self.proposals += 1
+            # a fresh request seed per reflection, reproducible on replay (GEPA's sequence is seeded)
+            seed = int(stable_hash({"seed": self.seed, "role": role, "call": self.proposals})[:7], 16)
+            reply = self.reflect(proposal_messages(role, candidate[role], examples), seed)
             tp = parse_tagged(reply.text)
             ok = tp is not None and tp.prompt != candidate[role]
             if not ok:
@@ -182,13 +184,14 @@ class PipelineAdapter(GEPAAdapter):
 
     def get_adapter_state(self) -> dict[str, Any]:
         state = getattr(self.evaluator, "state", None)
-        return {"evaluator": state() if callable(state) else None, "budget_hit": self.budget_hit}
+        return {"evaluator": state() if callable(state) else None, "budget_hit": self.budget_hit, "proposals": self.proposals}
 
     def set_adapter_state(self, state: dict[str, Any]) -> None:
         restore = getattr(self.evaluator, "restore", None)
         if callable(restore) and state.get("evaluator"):
             restore(state["evaluator"])
         self.budget_hit = state.get("budget_hit")
+        self.proposals = int(state.get("proposals", self.proposals))
 
 
 class BudgetStopper:

@@ -191,11 +191,15 @@ class ModelProposer:
         self.seed = seed
         self.parsed: list[TaggedProposal] = []
         self.rejected = 0
+        self.calls = 0
 
     def __call__(self, agent: str, prompt: str, rollouts: Sequence[Rollout], role: str | None = None) -> list[str]:
         examples = role_examples(role or agent, rollouts, self.question_of, self.n_traces)
         messages = proposal_messages(role or agent, prompt, examples)
-        base = int(stable_hash({"agent": agent, "prompt": prompt, "seed": self.seed})[:7], 16)
+        # a fresh seed per proposal call (a node revisited gets new variations), reproducible on replay
+        # because the search calls in the same order
+        self.calls += 1
+        base = int(stable_hash({"agent": agent, "prompt": prompt, "seed": self.seed, "call": self.calls})[:7], 16)
         out: list[str] = []
         for i in range(self.ksub):
             reply = self.chat(messages, base + i)
