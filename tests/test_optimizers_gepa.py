@@ -174,3 +174,19 @@ def test_config_params():
     with pytest.raises(ValueError, match="component_selection"):
         GepaConfig.from_params({"component_selection": "random"})
     assert isinstance(PromptSet(SEED).texts, dict)
+
+
+def test_adapter_state_roundtrip_for_gepa_run_dir_resume(tmp_path):
+    """GEPA persists adapter state in its run_dir: charged rollouts and the proposal counter survive."""
+    cache = RolloutCache(tmp_path / "c.sqlite")
+    b1 = Budget()
+    a1 = PipelineAdapter(evaluator(tmp_path, Runner(), b1, cache), reflect, budget=b1)
+    a1.evaluate(TRAIN[:3], dict(SEED))
+    a1.propose_new_texts(dict(SEED), {"coder": []}, ["coder"])
+    state = a1.get_adapter_state()
+    b2 = Budget()
+    a2 = PipelineAdapter(evaluator(tmp_path, Runner(), b2, cache), reflect, budget=b2)
+    a2.set_adapter_state(state)
+    assert a2.proposals == 1 and b2.rollouts == 3
+    a2.evaluate(TRAIN[:3], dict(SEED))  # the seed re-scoring on resume: from the cache, not charged again
+    assert b2.rollouts == 3 and b2.fresh_rollouts == 0
