@@ -185,8 +185,9 @@ def test_adapter_state_roundtrip_for_gepa_run_dir_resume(tmp_path):
     a1.propose_new_texts(dict(SEED), {"coder": []}, ["coder"])
     state = a1.get_adapter_state()
     b2 = Budget()
-    a2 = PipelineAdapter(evaluator(tmp_path, Runner(), b2, cache), reflect, budget=b2)
+    runner2 = Runner()
+    a2 = PipelineAdapter(evaluator(tmp_path, runner2, b2, cache), reflect, budget=b2)
     a2.set_adapter_state(state)
-    assert a2.proposals == 1 and b2.rollouts == 3
+    assert a2.proposals == 1 and (b2.rollouts, b2.fresh_rollouts) == (3, 3)
     a2.evaluate(TRAIN[:3], dict(SEED))  # the seed re-scoring on resume: from the cache, not charged again
-    assert b2.rollouts == 3 and b2.fresh_rollouts == 0
+    assert (b2.rollouts, b2.fresh_rollouts) == (3, 3) and runner2.jobs == []
