@@ -328,3 +328,30 @@ def test_endpoint_failure_is_an_infrastructure_error(topology: str, problems, po
     assert attempt.error and attempt.error.startswith("model endpoint failed:") and "Traceback" not in attempt.error
     assert attempt.program is None
     assert attempt.usage.failed_calls >= 1 and attempt.usage.model_calls == served["replies"] == 0
+
+
+# ------------------------------------------------------------------ team sizes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [2, 10])
+@pytest.mark.parametrize("topology", ["sequential_crewai", "centralized_autogen", "decentralized_openai"])
+def test_team_size_sets_the_roles(topology: str, size: int, problems, pool, judge, gold_passes) -> None:
+    """team_size is a setting: the role list for that size (from config) is the flow that runs."""
+    cfg = compose(f"topology={topology}", f"topology.team_size={size}").topology
+    roles = list(cfg.roles_by_size[str(size)])
+    problem = problems[1]
+    model_cfg, endpoint = _endpoint([problem])
+    with endpoint as ep:
+        attempt, served = solve(cfg, problem, ep, model_cfg, pool)
+    assert attempt.stop_reason == "done" and attempt.error is None
+    assert judge.score(problem, attempt.program).passed == gold_passes[problem.id]
+    speakers = [e.agent for e in events(attempt, "input")]
+    if topology == "sequential_crewai":
+        assert speakers == roles
+    elif topology == "centralized_autogen":
+        manager, workers = roles[0], roles[1:]
+        assert speakers == [s for w in workers for s in (manager, w)] + [manager]
+    else:
+        assert Counter(speakers) == {f"debater_{i}": int(cfg.rounds) for i in range(size)}
+    assert_usage_matches(attempt, served)
