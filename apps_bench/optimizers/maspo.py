@@ -45,7 +45,7 @@ Update rules (OPTIMIZERS.md), stated exactly because tests pin them:
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from apps_bench.optimizers.cache import Checkpoints

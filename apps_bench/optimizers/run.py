@@ -240,7 +240,12 @@ def _run_maspo(params, flow, roles, seed_texts, train, evaluator, cchat, budget,
 
 
 def _run_gepa(params, roles, seed_texts, splits, evaluator, cchat, budget, question_of, log, checkpoints):
-    from apps_bench.optimizers.gepa_adapter import GepaConfig, run_gepa  # noqa: PLC0415
+    try:
+        from apps_bench.optimizers.gepa_adapter import GepaConfig, run_gepa  # noqa: PLC0415
+    except ImportError as exc:
+        if "gepa" not in str(exc):
+            raise
+        raise ImportError(f"optimizer=gepa needs the `gepa` package ({exc}); install it with: pip install 'apps-bench[optimizers]'") from exc
 
     cfg = GepaConfig.from_params(params)
     res = run_gepa({r: seed_texts[r] for r in roles}, splits.train, splits.val, evaluator, cchat, budget=budget, cfg=cfg,
