@@ -152,6 +152,11 @@ def test_rerun_same_out_dir_replays_without_cost(tmp_path, method):
     assert again.chosen == first.chosen and again.seed_val == first.seed_val and again.chosen_val == first.chosen_val
     assert again.budget["rollouts"] == first.budget["rollouts"] and again.budget["optimizer_tokens"] == first.budget["optimizer_tokens"]
     assert pipe2.batches == 0 and chat2.calls == 0 and again.budget["fresh_rollouts"] == 0
+    events = [json.loads(line) for line in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    first = [e for e in events if e["attempt"] == 1]
+    second = [e for e in events if e["attempt"] == 2]
+    assert [e["kind"] for e in first] == [e["kind"] for e in second]  # the rerun replays the same log
+    assert all(e["fresh"] == 0 for e in second if e["kind"] == "evaluation")
 
 
 def test_none_scores_seed_only_and_other_split_settings_are_refused(tmp_path):

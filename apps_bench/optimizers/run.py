@@ -51,9 +51,15 @@ class EventLog:
         self.hook = hook
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
+        # a rerun (resume) appends a new attempt that replays the earlier ones through the cache:
+        # readers take the last attempt as the run's complete log
+        self.attempt = 1
+        if path.exists():
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                self.attempt += sum(1 for line in fh if '"kind": "start"' in line)
 
     def __call__(self, kind: str, payload: Mapping[str, Any]) -> None:
-        rec = {**payload, "t": round(time.time(), 3), "kind": kind}
+        rec = {**payload, "t": round(time.time(), 3), "kind": kind, "attempt": self.attempt}
         line = json.dumps(rec, ensure_ascii=False, default=_jsonable)
         with self._lock, open(self.path, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
