@@ -125,9 +125,11 @@ class CentralizedAutoGen(FlowRunner):
                     if turn is not None:
                         turn.steps += 1
                     for call in item.content:
-                        ctx.log(item.source, item.source, "tool_call",
-                                json.dumps({"name": call.name, "args": _args(call.arguments)}), _round(turn))
-                        if item.source == manager and call.name == DELEGATE_TOOL:
+                        args = _args(call.arguments)
+                        ctx.log(item.source, item.source, "tool_call", json.dumps({"name": call.name, "args": args}),
+                                _round(turn))
+                        valid = isinstance(args, dict) and args.get("worker") in workers
+                        if item.source == manager and call.name == DELEGATE_TOOL and valid:
                             team.data["delegations"] += 1
                 elif isinstance(item, ToolCallExecutionEvent):
                     for res in item.content:
@@ -176,7 +178,10 @@ class CentralizedAutoGen(FlowRunner):
         workers = team.data.get("workers", list(ctx.roles[1:]))
         program = final.program if final is not None and final.program else team.latest_program(workers)
         # As the LangGraph sibling: turns = delegations made (what max_turns caps).
-        return team.attempt(program, rounds=1, turns=team.data.get("delegations", 0))
+        # The delegation that hit the cap ended the chat unanswered: it is not counted (LangGraph
+        # refuses it), so turns never exceeds max_turns.
+        delegations = min(team.data.get("delegations", 0), int(ctx.config.max_turns))
+        return team.attempt(program, rounds=1, turns=delegations)
 
 
 def _api_failure(team: Team, exc: RuntimeError) -> bool:
