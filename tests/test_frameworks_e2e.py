@@ -356,3 +356,33 @@ def test_team_size_sets_the_roles(topology: str, size: int, problems, pool, judg
     else:
         assert Counter(speakers) == {f"debater_{i}": int(cfg.rounds) for i in range(size)}
     assert_usage_matches(attempt, served)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("topology", ["sequential_crewai", "centralized_autogen", "decentralized_openai"])
+def test_unreachable_endpoint_is_an_infrastructure_error(topology: str, problems, pool) -> None:
+    """Connection refused (CrewAI re-raises it as a builtin ConnectionError, AutoGen as a
+    RuntimeError): every runner still reports the SDK's error as Attempt.error."""
+    import socket
+
+    from apps_bench.models import Endpoint
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = compose(f"topology={topology}").topology
+    model_cfg = compose("model.max_retries=0", "model.request_timeout_s=2").model
+    dead = Endpoint(f"http://127.0.0.1:{port}/v1", "gold", "x", "openai")
+    from apps_bench.models import ModelClients
+    from apps_bench.sandbox.tool import PythonExecTool
+    from apps_bench.topologies.context import build_context
+    from apps_bench.topologies.registry import get_topology
+
+    runner = get_topology(cfg)
+    usage = Usage()
+    ctx = build_context(problems[0], cfg, models=ModelClients(dead, model_cfg, usage),
+                        tool=PythonExecTool(pool, 5.0, 1000, usage), seed=0, usage=usage)
+    attempt = asyncio.run(runner.solve(ctx))
+    assert attempt.stop_reason == "error" and attempt.program is None
+    assert attempt.error and "APIConnectionError" in attempt.error
+    assert attempt.usage.failed_calls >= 1 and attempt.usage.model_calls == 0

@@ -23,7 +23,7 @@ from typing import Any
 
 from apps_bench.topologies.base import SolveContext, agent_seed
 from apps_bench.topologies.messages import cap_note
-from apps_bench.topologies.team import FlowRunner, StopFlow, Team, Turn
+from apps_bench.topologies.team import FlowRunner, StopFlow, Team, Turn, agent_names
 from apps_bench.types import Attempt
 
 # Settings CrewAI reads from the environment. Never prompt (a benchmark has no user at
@@ -82,6 +82,7 @@ class SequentialCrewAI(FlowRunner):
         _skip_console_tree_wait()
 
         roles = list(ctx.roles)
+        names = agent_names(roles)
         cap = int(ctx.config.max_steps)
         max_iter = max(1, cap - 1)  # + CrewAI's forced final-answer call = at most max_steps calls
         tasks: list[Any] = []
@@ -90,7 +91,7 @@ class SequentialCrewAI(FlowRunner):
 
         def begin(stage: int) -> Turn:
             role = roles[stage]
-            turn = team.start(role, role, 0)  # round 0 for every stage, as the LangGraph sibling
+            turn = team.start(names[stage], role, 0)  # round 0 for every stage, as the LangGraph sibling
             state["stage"], state["turn"], state["last_action"] = stage, turn, False
             earlier = [(roles[i], t.output.raw) for i, t in enumerate(tasks[:stage]) if t.output is not None]
             text = tasks[stage].prompt()
@@ -98,7 +99,7 @@ class SequentialCrewAI(FlowRunner):
                 text += "\n\nThis is the context you're working with:\n" + "\n\n----------\n\n".join(
                     out for _, out in earlier
                 )
-            ctx.log(role, role, "input", text, 0)
+            ctx.log(names[stage], role, "input", text, 0)
             return turn
 
         def check_stop() -> None:
@@ -110,16 +111,16 @@ class SequentialCrewAI(FlowRunner):
             if stop.is_set():  # the attempt is over: record nothing more, end the crew
                 raise StopFlow("time_limit")
             turn: Turn = state["turn"]
-            role = turn.role
+            agent, role = turn.agent, turn.role
             turn.steps += 1
             state["last_action"] = hasattr(step, "tool")
             thought = (getattr(step, "thought", "") or "").strip()
             if hasattr(step, "tool"):  # AgentAction: a tool call and its observation
                 if thought:
-                    ctx.log(role, role, "note", thought, turn.round)
-                ctx.log(role, role, "tool_call", json.dumps({"name": step.tool, "args": _args(step.tool_input)}),
+                    ctx.log(agent, role, "note", thought, turn.round)
+                ctx.log(agent, role, "tool_call", json.dumps({"name": step.tool, "args": _args(step.tool_input)}),
                         turn.round)
-                ctx.log(role, role, "tool_result", str(step.result or ""), turn.round)
+                ctx.log(agent, role, "tool_result", str(step.result or ""), turn.round)
             check_stop()
 
         def on_task_done(output: Any) -> None:
@@ -176,6 +177,19 @@ class SequentialCrewAI(FlowRunner):
         begin(0)
         try:
             crew.kickoff()
+        except SystemExit as exc:
+            # With respect_context_window=False CrewAI ends an overlong conversation with SystemExit.
+            if "context length" in str(exc).lower():
+                raise StopFlow("context_limit") from exc
+            raise
+        except (ConnectionError, ValueError) as exc:
+            # CrewAI's OpenAI provider re-raises connection failures as ConnectionError and an
+            # unknown model as ValueError; hand the SDK's error on, as the other frameworks do.
+            import openai
+
+            if isinstance(exc.__cause__, openai.APIError):
+                raise exc.__cause__ from None
+            raise
         finally:
             for agent in agents:  # one HTTP client per LLM; release its connections now
                 client = getattr(agent.llm, "client", None)
@@ -183,8 +197,8 @@ class SequentialCrewAI(FlowRunner):
                     client.close()
 
     def finish(self, ctx: SolveContext, team: Team) -> Attempt:
-        stages = list(ctx.roles)
-        last = [t for t in team.turns if t.role == stages[-1] and t.program]
+        last_stage = agent_names(ctx.roles)[-1]
+        last = [t for t in team.turns if t.agent == last_stage and t.program]
         program = last[-1].program if last else team.latest_program()
         attempt = team.attempt(program, rounds=1)  # turns = stages that ran, in order
         # A crew cut by the wall clock may finish its in-flight model call after this returns
