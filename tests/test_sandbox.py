@@ -378,3 +378,21 @@ def test_fallback_mode_works_and_warns(caplog, tmp_path):
             from apps_bench.sandbox.contain import _descendants
 
             assert _descendants(worker) == []  # the daemonised grandchild was swept too
+
+
+# -- pipelining: the child runs ahead, the judge's stop still wins ---------------------------
+@pytest.mark.timeout(60)
+def test_stop_kills_a_child_that_ran_ahead_into_a_slow_test(pool):
+    code = "s = input()\nif s == 'slow':\n    import time\n    time.sleep(1000)\nprint(s)\n"
+    rs = pool.run(RunRequest(code, "stdin", ["a", "slow", "b"], timeout_s=1000), lambda raw: False)
+    assert [(r.status, r.stdout) for r in rs] == [("ok", "a\n")]
+
+
+def test_replies_in_flight_after_stop_do_not_leak_into_the_next_job():
+    with SandboxPool(1) as one:
+        for _ in range(3):
+            rs = one.run(RunRequest("print(input())", "stdin", [str(i) for i in range(200)]),
+                         lambda raw: raw.index < 2)
+            assert [r.stdout for r in rs] == ["0\n", "1\n", "2\n"]
+            rs = one.run(RunRequest("print(int(input()) + 1)", "stdin", ["1", "2"]))
+            assert [r.stdout for r in rs] == ["2\n", "3\n"]

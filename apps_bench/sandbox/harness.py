@@ -1,11 +1,11 @@
 """What runs inside the program child: one program, its tests one after another.
 
 The child is forked from a warm worker (interpreter, prelude and numpy already
-loaded), contained by `contain.py`, then runs each test in-process when the worker
-says so: a fresh `__main__` module holding the APPS prelude, stdin/stdout/stderr
+loaded), contained by `contain.py`, then runs its tests in-process one after
+another: a fresh `__main__` module holding the APPS prelude, stdin/stdout/stderr
 swapped at the fd level (memfds owned by the worker, so `os.write(1, ...)` is
 captured and the worker can read them even after the child died), and one result
-frame per test back to the worker.
+frame per test (status, timing, output) back to the worker.
 
 Only plain data leaves: the status, exit code and timing, and in call mode the
 return value converted here to JSON text with exact type checks (`type(x) is int`,
@@ -31,7 +31,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .protocol import FrameReader, send_frame
+from .protocol import send_frame
 
 # APPS reference import prelude (JUDGE.md lists it exactly).
 PRELUDE = """\
@@ -68,6 +68,8 @@ _ftruncate = os.ftruncate
 _lseek = os.lseek
 _pwrite = os.pwrite
 _write = os.write
+_pread = os.pread
+_fstat = os.fstat
 _exit = os._exit
 _perf = time.perf_counter
 _times = os.times
@@ -183,12 +185,13 @@ class ChildSpec:
     timeout_s: float
     output_cap: int
     fsize_hard: int
-    ctrl_fd: int
     res_fd: int
     in_fd: int
     out_fd: int
     err_fd: int
     guard: bool
+    start: int = 0  # first test this child runs (a fresh child resumes after a timeout/crash)
+    stderr_chars: int = 2000
     nonce: str = ""  # echoed in every result frame: blind writes to the channel are rejected
 
 
@@ -377,18 +380,24 @@ class Runner:
                     "detail": f"return value larger than {self.spec.output_cap} bytes"}
         return {"i": index, "status": "ok", "exit_code": 0, "seconds": secs, "value_json": value_json}
 
-    def serve(self) -> None:
-        """Wait for `go <index>` frames; answer each with one result frame."""
+    def _captured(self) -> tuple[bytes, bytes]:
+        """This test's stdout (up to the cap + 1 byte) and the tail of its stderr."""
         s = self.spec
-        reader = FrameReader(s.ctrl_fd, max_frame=64)
-        while True:
-            try:
-                msg = reader.read()
-            except Exception:
-                _exit(0)
-            if not msg or msg[:1] != b"G":
-                _exit(0)
-            index = _int(msg[1:].decode("ascii"))
+        size = _fstat(s.out_fd).st_size
+        out = _pread(s.out_fd, min(size, s.output_cap + 1), 0) if size else b""
+        esize = _fstat(s.err_fd).st_size
+        n = max(1024, s.stderr_chars * 4)
+        err = _pread(s.err_fd, min(esize, n), max(0, esize - n)) if esize else b""
+        return out, err
+
+    def serve(self) -> None:
+        """Run tests start..n-1 back to back, one result frame after each, then exit.
+
+        The child does not wait for the judge between tests: the worker forwards each
+        result and kills this process as soon as the judge says stop.
+        """
+        s = self.spec
+        for index in range(s.start, _len(s.inputs)):
             if self.code_obj is None:
                 res = {"i": index, "status": "compile_error", "exit_code": 1, "seconds": 0.0,
                        "detail": self.compile_detail}
@@ -396,12 +405,18 @@ class Runner:
                 res = self.run_call(index)
             else:
                 res = self.run_stdin(index)
-            res["n"] = s.nonce
             try:
-                payload = _encode(res).encode("utf-8", "surrogateescape")
-                send_frame(s.res_fd, payload)
+                out, err = self._captured()
+                res["n"] = s.nonce
+                res["out_len"] = _len(out)
+                res["err_len"] = _len(err)
+                meta = _encode(res).encode("utf-8", "surrogateescape")
+                send_frame(s.res_fd, _int(_len(meta)).to_bytes(4, "big") + meta + out + err)
             except BaseException:
                 _exit(3)
+            if self.code_obj is None:
+                break
+        _exit(0)
 
 
 RELIABILITY_GUARD_OS = (

@@ -331,10 +331,14 @@ class SandboxPool:
 
     def _run_on(self, w: _Worker, job: dict[str, Any], n: int,
                 keep_going: Callable[[RawRun], bool] | None) -> list[RawRun]:
+        """Drive one job. The worker's child runs ahead; every result but the last (and a
+        compile error) gets a C(ontinue)/S(top) reply, also results that arrive after a
+        stop (they are discarded), so the worker can account for every reply."""
         results: list[RawRun] = []
         go = True
         pending: BaseException | None = None
         compile_detail: str | None = None
+        next_index = 0
         per_msg = float(job["timeout_s"]) + MESSAGE_SLACK_S
         try:
             w.send(b"J" + pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
@@ -345,16 +349,18 @@ class SandboxPool:
                     break
                 if kind != "raw":
                     raise WorkerBroken(f"unexpected worker message {kind!r}")
-                raw = _raw_from_msg(msg, expected=len(results))
-                results.append(raw)
-                if keep_going is not None:
-                    try:
-                        go = bool(keep_going(raw))
-                    except BaseException as e:  # tell the worker to stop, then re-raise
-                        pending, go = e, False
-                if raw.status == "compile_error":
-                    compile_detail = raw.detail
-                elif len(results) < n:
+                raw = _raw_from_msg(msg, expected=next_index)
+                next_index += 1
+                if go:
+                    results.append(raw)
+                    if keep_going is not None:
+                        try:
+                            go = bool(keep_going(raw))
+                        except BaseException as e:  # tell the worker to stop, then re-raise
+                            pending, go = e, False
+                    if raw.status == "compile_error":
+                        compile_detail = raw.detail
+                if raw.status != "compile_error" and raw.index < n - 1:
                     w.send(b"C" if go else b"S")
         except WorkerBroken as e:
             log.error("sandbox worker %d broke (%s); restarting it", w.index, e)
@@ -362,7 +368,9 @@ class SandboxPool:
                 w.restart()
             except Exception as e2:  # noqa: BLE001
                 log.error("sandbox worker %d failed to restart: %s", w.index, e2)
-            results.append(RawRun(index=len(results), status="sandbox_error", detail=f"sandbox worker broke: {e}"))
+            if go:
+                results.append(RawRun(index=len(results), status="sandbox_error",
+                                      detail=f"sandbox worker broke: {e}"))
             if pending is not None:
                 raise pending
             return results

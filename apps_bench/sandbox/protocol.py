@@ -79,6 +79,13 @@ class FrameReader:
                 raise ChannelClosed("end of stream")
             self._buf += chunk
 
+    def frame_ready(self) -> bool:
+        """A complete frame is already buffered (select() on the fd would not say so)."""
+        if len(self._buf) < 4:
+            return False
+        (n,) = _LEN.unpack_from(self._buf, 0)
+        return len(self._buf) >= 4 + n or n > self.max_frame
+
     def read(self, deadline: float | None = None) -> bytes:
         self._fill(4, deadline)
         (n,) = _LEN.unpack_from(self._buf, 0)

@@ -5,11 +5,12 @@ APPS prelude (numpy included) and the stdlib modules programs commonly use are
 imported, so forked children start warm. In contained mode the worker is PID 1 of
 fresh PID/net/IPC/mount namespaces and builds its filesystem view (contain.py).
 
-Per job (one program and its test inputs): fork one contained child, tell it to run
-test i, wait for its result frame with a wall-clock deadline, read its stdout/stderr
-from memfds the worker owns, send a plain-JSON RawRun to the pool, and ask the pool
-whether to go on. A timeout or crash kills the child; remaining tests continue in a
-fresh child. After the job everything the program started is killed and reaped and
+Per job (one program and its test inputs): fork one contained child that runs the
+tests back to back (pipelined: it does not wait for the judge between tests), read
+each result frame with a wall-clock deadline, send a plain-JSON RawRun to the pool,
+and kill the child as soon as the pool says stop. A timeout or crash kills the
+child; if the pool wants more, the remaining tests continue in a fresh child.
+After the job everything the program started is killed and reaped and
 the private temp dir wiped; only then does the worker say `end`.
 """
 
@@ -61,6 +62,7 @@ gc.collect()
 gc.freeze()  # children's collections skip everything loaded above: no copy-on-write storm
 
 GRACE_S = 0.25  # wall-clock slack before the worker kills a test (the child times itself)
+FIRST_TEST_SLACK_S = 0.5  # extra for a fresh child's fork, set-up and compile
 CHILD_STATUSES = frozenset(("ok", "runtime_error", "memory_limit", "compile_error", "output_limit"))
 
 
@@ -84,7 +86,6 @@ def _world_readable(path: str) -> bool:
 class Child:
     pid: int
     pidfd: int
-    ctrl_w: int
     res_r: int
     reader: FrameReader
     in_fd: int
@@ -162,23 +163,22 @@ class Worker:
         send_frame(self.wfd, json.dumps(msg, ensure_ascii=True).encode("ascii"))
 
     # -- children -----------------------------------------------------------------
-    def spawn(self, job: dict[str, Any], fsize_hard: int) -> Child:
-        ctrl_r, ctrl_w = os.pipe()
+    def spawn(self, job: dict[str, Any], fsize_hard: int, start: int) -> Child:
         res_r, res_w = os.pipe()
         in_fd = os.memfd_create("stdin")
         out_fd = os.memfd_create("stdout")
         err_fd = os.memfd_create("stderr")
-        n_left = len(job["inputs"])
+        n_left = len(job["inputs"]) - start
         nonce = secrets.token_hex(8)
         worker_pid = os.getpid()
         pid = os.fork()
         if pid == 0:  # ---- the program child
             try:
                 os.setsid()
-                fds = contain.keep_only_fds([ctrl_r, res_w, in_fd, out_fd, err_fd])
-                os.dup2(fds[2], 0)
-                os.dup2(fds[3], 1)
-                os.dup2(fds[4], 2)
+                fds = contain.keep_only_fds([res_w, in_fd, out_fd, err_fd])
+                os.dup2(fds[1], 0)
+                os.dup2(fds[2], 1)
+                os.dup2(fds[3], 2)
                 contain.reset_signals()
                 contain.set_rlimits(
                     memory_bytes=int(job.get("memory_bytes") or 0),
@@ -197,15 +197,15 @@ class Worker:
                 spec = ChildSpec(
                     code=job["code"], mode=job["mode"], fn_name=job.get("fn_name"), inputs=job["inputs"],
                     timeout_s=float(job["timeout_s"]), output_cap=self.output_cap, fsize_hard=fsize_hard,
-                    ctrl_fd=fds[0], res_fd=fds[1], in_fd=fds[2], out_fd=fds[3], err_fd=fds[4],
-                    guard=job["mode"] == "call", nonce=nonce,
+                    res_fd=fds[0], in_fd=fds[1], out_fd=fds[2], err_fd=fds[3],
+                    guard=job["mode"] == "call", nonce=nonce, start=start,
+                    stderr_chars=int(job.get("stderr_chars", 2000)),
                 )
                 child_main(spec)
             finally:
                 os._exit(5)
-        os.close(ctrl_r)
         os.close(res_w)
-        return Child(pid, os.pidfd_open(pid), ctrl_w, res_r, FrameReader(res_r, max_frame=self.output_cap * 2 + 65536),
+        return Child(pid, os.pidfd_open(pid), res_r, FrameReader(res_r, max_frame=self.output_cap * 2 + 65536),
                      in_fd, out_fd, err_fd, nonce)
 
     def kill_child(self, c: Child) -> int | None:
@@ -225,7 +225,7 @@ class Worker:
         return status
 
     def close_child(self, c: Child) -> None:
-        for fd in (c.pidfd, c.ctrl_w, c.res_r, c.in_fd, c.out_fd, c.err_fd):
+        for fd in (c.pidfd, c.res_r, c.in_fd, c.out_fd, c.err_fd):
             try:
                 os.close(fd)
             except OSError:
@@ -239,16 +239,16 @@ class Worker:
             contain.sweep_descendants()
         contain.wipe_dir(self.run_dir, self.uid)
 
-    def _read_out(self, c: Child, stderr_chars: int) -> tuple[bytes, int, str]:
+    def _read_out(self, c: Child) -> tuple[bytes, int]:
+        """The dead child's stdout (up to the cap + 1 byte) and its full size."""
         size = os.fstat(c.out_fd).st_size
         out = os.pread(c.out_fd, min(size, self.output_cap + 1), 0) if size else b""
+        return out, size
+
+    def _read_err(self, c: Child, stderr_chars: int) -> bytes:
         esize = os.fstat(c.err_fd).st_size
         n = max(1024, stderr_chars * 4)
-        err = os.pread(c.err_fd, min(esize, n), max(0, esize - n)) if esize else b""
-        etext = err.decode("utf-8", "replace")
-        if len(etext) > stderr_chars:
-            etext = etext[-stderr_chars:]
-        return out, size, etext
+        return os.pread(c.err_fd, min(esize, n), max(0, esize - n)) if esize else b""
 
     def _wait_exit(self, c: Child, deadline: float) -> int | None:
         left = max(0.0, deadline - time.monotonic())
@@ -265,76 +265,90 @@ class Worker:
         c.reaped = True
         return status
 
-    def run_test(self, c: Child, i: int, job: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        """Run test i in child c. Returns (raw fields, child still usable)."""
+    def _parse_frame(self, c: Child, i: int, payload: bytes) -> tuple[dict[str, Any], bytes, bytes] | None:
+        """Validate a result frame from the child; None when it is not one of ours."""
+        if len(payload) < 4:
+            return None
+        mlen = int.from_bytes(payload[:4], "big")
+        try:
+            meta = json.loads(payload[4 : 4 + mlen])
+        except (ValueError, RecursionError):
+            return None
+        if not (isinstance(meta, dict) and meta.get("n") == c.nonce and meta.get("i") == i
+                and meta.get("status") in CHILD_STATUSES):
+            return None
+        ol, el = meta.get("out_len"), meta.get("err_len")
+        if type(ol) is not int or type(el) is not int or ol < 0 or el < 0 or 4 + mlen + ol + el != len(payload):
+            return None
+        vj = meta.get("value_json")
+        if vj is not None:
+            if not isinstance(vj, str):
+                return None
+            try:
+                json.loads(vj)
+            except (ValueError, RecursionError):
+                return None
+        out = payload[4 + mlen : 4 + mlen + ol]
+        err = payload[4 + mlen + ol :]
+        return meta, out, err
+
+    def collect(self, c: Child, i: int, job: dict[str, Any], t0: float, deadline: float,
+                timed_out: bool) -> tuple[dict[str, Any], bool]:
+        """Read test i's result from child c (or classify its death). Returns (raw, child usable)."""
         timeout = float(job["timeout_s"])
         stderr_chars = int(job.get("stderr_chars", 2000))
-        t0 = time.monotonic()
-        deadline = t0 + timeout + GRACE_S
-        meta: dict[str, Any] | None = None
-        status_word: int | None = None
-        reason = ""
-        try:
-            send_frame(c.ctrl_w, b"G%d" % i)
-            payload = c.reader.read(deadline)
-            meta = json.loads(payload)
-        except ChannelTimeout:
-            reason = "timeout"
-        except ChannelClosed:
-            reason = "died"
-        except (ChannelCorrupt, ValueError, RecursionError):
-            reason = "corrupt"
+        parsed = None
+        reason = "timeout" if timed_out else ""
+        if not timed_out:
+            try:
+                parsed = self._parse_frame(c, i, c.reader.read(deadline))
+                if parsed is None:
+                    reason = "corrupt"
+            except ChannelTimeout:
+                reason = "timeout"
+            except ChannelClosed:
+                reason = "died"
+            except ChannelCorrupt:
+                reason = "corrupt"
         wall = time.monotonic() - t0
         raw: dict[str, Any] = {"index": i, "status": "runtime_error", "stdout": "", "value_json": None,
                                "stderr": "", "exit_code": None, "seconds": round(wall, 6), "detail": ""}
-        alive = True
-        if meta is not None:
-            ok_meta = (
-                isinstance(meta, dict) and meta.get("n") == c.nonce and meta.get("i") == i
-                and meta.get("status") in CHILD_STATUSES
-                and (meta.get("value_json") is None or isinstance(meta.get("value_json"), str))
-            )
-            if ok_meta and meta.get("value_json") is not None:
-                try:
-                    json.loads(meta["value_json"])
-                except (ValueError, RecursionError):
-                    ok_meta = False
-            if not ok_meta:
-                reason = "corrupt"
-                meta = None
-        if meta is not None:
+        if parsed is not None:
+            meta, out, err = parsed
+            size = len(out)
             secs = meta.get("seconds")
             secs = float(secs) if type(secs) in (int, float) and 0 <= secs <= wall + 0.01 else wall
-            raw["seconds"] = round(secs, 6)
-            raw["status"] = meta["status"]
             ec = meta.get("exit_code")
-            raw["exit_code"] = ec if type(ec) is int else None
-            raw["value_json"] = meta.get("value_json")
             d = meta.get("detail")
-            raw["detail"] = d[:300] if isinstance(d, str) else ""
+            raw.update(seconds=round(secs, 6), status=meta["status"], exit_code=ec if type(ec) is int else None,
+                       value_json=meta.get("value_json"), detail=d[:300] if isinstance(d, str) else "")
             if secs > timeout and raw["status"] != "compile_error":
                 raw.update(status="timeout", detail=f"took {secs:.2f}s > {timeout:g}s", value_json=None)
+            alive = True
         else:
             alive = False
+            status_word = None
             if reason == "died":
                 status_word = self._wait_exit(c, deadline)
                 if status_word is None:  # result channel closed but still running
                     reason = "corrupt" if time.monotonic() < deadline else "timeout"
             if status_word is None:
                 status_word = self.kill_child(c)
-            wall = time.monotonic() - t0
-            raw["seconds"] = round(wall, 6)
+            raw["seconds"] = round(time.monotonic() - t0, 6)
             if reason == "timeout":
                 raw.update(status="timeout", detail=f"killed at the {timeout:g}s deadline")
             elif reason == "corrupt":
                 raw.update(status="runtime_error", detail="the program corrupted the result channel")
             else:
                 raw.update(self._classify_exit(status_word, job["mode"]))
-        out, size, etext = self._read_out(c, stderr_chars)
-        raw["stderr"] = etext
+            out, size = self._read_out(c)
+            err = self._read_err(c, stderr_chars)
+        etext = err.decode("utf-8", "replace")
+        raw["stderr"] = etext[-stderr_chars:] if len(etext) > stderr_chars else etext
         if size > self.output_cap:
             raw.update(status="output_limit", value_json=None, detail=f"output over {self.output_cap} bytes")
-        elif raw["status"] == "runtime_error" and meta is None and ("MemoryError" in etext or "Cannot allocate memory" in etext):
+        elif raw["status"] == "runtime_error" and parsed is None and (
+                "MemoryError" in etext or "Cannot allocate memory" in etext):
             raw["status"] = "memory_limit"
         raw["stdout"] = out[: self.output_cap].decode("utf-8", "replace")
         return raw, alive
@@ -361,35 +375,82 @@ class Worker:
         return {"status": "runtime_error", "exit_code": code, "detail": f"exit status {code}"}
 
     # -- jobs ---------------------------------------------------------------------
+    def _wait_any(self, c: Child, deadline: float) -> str:
+        """'parent' (a keep-going reply), 'child' (a result), or 'timeout'."""
+        while True:
+            if self.reader.frame_ready():
+                return "parent"
+            if c.reader.frame_ready():
+                return "child"
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout"
+            try:
+                ready, _, _ = select.select([self.rfd, c.res_r], [], [], left)
+            except InterruptedError:
+                continue
+            if self.rfd in ready:
+                return "parent"
+            if c.res_r in ready:
+                return "child"
+
+    def _reply(self) -> bool:
+        """Read one keep-going reply from the pool: True = continue."""
+        return self.reader.read() == b"C"
+
     def handle(self, job: dict[str, Any]) -> None:
+        """Run a job's tests, pipelined: the child runs ahead while the pool judges.
+
+        Every result except the last (and a compile error) gets exactly one C/S reply
+        from the pool; all replies are consumed before `end`, so none leaks into the
+        next job. After S (or the last test) the child is killed and everything swept.
+        """
         inputs = job["inputs"]
         n = len(inputs)
         max_in = 0
         if job["mode"] != "call":
             max_in = max((len(stdin_bytes(x)) for x in inputs), default=0)
         fsize_hard = max(self.output_cap, max_in) + 1
+        timeout = float(job["timeout_s"])
         i = 0
+        pending = 0  # results sent that still owe a reply
         stop = False
         while i < n and not stop:
-            c = self.spawn(job, fsize_hard)
+            c = self.spawn(job, fsize_hard, i)
+            t0 = time.monotonic()
+            slack = GRACE_S + FIRST_TEST_SLACK_S  # fork, set-up and compile count against test `i`
             try:
-                while i < n:
-                    raw, alive = self.run_test(c, i, job)
+                while i < n and not stop:
+                    deadline = t0 + timeout + slack
+                    ev = self._wait_any(c, deadline)
+                    if ev == "parent":
+                        pending -= 1
+                        if not self._reply():
+                            stop = True
+                        continue
+                    raw, alive = self.collect(c, i, job, t0, deadline, timed_out=ev == "timeout")
                     self.send({"t": "raw", **raw})
                     i += 1
-                    if raw["status"] == "compile_error" or i >= n:
+                    t0 = time.monotonic()
+                    slack = GRACE_S
+                    if raw["status"] == "compile_error":
                         stop = True
-                        break
-                    reply = self.reader.read()
-                    if reply != b"C":
-                        stop = True
-                        break
+                    elif i < n:
+                        pending += 1
                     if not alive:
                         break
             finally:
                 self.kill_child(c)
                 self.close_child(c)
                 self.sweep()
+            # Before starting a fresh child, hear what the pool decided so far.
+            while pending and not stop and i < n:
+                pending -= 1
+                if not self._reply():
+                    stop = True
+        while pending:
+            pending -= 1
+            self._reply()
         self.send({"t": "end"})
 
     def serve(self) -> None:
