@@ -231,7 +231,11 @@ def env_secrets():
 @pytest.fixture(scope="module")
 def pool(env_secrets):
     with SandboxPool(1, contain=True) as p:
-        assert p.features["contained"]
+        try:
+            features = p.features
+        except RuntimeError as e:  # root, but namespaces refused (e.g. an unprivileged container)
+            pytest.skip(f"contained sandbox unavailable here: {e}")
+        assert features["contained"] and features["uid_switch"] and features["readonly_root"]
         yield p
 
 
