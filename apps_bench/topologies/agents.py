@@ -45,6 +45,11 @@ def _text(message: Any) -> str:
     return str(text) if isinstance(text, str) else str(text() or "")
 
 
+def _invalid_calls(ai: Any) -> list[dict]:
+    """Tool calls whose arguments did not parse (they still need an answer, by id)."""
+    return [c for c in (getattr(ai, "invalid_tool_calls", None) or ()) if c.get("id")]
+
+
 async def run_agent(
     ctx: SolveContext,
     team: Team,
@@ -86,13 +91,18 @@ async def run_agent(
         turn.add_reply(text)
         for call in ai.tool_calls:
             ctx.log(agent, role, "tool_call", json.dumps({"name": call["name"], "args": call["args"]}), round)
-        for bad in getattr(ai, "invalid_tool_calls", None) or ():
-            ctx.log(agent, role, "note", f"unparsable tool call {bad.get('name')!r}: {bad.get('error')}", round)
+        for bad in _invalid_calls(ai):
+            ctx.log(agent, role, "note", f"unparsable tool call {bad.get('name')!r}: {bad.get('args')!r}", round)
         return {"messages": [ai]}
 
     async def call_tools(state: dict) -> dict:
         out = []
-        for call in state["messages"][-1].tool_calls:
+        ai = state["messages"][-1]
+        for bad in _invalid_calls(ai):  # malformed JSON arguments: say so, let the model retry
+            result = f"error: the arguments of your {bad.get('name')} call are not valid JSON; call it again"
+            ctx.log(agent, role, "tool_result", result, round)
+            out.append(ToolMessage(content=result, tool_call_id=bad["id"], name=str(bad.get("name") or "")))
+        for call in ai.tool_calls:
             tool = by_name.get(call["name"])
             if tool is None:
                 result = f"error: no tool named {call['name']!r}; available: {sorted(by_name)}"
@@ -107,7 +117,8 @@ async def run_agent(
         return {"messages": out}
 
     def after_model(state: dict) -> str:
-        if not state["messages"][-1].tool_calls:
+        ai = state["messages"][-1]
+        if not ai.tool_calls and not _invalid_calls(ai):
             return END
         if turn.steps >= steps_cap:
             turn.stop_reason = "step_cap"
