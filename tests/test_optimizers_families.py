@@ -1,4 +1,5 @@
-"""Each method on each topology family, end to end over the real pipeline: gold as task
+"""Each method on each topology family (and MASPO on the CrewAI, AutoGen and OpenAI-SDK
+siblings), end to end over the real pipeline: gold as task
 model and as optimizer model (its deterministic tagged rewrite), real runners, sandbox
 and judge, real APPS train rows. Tiny pools and budgets: this checks that every family's
 graph, traces, comparisons and budget accounting work, not that optimization helps.
@@ -45,8 +46,11 @@ def shared(apps_data_dir):
         yield loaded, ep, pool
 
 
-@pytest.mark.parametrize("method", ["maspo", "gepa"])
-@pytest.mark.parametrize("topology", FAMILIES)
+@pytest.mark.parametrize(
+    ("topology", "method"),
+    [(t, m) for t in FAMILIES for m in ("maspo", "gepa")]
+    + [(t, "maspo") for t in ("sequential_crewai", "centralized_autogen", "decentralized_openai")],  # framework siblings
+)
 def test_method_runs_on_family(tmp_path, shared, topology, method):
     from apps_bench.judge import Judge
     from apps_bench.optimizers.chat import EndpointChat
