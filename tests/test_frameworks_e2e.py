@@ -12,6 +12,7 @@ the server says it served.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections import Counter
 from pathlib import Path
@@ -25,7 +26,13 @@ CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf"
 IDS = ("8", "9", "4655")  # real APPS test rows whose reference solutions pass strictly
 
 
+@functools.lru_cache(maxsize=None)
 def compose(*overrides: str) -> Any:
+    """The real Hydra composition of conf/ (cached: a composed config is only read here)."""
+    return _compose(*overrides)
+
+
+def _compose(*overrides: str) -> Any:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
