@@ -393,3 +393,22 @@ def test_unreachable_endpoint_is_an_infrastructure_error(topology: str, problems
     assert attempt.stop_reason == "error" and attempt.program is None
     assert attempt.error and "APIConnectionError" in attempt.error
     assert attempt.usage.failed_calls >= 1 and attempt.usage.model_calls == 0
+
+
+# ------------------------------------------------------------------ step cap
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("topology", ["sequential_crewai", "centralized_autogen", "decentralized_openai"])
+def test_step_cap_is_recorded(topology: str, problems, pool) -> None:
+    """max_steps=1: an agent that still calls python_exec when its budget is spent ends its
+    turn with step_cap (gold always runs the tool first), the flow goes on, and the attempt says so."""
+    cfg = compose(f"topology={topology}", "topology.max_steps=1").topology
+    model_cfg, endpoint = _endpoint(problems[:1])
+    with endpoint as ep:
+        attempt, served = solve(cfg, problems[0], ep, model_cfg, pool)
+    assert attempt.stop_reason == "step_cap" and attempt.error is None
+    capped = {e.agent for e in attempt.transcript if e.kind == "note" and "step cap" in e.content}
+    assert capped and capped <= set(cfg.tool_roles) | {f"debater_{i}" for i in range(int(cfg.team_size))}
+    assert attempt.usage.tool_calls <= len(capped) * int(cfg.rounds)
+    assert_usage_matches(attempt, served)
