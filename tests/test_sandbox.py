@@ -396,3 +396,22 @@ def test_replies_in_flight_after_stop_do_not_leak_into_the_next_job():
             assert [r.stdout for r in rs] == ["0\n", "1\n", "2\n"]
             rs = one.run(RunRequest("print(int(input()) + 1)", "stdin", ["1", "2"]))
             assert [r.stdout for r in rs] == ["2\n", "3\n"]
+
+
+@pytest.mark.timeout(60)
+def test_close_while_a_run_is_in_flight_leaves_nothing_running():
+    import time
+
+    p = SandboxPool(1)
+    p.features
+    mine = p.worker_pids()
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(p.run(RunRequest("while True: pass", "stdin", ["", ""], timeout_s=30))))
+    t.start()
+    time.sleep(0.5)
+    p.close()
+    t.join()
+    assert out and out[0][-1].status == "sandbox_error"
+    assert not [pid for pid in mine if os.path.exists(f"/proc/{pid}")]
+    with pytest.raises(RuntimeError, match="closed"):
+        p.run(RunRequest("print(1)", "stdin", [""]))

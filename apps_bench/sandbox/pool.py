@@ -285,6 +285,8 @@ class SandboxPool:
         return w
 
     def _release(self, w: _Worker) -> None:
+        if self._closed:  # closed while this run was in flight: do not leave it running
+            w.stop(wait_s=0.5)
         self._free.put(w)
 
     @property
@@ -363,11 +365,14 @@ class SandboxPool:
                 if raw.status != "compile_error" and raw.index < n - 1:
                     w.send(b"C" if go else b"S")
         except WorkerBroken as e:
-            log.error("sandbox worker %d broke (%s); restarting it", w.index, e)
-            try:
-                w.restart()
-            except Exception as e2:  # noqa: BLE001
-                log.error("sandbox worker %d failed to restart: %s", w.index, e2)
+            if self._closed:
+                w.stop(wait_s=0.5)
+            else:
+                log.error("sandbox worker %d broke (%s); restarting it", w.index, e)
+                try:
+                    w.restart()
+                except Exception as e2:  # noqa: BLE001
+                    log.error("sandbox worker %d failed to restart: %s", w.index, e2)
             if go:
                 results.append(RawRun(index=len(results), status="sandbox_error",
                                       detail=f"sandbox worker broke: {e}"))
