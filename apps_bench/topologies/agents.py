@@ -45,6 +45,14 @@ def _text(message: Any) -> str:
     return str(text) if isinstance(text, str) else str(text() or "")
 
 
+def _missing_args(tool: Any, args: Any) -> list[str]:
+    """Required parameters (per the tool's JSON schema) the model left out."""
+    schema = tool.args_schema if isinstance(tool.args_schema, dict) else {}
+    if not isinstance(args, dict):
+        return list(schema.get("required", [])) or ["(arguments must be an object)"]
+    return [k for k in schema.get("required", []) if k not in args]
+
+
 def _invalid_calls(ai: Any) -> list[dict]:
     """Tool calls whose arguments did not parse (they still need an answer, by id)."""
     return [c for c in (getattr(ai, "invalid_tool_calls", None) or ()) if c.get("id")]
@@ -104,13 +112,13 @@ async def run_agent(
             out.append(ToolMessage(content=result, tool_call_id=bad["id"], name=str(bad.get("name") or "")))
         for call in ai.tool_calls:
             tool = by_name.get(call["name"])
+            missing = _missing_args(tool, call["args"]) if tool is not None else []
             if tool is None:
                 result = f"error: no tool named {call['name']!r}; available: {sorted(by_name)}"
+            elif missing:  # the model's mistake: tell it and keep going (a bug of ours still raises)
+                result = f"error: bad arguments for {call['name']}: missing required {missing}"
             else:
-                try:
-                    result = await tool.ainvoke(call["args"])
-                except (TypeError, ValueError) as exc:  # bad arguments from the model: tell it, keep going
-                    result = f"error: bad arguments for {call['name']}: {exc}"
+                result = await tool.ainvoke(call["args"])
             turn.tool_calls += 1
             ctx.log(agent, role, "tool_result", result, round)
             out.append(ToolMessage(content=str(result), tool_call_id=call["id"], name=call["name"]))
