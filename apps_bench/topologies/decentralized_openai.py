@@ -52,7 +52,7 @@ class DecentralizedOpenAI(FlowRunner):
                     )
                     for name, role, seed in agents
                 ]
-                previous = {turn.agent: turn.reply for turn in await asyncio.gather(*turns)}
+                previous = {turn.agent: turn.reply for turn in await _all_or_none(turns)}
                 team.data["rounds"] = rnd + 1
         finally:
             await client.close()
@@ -115,6 +115,19 @@ class DecentralizedOpenAI(FlowRunner):
                 turn.tool_calls += 1
                 ctx.log(agent, role, "tool_result", result, rnd)
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+
+
+async def _all_or_none(coros: list[Any]) -> list[Any]:
+    """The peers of a round, concurrently. If one fails (e.g. the endpoint is down) the others
+    are cancelled before the error propagates, so no peer keeps calling a closed client."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def _args(arguments: str) -> Any:
