@@ -134,6 +134,18 @@ def test_evaluate_never_raises_per_problem(tmp_path):
     assert ad.evaluate(TRAIN[:2], dict(SEED), capture_traces=False).trajectories is None
 
 
+def test_infrastructure_down_is_not_scored_as_zeros(tmp_path):
+    from apps_bench.optimizers.scoring import InfrastructureDown
+
+    class Down(Runner):
+        def run_batch(self, prompt_set, jobs):
+            return [Rollout(key=k, seed=s, error="connection refused") for k, s in jobs]
+
+    ad = PipelineAdapter(evaluator(tmp_path, Down(), Budget()), reflect)
+    with pytest.raises(InfrastructureDown, match="connection refused"):
+        ad.evaluate(TRAIN[:3], dict(SEED))
+
+
 def test_eval_keys_are_refused_not_scored(tmp_path):
     runner = Runner()
     ad = PipelineAdapter(evaluator(tmp_path, runner, Budget(), strict_splits=False), reflect)

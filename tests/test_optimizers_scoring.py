@@ -126,6 +126,19 @@ def test_infrastructure_errors_are_not_cached(tmp_path):
     assert r[1].error is None and [k for k, _ in runner.jobs[-1][1]] == [TRAIN[1]]
 
 
+def test_a_batch_that_only_fails_for_infrastructure_stops_the_run(tmp_path):
+    from apps_bench.optimizers.scoring import InfrastructureDown
+
+    runner = FakeRunner(fail_keys=set(TRAIN[:3]))
+    ev = make_eval(tmp_path, runner)
+    with pytest.raises(InfrastructureDown, match="model unreachable"):
+        ev.evaluate(PromptSet({"coder": "+"}), TRAIN[:3])
+    assert ev.budget.rollouts == 3 and ev.cache.count() == 0  # spent, charged, not cached
+    runner.fail_keys.clear()
+    assert all(r.error is None for r in ev.evaluate(PromptSet({"coder": "+"}), TRAIN[:3]))
+    assert ev.budget.rollouts == 3  # the retry is not charged twice
+
+
 def test_resume_replays_through_cache_with_same_charges(tmp_path):
     cache = RolloutCache(tmp_path / "c.sqlite")
     first = make_eval(tmp_path, FakeRunner(), cache=cache)

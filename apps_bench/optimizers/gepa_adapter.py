@@ -28,7 +28,7 @@ from gepa.core.adapter import EvaluationBatch, GEPAAdapter
 from apps_bench.optimizers.cache import Checkpoints, stable_hash
 from apps_bench.optimizers.proposals import ChatReply, Message, parse_tagged, proposal_messages, role_examples
 from apps_bench.optimizers.protocol import Budget, BudgetExhausted, EvalKeyError, ProblemKey, make_key
-from apps_bench.optimizers.scoring import PERFECT_SCORE, Evaluator, Rollout, example_score
+from apps_bench.optimizers.scoring import PERFECT_SCORE, Evaluator, InfrastructureDown, Rollout, example_score
 from apps_bench.topologies.base import PromptSet
 
 ReflectFn = Callable[[list[Message], int], ChatReply]  # the optimizer model (e.g. proposals.CachedChat)
@@ -94,14 +94,14 @@ class PipelineAdapter(GEPAAdapter):
     def _evaluate_keys(self, ps: PromptSet, keys: list[ProblemKey]) -> list[Rollout]:
         try:
             return list(self.evaluator.evaluate(ps, keys, capture_traces=True))
-        except (BudgetExhausted, EvalKeyError):
+        except (BudgetExhausted, EvalKeyError, InfrastructureDown):
             raise
         except Exception:  # noqa: BLE001 - isolate the problem that failed; never raise per problem
             out: list[Rollout] = []
             for k in keys:
                 try:
                     out.extend(self.evaluator.evaluate(ps, [k], capture_traces=True))
-                except (BudgetExhausted, EvalKeyError):
+                except (BudgetExhausted, EvalKeyError, InfrastructureDown):
                     raise
                 except Exception as exc:  # noqa: BLE001
                     out.append(self._placeholder(k, f"{type(exc).__name__}: {exc}"))

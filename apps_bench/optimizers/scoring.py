@@ -174,6 +174,11 @@ class EvalRecord:
     fraction: float
 
 
+class InfrastructureDown(RuntimeError):
+    """Every fresh rollout of a batch failed for an infrastructure reason (model or sandbox down):
+    stop instead of spending budget on failures; a rerun resumes through the cache."""
+
+
 @dataclass
 class ProtocolEvaluator:
     """Gate + paired seeds + cache + budget in front of a `Runner` (see module doc)."""
@@ -215,6 +220,15 @@ class ProtocolEvaluator:
                     self.cache.put(ckeys[k], r.to_json())
                 found[k] = replace(r, cached=False)
                 fresh_keys.add(k)
+            if len(todo) >= 2 and all(found[k].error for k in todo):
+                for k in todo:  # what ran is spent
+                    if ckeys[k] not in self._charged:
+                        self._charged.add(ckeys[k])
+                        self.budget.charge_rollout(found[k].task_tokens, fresh=True)
+                raise InfrastructureDown(
+                    f"all {len(todo)} rollouts of the batch failed for infrastructure reasons, e.g. "
+                    f"{found[todo[0]].error!r}; fix the endpoint/sandbox and rerun: finished rollouts come from the cache"
+                )
         for k in uncharged:
             self._charged.add(ckeys[k])
             self.budget.charge_rollout(found[k].task_tokens, fresh=k in fresh_keys)
