@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -415,3 +416,36 @@ def test_close_while_a_run_is_in_flight_leaves_nothing_running():
     assert not [pid for pid in mine if os.path.exists(f"/proc/{pid}")]
     with pytest.raises(RuntimeError, match="closed"):
         p.run(RunRequest("print(1)", "stdin", [""]))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the contained sandbox needs root")
+def test_interpreter_in_a_virtualenv_under_tmp_stays_usable(tmp_path):
+    """A fresh virtualenv under /tmp (as CI makes) is re-exposed read-only inside the
+    worker's private /tmp, while the rest of the host's /tmp stays hidden."""
+    import subprocess
+    import sys
+    import sysconfig
+
+    venv = tmp_path / "venv"
+    base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    subprocess.run([str(base), "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    repo = Path(__file__).resolve().parents[1]
+    (site / "deps.pth").write_text(f"{sysconfig.get_paths()['purelib']}\n{repo}\n")
+    (tmp_path / "host-secret.txt").write_text("x")
+    probe = (
+        "import sys, os, fnmatch\n"
+        "print(sys.prefix == %r, os.path.isdir(sys.prefix), os.path.exists(%r))\n"
+        "open(os.path.join(sys.prefix, 'pwned'), 'w')\n"
+    ) % (str(venv), str(tmp_path / "host-secret.txt"))
+    script = (
+        "from apps_bench.sandbox import SandboxPool, RunRequest\n"
+        "with SandboxPool(1, contain=True) as p:\n"
+        f"    (r,) = p.run(RunRequest({probe!r}, 'stdin', ['']))\n"
+        "    print(r.stdout.strip(), '|', r.detail)\n"
+    )
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True, text=True,
+                         timeout=120, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True True False | OSError: [Errno 30] Read-only file system: '%s'" % (venv / "pwned")
+    assert not (venv / "pwned").exists()

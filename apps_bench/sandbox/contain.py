@@ -109,25 +109,26 @@ def _under(path: str, parent: str) -> bool:
 def setup_worker_namespace(keep: Iterable[str], work: str, tmp_size: str) -> list[str]:
     """Hide the host filesystem, make / read-only, give the worker private tmpfs.
 
-    `keep` are directories (the interpreter prefixes) that stay visible even when
-    they live under a hidden directory. Returns the hidden top-level paths.
+    `keep` are directories (the interpreter prefixes, site-packages) that stay
+    visible, read-only, even when they live under a hidden directory (a virtualenv
+    under /tmp or /home included). Returns the hidden top-level paths.
     """
     keep = sorted({os.path.realpath(k) for k in keep if os.path.isdir(k)})
-    # Drop keeps nested in other keeps.
-    keep = [k for k in keep if not any(k != o and _under(k, o) for o in keep)]
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=700")
+    keep = [k for k in keep if not any(k != o and _under(k, o) for o in keep)]  # outermost only
+    keep = [k for k in keep if not any(_under(k, "/" + d) for d in SYSTEM_DIRS)]
+    # 1. Stash a bind of every keep on a private tmpfs (over /dev/shm, replaced at the end).
+    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=700")
     stash = []
     for n, k in enumerate(keep):
-        if any(_under(k, "/" + d) for d in SYSTEM_DIRS):
-            continue
-        s = f"/tmp/keep{n}"
+        s = f"/dev/shm/keep{n}"
         os.mkdir(s)
         mount(k, s, None, MS_BIND | MS_REC)
         stash.append((s, k))
+    # 2. Hide every top-level entry that is not a system directory.
     hidden = []
     for name in sorted(os.listdir("/")):
         p = "/" + name
-        if name in SYSTEM_DIRS or name == "tmp":
+        if name in SYSTEM_DIRS:
             continue
         st = os.lstat(p)
         if stat.S_ISDIR(st.st_mode):
@@ -136,12 +137,21 @@ def setup_worker_namespace(keep: Iterable[str], work: str, tmp_size: str) -> lis
         elif stat.S_ISREG(st.st_mode):
             mount("/dev/null", p, None, MS_BIND)
             hidden.append(p)
+    # 3. Bring the keeps back (those under /tmp after /tmp got its final tmpfs).
+    in_tmp = [(s, k) for s, k in stash if _under(k, "/tmp")]
     for s, k in stash:
-        os.makedirs(k, mode=0o755, exist_ok=True)
-        mount(s, k, None, MS_BIND | MS_REC)
-        umount(s)
+        if (s, k) not in in_tmp:
+            os.makedirs(k, mode=0o755, exist_ok=True)
+            mount(s, k, None, MS_BIND | MS_REC)
+    # 4. Everything read-only, then the worker's own writable tmpfs.
     remount_readonly_recursive("/")
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size},mode=755")
+    for s, k in in_tmp:
+        os.makedirs(k, mode=0o755, exist_ok=True)
+        mount(s, k, None, MS_BIND | MS_REC)
+        remount_readonly_recursive(k)
+    for s, _ in stash:
+        umount(s)
     mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
     os.makedirs(work, mode=0o755, exist_ok=True)
     return hidden

@@ -126,6 +126,7 @@ class Worker:
             if os.getpid() != 1:
                 raise RuntimeError("contained worker is not PID 1 of a new PID namespace")
             keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *self.cfg.get("keep", [])]
+            keep += [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
             hidden = contain.setup_worker_namespace(keep, "/tmp", self.cfg.get("tmp_size", "256m"))
             self.root = "/tmp"
             self.features.update(
