@@ -251,7 +251,8 @@ class Runner:
         sys.stderr = sys.__stderr__ = err
         self._out, self._err = out, err
         sys.argv = [SOURCE_NAME]
-        sys.setrecursionlimit(1000)
+        sys.setrecursionlimit(1000)  # each test starts like a fresh interpreter
+        sys.set_int_max_str_digits(0)
         # CPU backstop for this test (the worker's wall-clock deadline is the real limit).
         t = _times()
         used = t.user + t.system
