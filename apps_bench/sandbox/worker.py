@@ -206,7 +206,8 @@ class Worker:
             finally:
                 os._exit(5)
         os.close(res_w)
-        return Child(pid, os.pidfd_open(pid), res_r, FrameReader(res_r, max_frame=self.output_cap * 2 + 65536),
+        max_frame = 2 * self.output_cap + 4 * max(1024, int(job.get("stderr_chars", 2000))) + (1 << 20)
+        return Child(pid, os.pidfd_open(pid), res_r, FrameReader(res_r, max_frame=max_frame),
                      in_fd, out_fd, err_fd, nonce)
 
     def kill_child(self, c: Child) -> int | None:
