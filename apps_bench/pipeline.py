@@ -363,7 +363,7 @@ async def _solve_all(
                 cell, problem, attempt=attempt, verdict=verdict, usage=usage, error=error, solve_s=solve_s, judge_s=judge_s
             )
             keep = bool((cfg.get("tracking") or {}).get("log_transcripts", True))
-            store.append(rec, transcript if keep else None)
+            await asyncio.to_thread(store.append, rec, transcript if keep else None)  # fsync off the event loop
             progress.update(1, rec)
             if tracker_future is not None and tracker_future.done() and tracker_future.exception() is not None:
                 raise tracker_future.exception()  # the tracking store is unusable: stop, keep the records
@@ -601,10 +601,14 @@ def _open_tracker(data: Mapping[str, Any], cell: Cell, loaded: Any) -> Any:
         "package_version": mlf.package_version(),
         **mlf.git_info(),
     }
-    return mlf.CellRun.open(
+    from apps_bench.tracking.sidecar import open_cell_run
+
+    # served by a helper process: mlflow's import and store I/O run on another core
+    return open_cell_run(
         experiment=str((data.get("tracking") or {}).get("experiment") or "apps"),
         cell_key=cell.key,
         run_name=cell.name,
-        params=cell.identity,
+        params=dict(cell.identity),
         tags=tags,
+        uri=mlf.tracking_uri(),
     )
