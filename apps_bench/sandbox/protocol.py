@@ -61,10 +61,8 @@ class FrameReader:
         while len(self._buf) < need:
             if deadline is not None:
                 left = deadline - time.monotonic()
-                if left <= 0:
-                    raise ChannelTimeout()
-                try:
-                    ready, _, _ = select.select([self.fd], [], [], left)
+                try:  # data already waiting is read even past the deadline
+                    ready, _, _ = select.select([self.fd], [], [], max(0.0, left))
                 except InterruptedError:
                     continue
                 if not ready:

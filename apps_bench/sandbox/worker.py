@@ -385,16 +385,16 @@ class Worker:
             if c.reader.frame_ready():
                 return "child"
             left = deadline - time.monotonic()
-            if left <= 0:
-                return "timeout"
-            try:
-                ready, _, _ = select.select([self.rfd, c.res_r], [], [], left)
+            try:  # a result already in the pipe counts even when the worker looks late
+                ready, _, _ = select.select([self.rfd, c.res_r], [], [], max(0.0, left))
             except InterruptedError:
                 continue
             if self.rfd in ready:
                 return "parent"
             if c.res_r in ready:
                 return "child"
+            if left <= 0:
+                return "timeout"
 
     def _reply(self) -> bool:
         """Read one keep-going reply from the pool: True = continue."""
