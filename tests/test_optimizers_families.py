@@ -8,6 +8,7 @@ graph, traces, comparisons and budget accounting work, not that optimization hel
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def _cfg(*overrides):
 
 
 @pytest.fixture(scope="module")
-def shared(apps_data_dir):
+def shared(apps_data_dir, tmp_path_factory):
     pytest.importorskip("apps_bench.sandbox.tool")
     from apps_bench.data import load_problems
     from apps_bench.models import open_endpoint
@@ -42,8 +43,14 @@ def shared(apps_data_dir):
     small = sorted((p for p in loaded.problems if p.tests.fn_name is None),
                    key=lambda p: sum(len(str(x)) for x in p.tests.inputs))[:6]  # fmt: skip
     loaded.problems[:] = small
+    from apps_bench.optimizers.cache import RolloutCache
+    from apps_bench.optimizers.replay import ReplayProxy
+
+    cache = RolloutCache(tmp_path_factory.mktemp("replay") / "cache.sqlite")
     with open_endpoint(base.model, loaded.problems) as ep, SandboxPool(workers=2) as pool:
-        yield loaded, ep, pool
+        # every framework's model traffic goes through the replay proxy, as in an optimizer cell
+        with ReplayProxy(ep.base_url, cache) as url:
+            yield loaded, dataclasses.replace(ep, base_url=url), pool
 
 
 @pytest.mark.parametrize(

@@ -103,13 +103,24 @@ def run_optimizer_cell(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, di
     opt_model_cfg = params.get("optimizer_model")
     with ExitStack() as stack:
         ep = stack.enter_context(open_endpoint(cfg.model, loaded.problems))
+        task_ep = ep
+        if params.get("replay", True):  # partial re-runs: identical model requests are answered from the run's cache
+            import dataclasses  # noqa: PLC0415
+
+            from apps_bench.optimizers.cache import RolloutCache  # noqa: PLC0415
+            from apps_bench.optimizers.replay import ReplayProxy  # noqa: PLC0415
+
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            replay_cache = stack.enter_context(RolloutCache(Path(out_dir) / "cache.sqlite"))
+            url = stack.enter_context(ReplayProxy(ep.base_url, replay_cache, timeout_s=float(cfg.model.request_timeout_s) + 5))
+            task_ep = dataclasses.replace(ep, base_url=url)
         opt_cfg = optimizer_model_config(opt_model_cfg, cfg.model)
         if _plain(opt_cfg) == _plain(cfg.model):
             opt_ep = ep  # the task model's endpoint (one gold server, one vLLM connection)
         else:
             opt_ep = stack.enter_context(open_endpoint(opt_cfg, loaded.problems))
         pool = stack.enter_context(SandboxPool(workers=int(cfg.judge.get("workers") or 0)))
-        runner = PipelineRunner(cfg, endpoint=ep, pool=pool, judge=Judge.from_config(pool, cfg.judge), problems=problems)
+        runner = PipelineRunner(cfg, endpoint=task_ep, pool=pool, judge=Judge.from_config(pool, cfg.judge), problems=problems)
         chat = EndpointChat(opt_ep, opt_cfg) if method != "none" else None
         try:
             return optimize(

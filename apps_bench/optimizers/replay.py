@@ -1,0 +1,117 @@
+"""Request-level replay in front of the task model: partial re-runs for free.
+
+MASPO scores a child prompt by re-running "only that agent and what follows it" from the
+parent's cached upstream outputs. Instead of teaching every runner to start mid-flow,
+the optimizer's runner talks to the model through this loopback proxy: a chat request
+whose body is byte-identical to one answered before (same messages, tools, seed and
+sampling) is answered from the cache, any other is forwarded and recorded. In a chain,
+the stages before the changed role send identical requests (same prompt, same input,
+same paired seed), so they are replayed and only the changed stage and what follows
+reach the model; in cyclic or hub flows whatever diverges is re-run, which is the
+whole-re-run fallback. A rerun after a kill replays the same way.
+
+The recorded responses live in the run's RolloutCache (kind "model_call"), so they
+survive a kill -9 like everything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from apps_bench.optimizers.cache import RolloutCache
+
+_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host"}
+
+
+class ReplayProxy:
+    """`with ReplayProxy(upstream_base_url, cache) as base_url:` -> an OpenAI-compatible base URL."""
+
+    def __init__(self, upstream_base_url: str, cache: RolloutCache, *, timeout_s: float = 600.0) -> None:
+        self.upstream = upstream_base_url.rstrip("/")
+        self.cache = cache
+        self.timeout_s = timeout_s
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+
+    # -- lifecycle
+
+    def start(self) -> str:
+        import httpx  # noqa: PLC0415
+
+        self._client = httpx.Client(timeout=self.timeout_s, trust_env=False)
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                proxy._forward(self, b"", cacheable=False)
+
+            def do_POST(self) -> None:  # noqa: N802
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                proxy._forward(self, body, cacheable=self.path.rstrip("/").endswith("/chat/completions"))
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="replay-proxy", daemon=True)
+        self._thread.start()
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- forwarding
+
+    def _url(self, path: str) -> str:
+        # the proxy's base URL ends with /v1, like the upstream's
+        rest = path[len("/v1") :] if path.startswith("/v1") else path
+        return self.upstream + rest
+
+    def _forward(self, h: BaseHTTPRequestHandler, body: bytes, *, cacheable: bool) -> None:
+        key = hashlib.sha256(h.path.encode() + b"\n" + body).hexdigest() if cacheable else None
+        hit = self.cache.get(key, kind="model_call") if key else None
+        if hit is not None:
+            with self._lock:
+                self.hits += 1
+            status, ctype, data = int(hit["status"]), str(hit["content_type"]), hit["body"].encode("latin-1")
+        else:
+            headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP}
+            try:
+                resp = self._client.request(h.command, self._url(h.path), content=body, headers=headers)
+                status, ctype, data = resp.status_code, resp.headers.get("content-type", "application/json"), resp.content
+            except Exception as exc:  # noqa: BLE001 - the client's retry layer sees a 502 and retries
+                status, ctype, data = 502, "application/json", f'{{"error": "replay proxy: {type(exc).__name__}"}}'.encode()
+            if key:
+                with self._lock:
+                    self.misses += 1
+                if status == 200:
+                    self.cache.put(key, {"status": status, "content_type": ctype, "body": data.decode("latin-1")}, kind="model_call")
+        h.send_response(status)
+        h.send_header("Content-Type", ctype)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
