@@ -10,9 +10,12 @@ Comparing a child prompt with its parent on the same minibatch (same paired seed
   vote) takes the global result as lookahead.
 - a problem where either run failed for an infrastructure reason (Rollout.error) is a
   tie on every term: a model outage is not evidence against a prompt.
-Whole re-runs go through `evaluator.evaluate`; where the graph allows partial re-runs and
-the evaluator offers `evaluate_from(prompt_set, keys, agent, upstream)`, only the agent
-and what follows it are re-run from the parent's cached upstream outputs.
+Child runs go through `evaluator.evaluate`. In an optimizer cell the task model sits
+behind `replay.ReplayProxy`, so in a chain the stages before the changed agent send
+byte-identical requests and are answered from the parent's recorded replies: only the
+agent and what follows it reach the model (a partial re-run, counted as one rollout);
+in cyclic or hub flows whatever diverges is re-run. An evaluator may instead offer
+`evaluate_from(prompt_set, keys, agent, upstream)`; it is used where the graph allows.
 """
 
 from __future__ import annotations
