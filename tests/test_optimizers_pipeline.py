@@ -127,6 +127,8 @@ def test_run_optimizer_cell_from_composed_config(tmp_path, apps_data_dir):
 
     assert res.chosen == dict(load_prompts(cfg.topology).texts)
     assert res.budget["optimizer_calls"] == 1 and res.budget["rollouts"] == 4  # one parent run + one child re-run of 2
+    # the task model sat behind the replay proxy; its stats are in result.json
+    assert json.loads((tmp_path / "opt" / "result.json").read_text())["details"]["replay"]["misses"] > 0
 
 
 def test_optimizer_model_config_resolution():

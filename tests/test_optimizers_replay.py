@@ -55,6 +55,7 @@ def test_chain_child_replays_upstream_stages(tmp_path, apps_data_dir):
             assert proxy.misses - sum(r.model_calls for r in parent) == tester_calls
             assert proxy.hits == sum(r.model_calls for r in child) - tester_calls
             assert [r.passed for r in child] == [r.passed for r in parent]
+            assert 0 < proxy.stats()["replayed_tokens"] < sum(r.task_tokens for r in child)
             assert [[t.output for t in r.traces if t.role == "coder"] for r in child] == [
                 [t.output for t in r.traces if t.role == "coder"] for r in parent
             ]

@@ -104,6 +104,7 @@ def run_optimizer_cell(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, di
     with ExitStack() as stack:
         ep = stack.enter_context(open_endpoint(cfg.model, loaded.problems))
         task_ep = ep
+        proxy = None
         if params.get("replay", True):  # partial re-runs: identical model requests are answered from the run's cache
             import dataclasses  # noqa: PLC0415
 
@@ -112,7 +113,8 @@ def run_optimizer_cell(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, di
 
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             replay_cache = stack.enter_context(RolloutCache(Path(out_dir) / "cache.sqlite"))
-            url = stack.enter_context(ReplayProxy(ep.base_url, replay_cache, timeout_s=float(cfg.model.request_timeout_s) + 5))
+            proxy = ReplayProxy(ep.base_url, replay_cache, timeout_s=float(cfg.model.request_timeout_s) + 5)
+            url = stack.enter_context(proxy)
             task_ep = dataclasses.replace(ep, base_url=url)
         opt_cfg = optimizer_model_config(opt_model_cfg, cfg.model)
         if _plain(opt_cfg) == _plain(cfg.model):
@@ -123,7 +125,7 @@ def run_optimizer_cell(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, di
         runner = PipelineRunner(cfg, endpoint=task_ep, pool=pool, judge=Judge.from_config(pool, cfg.judge), problems=problems)
         chat = EndpointChat(opt_ep, opt_cfg) if method != "none" else None
         try:
-            return optimize(
+            res = optimize(
                 method=method,
                 params=params,
                 flow=str(cfg.topology.flow),
@@ -144,6 +146,12 @@ def run_optimizer_cell(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, di
                 score_program=runner.score_program,
                 hook=hook,
             )
+            if proxy is not None:  # task tokens the clients counted for replayed answers were not spent
+                res.details["replay"] = proxy.stats()
+                import json  # noqa: PLC0415
+
+                (Path(out_dir) / "result.json").write_text(json.dumps(res.to_json(), indent=2, default=str) + "\n")
+            return res
         finally:
             if chat is not None:
                 chat.close()

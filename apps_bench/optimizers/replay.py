@@ -17,12 +17,14 @@ survive a kill -9 like everything else.
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from apps_bench.optimizers.cache import RolloutCache
 
+_TOTAL = re.compile(r'"total_tokens"\s*:\s*(\d+)')
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host"}
 
 
@@ -35,6 +37,7 @@ class ReplayProxy:
         self.timeout_s = timeout_s
         self.hits = 0
         self.misses = 0
+        self.replayed_tokens = 0  # usage reported by replayed answers: counted by the clients, not spent
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -84,6 +87,9 @@ class ReplayProxy:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def stats(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses, "replayed_tokens": self.replayed_tokens}
+
     # -- forwarding
 
     def _url(self, path: str) -> str:
@@ -95,9 +101,11 @@ class ReplayProxy:
         key = hashlib.sha256(h.path.encode() + b"\n" + body).hexdigest() if cacheable else None
         hit = self.cache.get(key, kind="model_call") if key else None
         if hit is not None:
+            status, ctype, data = int(hit["status"]), str(hit["content_type"]), hit["body"].encode("latin-1")
+            used = _TOTAL.findall(hit["body"])
             with self._lock:
                 self.hits += 1
-            status, ctype, data = int(hit["status"]), str(hit["content_type"]), hit["body"].encode("latin-1")
+                self.replayed_tokens += int(used[-1]) if used else 0
         else:
             headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP}
             try:
