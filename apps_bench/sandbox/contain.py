@@ -31,6 +31,7 @@ _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_u
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
+MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
@@ -91,15 +92,32 @@ def remount_readonly_recursive(path: str = "/") -> None:
     )
     if ret == 0:
         return
-    # Older kernels: remount each mount point read-only, one by one.
+    remount_readonly_each(path)
+
+
+def remount_readonly_each(path: str) -> None:
+    """Older kernels (no mount_setattr): remount each mount point read-only, one by one.
+
+    Mount points hidden under a later mount are unreachable (ENOENT or a different
+    mount at that path) and need nothing: nothing can reach them.
+    """
+    import re
+
     with open("/proc/self/mountinfo") as f:
-        points = [line.split()[4] for line in f]
+        points = [re.sub(r"\\(\d{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in f]
+    base = path.rstrip("/") + "/"
     for p in sorted(set(points), key=len):
-        if p == path or p.startswith(path.rstrip("/") + "/"):
+        if not (p == path or p.startswith(base)):
+            continue
+        for extra in (0, MS_NODEV, MS_NODEV | MS_NOEXEC):
             try:
-                mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
-            except ContainError:
-                mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+                mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | extra)
+                break
+            except ContainError as e:
+                if e.errno == errno.ENOENT:
+                    break
+                if extra == MS_NODEV | MS_NOEXEC:
+                    raise
 
 
 def _under(path: str, parent: str) -> bool:
