@@ -93,10 +93,12 @@ def main() -> int:
             "seed_val": res.seed_val.strict, "chosen_val": res.chosen_val.strict, "stopped": res.stopped,
             "median_batch_s": round(statistics.median(batch_s), 2) if batch_s else None,
             "max_batch_s": max(batch_s) if batch_s else None,
+            "replay_hits": res.details.get("replay", {}).get("hits"),
+            "replayed_tokens": res.details.get("replay", {}).get("replayed_tokens"),
         })  # fmt: skip
     base = next((r["wall_s"] for r in rows if r["method"] == "none"), None)
     cols = ["method", "wall_s", "x_none", "median_batch_s", "max_batch_s", "rollouts", "fresh_rollouts", "task_tokens", "optimizer_calls",
-            "optimizer_tokens", "overshoot", "val_rollouts", "seed_val", "chosen_val", "stopped"]  # fmt: skip
+            "optimizer_tokens", "replay_hits", "replayed_tokens", "overshoot", "val_rollouts", "seed_val", "chosen_val", "stopped"]  # fmt: skip
     for r in rows:
         r["x_none"] = round(r["wall_s"] / base, 2) if base else None
     print(f"optimizer cost at a budget of {args.budget} rollouts, sequential_langgraph, gold model, latency {args.latency_ms} ms")
