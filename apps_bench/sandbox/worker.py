@@ -411,7 +411,8 @@ class Worker:
         n = len(inputs)
         max_in = 0
         if job["mode"] != "call":
-            max_in = max((len(stdin_bytes(x)) for x in inputs), default=0)
+            # An upper bound is enough (UTF-8 takes at most 4 bytes a character).
+            max_in = max((4 * len(x) if type(x) is str else len(stdin_bytes(x)) for x in inputs), default=0)
         fsize_hard = max(self.output_cap, max_in) + 1
         timeout = float(job["timeout_s"])
         i = 0
