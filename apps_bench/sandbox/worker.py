@@ -82,6 +82,14 @@ def _world_readable(path: str) -> bool:
     return True
 
 
+def _pidfd(pid: int) -> int:
+    """A pollable handle on the child (Linux >= 5.3); -1 where unavailable (then polled)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
+
+
 @dataclass
 class Child:
     pid: int
@@ -207,7 +215,7 @@ class Worker:
                 os._exit(5)
         os.close(res_w)
         max_frame = 2 * self.output_cap + 4 * max(1024, int(job.get("stderr_chars", 2000))) + (1 << 20)
-        return Child(pid, os.pidfd_open(pid), res_r, FrameReader(res_r, max_frame=max_frame),
+        return Child(pid, _pidfd(pid), res_r, FrameReader(res_r, max_frame=max_frame),
                      in_fd, out_fd, err_fd, nonce)
 
     def kill_child(self, c: Child) -> int | None:
@@ -228,6 +236,8 @@ class Worker:
 
     def close_child(self, c: Child) -> None:
         for fd in (c.pidfd, c.res_r, c.in_fd, c.out_fd, c.err_fd):
+            if fd < 0:
+                continue
             try:
                 os.close(fd)
             except OSError:
@@ -253,19 +263,26 @@ class Worker:
         return os.pread(c.err_fd, min(esize, n), max(0, esize - n)) if esize else b""
 
     def _wait_exit(self, c: Child, deadline: float) -> int | None:
-        left = max(0.0, deadline - time.monotonic())
-        try:
-            select.select([c.pidfd], [], [], left)
-        except InterruptedError:
-            pass
-        try:
-            pid, status = os.waitpid(c.pid, os.WNOHANG)
-        except ChildProcessError:
-            return None
-        if pid == 0:
-            return None
-        c.reaped = True
-        return status
+        """Wait until the child exits or the deadline passes; its wait status or None."""
+        while True:
+            try:
+                pid, status = os.waitpid(c.pid, os.WNOHANG)
+            except ChildProcessError:
+                c.reaped = True
+                return None
+            if pid:
+                c.reaped = True
+                return status
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if c.pidfd >= 0:
+                try:
+                    select.select([c.pidfd], [], [], left)
+                except InterruptedError:
+                    pass
+            else:
+                time.sleep(min(left, 0.005))
 
     def _parse_frame(self, c: Child, i: int, payload: bytes) -> tuple[dict[str, Any], bytes, bytes] | None:
         """Validate a result frame from the child; None when it is not one of ours."""
