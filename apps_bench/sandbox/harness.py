@@ -20,7 +20,6 @@ import builtins
 import io
 import json
 import linecache
-import math
 import os
 import resource
 import sys
@@ -42,7 +41,6 @@ from itertools import accumulate, product, permutations, combinations
 import collections
 from collections import Counter, OrderedDict, deque, defaultdict, ChainMap
 from functools import lru_cache
-import math
 from math import sqrt, sin, cos, tan, ceil, fabs, floor, gcd, exp, log, log2
 import fractions
 from typing import List, Tuple

@@ -246,7 +246,6 @@ class SandboxPool:
         self._free: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self._all: list[_Worker] = []
         self._closed = False
-        self._lock = threading.Lock()
         for k in range(self.workers):
             w = _Worker(self, k)
             w.start()
