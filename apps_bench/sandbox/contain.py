@@ -215,7 +215,10 @@ def keep_only_fds(keep: list[int]) -> list[int]:
 def drop_privileges(uid: int | None) -> None:
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     if uid is not None and os.geteuid() == 0:
-        os.setgroups([])
+        try:
+            os.setgroups([])
+        except PermissionError:  # a user namespace with setgroups denied: keep going
+            pass
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
 

@@ -82,6 +82,19 @@ def _world_readable(path: str) -> bool:
     return True
 
 
+def _uid_switch_works(uid: int) -> bool:
+    """Probe in a throw-away child whether dropping to `uid` is possible here."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            contain.drop_privileges(uid)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
 def _pidfd(pid: int) -> int:
     """A pollable handle on the child (Linux >= 5.3); -1 where unavailable (then polled)."""
     try:
@@ -162,6 +175,10 @@ class Worker:
                         except OSError:
                             pass
                 self.nproc = mine + self.nproc
+        if self.uid is not None and not _uid_switch_works(self.uid):
+            # e.g. inside a user namespace that maps only root: the uid does not exist here.
+            self.features["uid_switch_skipped"] = f"switching to uid {self.uid} is refused here"
+            self.uid = None
         self.run_dir = os.path.join(self.root, "run")
         contain.wipe_dir(self.run_dir, self.uid)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
