@@ -449,3 +449,24 @@ def test_interpreter_in_a_virtualenv_under_tmp_stays_usable(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True True False | OSError: [Errno 30] Read-only file system: '%s'" % (venv / "pwned")
     assert not (venv / "pwned").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not __import__("shutil").which("unshare"), reason="needs root and unshare")
+def test_inside_a_root_only_user_namespace_runs_still_work():
+    """There the workers' uids do not exist: the pool must notice, not fail every test."""
+    import subprocess
+    import sys
+
+    script = (
+        "from apps_bench.sandbox import SandboxPool, RunRequest\n"
+        "with SandboxPool(1) as p:\n"
+        "    f = p.features\n"
+        "    (r,) = p.run(RunRequest('print(int(input()) * 2)', 'stdin', ['21']))\n"
+        "    print(r.status, r.stdout.strip(), f['uid_switch'], 'uid_switch_skipped' in f)\n"
+    )
+    out = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-c", script],
+                         capture_output=True, text=True, timeout=120, cwd="/")
+    if out.returncode != 0 and "unshare failed" in out.stderr:
+        pytest.skip(f"user namespaces unavailable: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ok", "42", "False", "True"]
