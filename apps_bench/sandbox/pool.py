@@ -5,10 +5,11 @@ One worker per core by default. `run()` is thread-safe: each call takes a free w
 calls `keep_going(raw)` in the caller's thread after every test so the judge can
 compare there and stop early. Only JSON crosses back from a worker.
 
-Containment is chosen at construction: as root with the `unshare` command each
-worker is PID 1 of new PID/net/IPC/mount namespaces with a read-only view of the
-system, its own pids cgroup and its own unprivileged uid (see contain.py). Without
-root or namespaces it falls back to fork + rlimits + a subreaper sweep and logs a
+Containment is chosen at construction: with the `unshare` command each worker is
+PID 1 of new PID/net/IPC/mount namespaces with a read-only view of the system; as
+root it also gets its own pids cgroup and its own unprivileged uid (see contain.py),
+without root the namespaces come from a user namespace (no cgroup, no uid switch).
+Without namespaces it falls back to fork + rlimits + a subreaper sweep and logs a
 loud warning once: that mode does not stop a program from reading the judge's files
 or signalling the judge's processes.
 """
@@ -57,8 +58,8 @@ def _warn_weak(reason: str) -> None:
         _WEAK_WARNED = True
     log.warning(
         "SANDBOX CONTAINMENT IS WEAK (%s): programs run with fork + rlimits only; they can read files "
-        "this user can read and signal this user's processes. Run as root with `unshare` available "
-        "(Linux namespaces) for the contained sandbox.", reason,
+        "this user can read and signal this user's processes. For the contained sandbox, run on Linux "
+        "with the `unshare` command (util-linux) and either root or unprivileged user namespaces.", reason,
     )
 
 
@@ -66,11 +67,20 @@ def namespaces_possible() -> tuple[bool, str]:
     """Whether the contained arrangement can be tried here, and why not."""
     if not sys.platform.startswith("linux"):
         return False, f"platform {sys.platform} has no Linux namespaces"
-    if os.geteuid() != 0:
-        return False, "not running as root"
     if shutil.which("unshare") is None:
         return False, "the `unshare` command (util-linux) is not installed"
     return True, ""
+
+
+def _count_processes_of(uid: int) -> int:
+    n = 0
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                n += os.stat(f"/proc/{p}").st_uid == uid
+            except OSError:
+                pass
+    return n
 
 
 class WorkerBroken(Exception):
@@ -109,7 +119,9 @@ class _Worker:
             "uid": self.uid,
             "cgroup": self.cgroup,
             "output_cap": self.pool.output_limit_bytes,
-            "nproc": self.pool.nproc,
+            # RLIMIT_NPROC counts every process of the uid: without our own uid, leave
+            # room for this user's other processes.
+            "nproc": self.pool.nproc + (_count_processes_of(os.getuid()) if os.geteuid() != 0 else 0),
             "tmp_size": self.pool.tmp_size,
         }
         from .contain import CLEAN_ENV
@@ -117,8 +129,11 @@ class _Worker:
         env = dict(CLEAN_ENV, HOME="/tmp")
         cmd = [sys.executable, "-s", "-c", _WORKER_BOOT, json.dumps(cfg), _PACKAGE_ROOT]
         if self.contained:
-            cmd = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc", "--uts",
-                   "--mount", "--propagation", "private", "--", *cmd]
+            # Without root, a user namespace (mapping this user to root inside) makes the
+            # same namespaces possible; there is then no pids cgroup and no uid switch.
+            userns = ["--user", "--map-root-user"] if os.geteuid() != 0 else []
+            cmd = ["unshare", *userns, "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc",
+                   "--uts", "--mount", "--propagation", "private", "--", *cmd]
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
             start_new_session=True, cwd="/",
@@ -138,7 +153,9 @@ class _Worker:
         self.features = msg.get("features", {})
         self.ready = True
         if self.features.get("uid_switch_skipped"):
-            log.warning("sandbox worker %d runs programs as root: %s", self.index, self.features["uid_switch_skipped"])
+            log.warning("sandbox worker %d cannot give programs their own uid (%s); they run as the "
+                        "worker's user%s", self.index, self.features["uid_switch_skipped"],
+                        " (root)" if os.geteuid() == 0 else "")
 
     def send(self, data: bytes) -> None:
         try:
