@@ -85,6 +85,7 @@ def test_each_failure_kind(pool):
         "raise ValueError('boom')\n": O.RUNTIME_ERROR,
         "while True:\n    pass\n": O.TIMEOUT,
         "import sys\nsys.exit(3)\n": O.RUNTIME_ERROR,
+        "import sys\nsys.stdout.write('x' * 50_000_000)\n": O.OUTPUT_LIMIT,
     }
     for prog, outcome in cases.items():
         v = j.score(p, prog)
