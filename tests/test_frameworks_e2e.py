@@ -171,6 +171,11 @@ def test_sequential_crewai_end_to_end(problems, pool, judge, gold_passes) -> Non
             assert [e.agent for e in inputs] == stages
             assert problem.question.split()[0] in inputs[0].content
             assert "context you're working with" in inputs[-1].content
+            # ... and that is what CrewAI sent: the last stage's requests carry the earlier outputs
+            requests = [json.dumps(r["messages"]) for r in list(ep.server.stats.last_requests)[-served["replies"]:]]
+            last_stage = [r for r in requests if f"You are {stages[-1]}." in r]
+            assert last_stage and all("context you're working with" in r for r in last_stage)
+            assert all(r.count("Reference solution for problem") >= len(stages) - 1 for r in last_stage)
             assert [e.agent for e in events(attempt, "reply")] == stages
             assert attempt.turns == len(stages)
             # python_exec only for the tool roles (tester, debugger), run in the sandbox
