@@ -470,3 +470,27 @@ def test_inside_a_root_only_user_namespace_runs_still_work():
         pytest.skip(f"user namespaces unavailable: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["ok", "42", "False", "True"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not __import__("shutil").which("unshare"), reason="needs root and unshare")
+def test_a_non_root_user_gets_namespaces_through_a_user_namespace():
+    """Seen as uid 1000 (a user namespace mapping us there), the pool still builds its
+    namespaces (via its own user namespace): the host's files stay hidden, runs work."""
+    import subprocess
+    import sys
+
+    probe = "import os\nprint(int(input()) * 2, os.path.exists(%r))" % str(Path(__file__).resolve())
+    script = (
+        "import os\n"
+        "from apps_bench.sandbox import SandboxPool, RunRequest\n"
+        "with SandboxPool(1) as p:\n"
+        "    f = p.features\n"
+        f"    (r,) = p.run(RunRequest({probe!r}, 'stdin', ['21']))\n"
+        "    print(os.geteuid(), r.status, r.stdout.strip(), f['contained'], f['uid_switch'])\n"
+    )
+    out = subprocess.run(["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-c", script],
+                         capture_output=True, text=True, timeout=120, cwd="/")
+    if out.returncode != 0 and "unshare failed" in out.stderr:
+        pytest.skip(f"user namespaces unavailable: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1000", "ok", "42", "False", "True", "False"], out.stdout + out.stderr
