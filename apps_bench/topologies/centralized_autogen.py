@@ -156,7 +156,10 @@ class CentralizedAutoGen(FlowRunner):
                     else:
                         turn.stop_reason = "done"
         except RuntimeError as exc:
-            # AutoGen re-raises an agent's exception as RuntimeError("<ExceptionType>: <message>").
+            # AutoGen re-raises an agent's exception as RuntimeError("<ExceptionType>: <message>"),
+            # including the CancelledError of a call our clock cancelled.
+            if token.is_cancelled():
+                raise StopFlow("time_limit") from None
             if not _api_failure(team, exc):
                 raise
         except asyncio.CancelledError:
