@@ -11,7 +11,7 @@ of an APPS file with
 Then check that the per-problem verdicts agree, explain each disagreement (a rerun
 of the baseline with the seed prelude decides "prelude"; a test near the time limit
 is "timing-marginal"), and print both times, the ratio and the compute floor (the
-solutions' own CPU time: the baseline children's rusage minus interpreter start-up).
+solutions' own CPU time, measured inside the baseline's children).
 
 Usage (from the repo root):
   python benchmarks/judge_speed.py [ROWS] [--timeout-s 4] [--workers 0]
@@ -50,14 +50,30 @@ from heapq import *
 sys.set_int_max_str_digits(0)
 """
 
-# Call-based driver for the baseline: runs the program bare, calls the target, prints JSON.
+# Baseline drivers: run the program bare (its own __main__, no prelude, default int-string
+# limit) in a fresh interpreter, and report the program's own CPU time on stderr (the floor).
+STDIN_DRIVER = """\
+import sys, time
+path = sys.argv[1]
+src = open(path).read()
+t0 = time.process_time()
+try:
+    exec(compile(src, path, "exec"), {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__})
+finally:
+    sys.stderr.write("\\n@@CPU@@%r\\n" % (time.process_time() - t0))
+"""
+# Call-based: runs the program, calls the target, prints its JSON.
 CALL_DRIVER = """\
-import json, sys
+import json, sys, time
 spec = json.loads(sys.stdin.read())
 ns = {"__name__": "__main__"}
-exec(compile(open(spec["code"]).read(), spec["code"], "exec"), ns)
-fn = getattr(ns["Solution"](), spec["fn"]) if "Solution" in ns else ns[spec["fn"]]
-out = fn(*spec["args"])
+t0 = time.process_time()
+try:
+    exec(compile(open(spec["code"]).read(), spec["code"], "exec"), ns)
+    fn = getattr(ns["Solution"](), spec["fn"]) if "Solution" in ns else ns[spec["fn"]]
+    out = fn(*spec["args"])
+finally:
+    sys.stderr.write("\\n@@CPU@@%r\\n" % (time.process_time() - t0))
 sys.stdout.write("\\n@@RESULT@@" + json.dumps(out))
 """
 
@@ -70,25 +86,39 @@ def child_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_test(problem, code_path: Path, driver_path: Path, i: int, timeout_s: float) -> tuple[bool, float, str]:
+CPU_SPENT: list[float] = []  # the programs' own CPU seconds, per baseline test
+
+
+def _record_cpu(stderr: bytes) -> None:
+    k = stderr.rfind(b"@@CPU@@")
+    if k >= 0:
+        try:
+            CPU_SPENT.append(float(stderr[k + 7:].split()[0]))
+        except (ValueError, IndexError):
+            pass
+
+
+def run_test(problem, code_path: Path, drivers: dict[str, Path], i: int, timeout_s: float) -> tuple[bool, float, str]:
     """One test in a fresh python: (passed, seconds, why)."""
     tests = problem.tests
     t0 = time.perf_counter()
     try:
         if tests.mode == "stdin":
             proc = subprocess.run(
-                [sys.executable, str(code_path)], input=tests.inputs[i].encode(), capture_output=True,
-                timeout=timeout_s, env=CHILD_ENV, cwd=code_path.parent,
+                [sys.executable, str(drivers["stdin"]), str(code_path)], input=tests.inputs[i].encode(),
+                capture_output=True, timeout=timeout_s, env=CHILD_ENV, cwd=code_path.parent,
             )
         else:
             spec = json.dumps({"code": str(code_path), "fn": tests.fn_name, "args": tests.inputs[i]})
             proc = subprocess.run(
-                [sys.executable, str(driver_path)], input=spec.encode(), capture_output=True,
+                [sys.executable, str(drivers["call"])], input=spec.encode(), capture_output=True,
                 timeout=timeout_s, env=CHILD_ENV, cwd=code_path.parent,
             )
     except subprocess.TimeoutExpired:
+        CPU_SPENT.append(timeout_s)
         return False, time.perf_counter() - t0, "timeout"
     secs = time.perf_counter() - t0
+    _record_cpu(proc.stderr)
     if proc.returncode != 0:
         tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
         return False, secs, f"exit {proc.returncode}: {tail[0][:100]}"
@@ -107,8 +137,9 @@ def baseline(problems, timeout_s: float, prelude: bool = False) -> dict[str, dic
     out: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="judge-speed-") as d:
         dpath = Path(d)
-        driver = dpath / "driver.py"
-        driver.write_text(CALL_DRIVER)
+        drivers = {"stdin": dpath / "stdin_driver.py", "call": dpath / "call_driver.py"}
+        drivers["stdin"].write_text(STDIN_DRIVER)
+        drivers["call"].write_text(CALL_DRIVER)
         for p in problems:
             code = p.solutions[0] if p.solutions else None
             if code is None:
@@ -117,7 +148,7 @@ def baseline(problems, timeout_s: float, prelude: bool = False) -> dict[str, dic
             code_path.write_text((PRELUDE if prelude else "") + code)
             passed, times, why, n_run = True, [], "", 0
             for i in range(len(p.tests)):
-                ok, secs, rule = run_test(p, code_path, driver, i, timeout_s)
+                ok, secs, rule = run_test(p, code_path, drivers, i, timeout_s)
                 times.append(secs)
                 n_run += 1
                 if not ok:
@@ -125,14 +156,6 @@ def baseline(problems, timeout_s: float, prelude: bool = False) -> dict[str, dic
                     break
             out[p.id] = {"passed": passed, "why": why, "max_seconds": max(times), "tests_run": n_run}
     return out
-
-
-def startup_cpu(n: int = 20) -> float:
-    """CPU seconds of one bare `python -c pass` (what the floor subtracts per baseline test)."""
-    c0 = child_cpu()
-    for _ in range(n):
-        subprocess.run([sys.executable, "-c", "pass"], env=CHILD_ENV, check=True)
-    return (child_cpu() - c0) / n
 
 
 def main() -> int:
@@ -178,19 +201,17 @@ def main() -> int:
     print(proc.stdout.rstrip())
 
     # (b) baseline: fresh python per test, bare, sequential
-    start_before = startup_cpu(60)
     c0 = child_cpu()
     t0 = time.perf_counter()
     base = baseline(problems, args.timeout_s)
     base_s = time.perf_counter() - t0
     base_cpu = child_cpu() - c0
-    per_start = (start_before + startup_cpu(60)) / 2
+    floor_s = sum(CPU_SPENT)  # measured inside each child around the program itself
     for _ in range(max(1, args.repeat) - n_before):
         judge_once()
     tmp.cleanup()
     judge_s = statistics.median(judge_runs)
     base_tests = sum(b["tests_run"] for b in base.values())
-    floor_s = max(0.0, base_cpu - base_tests * per_start)
 
     # agreement
     disagree = [pid for pid, b in base.items() if pid in verdicts and verdicts[pid]["passed"] != b["passed"]]
@@ -222,8 +243,10 @@ def main() -> int:
           f"median of {', '.join(f'{x:.2f}' for x in judge_runs)})")
     print(f"baseline      : {base_s:7.2f} s  ({base_tests} fresh python processes, one after another)")
     print(f"ratio         : {base_s / judge_s:7.1f}x  (target >= 15x)")
-    print(f"compute floor : {floor_s:7.2f} s CPU  (baseline children {base_cpu:.2f} s CPU minus "
-          f"{base_tests} x {per_start * 1000:.1f} ms interpreter start-up)")
+    print(f"compute floor : {floor_s:7.2f} s CPU  (the programs' own CPU time inside the baseline's children; "
+          f"the children's rusage incl. interpreter start-up: {base_cpu:.2f} s CPU)")
+    print(f"                {floor_s / (os.cpu_count() or 1):7.2f} s on {os.cpu_count()} cores; the judge command is "
+          f"{judge_s / max(floor_s / (os.cpu_count() or 1), 1e-9):.1f}x that")
     unexplained = [pid for pid, why in explained.items() if why == "UNEXPLAINED"]
     return 1 if unexplained else 0
 
