@@ -147,6 +147,7 @@ def baseline(problems, timeout_s: float, prelude: bool = False) -> dict[str, dic
             code_path = dpath / f"prog_{p.id}.py"
             code_path.write_text((PRELUDE if prelude else "") + code)
             passed, times, why, n_run = True, [], "", 0
+            cpu_before = len(CPU_SPENT)
             for i in range(len(p.tests)):
                 ok, secs, rule = run_test(p, code_path, drivers, i, timeout_s)
                 times.append(secs)
@@ -154,7 +155,8 @@ def baseline(problems, timeout_s: float, prelude: bool = False) -> dict[str, dic
                 if not ok:
                     passed, why = False, f"test {i}: {rule}"
                     break
-            out[p.id] = {"passed": passed, "why": why, "max_seconds": max(times), "tests_run": n_run}
+            out[p.id] = {"passed": passed, "why": why, "max_seconds": max(times), "tests_run": n_run,
+                         "cpu": sum(CPU_SPENT[cpu_before:])}
     return out
 
 
@@ -247,6 +249,9 @@ def main() -> int:
           f"the children's rusage incl. interpreter start-up: {base_cpu:.2f} s CPU)")
     print(f"                {floor_s / (os.cpu_count() or 1):7.2f} s on {os.cpu_count()} cores; the judge command is "
           f"{judge_s / max(floor_s / (os.cpu_count() or 1), 1e-9):.1f}x that")
+    heavy = sorted(base.items(), key=lambda kv: -kv[1]["cpu"])[:3]
+    print("                heaviest problems (their tests run one after another in one child): "
+          + ", ".join(f"{pid} {b['cpu']:.2f} s" for pid, b in heavy))
     unexplained = [pid for pid, why in explained.items() if why == "UNEXPLAINED"]
     return 1 if unexplained else 0
 
