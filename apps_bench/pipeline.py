@@ -444,6 +444,8 @@ def run_cell(cfg: Any) -> CellResult:
     import yaml
 
     t_start = time.perf_counter()
+    phases: dict[str, float] = {}
+    _quiet_libraries()
     from omegaconf import OmegaConf
 
     data = plain_config(cfg)
@@ -532,6 +534,7 @@ def run_cell(cfg: Any) -> CellResult:
             with SandboxPool(workers=int(data["judge"].get("workers") or 0)) as pool:
                 progress = _Progress(len(problems), n_done, bool(data.get("progress", True)), cell.name)
                 try:
+                    phases["setup_s"] = time.perf_counter() - t_start
                     asyncio.run(
                         _solve_all(
                             node, cell, todo, store, endpoint=endpoint, pool=pool, progress=progress,
@@ -540,6 +543,7 @@ def run_cell(cfg: Any) -> CellResult:
                     )
                 finally:
                     progress.close()
+                    phases["problems_s"] = time.perf_counter() - t_start - phases.get("setup_s", 0.0)
             tracker = tracker_future.result()
         except BaseException as exc:
             if tracker_future.done() and tracker_future.exception() is None:
@@ -563,6 +567,7 @@ def run_cell(cfg: Any) -> CellResult:
         profile=str(data["judge"]["profile"]),
         wall_s=time.perf_counter() - t_start,
     )
+    summary["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
     summary["cell"] = {"key": cell.key, "name": cell.name, **cell.axes()}
     summary["dataset"] = {"source": loaded.source, "revision": loaded.revision}
     summary_path = store.write_summary(summary)

@@ -86,12 +86,16 @@ class CellRunProxy:
         finally:
             self.close()
 
-    def close(self) -> None:
+    def close(self, wait: bool = False) -> None:
+        """Close the helper's stdin; it exits on its own. Every request was answered before
+        this returns, so the run is complete in the store: no need to wait for MLflow's own
+        shutdown (seconds) unless asked."""
         if self._proc.poll() is None:
             try:
                 assert self._proc.stdin is not None
                 self._proc.stdin.close()
-                self._proc.wait(timeout=30)
+                if wait:
+                    self._proc.wait(timeout=30)
             except (OSError, subprocess.TimeoutExpired):
                 self._proc.kill()
 
@@ -146,6 +150,8 @@ def serve() -> None:
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         out.write(json.dumps(reply, default=str) + "\n")
         out.flush()
+        if op == "open" and reply["ok"]:
+            import pandas  # noqa: F401 - finish needs it (the per-problem table); load it while the cell runs
 
 
 if __name__ == "__main__":
