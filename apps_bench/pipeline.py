@@ -511,26 +511,27 @@ def run_cell(cfg: Any) -> CellResult:
         from apps_bench.models import ModelEndpointError, open_endpoint
         from apps_bench.sandbox import SandboxPool
 
-        try:
-            from apps_bench.topologies.registry import get_topology
-
-            get_topology(node.topology)  # a missing framework fails now, with the pip command
-        except ImportError as exc:
-            raise CellSetupError(str(exc)) from exc
-        try:
+        try:  # first, and fast: an unreachable endpoint fails before any MLflow run exists
             endpoint_cm = open_endpoint(node.model, problems)
             endpoint = endpoint_cm.__enter__()
         except ModelEndpointError as exc:
             raise CellSetupError(str(exc)) from exc
-        # The MLflow run opens in the background (importing mlflow and reaching the store take
-        # seconds) while the first problems run; a store that fails stops the cell at the next
-        # completed problem, and the records written so far are kept for the rerun.
+        # The MLflow run opens in a helper process (importing mlflow and reaching the store take
+        # seconds, on another core) while this process imports the framework and runs the first
+        # problems; a store that fails stops the cell at the next completed problem, and the
+        # records written so far are kept for the rerun.
         tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
         if pre_tracker is not None:
             tracker_future = tx.submit(lambda: pre_tracker)
         else:
             tracker_future = tx.submit(_open_tracker, data, cell, loaded)
         try:
+            try:
+                from apps_bench.topologies.registry import get_topology
+
+                get_topology(node.topology)  # a missing framework fails now, with the pip command
+            except ImportError as exc:
+                raise CellSetupError(str(exc)) from exc
             with SandboxPool(workers=int(data["judge"].get("workers") or 0)) as pool:
                 progress = _Progress(len(problems), n_done, bool(data.get("progress", True)), cell.name)
                 try:
@@ -546,9 +547,11 @@ def run_cell(cfg: Any) -> CellResult:
                     phases["problems_s"] = time.perf_counter() - t_start - phases.get("setup_s", 0.0)
             tracker = tracker_future.result()
         except BaseException as exc:
-            if tracker_future.done() and tracker_future.exception() is None:
-                if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            if not isinstance(exc, (KeyboardInterrupt, SystemExit)):  # an interrupted run stays open for its rerun
+                try:
                     tracker_future.result().fail(f"{type(exc).__name__}: {exc}")
+                except Exception:  # noqa: BLE001 - the store itself failed: the cell's own error is the one to show
+                    pass
             raise
         finally:
             tx.shutdown(wait=True)
