@@ -9,7 +9,24 @@ rlimits. Stronger options on Linux: gVisor (runsc), nsjail/bubblewrap with secco
 filters, or a throw-away VM/container per run.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .api import ExecResult, RawRun, RunRequest, decode_value
-from .pool import SandboxPool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .pool import SandboxPool
 
 __all__ = ["SandboxPool", "RunRequest", "RawRun", "ExecResult", "decode_value"]
+
+
+def __getattr__(name: str) -> Any:
+    # The pool (subprocess, logging, queue, ...) is imported on first use, not with the
+    # package: every sandbox worker imports this package, and each module it holds makes
+    # its start-up and every fork of it dearer.
+    if name == "SandboxPool":
+        from .pool import SandboxPool
+
+        return SandboxPool
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
