@@ -1,8 +1,29 @@
 """The judge: APPS comparison cascades (profiles), scoring through the sandbox, the summary."""
 
-from apps_bench.judge.compare import compare_call, compare_stdin
-from apps_bench.judge.core import PROFILES, Judge, check_profile, has_sandbox_error
-from apps_bench.judge.summary import Summary, TierStats, summarize
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from apps_bench.judge.compare import compare_call, compare_stdin
+    from apps_bench.judge.core import PROFILES, Judge, check_profile, has_sandbox_error
+    from apps_bench.judge.summary import Summary, TierStats, summarize
+
+# Imported on first use: `python -m apps_bench.judge` imports this package before its
+# command runs, and the command starts the sandbox workers first thing (they then warm
+# up on the other core while the data and comparison modules are imported).
+_WHERE = {
+    "compare_call": "compare", "compare_stdin": "compare",
+    "PROFILES": "core", "Judge": "core", "check_profile": "core", "has_sandbox_error": "core",
+    "Summary": "summary", "TierStats": "summary", "summarize": "summary",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"apps_bench.judge.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Judge",

@@ -23,6 +23,8 @@ import stat
 import time
 from typing import Iterable
 
+from .env import CLEAN_ENV
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
@@ -223,15 +225,6 @@ def drop_privileges(uid: int | None) -> None:
         os.setresuid(uid, uid, uid)
 
 
-CLEAN_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
-    "OPENBLAS_NUM_THREADS": "1",
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
 
 
 def reset_environment(tmpdir: str) -> None:

@@ -137,7 +137,7 @@ class _Worker:
             "nproc": self.pool.nproc + (_count_processes_of(os.getuid()) if os.geteuid() != 0 else 0),
             "tmp_size": self.pool.tmp_size,
         }
-        from .contain import CLEAN_ENV
+        from .env import CLEAN_ENV  # not .contain: ctypes is not needed in this process
 
         env = dict(CLEAN_ENV, HOME="/tmp")
         cmd = [sys.executable, "-S", "-s", "-c", _WORKER_BOOT, json.dumps(cfg), _PACKAGE_ROOT, _SITE_DIRS,
