@@ -450,6 +450,14 @@ class SandboxPool:
     # -- lifetime ---------------------------------------------------------------------
     @staticmethod
     def _shutdown(workers: list[_Worker]) -> None:
+        # Tell every worker to finish first (end of its job stream), then wait for each:
+        # they sweep and exit side by side instead of one after another.
+        for w in workers:
+            if w.proc is not None:
+                try:
+                    w.proc.stdin.close()
+                except OSError:
+                    pass
         for w in workers:
             try:
                 w.stop()
