@@ -289,3 +289,34 @@ def test_gold_model_through_langgraph_reaches_gold_pass_rate(tmp_path: Path, app
     [run] = _all_runs(tmp_path / "outputs" / "mlflow.db")
     assert run.data.metrics["n_skipped"] == 4
     assert run.data.metrics["pass_at_1"] == pytest.approx(s["pass_at_1"])
+
+
+def test_optimizer_cell_optimizes_then_evaluates(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
+    """optimizer=maspo through the CLI: the protocol runs first (pool from a local train file,
+    gold as task and optimizer model), then the chosen prompts are evaluated on the cell's
+    problems like any cell, and both land in the cell's one MLflow run."""
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    args = [
+        "allow_any_cell=true", "optimizer=maspo", "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
+        "judge.workers=2", "concurrency=4", "progress=false",
+        f"optimizer.params.pool.path={apps_data_dir / 'train_mini150.jsonl'}", "optimizer.params.pool.train_size=4",
+        "optimizer.params.pool.val_size=2", "optimizer.params.budget.rollouts=12", "optimizer.params.K=1",
+        "optimizer.params.Ksub=1", "optimizer.params.T=1", "optimizer.params.D=1", "optimizer.params.minibatch=2",
+    ]  # fmt: skip
+    r = run_cli(args, tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "optimizer=maspo chose a prompt set" in r.stderr
+    [cell] = _cell_dirs(tmp_path)
+    assert "-maspo-" in cell.name
+    for name in ("manifest.json", "events.jsonl", "result.json", "prompts.yaml"):
+        assert (cell / "optimizer" / name).exists(), name
+    chosen = json.loads((cell / "optimizer" / "result.json").read_text())["chosen"]
+    assert json.loads((cell / "prompts.json").read_text()) == chosen  # the evaluated prompts are the chosen ones
+    assert sorted(x["id"] for x in _records(cell)) == ["28", "8", "9"]
+    db = tmp_path / "outputs" / "mlflow.db"
+    [run] = _all_runs(db)
+    assert run.info.status == "FINISHED" and run.data.tags["optimizer"] == "maspo"
+    assert "pass_at_1" in run.data.metrics and "val/chosen_strict" in run.data.metrics
+    c = _mlflow(db)
+    assert c.get_metric_history(run.info.run_id, "opt/rollouts_charged")  # step metrics while optimizing
+    assert {a.path for a in c.list_artifacts(run.info.run_id, "optimizer")} >= {"optimizer/prompts.yaml", "optimizer/result.json"}
