@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -243,22 +243,21 @@ def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: floa
     try:
         with ThreadPoolExecutor(max_workers=n_threads) as ex:
             futs = {ex.submit(judge.score, p, program_for(p)): i for i, p in enumerate(problems)}
-            pending = set(futs)
+            left = len(futs)
             warmed = False
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                if not warmed and len(pending) < n_threads:
+            for fut in as_completed(futs):  # not wait(FIRST_COMPLETED) in a loop: O(n) waiters each time
+                left -= 1
+                if not warmed and left < n_threads:
                     # The last problems run and a core goes idle: import the summary's
                     # table library now rather than after the last verdict (~50 ms).
                     warmed = True
                     threading.Thread(target=_import_rich, daemon=True).start()
-                for fut in done:
-                    i = futs[fut]
-                    v = fut.result()
-                    p = problems[i]
-                    pairs[i] = (p, v)
-                    writer.put(i, {**v.to_json(), "difficulty": p.difficulty, "split": p.split})
-                    bar.update(1)
+                i = futs[fut]
+                v = fut.result()
+                p = problems[i]
+                pairs[i] = (p, v)
+                writer.put(i, {**v.to_json(), "difficulty": p.difficulty, "split": p.split})
+                bar.update(1)
     finally:
         bar.close()
         writer.close()
