@@ -225,8 +225,6 @@ def drop_privileges(uid: int | None) -> None:
         os.setresuid(uid, uid, uid)
 
 
-
-
 def reset_environment(tmpdir: str) -> None:
     os.environ.clear()
     os.environ.update(CLEAN_ENV)

@@ -180,6 +180,11 @@ class Worker:
             self.features["uid_switch_skipped"] = f"switching to uid {self.uid} is refused here"
             self.uid = None
         self.run_dir = os.path.join(self.root, "run")
+        # The programs' environment, set up once here (children inherit it by fork):
+        # clearing and refilling it in every child dirtied ~100 copy-on-write pages
+        # (~0.5 ms a program). spawn() re-checks it before every fork.
+        contain.reset_environment(self.run_dir)
+        self.program_env = dict(os.environ)
         contain.wipe_dir(self.run_dir, self.uid)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         self.features["uid_switch"] = self.uid is not None
@@ -197,6 +202,9 @@ class Worker:
         n_left = len(job["inputs"]) - start
         nonce = secrets.token_hex(8)
         worker_pid = os.getpid()
+        if os.environ != self.program_env:  # never expected; cheap, and before the fork
+            contain.reset_environment(self.run_dir)
+            self.program_env = dict(os.environ)
         pid = os.fork()
         if pid == 0:  # ---- the program child
             try:
@@ -213,8 +221,7 @@ class Worker:
                     nofile=self.nofile,
                     nproc=self.nproc,
                 )
-                os.chdir(self.run_dir)
-                contain.reset_environment(self.run_dir)
+                os.chdir(self.run_dir)  # the environment is already the programs' (see setup)
                 contain.drop_privileges(self.uid)
                 # After the uid switch: changing credentials clears the parent-death signal.
                 contain.prctl(contain.PR_SET_PDEATHSIG, signal.SIGKILL)
