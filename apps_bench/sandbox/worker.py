@@ -185,6 +185,7 @@ class Worker:
         # (~0.5 ms a program). spawn() re-checks it before every fork.
         contain.reset_environment(self.run_dir)
         self.program_env = dict(os.environ)
+        contain.reset_signals()  # likewise the programs' signal dispositions, inherited by fork
         contain.wipe_dir(self.run_dir, self.uid)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         self.features["uid_switch"] = self.uid is not None
@@ -205,15 +206,25 @@ class Worker:
         if os.environ != self.program_env:  # never expected; cheap, and before the fork
             contain.reset_environment(self.run_dir)
             self.program_env = dict(os.environ)
+        # Built before the fork (a child's every allocation dirties copy-on-write pages);
+        # keep_only_fds numbers the kept fds 3, 4, 5, 6 in the child.
+        spec = ChildSpec(
+            code=job["code"], mode=job["mode"], fn_name=job.get("fn_name"), inputs=job["inputs"],
+            timeout_s=float(job["timeout_s"]), output_cap=self.output_cap, fsize_hard=fsize_hard,
+            res_fd=3, in_fd=4, out_fd=5, err_fd=6,
+            guard=job["mode"] == "call", nonce=nonce, start=start,
+            stderr_chars=int(job.get("stderr_chars", 2000)),
+        )
         pid = os.fork()
         if pid == 0:  # ---- the program child
             try:
                 os.setsid()
-                fds = contain.keep_only_fds([res_w, in_fd, out_fd, err_fd])
-                os.dup2(fds[1], 0)
-                os.dup2(fds[2], 1)
-                os.dup2(fds[3], 2)
-                contain.reset_signals()
+                if contain.keep_only_fds([res_w, in_fd, out_fd, err_fd]) != [3, 4, 5, 6]:
+                    os._exit(7)
+                os.dup2(4, 0)
+                os.dup2(5, 1)
+                os.dup2(6, 2)
+                # Signal dispositions and the environment are the worker's, set for programs in setup().
                 contain.set_rlimits(
                     memory_bytes=int(job.get("memory_bytes") or 0),
                     cpu_s=int(n_left * (job["timeout_s"] + 2)) + 2,
@@ -227,13 +238,6 @@ class Worker:
                 contain.prctl(contain.PR_SET_PDEATHSIG, signal.SIGKILL)
                 if os.getppid() != worker_pid:
                     os._exit(6)
-                spec = ChildSpec(
-                    code=job["code"], mode=job["mode"], fn_name=job.get("fn_name"), inputs=job["inputs"],
-                    timeout_s=float(job["timeout_s"]), output_cap=self.output_cap, fsize_hard=fsize_hard,
-                    res_fd=fds[0], in_fd=fds[1], out_fd=fds[2], err_fd=fds[3],
-                    guard=job["mode"] == "call", nonce=nonce, start=start,
-                    stderr_chars=int(job.get("stderr_chars", 2000)),
-                )
                 child_main(spec)
             finally:
                 os._exit(5)
