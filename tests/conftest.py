@@ -17,6 +17,29 @@ def apps_data_dir() -> Path:
     return APPS_DATA_DIR
 
 
+# train_mini150 rows whose reference solution runs close to the 4 s per-test limit on this
+# machine (problem 49: ~2.4 s alone, up to ~4 s under load): their verdict depends on load.
+TIMING_MARGINAL_TRAIN_IDS = frozenset({"49"})
+
+
+@pytest.fixture(scope="session")
+def optimizer_pool_file(apps_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """train_mini150 without its timing-marginal rows, for optimizer pools.
+
+    Optimizer tests compare a child prompt against its parent on the same problems and
+    expect a tie when the model ignores the prompt (gold); a verdict that flips with
+    machine load would make that comparison, and the test, flaky.
+    """
+    import json
+
+    rows = (apps_data_dir / "train_mini150.jsonl").read_text().splitlines()
+    kept = [r for r in rows if str(json.loads(r)["problem_id"]) not in TIMING_MARGINAL_TRAIN_IDS]
+    assert len(kept) == len(rows) - len(TIMING_MARGINAL_TRAIN_IDS)
+    path = tmp_path_factory.mktemp("pool") / "train_stable.jsonl"
+    path.write_text("\n".join(kept) + "\n")
+    return path
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _framework_env(tmp_path_factory: pytest.TempPathFactory):
     """Offline, quiet frameworks for the whole session (ECOSYSTEM.md, agent frameworks).

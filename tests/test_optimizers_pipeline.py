@@ -101,7 +101,7 @@ def test_pool_dataset_config_reads_the_right_split():
         pool_dataset_config(hub, {"source": "all"})
 
 
-def test_run_optimizer_cell_from_composed_config(tmp_path, apps_data_dir):
+def test_run_optimizer_cell_from_composed_config(tmp_path, apps_data_dir, optimizer_pool_file):
     """The whole entry: Hydra cell -> pool from a local train file -> gold as task model and
     as optimizer model (its deterministic tagged rewrite) -> prompts.yaml. Gold's answers do
     not depend on the prompt, so the child ties its parent and the seed stays chosen."""
@@ -111,7 +111,7 @@ def test_run_optimizer_cell_from_composed_config(tmp_path, apps_data_dir):
     cfg = _cfg(
         "topology=single", "optimizer=maspo", "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
         "judge.workers=2", "concurrency=4", "tool.timeout_s=2", "judge.timeout_s=2",
-        f"optimizer.params.pool.path={apps_data_dir / 'train_mini150.jsonl'}", "optimizer.params.pool.train_size=4",
+        f"optimizer.params.pool.path={optimizer_pool_file}", "optimizer.params.pool.train_size=4",
         "optimizer.params.pool.val_size=2", "optimizer.params.budget.rollouts=12", "optimizer.params.K=1",
         "optimizer.params.Ksub=1", "optimizer.params.T=1", "optimizer.params.D=1", "optimizer.params.minibatch=2",
     )  # fmt: skip

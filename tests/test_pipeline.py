@@ -291,7 +291,7 @@ def test_gold_model_through_langgraph_reaches_gold_pass_rate(tmp_path: Path, app
     assert run.data.metrics["pass_at_1"] == pytest.approx(s["pass_at_1"])
 
 
-def test_optimizer_cell_optimizes_then_evaluates(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
+def test_optimizer_cell_optimizes_then_evaluates(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path, optimizer_pool_file: Path):
     """optimizer=maspo through the CLI: the protocol runs first (pool from a local train file,
     gold as task and optimizer model), then the chosen prompts are evaluated on the cell's
     problems like any cell, and both land in the cell's one MLflow run."""
@@ -299,7 +299,7 @@ def test_optimizer_cell_optimizes_then_evaluates(tmp_path: Path, apps_data_dir: 
     args = [
         "allow_any_cell=true", "optimizer=maspo", "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
         "judge.workers=2", "concurrency=4", "progress=false",
-        f"optimizer.params.pool.path={apps_data_dir / 'train_mini150.jsonl'}", "optimizer.params.pool.train_size=4",
+        f"optimizer.params.pool.path={optimizer_pool_file}", "optimizer.params.pool.train_size=4",
         "optimizer.params.pool.val_size=2", "optimizer.params.budget.rollouts=12", "optimizer.params.K=1",
         "optimizer.params.Ksub=1", "optimizer.params.T=1", "optimizer.params.D=1", "optimizer.params.minibatch=2",
     ]  # fmt: skip
