@@ -196,12 +196,16 @@ class ModelClients:
             use_responses_api=False,
             stream_usage=True,
         )
+        self._add_extras(kwargs)
+        return mod.ChatOpenAI(**kwargs)
+
+    def _add_extras(self, kwargs: dict[str, Any]) -> None:
+        """The extra body (sampling knobs outside the OpenAI schema) and headers, when set."""
         extra = self.extra_body()
         if extra:
             kwargs["extra_body"] = extra
         if self.headers:
             kwargs["default_headers"] = self.headers
-        return mod.ChatOpenAI(**kwargs)
 
     # ------------------------------------------------------------ AutoGen
 
@@ -221,11 +225,7 @@ class ModelClients:
             max_retries=0,
             http_client=self.http_client(asynchronous=True),
         )
-        extra = self.extra_body()
-        if extra:
-            kwargs["extra_body"] = extra
-        if self.headers:
-            kwargs["default_headers"] = self.headers
+        self._add_extras(kwargs)
         return mod.OpenAIChatCompletionClient(**kwargs)
 
     # ------------------------------------------------------------ CrewAI
@@ -246,9 +246,5 @@ class ModelClients:
             max_retries=0,
             client_params={"http_client": self.http_client()},
         )
-        extra = self.extra_body()
-        if extra:
-            kwargs["extra_body"] = extra
-        if self.headers:
-            kwargs["default_headers"] = self.headers
+        self._add_extras(kwargs)
         return crewai.LLM(**kwargs)
