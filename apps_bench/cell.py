@@ -24,7 +24,7 @@ KEY_VERSION = 1  # bump when the identity layout changes
 # Settings that never change a cell's results, by config section ("" = top level).
 RUN_ONLY: dict[str, frozenset[str]] = {
     "": frozenset(
-        {"concurrency", "allow_any_cell", "out_dir", "verbose", "progress", "tracking", "grid", "hydra"}
+        {"concurrency", "processes", "allow_any_cell", "out_dir", "verbose", "progress", "tracking", "grid", "hydra"}
     ),
     "model": frozenset(
         {

@@ -115,6 +115,7 @@ class Config:
     difficulty: Optional[str] = None
     max_tests_per_row: int = MISSING
     concurrency: int = MISSING
+    processes: str = MISSING  # "auto" or a count of solving processes (apps_bench.solving)
     allow_any_cell: bool = False
     out_dir: Optional[str] = None  # default: outputs/<cell key> under the working directory
     verbose: bool = MISSING  # print code and per-test results per problem

@@ -84,6 +84,7 @@ def make_record(
     error: str | None,
     solve_s: float,
     judge_s: float,
+    solver: str = "main",
 ) -> dict[str, Any]:
     program = getattr(attempt, "program", None)
     vote = getattr(attempt, "vote", None)
@@ -109,6 +110,7 @@ def make_record(
         "latency_s": round(solve_s + judge_s, 4),
         "solve_s": round(solve_s, 4),
         "judge_s": round(judge_s, 4),
+        "solver": solver,
         "error": error,
         "stop_reason": getattr(attempt, "stop_reason", "error" if error else "done"),
         "rounds": getattr(attempt, "rounds", 0),
@@ -295,60 +297,47 @@ async def _solve_all(
     todo: list[Any],
     store: RecordStore,
     *,
+    topology: Any,
     endpoint: Any,
     pool: Any,
     progress: Any,
     tracker_future: Any = None,
     prompts: Any = None,
+    helpers: Any = None,
 ) -> None:
+    """Solve (here, or on a forked helper), judge and record every problem of `todo`."""
     from apps_bench.judge import Judge, has_sandbox_error
-    from apps_bench.models import ModelClients
-    from apps_bench.sandbox.tool import PythonExecTool
-    from apps_bench.topologies.context import build_context
-    from apps_bench.topologies.registry import get_topology
-    from apps_bench.types import Attempt, Usage
+    from apps_bench.solving import HelperDied, Solved, solve_problem
+    from apps_bench.types import Usage
 
     concurrency = max(1, int(cfg["concurrency"]))
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(max_workers=concurrency * 2 + 8, thread_name_prefix="apps-bench"))
-    topo_cfg = cfg["topology"]
-    topology = get_topology(topo_cfg)
     judge = Judge.from_config(pool, cfg["judge"])
     sem = asyncio.Semaphore(concurrency)
-    tool_cfg = cfg["tool"]
-    time_cap = float(topo_cfg.get("time_limit_s") or 600) * 1.5 + 30  # safety net over the runner's own limit
+    keep = bool((cfg.get("tracking") or {}).get("log_transcripts", True))
+    if helpers is not None:
+        helpers.attach(pool)
 
-    async def one(problem: Any) -> None:
-        async with sem:
-            usage = Usage()
-            attempt: Any = None
-            error: str | None = None
-            t0 = time.perf_counter()
-            models = None
+    async def solve(index: int, problem: Any) -> Solved:
+        helper = helpers.pick() if helpers is not None else None
+        if helper is not None:
             try:
-                models = ModelClients(endpoint, cfg["model"], usage)
-                tool = PythonExecTool(pool, float(tool_cfg["timeout_s"]), int(tool_cfg["output_chars"]), usage)
-                ctx = build_context(
-                    problem, topo_cfg, models=models, tool=tool, seed=int(cfg["seed"]), usage=usage, prompts=prompts
-                )
-                try:
-                    attempt = await asyncio.wait_for(topology.solve(ctx), timeout=time_cap)
-                except asyncio.TimeoutError:
-                    attempt = Attempt(program=None, transcript=list(ctx.transcript), stop_reason="time_limit")
-                if attempt.error:
-                    error = str(attempt.error)
-                transcript = [asdict(e) for e in (attempt.transcript or ctx.transcript)]
-            except Exception as exc:  # noqa: BLE001 - any failure of one problem is recorded, never fatal to the cell
-                error = f"{type(exc).__name__}: {exc}"
-                transcript = []
-            finally:
-                closer = getattr(models, "aclose", None)
-                if closer is not None:
-                    try:
-                        await closer()
-                    except Exception:  # noqa: BLE001 - closing a client must not lose the record
-                        pass
-            solve_s = time.perf_counter() - t0
+                return await helpers.solve_on(helper, index)
+            except HelperDied as exc:
+                return Solved(attempt=None, usage=Usage(), error=str(exc), solver=helper.name)
+        if helpers is not None:
+            helpers.local_in_flight += 1
+        try:
+            return await solve_problem(problem, cfg=cfg, topology=topology, endpoint=endpoint, pool=pool, prompts=prompts)
+        finally:
+            if helpers is not None:
+                helpers.local_in_flight -= 1
+
+    async def one(index: int, problem: Any) -> None:
+        async with sem:
+            solved = await solve(index, problem)
+            attempt, error = solved.attempt, solved.error
             verdict = None
             t1 = time.perf_counter()
             if error is None:
@@ -360,15 +349,15 @@ async def _solve_all(
                     error = f"judge {type(exc).__name__}: {exc}"
             judge_s = time.perf_counter() - t1
             rec = make_record(
-                cell, problem, attempt=attempt, verdict=verdict, usage=usage, error=error, solve_s=solve_s, judge_s=judge_s
-            )
-            keep = bool((cfg.get("tracking") or {}).get("log_transcripts", True))
-            await asyncio.to_thread(store.append, rec, transcript if keep else None)  # fsync off the event loop
+                cell, problem, attempt=attempt, verdict=verdict, usage=solved.usage, error=error,
+                solve_s=solved.solve_s, judge_s=judge_s, solver=solved.solver,
+            )  # fmt: skip
+            await asyncio.to_thread(store.append, rec, solved.transcript if keep else None)  # fsync off the event loop
             progress.update(1, rec)
             if tracker_future is not None and tracker_future.done() and tracker_future.exception() is not None:
                 raise tracker_future.exception()  # the tracking store is unusable: stop, keep the records
 
-    await asyncio.gather(*(one(p) for p in todo))
+    await asyncio.gather(*(one(i, p) for i, p in enumerate(todo)))
 
 
 class _Progress:
@@ -429,6 +418,28 @@ def _optimize(node: Any, data: Mapping[str, Any], cell: Cell, loaded: Any, cell_
         file=sys.stderr,
     )
     return tracker, PromptSet(dict(result.chosen))
+
+
+def _fork_solvers(
+    data: Mapping[str, Any], node: Any, todo: list[Any], *, topology: Any, endpoint: Any, prompts: Any
+) -> Any:
+    """Fork the helper processes `processes` asks for (None when this process solves alone)."""
+    from functools import partial
+
+    from apps_bench.solving import SolverProcesses, helper_count, solve_problem
+
+    concurrency = max(1, int(data["concurrency"]))
+    try:
+        n = helper_count(
+            data.get("processes", 1), concurrency=concurrency, n_problems=len(todo),
+            framework=str(data["topology"].get("framework", "")),
+        )  # fmt: skip
+    except ValueError as exc:
+        raise CellSetupError(str(exc)) from exc
+    if n <= 0:
+        return None
+    solve = partial(solve_problem, cfg=node, topology=topology, endpoint=endpoint, prompts=prompts)
+    return SolverProcesses.fork(n, todo, solve, threads=concurrency * 2 + 8)
 
 
 def _quiet_libraries() -> None:
@@ -525,21 +536,23 @@ def run_cell(cfg: Any) -> CellResult:
             tracker_future = tx.submit(lambda: pre_tracker)
         else:
             tracker_future = tx.submit(_open_tracker, data, cell, loaded)
+        helpers = None
         try:
             try:
                 from apps_bench.topologies.registry import get_topology
 
-                get_topology(node.topology)  # a missing framework fails now, with the pip command
+                topology = get_topology(node.topology)  # a missing framework fails now, with the pip command
             except ImportError as exc:
                 raise CellSetupError(str(exc)) from exc
+            helpers = _fork_solvers(data, node, todo, topology=topology, endpoint=endpoint, prompts=prompts)
             with SandboxPool(workers=int(data["judge"].get("workers") or 0)) as pool:
                 progress = _Progress(len(problems), n_done, bool(data.get("progress", True)), cell.name)
                 try:
                     phases["setup_s"] = time.perf_counter() - t_start
                     asyncio.run(
                         _solve_all(
-                            node, cell, todo, store, endpoint=endpoint, pool=pool, progress=progress,
-                            tracker_future=tracker_future, prompts=prompts,
+                            node, cell, todo, store, topology=topology, endpoint=endpoint, pool=pool,
+                            progress=progress, tracker_future=tracker_future, prompts=prompts, helpers=helpers,
                         )
                     )
                 finally:
@@ -554,6 +567,8 @@ def run_cell(cfg: Any) -> CellResult:
                     pass
             raise
         finally:
+            if helpers is not None:
+                helpers.close()
             tx.shutdown(wait=True)
             store.close()
             endpoint_cm.__exit__(None, None, None)

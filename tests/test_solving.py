@@ -1,0 +1,207 @@
+"""Solving across forked helper processes (`processes=`): same records as one process,
+python_exec served by the main process's sandbox, a dead helper costs only its problems."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from apps_bench.solving import helper_count
+from conftest import cli_env, fresh_store, run_cli
+
+CORES = len(os.sched_getaffinity(0))
+
+
+# ------------------------------------------------------------------------------- how many
+
+
+@pytest.mark.parametrize(
+    ("setting", "concurrency", "n", "framework", "helpers"),
+    [
+        ("1", 16, 100, "langgraph", 0),
+        (1, 16, 100, "langgraph", 0),
+        ("3", 16, 100, "langgraph", 2),
+        ("3", 2, 100, "langgraph", 1),  # never more solvers than problems in flight
+        ("3", 16, 2, "openai", 1),  # nor than problems to run
+        ("3", 16, 100, "crewai", 0),  # not known to be fork-safe: main process only
+        ("3", 16, 100, "autogen", 0),
+        ("auto", 64, 100, "langgraph", CORES - 1),
+        ("AUTO", 1, 100, "langgraph", 0),
+    ],
+)
+def test_helper_count(setting, concurrency, n, framework, helpers):
+    assert helper_count(setting, concurrency=concurrency, n_problems=n, framework=framework) == helpers
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "many", "", None])
+def test_helper_count_rejects_bad_settings(bad):
+    with pytest.raises(ValueError, match="processes must be 'auto' or a positive integer"):
+        helper_count(bad, concurrency=4, n_problems=10, framework="langgraph")
+
+
+def test_bad_processes_setting_fails_the_cell_with_its_fix(tmp_path: Path, mlflow_template: Path):
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    r = run_cli(["processes=lots", "progress=false"], tmp_path)
+    assert r.returncode == 2
+    assert "processes must be 'auto' or a positive integer, got 'lots'" in r.stderr
+
+
+# ------------------------------------------------------------------------------- end to end
+
+
+def _mini(d: Path) -> str:
+    return f"dataset.path={d / 'train_mini150.jsonl'}"
+
+
+def _cell(cwd: Path) -> Path:
+    [cell] = sorted(p for p in (cwd / "outputs" / "cells").iterdir() if p.is_dir())
+    return cell
+
+
+def _records(cell: Path) -> list[dict]:
+    return [json.loads(x) for x in (cell / "records.jsonl").read_text().splitlines() if x.strip()]
+
+
+def _transcripts(cell: Path) -> dict[str, list[dict]]:
+    out = {}
+    for line in (cell / "transcripts.jsonl").read_text().splitlines():
+        if line.strip():
+            t = json.loads(line)
+            out[t["key"]] = t["events"]
+    return out
+
+
+@pytest.mark.slow
+def test_helpers_give_the_records_one_process_gives(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
+    base = ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", "limit=12", "concurrency=4",
+            "model.latency_ms=100", "model.wrong_fraction=0.3", "progress=false"]  # fmt: skip
+    runs = {}
+    for procs in ("1", "2"):
+        cwd = tmp_path / f"p{procs}"
+        cwd.mkdir()
+        fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
+        r = run_cli([*base, f"processes={procs}"], cwd)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        runs[procs] = _cell(cwd)
+    one, two = (sorted(_records(runs[p]), key=lambda x: x["key"]) for p in ("1", "2"))
+    assert runs["1"].name == runs["2"].name  # `processes` is run-only: the same cell
+    assert {x["solver"] for x in one} == {"main"}
+    assert {x["solver"] for x in two} == {"main", "helper-1"}  # both processes solved problems
+    assert not any(x["error"] for x in one + two)
+    for a, b in zip(one, two, strict=True):  # the same answers, verdicts and usage wherever solved
+        assert a["key"] == b["key"] and a["program"] == b["program"] and a["passed"] == b["passed"]
+        assert [t["outcome"] for t in a["verdict"]["results"]] == [t["outcome"] for t in b["verdict"]["results"]]
+        assert a["usage"] == b["usage"]
+    assert 0 < sum(x["passed"] for x in two) < 12  # wrong_fraction: some answers are wrong, on purpose
+    # the helper's python_exec calls ran in the main process's sandbox and came back
+    trans = _transcripts(runs["2"])
+    helper_keys = [x["key"] for x in two if x["solver"] == "helper-1"]
+    for key in helper_keys:
+        results = [e["content"] for e in trans[key] if e["kind"] == "tool_result"]
+        assert results and results[0].startswith("exit code: 0"), results
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid:
+            out.append((int(d.name), cmd))
+    return out
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a dead helper of a killed parent is reaped by init)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _helper_pids(cli_pid: int) -> list[int]:
+    """Forked helpers run the CLI's own command line (sandbox workers and the MLflow helper do not)."""
+    own = (Path(f"/proc/{cli_pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip())
+    return [pid for pid, cmd in _children(cli_pid) if cmd == own]
+
+
+def _start(args: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "apps_bench", *args], cwd=cwd, env=cli_env(cwd), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
+def _wait_for_records(proc: subprocess.Popen, cwd: Path, n: int, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        cells = cwd / "outputs" / "cells"
+        dirs = sorted(p for p in cells.iterdir() if p.is_dir()) if cells.exists() else []
+        if dirs and (dirs[0] / "records.jsonl").exists() and len(_records(dirs[0])) >= n:
+            return
+        if proc.poll() is not None:
+            pytest.fail("cell ended early:\n" + proc.stdout.read().decode()[-3000:])
+        time.sleep(0.1)
+    pytest.fail("no records appeared")
+
+
+@pytest.mark.slow
+def test_a_dead_helper_costs_only_its_problems(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
+    n = 16
+    args = ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", f"limit={n}", "concurrency=4",
+            "processes=2", "progress=false"]  # fmt: skip
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    proc = _start([*args, "model.latency_ms=700"], tmp_path)
+    _wait_for_records(proc, tmp_path, 2)
+    [helper] = _helper_pids(proc.pid)
+    os.kill(helper, signal.SIGKILL)
+    out = proc.communicate(timeout=240)[0].decode()
+    assert proc.returncode == 3, out[-3000:]  # recorded, incomplete: the helper's problems are errors
+    cell = _cell(tmp_path)
+    recs = _records(cell)
+    assert len(recs) == n and len({x["key"] for x in recs}) == n
+    lost = [x for x in recs if x["error"]]
+    assert lost and all(x["solver"] == "helper-1" and "solver process helper-1" in x["error"] for x in lost)
+    assert len(lost) <= 2  # at most what the helper held (concurrency 4 over two solvers)
+    assert all(x["passed"] for x in recs if not x["error"])  # the rest was solved, by both or by main alone
+    later = [x for x in recs if x["completed_at"] > max(y["completed_at"] for y in lost)]
+    assert later and {x["solver"] for x in later} == {"main"}  # after the death, main solved alone
+
+    r = run_cli(args, tmp_path)  # the rerun retries exactly the lost problems
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"{len(lost)} to run ({len(lost)} retried after errors)" in r.stderr
+    recs = _records(cell)
+    assert len({x["key"] for x in recs}) == n and not any(x["error"] for x in recs)
+    assert all(x["passed"] for x in recs)
+
+
+@pytest.mark.slow
+def test_helpers_die_with_a_killed_cell(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
+    args = ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", "limit=12", "concurrency=4",
+            "processes=2", "progress=false", "model.latency_ms=700"]  # fmt: skip
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    proc = _start(args, tmp_path)
+    _wait_for_records(proc, tmp_path, 1)
+    [helper] = _helper_pids(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)  # only the main process: the helper must not outlive it
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _running(helper):
+        time.sleep(0.05)
+    alive = _running(helper)
+    os.killpg(proc.pid, signal.SIGKILL)  # clean up the rest of the group (sandbox, MLflow helper)
+    assert not alive, "the solver helper outlived its killed cell"
