@@ -307,6 +307,7 @@ async def _solve_all(
 ) -> None:
     """Solve (here, or on a forked helper), judge and record every problem of `todo`."""
     from apps_bench.judge import Judge, has_sandbox_error
+    from apps_bench.models.metering import SharedConnections
     from apps_bench.solving import HelperDied, Solved, solve_problem
     from apps_bench.types import Usage
 
@@ -318,6 +319,7 @@ async def _solve_all(
     keep = bool((cfg.get("tracking") or {}).get("log_transcripts", True))
     if helpers is not None:
         helpers.attach(pool)
+    connections = SharedConnections()  # one HTTP pool for every problem this process solves
 
     async def solve(index: int, problem: Any) -> Solved:
         helper = helpers.pick() if helpers is not None else None
@@ -329,7 +331,9 @@ async def _solve_all(
         if helpers is not None:
             helpers.local_in_flight += 1
         try:
-            return await solve_problem(problem, cfg=cfg, topology=topology, endpoint=endpoint, pool=pool, prompts=prompts)
+            return await solve_problem(
+                problem, cfg=cfg, topology=topology, endpoint=endpoint, pool=pool, prompts=prompts, connections=connections
+            )
         finally:
             if helpers is not None:
                 helpers.local_in_flight -= 1
@@ -357,7 +361,10 @@ async def _solve_all(
             if tracker_future is not None and tracker_future.done() and tracker_future.exception() is not None:
                 raise tracker_future.exception()  # the tracking store is unusable: stop, keep the records
 
-    await asyncio.gather(*(one(i, p) for i, p in enumerate(todo)))
+    try:
+        await asyncio.gather(*(one(i, p) for i, p in enumerate(todo)))
+    finally:
+        await connections.aclose()
 
 
 class _Progress:

@@ -56,8 +56,11 @@ async def solve_problem(
     endpoint: Any,
     pool: Any,
     prompts: Any = None,
+    connections: Any = None,
 ) -> Solved:
-    """Run the cell's topology on one problem; any failure becomes `Solved.error` (never raised)."""
+    """Run the cell's topology on one problem; any failure becomes `Solved.error` (never raised).
+
+    `connections`: the event loop's `SharedConnections` (one HTTP pool for all problems)."""
     from apps_bench.models import ModelClients
     from apps_bench.sandbox.tool import PythonExecTool
     from apps_bench.topologies.context import build_context
@@ -73,7 +76,7 @@ async def solve_problem(
     t0 = time.perf_counter()
     models = None
     try:
-        models = ModelClients(endpoint, cfg["model"], usage)
+        models = ModelClients(endpoint, cfg["model"], usage, shared=connections)
         tool = PythonExecTool(pool, float(tool_cfg["timeout_s"]), int(tool_cfg["output_chars"]), usage)
         ctx = build_context(problem, topo_cfg, models=models, tool=tool, seed=int(cfg["seed"]), usage=usage, prompts=prompts)
         try:
@@ -225,13 +228,16 @@ def _helper_main(
     proxy = _ExecProxy()
 
     async def run() -> None:
+        from apps_bench.models.metering import SharedConnections
+
+        connections = SharedConnections()
         loop = asyncio.get_running_loop()
         loop.set_default_executor(ThreadPoolExecutor(max_workers=threads, thread_name_prefix="apps-bench-helper"))
         done = asyncio.Event()
         tasks: set[asyncio.Task[Any]] = set()
 
         async def one(index: int) -> None:
-            solved = await solve(problems[index], pool=proxy)
+            solved = await solve(problems[index], pool=proxy, connections=connections)
             solved.solver = name
             wire.send(("solved", index, solved))
 
@@ -257,6 +263,7 @@ def _helper_main(
         proxy.wire = wire
         wire.start()
         await done.wait()
+        await connections.aclose()
 
     code = 0
     try:

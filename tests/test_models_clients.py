@@ -378,3 +378,80 @@ def test_plain_dict_model_config_works_and_gaps_are_named(gold):
     del plain["top_p"]
     with pytest.raises(ModelEndpointError, match="top_p"):
         ModelClients(ep, plain, Usage())
+
+
+# ---------------------------------------------------------------------------- shared connections
+
+
+class _CountingServer:
+    """A loopback OpenAI-style endpoint that remembers every TCP connection it accepted."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        peers: list[int] = []
+        self.peers = peers
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real servers
+
+            def setup(self) -> None:
+                super().setup()
+                peers.append(self.client_address[1])
+
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                body = json.dumps({
+                    "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": "```python\nprint(1)\n```"}}],
+                    "usage": {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12},
+                }).encode()  # fmt: skip
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_shared_connections_keep_usage_apart_and_reuse_one_connection(shared: bool):
+    from apps_bench.models.metering import SharedConnections
+
+    server = _CountingServer()
+    ep = Endpoint(base_url=server.url, model_id="m", api_key="k", provider="openai")
+
+    async def problems() -> list[Usage]:
+        conns = SharedConnections() if shared else None
+        usages = []
+        for i in range(5):  # one problem after another, each with its own clients, closed at its end
+            usage = Usage()
+            mc = ModelClients(ep, model_cfg("openai"), usage, shared=conns)
+            client = mc.async_openai()
+            for _ in range(i + 1):
+                await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            await mc.aclose()
+            usages.append(usage)
+        if conns is not None:
+            await conns.aclose()
+        return usages
+
+    try:
+        usages = asyncio.run(problems())
+    finally:
+        server.close()
+    assert [u.model_calls for u in usages] == [1, 2, 3, 4, 5]  # each problem counts only its own calls
+    assert [u.total_tokens for u in usages] == [12, 24, 36, 48, 60]
+    assert len(server.peers) == (1 if shared else 5)  # one kept-alive connection, instead of one per problem

@@ -71,8 +71,11 @@ class ModelClients:
         *,
         headers: dict[str, str] | None = None,
         flavour: str = "httpx2",
+        shared: Any = None,
     ) -> None:
+        """`shared`: a `metering.SharedConnections` whose pools the clients send through."""
         self.endpoint = endpoint
+        self.shared = shared
         self.cfg = model_cfg
         self.usage = usage
         self.headers = dict(headers or {})
@@ -101,6 +104,7 @@ class ModelClients:
             timeout_s=self.timeout_s,
             headers=self.headers or None,
             base_url=self.endpoint.base_url,
+            shared=self.shared,
         )
         self._opened.append(client)
         return client
