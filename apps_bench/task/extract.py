@@ -12,6 +12,7 @@ the end of the reply.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import textwrap
 from dataclasses import dataclass
@@ -86,7 +87,9 @@ def fenced_blocks(text: str) -> list[Block]:
     return blocks
 
 
+@functools.lru_cache(maxsize=4096)
 def parses(code: str) -> bool:
+    """Whether `code` is valid Python (cached: every reply's blocks are checked more than once)."""
     if not code.strip():
         return False
     try:

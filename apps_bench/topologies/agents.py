@@ -14,6 +14,7 @@ topology module stays cheap.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from apps_bench.topologies.base import SolveContext
@@ -77,83 +78,146 @@ async def run_agent(
     ("step_cap"), or when `stop_check()` (asked after each tool round) names a reason
     (e.g. a manager's delegation cap). The wall clock raises StopFlow("time_limit").
     """
-    from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
+    from langchain_core.messages import HumanMessage, SystemMessage
     from langgraph.errors import GraphRecursionError
-    from langgraph.graph import END, START, MessagesState, StateGraph
 
     turn = team.start(agent, role, round)
     steps_cap = int(max_steps or ctx.config.max_steps)
     chat = ctx.models.langchain_chat(seed)
-    model = chat.bind_tools(list(tools)) if tools else chat
-    by_name = {t.name: t for t in tools}
+    loop = _AgentLoop(
+        ctx=ctx, turn=turn, agent=agent, role=role, round=round, steps_cap=steps_cap, stop_check=stop_check,
+        model=chat.bind_tools(list(tools)) if tools else chat, by_name={t.name: t for t in tools},
+    )  # fmt: skip
     ctx.log(agent, role, "input", user, round)
-
-    async def call_model(state: dict) -> dict:
-        if ctx.time_left() <= 0:
-            raise StopFlow("time_limit")
-        turn.steps += 1
-        ai = await model.ainvoke(state["messages"])
-        text = _text(ai)
-        if text.strip():
-            ctx.log(agent, role, "reply", text, round)
-        turn.add_reply(text)
-        for call in ai.tool_calls:
-            ctx.log(agent, role, "tool_call", json.dumps({"name": call["name"], "args": call["args"]}), round)
-        for bad in _invalid_calls(ai):
-            ctx.log(agent, role, "note", f"unparsable tool call {bad.get('name')!r}: {bad.get('args')!r}", round)
-        return {"messages": [ai]}
-
-    async def call_tools(state: dict) -> dict:
-        out = []
-        ai = state["messages"][-1]
-        for bad in _invalid_calls(ai):  # malformed JSON arguments: say so, let the model retry
-            result = f"error: the arguments of your {bad.get('name')} call are not valid JSON; call it again"
-            ctx.log(agent, role, "tool_result", result, round)
-            out.append(ToolMessage(content=result, tool_call_id=bad["id"], name=str(bad.get("name") or "")))
-        for call in ai.tool_calls:
-            tool = by_name.get(call["name"])
-            missing = _missing_args(tool, call["args"]) if tool is not None else []
-            if tool is None:
-                result = f"error: no tool named {call['name']!r}; available: {sorted(by_name)}"
-            elif missing:  # the model's mistake: tell it and keep going (a bug of ours still raises)
-                result = f"error: bad arguments for {call['name']}: missing required {missing}"
-            else:
-                result = await tool.ainvoke(call["args"])
-            turn.tool_calls += 1
-            ctx.log(agent, role, "tool_result", result, round)
-            out.append(ToolMessage(content=str(result), tool_call_id=call["id"], name=call["name"]))
-        return {"messages": out}
-
-    def after_model(state: dict) -> str:
-        ai = state["messages"][-1]
-        if not ai.tool_calls and not _invalid_calls(ai):
-            return END
-        if turn.steps >= steps_cap:
-            turn.stop_reason = "step_cap"
-            ctx.log(agent, role, "note", cap_note("step cap", steps_cap), round)
-            return END
-        return "tools"
-
-    def after_tools(state: dict) -> str:
-        reason = stop_check() if stop_check else None
-        if reason:
-            turn.stop_reason = reason
-            return END
-        return "model"
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("model", call_model)
-    graph.add_node("tools", call_tools)
-    graph.add_edge(START, "model")
-    graph.add_conditional_edges("model", after_model, ["tools", END])
-    graph.add_conditional_edges("tools", after_tools, ["model", END])
-    app = graph.compile(name=agent)
     messages = [SystemMessage(ctx.prompts[role]), HumanMessage(user)]
     try:
         # model+tools per step: 2 supersteps per model call, plus slack; the router stops first.
-        await app.ainvoke({"messages": messages}, config={"recursion_limit": 2 * steps_cap + 2})
+        await _react_graph().ainvoke(
+            {"messages": messages},
+            config={"recursion_limit": 2 * steps_cap + 2, "configurable": {_LOOP_KEY: loop}, "run_name": agent},
+        )
     except GraphRecursionError:
         turn.stop_reason = "step_cap"
     if turn.stop_reason == "running":
         turn.stop_reason = "done"
     return turn
+
+
+@dataclass
+class _AgentLoop:
+    """One agent turn's state and steps; the shared compiled graph finds it in its run config."""
+
+    ctx: SolveContext
+    turn: Turn
+    agent: str
+    role: str
+    round: int
+    steps_cap: int
+    stop_check: Callable[[], str | None] | None
+    model: Any
+    by_name: dict[str, Any]
+
+    def log(self, kind: str, text: str) -> None:
+        self.ctx.log(self.agent, self.role, kind, text, self.round)
+
+    async def call_model(self, state: dict) -> dict:
+        if self.ctx.time_left() <= 0:
+            raise StopFlow("time_limit")
+        self.turn.steps += 1
+        ai = await self.model.ainvoke(state["messages"])
+        text = _text(ai)
+        if text.strip():
+            self.log("reply", text)
+        self.turn.add_reply(text)
+        for call in ai.tool_calls:
+            self.log("tool_call", json.dumps({"name": call["name"], "args": call["args"]}))
+        for bad in _invalid_calls(ai):
+            self.log("note", f"unparsable tool call {bad.get('name')!r}: {bad.get('args')!r}")
+        return {"messages": [ai]}
+
+    async def call_tools(self, state: dict) -> dict:
+        from langchain_core.messages import ToolMessage
+
+        out = []
+        ai = state["messages"][-1]
+        for bad in _invalid_calls(ai):  # malformed JSON arguments: say so, let the model retry
+            result = f"error: the arguments of your {bad.get('name')} call are not valid JSON; call it again"
+            self.log("tool_result", result)
+            out.append(ToolMessage(content=result, tool_call_id=bad["id"], name=str(bad.get("name") or "")))
+        for call in ai.tool_calls:
+            tool = self.by_name.get(call["name"])
+            missing = _missing_args(tool, call["args"]) if tool is not None else []
+            if tool is None:
+                result = f"error: no tool named {call['name']!r}; available: {sorted(self.by_name)}"
+            elif missing:  # the model's mistake: tell it and keep going (a bug of ours still raises)
+                result = f"error: bad arguments for {call['name']}: missing required {missing}"
+            else:
+                result = await tool.ainvoke(call["args"])
+            self.turn.tool_calls += 1
+            self.log("tool_result", result)
+            out.append(ToolMessage(content=str(result), tool_call_id=call["id"], name=call["name"]))
+        return {"messages": out}
+
+    def after_model(self, state: dict) -> str:
+        from langgraph.graph import END
+
+        ai = state["messages"][-1]
+        if not ai.tool_calls and not _invalid_calls(ai):
+            return END
+        if self.turn.steps >= self.steps_cap:
+            self.turn.stop_reason = "step_cap"
+            self.log("note", cap_note("step cap", self.steps_cap))
+            return END
+        return "tools"
+
+    def after_tools(self, state: dict) -> str:
+        from langgraph.graph import END
+
+        reason = self.stop_check() if self.stop_check else None
+        if reason:
+            self.turn.stop_reason = reason
+            return END
+        return "model"
+
+
+_LOOP_KEY = "apps_bench_agent_loop"
+_GRAPH: list[Any] = []  # the compiled ReAct graph, built once per process
+
+
+def _loop_of(config: Any) -> _AgentLoop:
+    return config["configurable"][_LOOP_KEY]
+
+
+async def _model_node(state: dict, config: Any) -> dict:
+    return await _loop_of(config).call_model(state)
+
+
+async def _tools_node(state: dict, config: Any) -> dict:
+    return await _loop_of(config).call_tools(state)
+
+
+def _after_model(state: dict, config: Any) -> str:
+    return _loop_of(config).after_model(state)
+
+
+def _after_tools(state: dict, config: Any) -> str:
+    return _loop_of(config).after_tools(state)
+
+
+def _react_graph() -> Any:
+    """model -> tools -> model ... compiled once: compiling per turn cost ~5 ms of CPU
+    (LangGraph inspects every node function's bytecode), on every agent turn of every problem."""
+    if not _GRAPH:
+        from langchain_core.runnables import RunnableConfig
+        from langgraph.graph import END, START, MessagesState, StateGraph
+
+        for fn in (_model_node, _tools_node, _after_model, _after_tools):  # how LangGraph knows to pass the config
+            fn.__annotations__["config"] = RunnableConfig
+        graph = StateGraph(MessagesState)
+        graph.add_node("model", _model_node)
+        graph.add_node("tools", _tools_node)
+        graph.add_edge(START, "model")
+        graph.add_conditional_edges("model", _after_model, ["tools", END])
+        graph.add_conditional_edges("tools", _after_tools, ["model", END])
+        _GRAPH.append(graph.compile(name="agent"))
+    return _GRAPH[0]
