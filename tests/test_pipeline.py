@@ -115,7 +115,7 @@ def test_multirun_logs_parent_with_children(tmp_path: Path, mlflow_template: Pat
     assert missing.returncode == 2 and "no experiment 'nope'" in missing.stderr
 
 
-@pytest.mark.parametrize("launcher", ["slurm_local"])
+@pytest.mark.parametrize("launcher", ["slurm_local", "local_parallel"])
 def test_multirun_with_launcher_presets(tmp_path: Path, launcher: str):
     db = tmp_path / "store" / "mlflow.db"  # created by the parent before the workers start
     env = cli_env(tmp_path, MLFLOW_TRACKING_URI=f"sqlite:///{db}")

@@ -103,7 +103,10 @@ class SweepTracking(Callback):
         atexit.register(self._close, "FAILED")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        self._close("FINISHED")
+        try:
+            self._close("FINISHED")
+        finally:
+            _stop_idle_launcher_workers()
 
     def _close(self, status: str) -> None:
         if self._closed or self._parent is None:
@@ -121,3 +124,13 @@ class SweepTracking(Callback):
             mlf.end_run(uri, run_id, status)
         finally:
             os.environ.pop(mlf.PARENT_RUN_ENV, None)
+
+
+def _stop_idle_launcher_workers() -> None:
+    """The joblib launcher (loky) keeps its worker processes for minutes after the sweep,
+    holding the command's stdout open: `apps-bench -m ... | tee log` would wait for them."""
+    mod = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(mod, "_executor", None) if mod is not None else None
+    if executor is not None:
+        stop = getattr(executor, "terminate", None)  # joblib's executor also removes its /dev/shm folder
+        stop() if stop is not None else executor.shutdown(wait=True)
