@@ -308,7 +308,7 @@ async def _solve_all(
     """Solve (here, or on a forked helper), judge and record every problem of `todo`."""
     from apps_bench.judge import Judge, has_sandbox_error
     from apps_bench.models.metering import SharedConnections
-    from apps_bench.solving import HelperDied, Solved, solve_problem
+    from apps_bench.solving import HelperDied, Solved, solve_problem, time_cap
     from apps_bench.types import Usage
 
     concurrency = max(1, int(cfg["concurrency"]))
@@ -325,7 +325,7 @@ async def _solve_all(
         helper = helpers.pick() if helpers is not None else None
         if helper is not None:
             try:
-                return await helpers.solve_on(helper, index)
+                return await helpers.solve_on(helper, index, timeout_s=time_cap(cfg["topology"]) + 60)
             except HelperDied as exc:
                 return Solved(attempt=None, usage=Usage(), error=str(exc), solver=helper.name)
         if helpers is not None:

@@ -31,9 +31,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-# Frameworks whose runners are known to work in a forked helper (no threads of their own
-# started at import). CrewAI and AutoGen runners solve in the main process.
-FORK_SAFE_FRAMEWORKS = frozenset({"langgraph", "openai"})
+# Frameworks whose runners were checked to work in a forked helper (imported before the
+# fork, no framework thread needed in the helper); a framework not listed solves in the
+# main process only.
+FORK_SAFE_FRAMEWORKS = frozenset({"langgraph", "openai", "autogen", "crewai"})
 
 
 @dataclass
@@ -46,6 +47,11 @@ class Solved:
     error: str | None = None
     solve_s: float = 0.0
     solver: str = "main"  # which process solved it: "main" or "helper-<n>"
+
+
+def time_cap(topology_cfg: Any) -> float:
+    """A safety net over the runner's own time limit (`topology.time_limit_s`)."""
+    return float(topology_cfg.get("time_limit_s") or 600) * 1.5 + 30
 
 
 async def solve_problem(
@@ -68,7 +74,6 @@ async def solve_problem(
 
     topo_cfg = cfg["topology"]
     tool_cfg = cfg["tool"]
-    time_cap = float(topo_cfg.get("time_limit_s") or 600) * 1.5 + 30  # safety net over the runner's own limit
     usage = Usage()
     attempt: Any = None
     error: str | None = None
@@ -80,7 +85,7 @@ async def solve_problem(
         tool = PythonExecTool(pool, float(tool_cfg["timeout_s"]), int(tool_cfg["output_chars"]), usage)
         ctx = build_context(problem, topo_cfg, models=models, tool=tool, seed=int(cfg["seed"]), usage=usage, prompts=prompts)
         try:
-            attempt = await asyncio.wait_for(topology.solve(ctx), timeout=time_cap)
+            attempt = await asyncio.wait_for(topology.solve(ctx), timeout=time_cap(topo_cfg))
         except asyncio.TimeoutError:
             attempt = Attempt(program=None, transcript=list(ctx.transcript), stop_reason="time_limit")
         if attempt.error:
@@ -102,7 +107,7 @@ def helper_count(setting: Any, *, concurrency: int, n_problems: int, framework: 
     """How many helper processes to fork for `processes=<setting>` (total solving processes).
 
     `auto` = one solving process per CPU core this process may use, never more than
-    problems in flight or problems to run; frameworks not known to be fork-safe, and
+    problems in flight or problems to run; frameworks not checked to be fork-safe, and
     platforms without fork, solve in the main process only.
     """
     if str(setting).strip().lower() == "auto":
@@ -341,13 +346,22 @@ class SolverProcesses:
             return None
         return best
 
-    async def solve_on(self, helper: _Helper, index: int) -> Solved:
+    async def solve_on(self, helper: _Helper, index: int, timeout_s: float) -> Solved:
+        """`timeout_s` is a safety net above the runner's own time cap: a helper that does not
+        answer by then is stuck, and is ended (its problems become errors)."""
         assert self._loop is not None and helper.wire is not None
         fut: asyncio.Future[Solved] = self._loop.create_future()
         helper.in_flight[index] = fut
         helper.wire.send(("solve", index))
         try:
-            return await fut
+            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except asyncio.TimeoutError:
+            helper.alive = False
+            try:
+                os.kill(helper.pid, signal.SIGKILL)  # its other problems fail when its socket closes
+            except ProcessLookupError:
+                pass
+            raise HelperDied(f"solver process {helper.name} (pid {helper.pid}) did not answer within {timeout_s:g}s") from None
         finally:
             helper.in_flight.pop(index, None)
 

@@ -30,8 +30,9 @@ CORES = len(os.sched_getaffinity(0))
         ("3", 16, 100, "langgraph", 2),
         ("3", 2, 100, "langgraph", 1),  # never more solvers than problems in flight
         ("3", 16, 2, "openai", 1),  # nor than problems to run
-        ("3", 16, 100, "crewai", 0),  # not known to be fork-safe: main process only
-        ("3", 16, 100, "autogen", 0),
+        ("3", 16, 100, "crewai", 2),
+        ("3", 16, 100, "autogen", 2),
+        ("3", 16, 100, "some_new_framework", 0),  # not checked to be fork-safe: main process only
         ("auto", 64, 100, "langgraph", CORES - 1),
         ("AUTO", 1, 100, "langgraph", 0),
     ],
