@@ -170,7 +170,12 @@ class CellRun:
         params: Mapping[str, Any],
         tags: Mapping[str, str],
         uri: str | None = None,
+        key_tag: str = "cell_key",
+        parent_run_id: str | None = None,
     ) -> CellRun:
+        """`key_tag`: the tag that finds the run again (an optimizer cell's final-eval child uses
+        its own, so it never shadows the cell's run); `parent_run_id`: nest under this run
+        instead of the sweep's."""
         uri = uri or tracking_uri()
         c = client(uri)
         exp_id = experiment_id(c, experiment, uri)
@@ -178,7 +183,7 @@ class CellRun:
 
         found = c.search_runs(
             [exp_id],
-            filter_string=f"tags.cell_key = '{cell_key}'",
+            filter_string=f"tags.{key_tag} = '{cell_key}'",
             order_by=["attributes.start_time DESC"],
             max_results=1,
         )
@@ -188,7 +193,7 @@ class CellRun:
             resumed = True
         else:
             all_tags = dict(tags)
-            parent = os.environ.get(PARENT_RUN_ENV, "").strip()
+            parent = parent_run_id or os.environ.get(PARENT_RUN_ENV, "").strip()
             if parent:
                 all_tags["mlflow.parentRunId"] = parent
             run = c.create_run(exp_id, run_name=run_name, tags=all_tags)
@@ -219,7 +224,8 @@ class CellRun:
             c.log_batch(self.run_id, metrics=chunk)
         all_tags = {"complete": str(complete).lower(), **(tags or {})}
         c.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
-        self._log_table(c, rows)
+        if rows:  # an optimizer cell's own run has no problems (its final-eval child has them)
+            self._log_table(c, rows)
         for f in files:
             if f.exists():
                 c.log_artifact(self.run_id, str(f))
