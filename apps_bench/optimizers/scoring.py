@@ -64,9 +64,10 @@ class Rollout:
     n_tests: int = 0
     first_failure: FailingTest | None = None
     traces: tuple[RoleTrace, ...] = ()
-    task_tokens: int = 0
+    task_tokens: int = 0  # spent: answers replayed from the run's cache are not in it
     model_calls: int = 0
     error: str | None = None  # infrastructure failure (never cached)
+    replayed_tokens: int = 0  # tokens of the answers replayed for this rollout (reported apart, not charged)
     cached: bool = False  # served from the rollout cache (set on return, not stored)
 
     @property
@@ -98,6 +99,7 @@ class Rollout:
             task_tokens=int(d.get("task_tokens", 0)),
             model_calls=int(d.get("model_calls", 0)),
             error=d.get("error"),
+            replayed_tokens=int(d.get("replayed_tokens", 0)),
             cached=cached,
         )
 
@@ -224,14 +226,14 @@ class ProtocolEvaluator:
                 for k in todo:  # what ran is spent
                     if ckeys[k] not in self._charged:
                         self._charged.add(ckeys[k])
-                        self.budget.charge_rollout(found[k].task_tokens, fresh=True)
+                        self.budget.charge_rollout(found[k].task_tokens, fresh=True, replayed=found[k].replayed_tokens)
                 raise InfrastructureDown(
                     f"all {len(todo)} rollouts of the batch failed for infrastructure reasons, e.g. "
                     f"{found[todo[0]].error!r}; fix the endpoint/sandbox and rerun: finished rollouts come from the cache"
                 )
         for k in uncharged:
             self._charged.add(ckeys[k])
-            self.budget.charge_rollout(found[k].task_tokens, fresh=k in fresh_keys)
+            self.budget.charge_rollout(found[k].task_tokens, fresh=k in fresh_keys, replayed=found[k].replayed_tokens)
         out = [found[k] for k in keys]
         if self.on_evaluate is not None:
             ob = objective(out)
