@@ -42,6 +42,12 @@ def zero_usage(body: str) -> str:
     return _USAGE_FIELD.sub(r"\g<1>0", body)
 
 
+def _well_formed(data: bytes, content_type: str) -> bool:
+    from apps_bench.models.metering import parse_usage  # noqa: PLC0415
+
+    return parse_usage(data, content_type)[0]
+
+
 def body_tokens(body: str, content_type: str) -> int:
     from apps_bench.models.metering import parse_usage  # noqa: PLC0415
 
@@ -148,7 +154,7 @@ class ReplayProxy:
             if key:
                 with self._lock:
                     self.misses += 1
-                if status == 200:
+                if status == 200 and _well_formed(data, ctype):  # a malformed answer is a fault to retry, not to replay
                     entry = {"status": status, "content_type": ctype, "body": data.decode("latin-1"), "rollout": rollout}
                     self.cache.put(key, entry, kind="model_call")
         h.send_response(status)
