@@ -401,6 +401,7 @@ def _optimize(node: Any, data: Mapping[str, Any], cell: Cell, loaded: Any, cell_
     try:
         from apps_bench.optimizers.entry import run_optimizer_cell
         from apps_bench.optimizers.run import step_metrics
+        from apps_bench.optimizers.scoring import InfrastructureDown
     except ImportError as exc:
         raise CellSetupError(
             f"optimizer={cell.optimizer} needs the optimizers extra: pip install 'apps-bench[optimizers]' ({exc})"
@@ -421,6 +422,9 @@ def _optimize(node: Any, data: Mapping[str, Any], cell: Cell, loaded: Any, cell_
     except ValueError as exc:  # bad pool / optimizer settings: the message says which
         tracker.fail(f"{type(exc).__name__}: {exc}")
         raise CellSetupError(f"optimizer={cell.optimizer}: {exc}") from exc
+    except InfrastructureDown as exc:  # model/sandbox down: a clean stop; the rerun resumes through the cache
+        tracker.fail(f"{type(exc).__name__}: {exc}")
+        raise CellSetupError(f"optimizer={cell.optimizer} stopped: {exc}") from exc
     except BaseException as exc:
         if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
             tracker.fail(f"{type(exc).__name__}: {exc}")

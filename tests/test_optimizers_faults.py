@@ -109,3 +109,29 @@ def test_gepa_without_retries_stops_instead_of_scoring_zeros(tmp_path, rows):
     with pytest.raises(InfrastructureDown, match="failed for infrastructure reasons"):
         _gepa(tmp_path / "faulty", rows, 0.25, 0)
     assert (tmp_path / "faulty" / "manifest.json").exists() and not (tmp_path / "faulty" / "result.json").exists()
+
+
+def test_optimizer_cell_with_the_model_down_stops_with_a_clear_message(tmp_path, apps_data_dir, optimizer_pool_file, mlflow_template):
+    """Through the CLI: every task-model call fails -> the optimizer stops (exit 2, what failed and
+    how to resume), its MLflow run is marked failed, no final evaluation runs."""
+    from conftest import fresh_store, run_cli
+
+    db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    r = run_cli([
+        "allow_any_cell=true", "optimizer=gepa", "model=gold", "model.fault_fraction=1.0", "model.max_retries=0",
+        "model.request_timeout_s=2",
+        "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}", "progress=false",
+        f"optimizer.params.pool.path={optimizer_pool_file}", "optimizer.params.pool.train_size=2",
+        "optimizer.params.pool.val_size=2", "optimizer.params.budget.rollouts=6",
+    ], tmp_path)  # fmt: skip
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "optimizer=gepa stopped: all 2 rollouts of the batch failed for infrastructure reasons" in r.stderr
+    assert "Traceback" not in r.stderr and "rerun" in r.stderr
+    import os
+
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    runs = c.search_runs([e.experiment_id for e in c.search_experiments()])
+    assert [(x.data.tags.get("run_kind"), x.info.status) for x in runs] == [("optimizer_cell", "FAILED")]
