@@ -406,28 +406,26 @@ def _optimize(node: Any, data: Mapping[str, Any], cell: Cell, loaded: Any, cell_
         raise CellSetupError(
             f"optimizer={cell.optimizer} needs the optimizers extra: pip install 'apps-bench[optimizers]' ({exc})"
         ) from exc
-    from apps_bench.optimizers.cell_runs import link_tags, seed_cell_of
+    from apps_bench.optimizers.cell_runs import StepMetricsSink, link_tags, seed_cell_of
     from apps_bench.topologies.base import PromptSet
 
-    tracker = _open_tracker(data, cell, loaded, extra_tags={**link_tags(cell, seed_cell_of(data)), "run_kind": "optimizer_cell"})
-
-    def hook(kind: str, payload: dict[str, Any]) -> None:
-        m = step_metrics(kind, payload)
-        if m:
-            tracker.log_metrics(m[1], step=m[0])
-
+    tags = {**link_tags(cell, seed_cell_of(data)), "run_kind": "optimizer_cell"}
+    tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
+    sink = StepMetricsSink(tx.submit(_open_tracker, data, cell, loaded, extra_tags=tags), step_metrics)
+    tx.shutdown(wait=False)
     print(f"apps-bench: optimizer={cell.optimizer}: optimizing the {cell.topology} prompts first", file=sys.stderr)
     try:
-        result = run_optimizer_cell(node, out_dir=cell_dir / "optimizer", hook=hook)
+        result = run_optimizer_cell(node, out_dir=cell_dir / "optimizer", hook=sink)
+        tracker = sink.flush()
     except ValueError as exc:  # bad pool / optimizer settings: the message says which
-        tracker.fail(f"{type(exc).__name__}: {exc}")
+        sink.fail(f"{type(exc).__name__}: {exc}")
         raise CellSetupError(f"optimizer={cell.optimizer}: {exc}") from exc
     except InfrastructureDown as exc:  # model/sandbox down: a clean stop; the rerun resumes through the cache
-        tracker.fail(f"{type(exc).__name__}: {exc}")
+        sink.fail(f"{type(exc).__name__}: {exc}")
         raise CellSetupError(f"optimizer={cell.optimizer} stopped: {exc}") from exc
     except BaseException as exc:
         if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            tracker.fail(f"{type(exc).__name__}: {exc}")
+            sink.fail(f"{type(exc).__name__}: {exc}")
         raise
     print(
         f"apps-bench: optimizer={cell.optimizer} chose a prompt set (val strict: seed {result.seed_val.strict:.3f} -> "

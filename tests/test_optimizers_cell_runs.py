@@ -65,3 +65,33 @@ def test_optimizer_metrics_report_budget_and_overshoot():
     m = cell_runs.optimizer_metrics(res)
     assert m["opt/rollouts_charged"] == 14 and m["opt/rollouts_budget"] == 12 and m["opt/overshoot_rollouts"] == 2
     assert m["opt/replayed_task_tokens"] == 300 and m["opt/replay_hits"] == 3 and m["val/chosen_strict"] == 1.0
+
+
+def test_step_metrics_are_buffered_until_the_run_is_open():
+    from concurrent.futures import Future
+
+    from apps_bench.optimizers.run import step_metrics
+
+    class Run:
+        def __init__(self):
+            self.logged, self.failed = [], None
+
+        def log_metrics(self, metrics, step=0):
+            self.logged.append((step, metrics["opt/rollouts_charged"]))
+
+        def fail(self, message):
+            self.failed = message
+
+    fut: Future = Future()
+    sink = cell_runs.StepMetricsSink(fut, step_metrics)
+    ev = {"strict": 0.5, "fraction": 0.5}
+    sink("evaluation", {**ev, "rollouts_charged": 3})
+    sink("optimizer_call", {"tokens": 9})  # not a metric
+    run = Run()
+    fut.set_result(run)
+    assert run.logged == []  # nothing is logged before the next event or flush
+    sink("evaluation", {**ev, "rollouts_charged": 6})
+    assert run.logged == [(3, 3.0), (6, 6.0)]
+    sink.pending.append((9, {"opt/rollouts_charged": 9.0}))
+    sink.fail("boom")
+    assert run.logged[-1] == (9, 9.0) and run.failed == "boom"

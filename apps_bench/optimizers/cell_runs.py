@@ -21,6 +21,7 @@ local outputs, its pass@1 is logged and printed next to the optimizer cell's.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -111,3 +112,47 @@ def comparison_line(pass_at_1: float, seed: SeedCellResult) -> str:
         f"{head}; seed prompts' cell {seed.cell.name} [{seed.cell.key}] has no local results: "
         "rerun this command with optimizer=none to compare"
     )
+
+
+class StepMetricsSink:
+    """The optimizer's event hook -> MLflow step metrics on the cell's run, which opens in the
+    background (seconds: the helper imports mlflow) while the optimization starts; metrics of
+    events before it is open are buffered. A store that failed to open stops the run at the
+    next event, as a cell stops at its next problem."""
+
+    def __init__(self, run_future: Any, to_metrics: Any) -> None:
+        self.future = run_future
+        self.to_metrics = to_metrics  # run.step_metrics: (kind, payload) -> (step, metrics) | None
+        self.pending: list[tuple[int, dict[str, float]]] = []
+        self._lock = threading.Lock()  # events may come from the optimizer's worker threads
+
+    def __call__(self, kind: str, payload: dict[str, Any]) -> None:
+        m = self.to_metrics(kind, payload)
+        with self._lock:
+            if m:
+                self.pending.append(m)
+            if self.future.done():
+                self._flush()
+
+    def flush(self) -> Any:
+        """Wait for the run, log what is buffered; -> the run."""
+        with self._lock:
+            return self._flush()
+
+    def _flush(self) -> Any:
+        run = self.future.result()
+        while self.pending:
+            step, metrics = self.pending.pop(0)
+            run.log_metrics(metrics, step=step)
+        return run
+
+    def fail(self, message: str) -> None:
+        """Log what is buffered (the curve up to the failure), then mark the run failed."""
+        try:
+            run = self.flush()
+        except Exception:  # noqa: BLE001 - the store itself failed: the optimizer's own error is the one to show
+            return
+        try:
+            run.fail(message)
+        except Exception:  # noqa: BLE001 - same
+            pass
