@@ -525,7 +525,10 @@ def run_cell(cfg: Any) -> CellResult:
         # problems; a store that fails stops the cell at the next completed problem, and the
         # records written so far are kept for the rerun.
         tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
-        tracker_future = tx.submit(_open_tracker, data, cell, loaded, final_eval_of=pre_tracker)
+        if pre_tracker is not None:  # an optimizer cell: its final evaluation is a child of the cell's run
+            tracker_future = tx.submit(_open_tracker, data, cell, loaded, final_eval_of=pre_tracker)
+        else:
+            tracker_future = tx.submit(_open_tracker, data, cell, loaded)
         try:
             try:
                 from apps_bench.topologies.registry import get_topology
