@@ -26,6 +26,11 @@ SEED_FLAGS: dict[str, str] = {
     "--allow-any-cell": "allow_any_cell=true",
     "--seed": "seed=N",
     "--verbose": "verbose=true",
+    # the seed's optimizer command (`python -m optimizers.protocol.run ...`; `python -m apps_bench.optimize` takes it as is)
+    "--method": "optimizer=NAME (none, maspo, gepa)",
+    "--dataset": "dataset=NAME",
+    "--topology": "topology=NAME (seed's `sequential`: sequential_langgraph or sequential_crewai)",
+    "--model": "model=NAME",
 }
 
 
@@ -39,6 +44,7 @@ Usage:
   python -m apps_bench --cfg job [OVERRIDE ...]  print the composed cell config
   python -m apps_bench --hydra-help              Hydra's own options
   python -m apps_bench.report [--plot FILE.png]  pass@1 by topology x model, mean and spread over seeds
+  python -m apps_bench.optimize --method M ...   the seed's optimizer command, translated to overrides
 
 Examples:
   python -m apps_bench dataset=apps limit=50 model=qwen topology=sequential_langgraph
@@ -82,6 +88,7 @@ def _refuse_seed_flags(argv: list[str]) -> None:
         sys.stderr.write(
             "apps-bench takes Hydra overrides, not flags. Use:\n" + "\n".join(lines) + "\n"
             "e.g. python -m apps_bench dataset=apps limit=50 out_dir=results/single\n"
+            "The seed's optimizer command, flags and all: python -m apps_bench.optimize --method maspo ... (see its --help)\n"
         )
         raise SystemExit(2)
 

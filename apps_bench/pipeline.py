@@ -389,42 +389,46 @@ class _Progress:
             self.bar.close()
 
 
-def _optimize(node: Any, data: Mapping[str, Any], cell: Cell, loaded: Any, cell_dir: Path) -> tuple[Any, Any]:
+def _optimize(node: Any, data: Mapping[str, Any], cell: Cell, loaded: Any, cell_dir: Path) -> tuple[Any, Any, Any]:
     """An optimizer cell first optimizes the topology's prompts on training problems (the
     protocol in apps_bench.optimizers; its cache makes a rerun replay, not recompute), then
-    the chosen prompt set is evaluated on this cell's problems like any cell. -> (tracker, PromptSet)."""
+    the chosen prompt set is evaluated on this cell's problems like any cell, in a child run
+    (layout: optimizers/cell_runs.py). -> (the cell's tracker, PromptSet, OptimizeResult)."""
     try:
         from apps_bench.optimizers.entry import run_optimizer_cell
         from apps_bench.optimizers.run import step_metrics
+        from apps_bench.optimizers.scoring import InfrastructureDown
     except ImportError as exc:
         raise CellSetupError(
             f"optimizer={cell.optimizer} needs the optimizers extra: pip install 'apps-bench[optimizers]' ({exc})"
         ) from exc
+    from apps_bench.optimizers.cell_runs import StepMetricsSink, link_tags, seed_cell_of
     from apps_bench.topologies.base import PromptSet
 
-    tracker = _open_tracker(data, cell, loaded)
-
-    def hook(kind: str, payload: dict[str, Any]) -> None:
-        m = step_metrics(kind, payload)
-        if m:
-            tracker.log_metrics(m[1], step=m[0])
-
+    tags = {**link_tags(cell, seed_cell_of(data)), "run_kind": "optimizer_cell"}
+    tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
+    sink = StepMetricsSink(tx.submit(_open_tracker, data, cell, loaded, extra_tags=tags), step_metrics)
+    tx.shutdown(wait=False)
     print(f"apps-bench: optimizer={cell.optimizer}: optimizing the {cell.topology} prompts first", file=sys.stderr)
     try:
-        result = run_optimizer_cell(node, out_dir=cell_dir / "optimizer", hook=hook)
+        result = run_optimizer_cell(node, out_dir=cell_dir / "optimizer", hook=sink)
+        tracker = sink.flush()
     except ValueError as exc:  # bad pool / optimizer settings: the message says which
-        tracker.fail(f"{type(exc).__name__}: {exc}")
+        sink.fail(f"{type(exc).__name__}: {exc}")
         raise CellSetupError(f"optimizer={cell.optimizer}: {exc}") from exc
+    except InfrastructureDown as exc:  # model/sandbox down: a clean stop; the rerun resumes through the cache
+        sink.fail(f"{type(exc).__name__}: {exc}")
+        raise CellSetupError(f"optimizer={cell.optimizer} stopped: {exc}") from exc
     except BaseException as exc:
         if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            tracker.fail(f"{type(exc).__name__}: {exc}")
+            sink.fail(f"{type(exc).__name__}: {exc}")
         raise
     print(
         f"apps-bench: optimizer={cell.optimizer} chose a prompt set (val strict: seed {result.seed_val.strict:.3f} -> "
         f"chosen {result.chosen_val.strict:.3f}); evaluating it on the cell's problems",
         file=sys.stderr,
     )
-    return tracker, PromptSet(dict(result.chosen))
+    return tracker, PromptSet(dict(result.chosen)), result
 
 
 def _fork_solvers(
@@ -518,10 +522,10 @@ def run_cell(cfg: Any) -> CellResult:
             file=sys.stderr,
         )
 
-    pre_tracker = None
-    prompts = None
+    pre_tracker = None  # an optimizer cell's own run; its final evaluation is a child run
+    prompts = opt_result = None
     if cell.optimizer != "none":
-        pre_tracker, prompts = _optimize(node, data, cell, loaded, cell_dir)
+        pre_tracker, prompts, opt_result = _optimize(node, data, cell, loaded, cell_dir)
         store.write_json(PROMPTS, dict(prompts.texts))
 
     tracker = None
@@ -539,8 +543,8 @@ def run_cell(cfg: Any) -> CellResult:
         # problems; a store that fails stops the cell at the next completed problem, and the
         # records written so far are kept for the rerun.
         tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
-        if pre_tracker is not None:
-            tracker_future = tx.submit(lambda: pre_tracker)
+        if pre_tracker is not None:  # an optimizer cell: its final evaluation is a child of the cell's run
+            tracker_future = tx.submit(_open_tracker, data, cell, loaded, final_eval_of=pre_tracker)
         else:
             tracker_future = tx.submit(_open_tracker, data, cell, loaded)
         helpers = None
@@ -568,10 +572,13 @@ def run_cell(cfg: Any) -> CellResult:
             tracker = tracker_future.result()
         except BaseException as exc:
             if not isinstance(exc, (KeyboardInterrupt, SystemExit)):  # an interrupted run stays open for its rerun
-                try:
-                    tracker_future.result().fail(f"{type(exc).__name__}: {exc}")
-                except Exception:  # noqa: BLE001 - the store itself failed: the cell's own error is the one to show
-                    pass
+                for get_run in (tracker_future.result, lambda: pre_tracker):
+                    try:
+                        run = get_run()
+                        if run is not None:
+                            run.fail(f"{type(exc).__name__}: {exc}")
+                    except Exception:  # noqa: BLE001 - the store itself failed: the cell's own error is the one to show
+                        pass
             raise
         finally:
             if helpers is not None:
@@ -580,7 +587,7 @@ def run_cell(cfg: Any) -> CellResult:
             store.close()
             endpoint_cm.__exit__(None, None, None)
     else:
-        tracker = pre_tracker or _open_tracker(data, cell, loaded)
+        tracker = _open_tracker(data, cell, loaded, final_eval_of=pre_tracker)
 
     records = [r for r in store.records() if r["key"] in selected]
     order = {record_key(p.split, p.id): i for i, p in enumerate(problems)}
@@ -611,13 +618,38 @@ def run_cell(cfg: Any) -> CellResult:
             rows=table_rows(records),
             files=files,
             complete=bool(summary["complete"]),
-            dirs={"optimizer": cell_dir / "optimizer"} if cell.optimizer != "none" else None,
         )
     print_summary(summary, cell, cell_dir, run_id)
+    if pre_tracker is not None:
+        _finish_optimizer_run(pre_tracker, data, cell, cell_dir, opt_result, summary, run_id)
     return CellResult(cell=cell, dir=cell_dir, summary=summary, complete=bool(summary["complete"]), run_id=run_id, records=records)
 
 
-def _open_tracker(data: Mapping[str, Any], cell: Cell, loaded: Any) -> Any:
+def _finish_optimizer_run(
+    tracker: Any, data: Mapping[str, Any], cell: Cell, cell_dir: Path, result: Any, summary: Mapping[str, Any], child_id: str | None
+) -> None:
+    """The optimizer cell's run: its optimization figures and artifacts, the final eval's
+    headline copied over, the seed cell's pass@1 when it ran here; then the comparison line."""
+    from apps_bench.optimizers import cell_runs
+
+    seed = cell_runs.seed_cell_result(cell_runs.seed_cell_of(data))
+    metrics = {**cell_runs.optimizer_metrics(result), **cell_runs.headline(metrics_of(summary), seed)}
+    tracker.finish(
+        metrics=metrics,
+        rows=[],
+        files=[cell_dir / CONFIG, cell_dir / PROMPTS],
+        complete=bool(summary["complete"]),
+        tags={"final_eval_run_id": child_id or ""},
+        dirs={"optimizer": cell_dir / "optimizer"},
+    )
+    print(f"MLflow: optimizer cell run {tracker.run_id} (final evaluation: child run {child_id})")
+    print(cell_runs.comparison_line(float(summary["pass_at_1"]), seed))
+
+
+def _open_tracker(
+    data: Mapping[str, Any], cell: Cell, loaded: Any, *, extra_tags: Mapping[str, str] | None = None, final_eval_of: Any = None
+) -> Any:
+    """The cell's MLflow run; with `final_eval_of` (an optimizer cell's run), its final-eval child run."""
     from apps_bench.tracking import mlflow as mlf
 
     tags = {
@@ -630,12 +662,28 @@ def _open_tracker(data: Mapping[str, Any], cell: Cell, loaded: Any) -> Any:
         "dataset_source": str(loaded.source),
         "package_version": mlf.package_version(),
         **mlf.git_info(),
+        **(extra_tags or {}),
     }
     from apps_bench.tracking.sidecar import open_cell_run
 
+    experiment = str((data.get("tracking") or {}).get("experiment") or "apps")
+    if final_eval_of is not None:
+        from apps_bench.optimizers.cell_runs import final_eval_tags, seed_cell_of
+
+        return open_cell_run(
+            experiment=experiment,
+            cell_key=cell.key,
+            run_name=f"{cell.name}·final_eval",
+            params=dict(cell.identity),
+            tags=final_eval_tags(tags, cell, seed_cell_of(data), final_eval_of.run_id),
+            uri=mlf.tracking_uri(),
+            key_tag="final_eval_of",
+            parent_run_id=final_eval_of.run_id,
+        )
+
     # served by a helper process: mlflow's import and store I/O run on another core
     return open_cell_run(
-        experiment=str((data.get("tracking") or {}).get("experiment") or "apps"),
+        experiment=experiment,
         cell_key=cell.key,
         run_name=cell.name,
         params=dict(cell.identity),

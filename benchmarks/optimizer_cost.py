@@ -3,10 +3,13 @@
 
 For each method (none, maspo, gepa) run one optimizer cell on `sequential_langgraph`
 with the gold model as task model and as optimizer model (gold's tagged rewrite), with
-per-call latency on, the same pool, splits and rollout budget, and report: charged and
-fresh rollouts, task and optimizer tokens, optimizer-model calls, overshoot, val scores
-of seed and chosen prompts, and wall time (also as a ratio to `none`, which only scores
-the seed on val). Each method runs in a fresh output directory (no cache reuse).
+per-call latency on, the same pool, splits and rollout budget, and report: rollouts
+charged against the budget and the overshoot, fresh rollouts, task-model tokens charged
+(spent) and replayed from the run's cache (partial re-runs; not charged), optimizer-model
+calls and tokens (counted apart), the val re-scoring's rollouts and tokens (not charged),
+val scores of seed and chosen prompts, and wall time (also as a ratio to `none`, which
+only scores the seed on val). Each method runs in a fresh output directory (no cache
+reuse). The table is printed as Markdown (the README's optimizer section holds one).
 
 Usage (from the repo root):
   python benchmarks/optimizer_cost.py [--budget 60] [--latency-ms 50] [--train 8] [--val 4] [--out DIR]
@@ -87,24 +90,29 @@ def main() -> int:
         events = [json.loads(line) for line in (out_root / method / "events.jsonl").read_text().splitlines()]
         batch_s = [round(e["t"] - p["t"], 3) for p, e in zip(events, events[1:]) if e["kind"] == "evaluation" and e["fresh"]]
         rows.append({
-            "method": method, "wall_s": round(wall, 2), "rollouts": b["rollouts"], "fresh_rollouts": b["fresh_rollouts"],
-            "task_tokens": b["task_tokens"], "optimizer_calls": b["optimizer_calls"], "optimizer_tokens": b["optimizer_tokens"],
-            "overshoot": b["overshoot"]["rollouts"], "val_rollouts": res.val_rescoring["rollouts"],
+            "method": method, "wall_s": round(wall, 2),
+            "rollouts": b["rollouts"], "budget": b["max_rollouts"] if method != "none" else "-",
+            "overshoot": b["overshoot"]["rollouts"], "fresh_rollouts": b["fresh_rollouts"],
+            "task_tokens": b["task_tokens"], "replayed_task_tokens": b.get("replayed_task_tokens", 0),
+            "optimizer_calls": b["optimizer_calls"], "optimizer_tokens": b["optimizer_tokens"],
+            "val_rollouts": res.val_rescoring["rollouts"], "val_task_tokens": res.val_rescoring["task_tokens"],
             "seed_val": res.seed_val.strict, "chosen_val": res.chosen_val.strict, "stopped": res.stopped,
             "median_batch_s": round(statistics.median(batch_s), 2) if batch_s else None,
             "max_batch_s": max(batch_s) if batch_s else None,
             "replay_hits": res.details.get("replay", {}).get("hits"),
-            "replayed_tokens": res.details.get("replay", {}).get("replayed_tokens"),
         })  # fmt: skip
     base = next((r["wall_s"] for r in rows if r["method"] == "none"), None)
-    cols = ["method", "wall_s", "x_none", "median_batch_s", "max_batch_s", "rollouts", "fresh_rollouts", "task_tokens", "optimizer_calls",
-            "optimizer_tokens", "replay_hits", "replayed_tokens", "overshoot", "val_rollouts", "seed_val", "chosen_val", "stopped"]  # fmt: skip
+    cols = ["method", "rollouts", "budget", "overshoot", "fresh_rollouts", "task_tokens", "replayed_task_tokens",
+            "optimizer_calls", "optimizer_tokens", "val_rollouts", "val_task_tokens", "wall_s", "x_none",
+            "median_batch_s", "max_batch_s", "replay_hits", "seed_val", "chosen_val", "stopped"]  # fmt: skip
     for r in rows:
         r["x_none"] = round(r["wall_s"] / base, 2) if base else None
-    print(f"optimizer cost at a budget of {args.budget} rollouts, sequential_langgraph, gold model, latency {args.latency_ms} ms")
-    print(" | ".join(cols))
+    print(f"optimizer cost at a budget of {args.budget} rollouts, sequential_langgraph, gold model, latency {args.latency_ms} ms, "
+          f"train {args.train} / val {args.val}")
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
     for r in rows:
-        print(" | ".join(str(r[c]) for c in cols))
+        print("| " + " | ".join(str(r[c]) for c in cols) + " |")
     (out_root / "optimizer_cost.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2) + "\n")
     print(f"written: {out_root / 'optimizer_cost.json'}")
     return 0

@@ -20,7 +20,7 @@ from apps_bench.optimizers.cache import RolloutCache  # noqa: E402
 from apps_bench.optimizers.gepa_adapter import GepaConfig, PipelineAdapter, run_gepa  # noqa: E402
 from apps_bench.optimizers.proposals import CachedChat, ChatReply  # noqa: E402
 from apps_bench.optimizers.protocol import Budget, EvalKeyError, EvalSet, ScoringGate, Splits  # noqa: E402
-from apps_bench.optimizers.scoring import FailingTest, ProtocolEvaluator, Rollout, RoleTrace  # noqa: E402
+from apps_bench.optimizers.scoring import PERFECT_SCORE, FailingTest, InfrastructureDown, ProtocolEvaluator, Rollout, RoleTrace  # noqa: E402
 from apps_bench.topologies.base import PromptSet  # noqa: E402
 
 TRAIN = [("train", str(i)) for i in range(1, 9)]
@@ -125,18 +125,49 @@ def test_stops_when_nothing_new_is_charged(tmp_path):
     assert out.best["coder"].count("+") == 6  # reached the top of the synthetic world first
 
 
-def test_evaluate_never_raises_per_problem(tmp_path):
-    runner = Runner(broken={TRAIN[1]})
-    ad = PipelineAdapter(evaluator(tmp_path, runner, Budget()), reflect, budget=Budget())
-    res = ad.evaluate(TRAIN[:3], dict(SEED), capture_traces=True)
-    assert len(res.scores) == 3 and res.scores[1] == 0.0 and "runner crashed" in res.outputs[1].error
-    assert res.outputs[0].error is None and res.trajectories == res.outputs
+def test_flaky_infrastructure_is_retried_not_scored(tmp_path):
+    """A rollout that fails for an infrastructure reason is re-run (infra_retries) and scored on
+    its real verdict, charged once; a runner that crashes on one problem is isolated the same way."""
+
+    class Flaky(Runner):
+        def __init__(self):
+            super().__init__()
+            self.failed: set = set()
+
+        def run_batch(self, prompt_set, jobs):
+            out = super().run_batch(prompt_set, jobs)
+            for i, r in enumerate(out):
+                if r.key == TRAIN[1] and r.key not in self.failed:  # the first run of this problem meets an outage
+                    self.failed.add(r.key)
+                    out[i] = Rollout(key=r.key, seed=r.seed, error="model_error: 503 after retries", task_tokens=2)
+            return out
+
+    budget = Budget()
+    runner = Flaky()
+    ad = PipelineAdapter(evaluator(tmp_path, runner, budget), reflect, budget=budget)
+    res = ad.evaluate(TRAIN[:3], {**SEED, "coder": "Solve it.++"}, capture_traces=True)
+    assert all(r.error is None for r in res.outputs) and res.scores[1] == PERFECT_SCORE  # its real verdict (needs 2 '+'), not 0
+    assert [len(jobs) for _, jobs in runner.jobs] == [3, 1] and budget.rollouts == 3 and res.num_metric_calls == 3
+    assert res.trajectories == res.outputs
     assert ad.evaluate(TRAIN[:2], dict(SEED), capture_traces=False).trajectories is None
 
 
-def test_infrastructure_down_is_not_scored_as_zeros(tmp_path):
-    from apps_bench.optimizers.scoring import InfrastructureDown
+def test_persistent_infrastructure_failure_stops_instead_of_scoring_zero(tmp_path):
+    """What still fails after the retries is never a 0 (a wrong answer to GEPA): the run stops with
+    a message saying what failed and how to resume; the finished rollouts are cached."""
+    budget = Budget()
+    runner = Runner(broken={TRAIN[1]})
+    ev = evaluator(tmp_path, runner, budget)
+    ad = PipelineAdapter(ev, reflect, budget=budget)
+    with pytest.raises(InfrastructureDown, match=r"1 of 3 rollouts failed .* train/2: .*runner crashed.*rerun"):
+        ad.evaluate(TRAIN[:3], dict(SEED))
+    runner.broken.clear()  # the endpoint is back: the rerun pays only the problem that failed
+    res = ad.evaluate(TRAIN[:3], dict(SEED))
+    assert all(r.error is None for r in res.outputs) and [k for k, _ in runner.jobs[-1][1]] == [TRAIN[1]]
+    assert ev.cache.count() == 3
 
+
+def test_infrastructure_down_is_not_scored_as_zeros(tmp_path):
     class Down(Runner):
         def run_batch(self, prompt_set, jobs):
             return [Rollout(key=k, seed=s, error="connection refused") for k, s in jobs]

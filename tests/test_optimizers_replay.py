@@ -45,17 +45,30 @@ def test_chain_child_replays_upstream_stages(tmp_path, apps_data_dir):
         proxy.upstream = ep.base_url
         with proxy as url:
             runner = PipelineRunner(cfg, endpoint=dataclasses.replace(ep, base_url=url), pool=pool,
-                                    judge=Judge.from_config(pool, cfg.judge), problems=problems)  # fmt: skip
+                                    judge=Judge.from_config(pool, cfg.judge), problems=problems,
+                                    replayed=proxy.pop_replayed)  # fmt: skip
             parent = runner.run_batch(seed_ps, jobs)
             assert (proxy.hits, proxy.misses) == (0, sum(r.model_calls for r in parent))
-            child = runner.run_batch(seed_ps.replace("tester", seed_ps["tester"] + "\nBe thorough."), jobs)
+            child_ps = seed_ps.replace("tester", seed_ps["tester"] + "\nBe thorough.")
+            child = runner.run_batch(child_ps, jobs)
             tester_calls = sum(1 for r in parent for t in r.traces if t.role == "tester") * 2  # tool call + answer
             # analyzer and coder replayed; the tester (changed prompt) reached the model; the debugger's
             # requests are identical again (gold's tester reply does not depend on the prompt): replayed
             assert proxy.misses - sum(r.model_calls for r in parent) == tester_calls
             assert proxy.hits == sum(r.model_calls for r in child) - tester_calls
             assert [r.passed for r in child] == [r.passed for r in parent]
-            assert 0 < proxy.stats()["replayed_tokens"] < sum(r.task_tokens for r in child)
+            # tokens: only what reached the model is charged; replayed answers are booked apart, per rollout
+            gold = ep.server.stats
+            assert sum(r.task_tokens for r in parent + child) == gold.prompt_tokens + gold.completion_tokens
+            assert all(r.replayed_tokens == 0 for r in parent) and all(r.replayed_tokens > 0 for r in child)
+            assert sum(r.replayed_tokens for r in child) == proxy.stats()["replayed_tokens"]
+            assert all(c.task_tokens < p.task_tokens for p, c in zip(parent, child))
+            # a rollout re-run after a kill caught it in flight (its own answers recorded, the rollout not
+            # cached) is charged as the first time: its own answers keep their usage, the parent's do not
+            served = gold.prompt_tokens + gold.completion_tokens
+            again = runner.run_batch(child_ps, jobs)
+            assert gold.prompt_tokens + gold.completion_tokens == served  # nothing reached the model
+            assert [(r.task_tokens, r.replayed_tokens) for r in again] == [(r.task_tokens, r.replayed_tokens) for r in child]
             assert [[t.output for t in r.traces if t.role == "coder"] for r in child] == [
                 [t.output for t in r.traces if t.role == "coder"] for r in parent
             ]

@@ -256,3 +256,21 @@ def test_model_proposer_ksub_variations_without_reference_solutions():
     ex = role_examples("coder", rollouts, questions.__getitem__, limit=2)
     assert [e["problem"] for e in ex] == ["Question 1", "Question 2"]
     assert proposal_messages("coder", "P", ex)[0]["role"] == "system"
+
+
+def test_replayed_tokens_are_reported_apart_not_charged(tmp_path):
+    """A partial re-run's replayed answers are not spent: the budget charges the rollout's
+    spent tokens and books the replayed ones apart, the same again after a resume."""
+    import dataclasses
+
+    class Replaying(FakeRunner):
+        def run_batch(self, prompt_set, jobs):
+            return [dataclasses.replace(r, replayed_tokens=30) for r in super().run_batch(prompt_set, jobs)]
+
+    ev = make_eval(tmp_path, Replaying(), budget=Budget(max_task_tokens=50))
+    ev.evaluate(PromptSet({"coder": "+"}), TRAIN[:4])
+    assert (ev.budget.task_tokens, ev.budget.replayed_task_tokens) == (40, 120)
+    assert ev.budget.to_json()["replayed_task_tokens"] == 120 and not ev.budget.exhausted  # 40 < 50: replays not charged
+    resumed = make_eval(tmp_path, FakeRunner(), cache=RolloutCache(tmp_path / "cache.sqlite"))
+    resumed.evaluate(PromptSet({"coder": "+"}), TRAIN[:4])  # from the rollout cache, charged as the first time
+    assert (resumed.budget.task_tokens, resumed.budget.replayed_task_tokens, resumed.budget.fresh_rollouts) == (40, 120, 0)

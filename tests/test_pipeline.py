@@ -292,31 +292,78 @@ def test_gold_model_through_langgraph_reaches_gold_pass_rate(tmp_path: Path, app
 
 
 def test_optimizer_cell_optimizes_then_evaluates(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path, optimizer_pool_file: Path):
-    """optimizer=maspo through the CLI: the protocol runs first (pool from a local train file,
-    gold as task and optimizer model), then the chosen prompts are evaluated on the cell's
-    problems like any cell, and both land in the cell's one MLflow run."""
-    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    args = [
-        "allow_any_cell=true", "optimizer=maspo", "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
-        "judge.workers=2", "concurrency=4", "progress=false",
-        f"optimizer.params.pool.path={optimizer_pool_file}", "optimizer.params.pool.train_size=4",
+    """optimizer=maspo through the CLI, inside a sweep, next to its seed cell (optimizer=none).
+
+    MLflow layout: sweep parent -> the optimizer cell's run (step metrics keyed by charged
+    rollouts, optimizer artifacts, the final eval's headline, the seed cell's pass@1) -> a
+    final-eval child run (a normal cell's metrics and table with the chosen prompts). A rerun
+    continues both runs; the chosen prompts file loads and runs in a normal cell."""
+    db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    base = ["allow_any_cell=true", "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
+            "judge.workers=2", "concurrency=4", "progress=false"]  # fmt: skip
+    opt = [
+        "optimizer=maspo", f"optimizer.params.pool.path={optimizer_pool_file}", "optimizer.params.pool.train_size=4",
         "optimizer.params.pool.val_size=2", "optimizer.params.budget.rollouts=12", "optimizer.params.K=1",
         "optimizer.params.Ksub=1", "optimizer.params.T=1", "optimizer.params.D=1", "optimizer.params.minibatch=2",
     ]  # fmt: skip
-    r = run_cli(args, tmp_path)
+    # the seed prompts' cell, run first so the comparison finds it; through the seed's command form
+    seed_r = run_cli(["--method", "none", "--dataset", "apps", "--topology", "single", "--model", "gold", "--seed", "0",
+                      "--allow-any-cell", *base[2:]], tmp_path, module="apps_bench.optimize")  # fmt: skip
+    assert seed_r.returncode == 0, seed_r.stdout[-3000:] + seed_r.stderr[-3000:]
+    r = run_cli(["-m", *base, *opt], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "optimizer=maspo chose a prompt set" in r.stderr
-    [cell] = _cell_dirs(tmp_path)
-    assert "-maspo-" in cell.name
+    cell = next(c for c in _cell_dirs(tmp_path) if "-maspo-" in c.name)
+    seed_cell = next(c for c in _cell_dirs(tmp_path) if "-none-" in c.name)
     for name in ("manifest.json", "events.jsonl", "result.json", "prompts.yaml"):
         assert (cell / "optimizer" / name).exists(), name
     chosen = json.loads((cell / "optimizer" / "result.json").read_text())["chosen"]
     assert json.loads((cell / "prompts.json").read_text()) == chosen  # the evaluated prompts are the chosen ones
     assert sorted(x["id"] for x in _records(cell)) == ["28", "8", "9"]
-    db = tmp_path / "outputs" / "mlflow.db"
-    [run] = _all_runs(db)
-    assert run.info.status == "FINISHED" and run.data.tags["optimizer"] == "maspo"
-    assert "pass_at_1" in run.data.metrics and "val/chosen_strict" in run.data.metrics
+
+    def layout():
+        runs = {x.info.run_id: x for x in _all_runs(db)}
+        [sweep] = [x for x in runs.values() if x.data.tags.get("sweep") == "true"]
+        [seed] = [x for x in runs.values() if x.data.tags.get("optimizer") == "none"]
+        [opt_run] = [x for x in runs.values() if x.data.tags.get("run_kind") == "optimizer_cell"]
+        [final] = [x for x in runs.values() if x.data.tags.get("run_kind") == "final_eval"]
+        assert len(runs) == 4, [x.data.tags.get("mlflow.runName") for x in runs.values()]
+        return sweep, seed, opt_run, final
+
+    sweep, seed, opt_run, final = layout()
     c = _mlflow(db)
-    assert c.get_metric_history(run.info.run_id, "opt/rollouts_charged")  # step metrics while optimizing
-    assert {a.path for a in c.list_artifacts(run.info.run_id, "optimizer")} >= {"optimizer/prompts.yaml", "optimizer/result.json"}
+    # the optimizer cell's run: nested in the sweep, the optimization's step metrics and artifacts
+    assert opt_run.data.tags["mlflow.parentRunId"] == sweep.info.run_id and opt_run.info.status == "FINISHED"
+    steps = [m.step for m in c.get_metric_history(opt_run.info.run_id, "opt/rollouts_charged")]
+    assert steps and max(steps) == opt_run.data.metrics["opt/rollouts_charged"] > 0  # step = charged rollouts
+    assert "val/chosen_strict" in opt_run.data.metrics and opt_run.data.metrics["opt/rollouts_budget"] == 12
+    assert {a.path for a in c.list_artifacts(opt_run.info.run_id, "optimizer")} >= {
+        "optimizer/manifest.json", "optimizer/events.jsonl", "optimizer/prompts.yaml", "optimizer/result.json"}  # fmt: skip
+    # the final evaluation: a child of the optimizer cell's run, a normal cell's metrics with the chosen prompts
+    ft = final.data.tags
+    assert ft["mlflow.parentRunId"] == opt_run.info.run_id and final.info.status == "FINISHED"
+    assert (ft["optimizer"], ft["topology"], ft["model"], ft["dataset"], ft["seed"]) == ("maspo", "single", "gold", "apps", "0")
+    assert "cell_key" not in ft and ft["final_eval_of"] == opt_run.data.tags["cell_key"] == json.loads((cell / "summary.json").read_text())["cell"]["key"]
+    assert final.data.metrics["pass_at_1"] == pytest.approx(_summary(cell)["pass_at_1"]) and final.data.metrics["n_problems"] == 3
+    assert "opt/rollouts_charged" not in final.data.metrics
+    assert {"records.jsonl", "problems.json", "prompts.json"} <= {a.path for a in c.list_artifacts(final.info.run_id)}
+    assert opt_run.data.tags["final_eval_run_id"] == final.info.run_id
+    assert opt_run.data.metrics["pass_at_1"] == final.data.metrics["pass_at_1"]  # the grid report reads the cell's run
+    # next to the seed prompts' cell: linked by key, its pass@1 logged and printed
+    assert ft["seed_cell_key"] == opt_run.data.tags["seed_cell_key"] == seed.data.tags["cell_key"] == _summary(seed_cell)["cell"]["key"]
+    assert opt_run.data.metrics["seed_cell_pass_at_1"] == seed.data.metrics["pass_at_1"]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("optimizer cell pass@1"))
+    assert f"vs {seed.data.metrics['pass_at_1']:.4f} seed prompts" in line and seed.data.tags["cell_key"] in line
+
+    # a rerun continues the cell's own runs: no new run, both finished again
+    again = run_cli([*base, *opt], tmp_path)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    sweep2, seed2, opt2, final2 = layout()
+    assert (opt2.info.run_id, final2.info.run_id) == (opt_run.info.run_id, final.info.run_id)
+    assert opt2.info.status == final2.info.status == "FINISHED"
+
+    # the chosen prompt set loads and runs in a normal cell
+    normal = run_cli([*base, f"topology.prompt_file={cell / 'optimizer' / 'prompts.yaml'}", "limit=1"], tmp_path)
+    assert normal.returncode == 0, normal.stdout[-3000:] + normal.stderr[-3000:]
+    ncell = next(c for c in _cell_dirs(tmp_path) if "-none-" in c.name and c != seed_cell)
+    assert json.loads((ncell / "prompts.json").read_text()) == chosen and len(_records(ncell)) == 1

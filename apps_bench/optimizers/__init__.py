@@ -14,16 +14,22 @@ Modules, each with one job (import them by name; `gepa` and the frameworks load 
   model on the project's metered clients.
 - `run`: one optimizer run (manifest first, method, val re-scoring, prompts.yaml,
   events.jsonl, result.json); `entry`: from a composed cell config to `run.optimize`.
+- `replay`: the loopback proxy that answers repeated model requests from the run's cache
+  (partial re-runs), with replayed tokens booked apart.
+- `cell_runs`: the optimizer cell's MLflow layout (its run + a final-eval child run) and
+  the seed cell (`optimizer=none`) it is reported next to.
 
-The CLI's use: `entry.run_optimizer_cell(cfg, out_dir=..., hook=...)` returns the chosen
-PromptSet (`result.prompts_path`); the final eval cell runs with
-`topology.prompt_file=<that path>` next to the seed prompts' cell.
+The CLI's use (`pipeline._optimize`): `entry.run_optimizer_cell(cfg, out_dir=..., hook=...)`
+returns the chosen PromptSet (`result.prompts_path`); the cell then evaluates it on its own
+problems in a child MLflow run, next to the seed prompts' cell. `python -m apps_bench.optimize`
+takes the seed's `optimizers.protocol.run` flags.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "cache",
+    "cell_runs",
     "chat",
     "entry",
     "gepa_adapter",
@@ -31,6 +37,7 @@ __all__ = [
     "maspo_system",
     "proposals",
     "protocol",
+    "replay",
     "run",
     "runner",
     "scoring",

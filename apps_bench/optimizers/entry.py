@@ -122,7 +122,8 @@ def run_optimizer_cell(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, di
         else:
             opt_ep = stack.enter_context(open_endpoint(opt_cfg, loaded.problems))
         pool = stack.enter_context(SandboxPool(workers=int(cfg.judge.get("workers") or 0)))
-        runner = PipelineRunner(cfg, endpoint=task_ep, pool=pool, judge=Judge.from_config(pool, cfg.judge), problems=problems)
+        runner = PipelineRunner(cfg, endpoint=task_ep, pool=pool, judge=Judge.from_config(pool, cfg.judge), problems=problems,
+                                replayed=proxy.pop_replayed if proxy is not None else None)  # fmt: skip
         chat = EndpointChat(opt_ep, opt_cfg) if method != "none" else None
         try:
             res = optimize(
@@ -146,7 +147,7 @@ def run_optimizer_cell(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, di
                 score_program=runner.score_program,
                 hook=hook,
             )
-            if proxy is not None:  # task tokens the clients counted for replayed answers were not spent
+            if proxy is not None:  # replayed answers: served with usage zeroed, their tokens counted here and in the budget
                 res.details["replay"] = proxy.stats()
                 import json  # noqa: PLC0415
 

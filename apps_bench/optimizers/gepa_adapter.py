@@ -16,6 +16,13 @@ The traps found when GEPA was probed, and what this module does about each:
   rollout cache, so that re-scoring is served from disk and charged nothing new.
 - Val ids inside GEPA's state are positions 0..n-1: results are mapped back to problem
   keys (`GepaOutcome.val_scores`).
+- An infrastructure failure (model calls failing after the client's retries, a sandbox
+  failure) must not be scored: a 0 would count as a wrong answer and bias GEPA against
+  the candidate that met it. GEPA has no neutral value (minibatch sums decide acceptance,
+  per-problem val scores feed the Pareto front), so, unlike MASPO (a paired comparison,
+  where such a problem is a tie), the protocol's evaluator first re-runs the failed
+  rollouts (`infra_retries`) and a failure that remains stops the run with
+  `InfrastructureDown`; the rerun resumes through the cache without paying twice.
 """
 
 from __future__ import annotations
@@ -116,9 +123,18 @@ class PipelineAdapter(GEPAAdapter):
         except BudgetExhausted as exc:
             self.budget_hit = str(exc)
             rollouts = None
-        if rollouts is None:  # the cap is reached: run nothing more, score nothing
+        if rollouts is None:  # the cap is reached: run nothing more (zeros GEPA never selects: the run stops next check)
             self.placeholder_evals += 1
             rollouts = [self._placeholder(k, "budget exhausted: not run") for k in keys]
+        else:
+            failed = [r for r in rollouts if r.error]
+            if failed:
+                raise InfrastructureDown(
+                    f"{len(failed)} of {len(keys)} rollouts failed for infrastructure reasons after retries, e.g. "
+                    f"{failed[0].key[0]}/{failed[0].key[1]}: {failed[0].error!r}. GEPA cannot leave a problem out of "
+                    "its scores and a 0 would count as a wrong answer, so the run stops; fix the endpoint/sandbox "
+                    "(or raise optimizer.params.infra_retries) and rerun: finished rollouts come from the cache"
+                )
         scores = [0.0 if r.error else example_score(r) for r in rollouts]
         charged = (self.budget.rollouts - before) if self.budget is not None and before is not None else None
         return EvaluationBatch(

@@ -315,6 +315,7 @@ class Budget:
     task_tokens: int = 0
     optimizer_tokens: int = 0
     optimizer_calls: int = 0
+    replayed_task_tokens: int = 0  # answers replayed from the run's cache (partial re-runs): not charged
     fresh_rollouts: int = 0
     fresh_task_tokens: int = 0
     fresh_optimizer_tokens: int = 0
@@ -356,10 +357,12 @@ class Budget:
                 self.batches += 1
                 self.largest_batch = max(self.largest_batch, n_rollouts)
 
-    def charge_rollout(self, task_tokens: int, *, fresh: bool) -> None:
+    def charge_rollout(self, task_tokens: int, *, fresh: bool, replayed: int = 0) -> None:
+        """`task_tokens`: what the rollout spent; `replayed`: what its replayed answers would have cost (apart)."""
         with self._lock:
             self.rollouts += 1
             self.task_tokens += int(task_tokens)
+            self.replayed_task_tokens += int(replayed)
             if fresh:
                 self.fresh_rollouts += 1
                 self.fresh_task_tokens += int(task_tokens)
@@ -388,7 +391,7 @@ class Budget:
 
     _FIELDS = (
         "max_rollouts", "max_task_tokens", "max_optimizer_tokens", "rollouts", "task_tokens",
-        "optimizer_tokens", "optimizer_calls", "fresh_rollouts", "fresh_task_tokens",
+        "optimizer_tokens", "optimizer_calls", "replayed_task_tokens", "fresh_rollouts", "fresh_task_tokens",
         "fresh_optimizer_tokens", "batches", "largest_batch",
     )  # fmt: skip
 

@@ -12,6 +12,14 @@ whole-re-run fallback. A rerun after a kill replays the same way.
 
 The recorded responses live in the run's RolloutCache (kind "model_call"), so they
 survive a kill -9 like everything else.
+
+Tokens: a replayed answer was not paid for again, so the proxy serves it with its usage
+zeroed (the metered clients then count only what reached the model) and books its tokens
+apart, per rollout (`pop_replayed`). Which rollout asks is told by the runner's
+`ROLLOUT_HEADER` (stripped before forwarding); an answer the *same* rollout recorded
+earlier (a rerun after a kill caught it in flight, or a retry after an infrastructure
+error) keeps its usage: that rollout was never charged, so charging it now gives the
+same charged tokens as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -24,8 +32,27 @@ from typing import Any
 
 from apps_bench.optimizers.cache import RolloutCache
 
-_TOTAL = re.compile(r'"total_tokens"\s*:\s*(\d+)')
-_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host"}
+_USAGE_FIELD = re.compile(r'("(?:prompt|completion|total|input|output)_tokens"\s*:\s*)\d+')
+ROLLOUT_HEADER = "X-Apps-Bench-Rollout"
+_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host", ROLLOUT_HEADER.lower()}
+
+
+def zero_usage(body: str) -> str:
+    """The body with every token count of its usage set to 0 (JSON or SSE)."""
+    return _USAGE_FIELD.sub(r"\g<1>0", body)
+
+
+def _well_formed(data: bytes, content_type: str) -> bool:
+    from apps_bench.models.metering import parse_usage  # noqa: PLC0415
+
+    return parse_usage(data, content_type)[0]
+
+
+def body_tokens(body: str, content_type: str) -> int:
+    from apps_bench.models.metering import parse_usage  # noqa: PLC0415
+
+    ok, prompt, completion = parse_usage(body.encode("latin-1"), content_type)
+    return prompt + completion if ok else 0
 
 
 class ReplayProxy:
@@ -37,7 +64,8 @@ class ReplayProxy:
         self.timeout_s = timeout_s
         self.hits = 0
         self.misses = 0
-        self.replayed_tokens = 0  # usage reported by replayed answers: counted by the clients, not spent
+        self.replayed_tokens = 0  # usage of replayed answers: served zeroed, not spent again
+        self._replayed_by: dict[str, int] = {}  # rollout tag -> replayed tokens not yet collected
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -90,6 +118,11 @@ class ReplayProxy:
     def stats(self) -> dict[str, int]:
         return {"hits": self.hits, "misses": self.misses, "replayed_tokens": self.replayed_tokens}
 
+    def pop_replayed(self, rollout: str) -> int:
+        """Tokens replayed (not spent) for one rollout since the last call; the runner books them apart."""
+        with self._lock:
+            return self._replayed_by.pop(rollout, 0)
+
     # -- forwarding
 
     def _url(self, path: str) -> str:
@@ -100,12 +133,17 @@ class ReplayProxy:
     def _forward(self, h: BaseHTTPRequestHandler, body: bytes, *, cacheable: bool) -> None:
         key = hashlib.sha256(h.path.encode() + b"\n" + body).hexdigest() if cacheable else None
         hit = self.cache.get(key, kind="model_call") if key else None
+        rollout = h.headers.get(ROLLOUT_HEADER, "")
         if hit is not None:
-            status, ctype, data = int(hit["status"]), str(hit["content_type"]), hit["body"].encode("latin-1")
-            used = _TOTAL.findall(hit["body"])
+            status, ctype, text = int(hit["status"]), str(hit["content_type"]), str(hit["body"])
+            own = bool(rollout) and hit.get("rollout") == rollout  # this rollout's own earlier call: not charged yet
+            tokens = 0 if own else body_tokens(text, ctype)
+            data = (text if own else zero_usage(text)).encode("latin-1")
             with self._lock:
                 self.hits += 1
-                self.replayed_tokens += int(used[-1]) if used else 0
+                self.replayed_tokens += tokens
+                if rollout and tokens:
+                    self._replayed_by[rollout] = self._replayed_by.get(rollout, 0) + tokens
         else:
             headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP}
             try:
@@ -116,8 +154,9 @@ class ReplayProxy:
             if key:
                 with self._lock:
                     self.misses += 1
-                if status == 200:
-                    self.cache.put(key, {"status": status, "content_type": ctype, "body": data.decode("latin-1")}, kind="model_call")
+                if status == 200 and _well_formed(data, ctype):  # a malformed answer is a fault to retry, not to replay
+                    entry = {"status": status, "content_type": ctype, "body": data.decode("latin-1"), "rollout": rollout}
+                    self.cache.put(key, entry, kind="model_call")
         h.send_response(status)
         h.send_header("Content-Type", ctype)
         h.send_header("Content-Length", str(len(data)))

@@ -172,7 +172,9 @@ def optimize(
     def on_eval(rec: EvalRecord) -> None:
         log("evaluation", {**asdict(rec), "keys": [key_str(k) for k in rec.keys], "rollouts_charged": budget.rollouts})
 
-    evaluator = ProtocolEvaluator(runner, cache, budget, gate, run_seed, dict(model), dict(settings), on_evaluate=on_eval)
+    retries = int(params.get("infra_retries", 1))
+    evaluator = ProtocolEvaluator(runner, cache, budget, gate, run_seed, dict(model), dict(settings), on_evaluate=on_eval,
+                                  infra_retries=retries)  # fmt: skip
     question_of = lambda key: pool.problems[tuple(key)].question  # noqa: E731 - statements only, never solutions
     cchat = None
     if chat is not None:
@@ -199,11 +201,16 @@ def optimize(
 
     # val re-scoring of the seed and the chosen prompts: same cache and gate, its own uncapped budget
     val_budget = Budget()
-    val_eval = ProtocolEvaluator(runner, cache, val_budget, gate, run_seed, dict(model), dict(settings))
+    val_eval = ProtocolEvaluator(runner, cache, val_budget, gate, run_seed, dict(model), dict(settings), infra_retries=retries)
     # (the val step's metrics use the optimizer's final charged count as their step)
-    seed_val = objective(val_eval.evaluate(PromptSet(seed_texts), list(splits.val)))
-    chosen_val = objective(val_eval.evaluate(PromptSet(dict(chosen)), list(splits.val)))
-    log("val", {"seed": seed_val._asdict(), "chosen": chosen_val._asdict(), "rollouts_charged": budget.rollouts})
+    seed_rs = val_eval.evaluate(PromptSet(seed_texts), list(splits.val))
+    chosen_rs = val_eval.evaluate(PromptSet(dict(chosen)), list(splits.val))
+    failed = {r.key for r in (*seed_rs, *chosen_rs) if r.error}  # left out on both sides: the comparison stays paired
+    seed_val = objective([r for r in seed_rs if r.key not in failed])
+    chosen_val = objective([r for r in chosen_rs if r.key not in failed])
+    details["val_infra_errors"] = sorted(key_str(k) for k in failed)
+    log("val", {"seed": seed_val._asdict(), "chosen": chosen_val._asdict(), "rollouts_charged": budget.rollouts,
+                "infra_errors": details["val_infra_errors"]})  # fmt: skip
 
     write_prompt_set(out / "prompts.yaml", chosen)
     result = OptimizeResult(method, dict(chosen), seed_val, chosen_val, budget.to_json(), val_budget.to_json(),

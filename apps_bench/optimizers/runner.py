@@ -10,8 +10,9 @@ one problem is a Rollout with `error` set (infrastructure), never an exception.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from apps_bench.optimizers.protocol import ProblemKey
 from apps_bench.optimizers.scoring import Rollout, rollout_from_attempt
@@ -22,10 +23,12 @@ from apps_bench.types import Problem
 class PipelineRunner:
     """`cfg`: the resolved cell config (attribute access: an OmegaConf node); `endpoint`:
     an open model endpoint (`models.open_endpoint`); `pool`: the SandboxPool; `judge`: a
-    `judge.Judge` built from `cfg.judge` (the eval cell's profile, timeouts, test cap)."""
+    `judge.Judge` built from `cfg.judge` (the eval cell's profile, timeouts, test cap);
+    `replayed`: behind a `replay.ReplayProxy`, its `pop_replayed` (each rollout's requests
+    then carry the rollout's tag, and its replayed tokens are booked apart)."""
 
     def __init__(self, cfg: Any, *, endpoint: Any, pool: Any, judge: Any, problems: Mapping[ProblemKey, Problem],
-                 concurrency: int | None = None) -> None:  # fmt: skip
+                 concurrency: int | None = None, replayed: Callable[[str], int] | None = None) -> None:  # fmt: skip
         from apps_bench.topologies.registry import get_topology  # noqa: PLC0415
 
         self.cfg = cfg
@@ -33,6 +36,7 @@ class PipelineRunner:
         self.pool = pool
         self.judge = judge
         self.problems = dict(problems)
+        self.replayed = replayed
         self.topology = get_topology(cfg.topology)
         self.concurrency = max(1, int(concurrency or cfg.get("concurrency", 4) or 4))
         tl = float(cfg.topology.get("time_limit_s") or 600)
@@ -55,6 +59,17 @@ class PipelineRunner:
             executor.shutdown(wait=False)
 
     async def _one(self, sem: asyncio.Semaphore, prompt_set: PromptSet, key: ProblemKey, seed: int) -> Rollout:
+        if self.replayed is None:
+            return await self._solve(sem, prompt_set, key, seed, {})
+        from apps_bench.optimizers.cache import stable_hash  # noqa: PLC0415
+        from apps_bench.optimizers.replay import ROLLOUT_HEADER  # noqa: PLC0415
+
+        tag = stable_hash({"roles": dict(prompt_set.texts), "problem": list(key), "seed": seed})[:20]
+        r = await self._solve(sem, prompt_set, key, seed, {ROLLOUT_HEADER: tag})
+        return dataclasses.replace(r, replayed_tokens=self.replayed(tag))
+
+    async def _solve(self, sem: asyncio.Semaphore, prompt_set: PromptSet, key: ProblemKey, seed: int,
+                     headers: dict[str, str]) -> Rollout:  # fmt: skip
         from apps_bench.models import ModelClients  # noqa: PLC0415
         from apps_bench.sandbox.tool import PythonExecTool  # noqa: PLC0415
         from apps_bench.topologies.context import build_context  # noqa: PLC0415
@@ -65,7 +80,7 @@ class PipelineRunner:
             usage = Usage()
             models = None
             try:
-                models = ModelClients(self.endpoint, self.cfg.model, usage)
+                models = ModelClients(self.endpoint, self.cfg.model, usage, headers=headers or None)
                 tool = PythonExecTool(self.pool, float(self.cfg.tool.timeout_s), int(self.cfg.tool.output_chars), usage)
                 ctx = build_context(problem, self.cfg.topology, models=models, tool=tool, seed=seed, usage=usage,
                                     prompts=prompt_set)  # fmt: skip

@@ -64,9 +64,10 @@ class Rollout:
     n_tests: int = 0
     first_failure: FailingTest | None = None
     traces: tuple[RoleTrace, ...] = ()
-    task_tokens: int = 0
+    task_tokens: int = 0  # spent: answers replayed from the run's cache are not in it
     model_calls: int = 0
     error: str | None = None  # infrastructure failure (never cached)
+    replayed_tokens: int = 0  # tokens of the answers replayed for this rollout (reported apart, not charged)
     cached: bool = False  # served from the rollout cache (set on return, not stored)
 
     @property
@@ -98,6 +99,7 @@ class Rollout:
             task_tokens=int(d.get("task_tokens", 0)),
             model_calls=int(d.get("model_calls", 0)),
             error=d.get("error"),
+            replayed_tokens=int(d.get("replayed_tokens", 0)),
             cached=cached,
         )
 
@@ -123,6 +125,8 @@ class Objective(NamedTuple):
 
 
 def objective(rollouts: Sequence[Rollout]) -> Objective:
+    """Over the rollouts that ran: an infrastructure failure is left out, never scored as wrong."""
+    rollouts = [r for r in rollouts if not r.error]
     if not rollouts:
         return Objective(0.0, 0.0)
     n = len(rollouts)
@@ -172,6 +176,8 @@ class EvalRecord:
     charged: int
     strict: float
     fraction: float
+    retried: int = 0  # rollouts re-run after an infrastructure error
+    infra_errors: int = 0  # rollouts still failed for infrastructure reasons (never scored as wrong)
 
 
 class InfrastructureDown(RuntimeError):
@@ -181,7 +187,13 @@ class InfrastructureDown(RuntimeError):
 
 @dataclass
 class ProtocolEvaluator:
-    """Gate + paired seeds + cache + budget in front of a `Runner` (see module doc)."""
+    """Gate + paired seeds + cache + budget in front of a `Runner` (see module doc).
+
+    A rollout that failed for an infrastructure reason (model calls failing after the
+    client's retries, a sandbox failure) is re-run up to `infra_retries` times before it is
+    charged (once, like any rollout; a batch where every rollout failed is not retried: the
+    endpoint or sandbox is down, and the run stops); what still fails comes back with `error` set for the
+    method to exclude (MASPO: a tie; GEPA: stops), never as a wrong answer."""
 
     runner: Runner
     cache: RolloutCache
@@ -191,6 +203,7 @@ class ProtocolEvaluator:
     model: Mapping[str, Any]
     settings: Mapping[str, Any]
     on_evaluate: Callable[[EvalRecord], None] | None = None
+    infra_retries: int = 1
     _charged: set[str] = field(default_factory=set, repr=False)
 
     def seed_for(self, key: ProblemKey) -> int:
@@ -209,29 +222,30 @@ class ProtocolEvaluator:
         self.budget.admit(len(uncharged))  # raises BudgetExhausted before anything runs
         todo = [k for k in dict.fromkeys(keys) if k not in found]
         fresh_keys: set[ProblemKey] = set()
+        retried = 0
         if todo:
-            results = self.runner.run_batch(prompt_set, [(k, self.seed_for(k)) for k in todo])
-            if len(results) != len(todo):
-                raise RuntimeError(f"runner returned {len(results)} rollouts for {len(todo)} jobs")
-            for k, r in zip(todo, results):
-                if tuple(r.key) != k:
-                    raise RuntimeError(f"runner returned a rollout for {r.key} where {k} was expected")
-                if r.error is None:
-                    self.cache.put(ckeys[k], r.to_json())
-                found[k] = replace(r, cached=False)
-                fresh_keys.add(k)
+            run = todo
+            for attempt in range(1 + max(0, int(self.infra_retries))):
+                if attempt:
+                    failed = [k for k in run if found[k].error]
+                    if not failed or (len(todo) >= 2 and len(failed) == len(todo)):
+                        break  # nothing to retry, or everything failed: down, not flaky (stop below)
+                    run = failed
+                    retried += len(run)
+                self._run(prompt_set, run, ckeys, found)
+            fresh_keys.update(todo)
             if len(todo) >= 2 and all(found[k].error for k in todo):
                 for k in todo:  # what ran is spent
                     if ckeys[k] not in self._charged:
                         self._charged.add(ckeys[k])
-                        self.budget.charge_rollout(found[k].task_tokens, fresh=True)
+                        self.budget.charge_rollout(found[k].task_tokens, fresh=True, replayed=found[k].replayed_tokens)
                 raise InfrastructureDown(
                     f"all {len(todo)} rollouts of the batch failed for infrastructure reasons, e.g. "
                     f"{found[todo[0]].error!r}; fix the endpoint/sandbox and rerun: finished rollouts come from the cache"
                 )
         for k in uncharged:
             self._charged.add(ckeys[k])
-            self.budget.charge_rollout(found[k].task_tokens, fresh=k in fresh_keys)
+            self.budget.charge_rollout(found[k].task_tokens, fresh=k in fresh_keys, replayed=found[k].replayed_tokens)
         out = [found[k] for k in keys]
         if self.on_evaluate is not None:
             ob = objective(out)
@@ -244,9 +258,23 @@ class ProtocolEvaluator:
                     charged=len(uncharged),
                     strict=ob.strict,
                     fraction=ob.fraction,
+                    retried=retried,
+                    infra_errors=sum(1 for r in out if r.error),
                 )
             )
         return out
+
+    def _run(self, prompt_set: PromptSet, keys: list[ProblemKey], ckeys: Mapping[ProblemKey, str],
+             found: dict[ProblemKey, Rollout]) -> None:  # fmt: skip
+        results = self.runner.run_batch(prompt_set, [(k, self.seed_for(k)) for k in keys])
+        if len(results) != len(keys):
+            raise RuntimeError(f"runner returned {len(results)} rollouts for {len(keys)} jobs")
+        for k, r in zip(keys, results):
+            if tuple(r.key) != k:
+                raise RuntimeError(f"runner returned a rollout for {r.key} where {k} was expected")
+            if r.error is None:
+                self.cache.put(ckeys[k], r.to_json())
+            found[k] = replace(r, cached=False)
 
     def state(self) -> dict[str, Any]:
         """Charged rollouts and budget, for a method that persists its own state (GEPA run_dir)."""

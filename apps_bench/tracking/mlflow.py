@@ -3,7 +3,8 @@
 Mapping: experiment = the study (`tracking.experiment`); run = one cell, found again by
 its `cell_key` tag so a resumed cell continues its own run; a multirun sweep gets a
 parent run (created by the Hydra callback before any cell starts) and each cell's run
-nests under it. Params are the flattened identity of the cell (settings that change
+nests under it. An optimizer cell's final evaluation is a child of the cell's run, found
+again by its own tag (`key_tag="final_eval_of"`, `parent_run_id`). Params are the flattened identity of the cell (settings that change
 results), which is the same on every resume, so MLflow's immutable params never clash.
 
 Store: `MLFLOW_TRACKING_URI` if set, else an absolute-path SQLite file
@@ -170,7 +171,12 @@ class CellRun:
         params: Mapping[str, Any],
         tags: Mapping[str, str],
         uri: str | None = None,
+        key_tag: str = "cell_key",
+        parent_run_id: str | None = None,
     ) -> CellRun:
+        """`key_tag`: the tag that finds the run again (an optimizer cell's final-eval child uses
+        its own, so it never shadows the cell's run); `parent_run_id`: nest under this run
+        instead of the sweep's."""
         uri = uri or tracking_uri()
         c = client(uri)
         exp_id = experiment_id(c, experiment, uri)
@@ -178,7 +184,7 @@ class CellRun:
 
         found = c.search_runs(
             [exp_id],
-            filter_string=f"tags.cell_key = '{cell_key}'",
+            filter_string=f"tags.{key_tag} = '{cell_key}'",
             order_by=["attributes.start_time DESC"],
             max_results=1,
         )
@@ -188,7 +194,7 @@ class CellRun:
             resumed = True
         else:
             all_tags = dict(tags)
-            parent = os.environ.get(PARENT_RUN_ENV, "").strip()
+            parent = parent_run_id or os.environ.get(PARENT_RUN_ENV, "").strip()
             if parent:
                 all_tags["mlflow.parentRunId"] = parent
             run = c.create_run(exp_id, run_name=run_name, tags=all_tags)
@@ -219,7 +225,8 @@ class CellRun:
             c.log_batch(self.run_id, metrics=chunk)
         all_tags = {"complete": str(complete).lower(), **(tags or {})}
         c.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
-        self._log_table(c, rows)
+        if rows:  # an optimizer cell's own run has no problems (its final-eval child has them)
+            self._log_table(c, rows)
         for f in files:
             if f.exists():
                 c.log_artifact(self.run_id, str(f))
