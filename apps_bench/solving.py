@@ -403,10 +403,7 @@ class SolverProcesses:
         for h in self.helpers:
             if h.wire is not None:
                 h.wire.close()
-            try:
-                h.conn.close()
-            except OSError:
-                pass
+            _hang_up(h.conn)
         deadline = time.monotonic() + 2.0
         for h in self.helpers:
             while time.monotonic() < deadline and _reap(h.pid, block=False) is None:
@@ -417,6 +414,22 @@ class SolverProcesses:
                 except ProcessLookupError:
                     pass
                 _reap(h.pid)
+
+
+def _hang_up(conn: Any) -> None:
+    """Shut the socket down, then close it: a bare close() neither wakes our own reader
+    thread blocked in recv() nor (while that thread holds the socket) sends the helper EOF."""
+    import socket
+
+    try:
+        with socket.socket(fileno=os.dup(conn.fileno())) as dup:
+            dup.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        conn.close()
+    except OSError:
+        pass
 
 
 def _reap(pid: int, block: bool = True) -> str | None:
