@@ -55,7 +55,7 @@ Examples:
 Config groups (conf/ in the package):
 {groups}
 Run options (top level): seed, limit, offset, only=[ids], difficulty, max_tests_per_row (20; <=0 keeps all),
-  concurrency (16), allow_any_cell (false), out_dir, verbose, progress, tool.timeout_s, tool.output_chars,
+  concurrency (32), processes (auto), allow_any_cell (false), out_dir, verbose, progress, tool.timeout_s, tool.output_chars,
   tracking.experiment (MLflow experiment, default apps)
 
 Seed flags -> overrides:

@@ -529,6 +529,7 @@ def run_cell(cfg: Any) -> CellResult:
         store.write_json(PROMPTS, dict(prompts.texts))
 
     tracker = None
+    solvers = 0
     if todo:
         from apps_bench.models import ModelEndpointError, open_endpoint
         from apps_bench.sandbox import SandboxPool
@@ -556,6 +557,7 @@ def run_cell(cfg: Any) -> CellResult:
             except ImportError as exc:
                 raise CellSetupError(str(exc)) from exc
             helpers = _fork_solvers(data, node, todo, topology=topology, endpoint=endpoint, prompts=prompts)
+            solvers = 1 + (len(helpers.helpers) if helpers is not None else 0)
             with SandboxPool(workers=int(data["judge"].get("workers") or 0)) as pool:
                 progress = _Progress(len(problems), n_done, bool(data.get("progress", True)), cell.name)
                 try:
@@ -600,6 +602,7 @@ def run_cell(cfg: Any) -> CellResult:
         wall_s=time.perf_counter() - t_start,
     )
     summary["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
+    summary["run"] = {"concurrency": int(data["concurrency"]), "processes": str(data.get("processes")), "solvers": solvers}
     summary["cell"] = {"key": cell.key, "name": cell.name, **cell.axes()}
     summary["dataset"] = {"source": loaded.source, "revision": loaded.revision}
     summary_path = store.write_summary(summary)

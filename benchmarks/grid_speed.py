@@ -91,7 +91,8 @@ def main() -> int:
         summary = json.loads((work / tag / "summary.json").read_text())
         results[label] = (dt, summary)
         print(f"{label:>15}: {dt:7.1f} s  pass@1 {summary['pass_at_1']:.3f}  "
-              f"model calls {summary['usage']['model_calls']}  problems {summary['n_recorded']}", flush=True)
+              f"model calls {summary['usage']['model_calls']}  problems {summary['n_recorded']}  "
+              f"solving processes {summary['run']['solvers']}", flush=True)
 
     t_default = results["default"][0]
     t_one = results["concurrency=1"][0]
@@ -99,7 +100,7 @@ def main() -> int:
     print()
     print(f"grid speed ({args.n} problems, gold latency {args.latency_ms} ms/call, single runner):")
     print(f"  concurrency=1      {t_one:7.1f} s")
-    print(f"  default (16)       {t_default:7.1f} s")
+    print(f"  default ({results['default'][1]['run']['concurrency']})       {t_default:7.1f} s")
     print(f"  ratio              {t_one / t_default:7.1f}x   (target >= 10x)")
     print(f"  same pass@1        {same}")
     # where the whole-command ratio goes: the problems phase (first to last completed problem,
