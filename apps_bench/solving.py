@@ -222,12 +222,38 @@ def _die_with_parent() -> None:
         pass
 
 
+def _drop_inherited_channels(keep: int) -> None:
+    """Close every pipe and socket the fork copied from the main process, except `keep` and stdio.
+
+    Other threads of the main process may hold pipes at the moment of the fork: a
+    subprocess being started (its exec-status pipe: the main process's Popen waits for EOF
+    on it, which never comes while a copy lives here), the MLflow helper's stdin, the gold
+    server's listening socket. The helper uses none of them, and must not keep them open.
+    """
+    import stat
+
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 2 or fd == keep:
+            continue
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:  # the directory listing's own descriptor, already closed
+            continue
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 def _helper_main(
     conn: Any, problems: Sequence[Any], solve: Callable[..., Any], threads: int, parent: int, name: str
 ) -> None:
     """Body of a forked helper: solve the problems the main process hands over, until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     _die_with_parent()
+    _drop_inherited_channels(keep=conn.fileno())
     if os.getppid() != parent:  # the main process died before prctl took effect
         os._exit(1)
     proxy = _ExecProxy()

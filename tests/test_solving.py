@@ -54,6 +54,30 @@ def test_bad_processes_setting_fails_the_cell_with_its_fix(tmp_path: Path, mlflo
     assert "processes must be 'auto' or a positive integer, got 'lots'" in r.stderr
 
 
+def test_a_helper_holds_no_pipe_of_the_main_process():
+    """A pipe the main process owns (e.g. the exec-status pipe of a subprocess another thread
+    is starting at the moment of the fork) reaches EOF when the main process closes it: the
+    helper dropped its copy. (Holding it deadlocked a cell: Popen waited for that EOF.)"""
+    import select
+
+    from apps_bench.solving import SolverProcesses, Solved
+    from apps_bench.types import Usage
+
+    async def solve(problem, pool, connections):  # never called: no problem is handed over
+        return Solved(attempt=None, usage=Usage())
+
+    r, w = os.pipe()
+    procs = SolverProcesses.fork(1, ["p"], solve, threads=2)
+    try:
+        time.sleep(0.5)  # the helper is up, and has had its chance to drop what it inherited
+        os.close(w)
+        assert select.select([r], [], [], 10)[0], "no EOF: a helper still holds the pipe's write end"
+        assert os.read(r, 1) == b""
+    finally:
+        procs.close()
+        os.close(r)
+
+
 # ------------------------------------------------------------------------------- end to end
 
 
