@@ -63,10 +63,14 @@ async def solve_problem(
     pool: Any,
     prompts: Any = None,
     connections: Any = None,
+    seed: int | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Solved:
     """Run the cell's topology on one problem; any failure becomes `Solved.error` (never raised).
 
-    `connections`: the event loop's `SharedConnections` (one HTTP pool for all problems)."""
+    `connections`: the event loop's `SharedConnections` (one HTTP pool for all problems).
+    `seed` defaults to the cell's; `headers` go with every model request (an optimizer's
+    rollout tag). The attempt carries the problem's transcript events and usage."""
     from apps_bench.models import ModelClients
     from apps_bench.sandbox.tool import PythonExecTool
     from apps_bench.topologies.context import build_context
@@ -81,16 +85,22 @@ async def solve_problem(
     t0 = time.perf_counter()
     models = None
     try:
-        models = ModelClients(endpoint, cfg["model"], usage, shared=connections)
+        models = ModelClients(endpoint, cfg["model"], usage, shared=connections, headers=dict(headers or {}) or None)
         tool = PythonExecTool(pool, float(tool_cfg["timeout_s"]), int(tool_cfg["output_chars"]), usage)
-        ctx = build_context(problem, topo_cfg, models=models, tool=tool, seed=int(cfg["seed"]), usage=usage, prompts=prompts)
+        ctx = build_context(
+            problem, topo_cfg, models=models, tool=tool, seed=int(cfg["seed"] if seed is None else seed), usage=usage,
+            prompts=prompts,
+        )  # fmt: skip
         try:
             attempt = await asyncio.wait_for(topology.solve(ctx), timeout=time_cap(topo_cfg))
         except asyncio.TimeoutError:
             attempt = Attempt(program=None, transcript=list(ctx.transcript), stop_reason="time_limit")
+        if not attempt.transcript:
+            attempt.transcript = list(ctx.transcript)
+        attempt.usage = usage
         if attempt.error:
             error = str(attempt.error)
-        transcript = [asdict(e) for e in (attempt.transcript or ctx.transcript)]
+        transcript = [asdict(e) for e in attempt.transcript]
     except Exception as exc:  # noqa: BLE001 - any failure of one problem is recorded, never fatal to the cell
         error = f"{type(exc).__name__}: {exc}"
     finally:

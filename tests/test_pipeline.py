@@ -367,3 +367,31 @@ def test_optimizer_cell_optimizes_then_evaluates(tmp_path: Path, apps_data_dir: 
     assert normal.returncode == 0, normal.stdout[-3000:] + normal.stderr[-3000:]
     ncell = next(c for c in _cell_dirs(tmp_path) if "-none-" in c.name and c != seed_cell)
     assert json.loads((ncell / "prompts.json").read_text()) == chosen and len(_records(ncell)) == 1
+
+def test_gepa_cell_on_a_chain_through_the_cli(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path, optimizer_pool_file: Path):
+    """optimizer=gepa on a multi-role topology through the CLI: the optimizer cell's run with
+    step metrics, a final-eval child run, and a prompt set a normal cell loads and runs."""
+    db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    base = ["allow_any_cell=true", "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
+            "topology=sequential_langgraph", "judge.workers=2", "concurrency=4", "progress=false", "limit=2"]  # fmt: skip
+    opt = ["optimizer=gepa", f"optimizer.params.pool.path={optimizer_pool_file}", "optimizer.params.pool.train_size=3",
+           "optimizer.params.pool.val_size=2", "optimizer.params.budget.rollouts=8", "optimizer.params.minibatch=2"]  # fmt: skip
+    r = run_cli([*base, *opt], tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    [cell] = [c for c in _cell_dirs(tmp_path) if "-gepa-" in c.name]
+    result = json.loads((cell / "optimizer" / "result.json").read_text())
+    assert json.loads((cell / "prompts.json").read_text()) == result["chosen"] and len(result["chosen"]) >= 2
+    assert result["budget"]["rollouts"] <= 8 + 2  # overshoot at most one minibatch
+    runs = {x.info.run_id: x for x in _all_runs(db)}
+    [opt_run] = [x for x in runs.values() if x.data.tags.get("run_kind") == "optimizer_cell"]
+    [final] = [x for x in runs.values() if x.data.tags.get("run_kind") == "final_eval"]
+    c = _mlflow(db)
+    assert c.get_metric_history(opt_run.info.run_id, "opt/rollouts_charged")  # step metrics
+    assert final.data.tags["mlflow.parentRunId"] == opt_run.info.run_id and final.info.status == "FINISHED"
+    assert final.data.tags["optimizer"] == "gepa" and final.data.tags["topology"] == "sequential_langgraph"
+    assert final.data.metrics["pass_at_1"] == pytest.approx(_summary(cell)["pass_at_1"])
+    # the chosen prompt set loads and runs in a normal cell of the same topology
+    normal = run_cli([*base, f"topology.prompt_file={cell / 'optimizer' / 'prompts.yaml'}", "limit=1"], tmp_path)
+    assert normal.returncode == 0, normal.stdout[-3000:] + normal.stderr[-3000:]
+    ncell = next(c for c in _cell_dirs(tmp_path) if "-none-" in c.name)
+    assert json.loads((ncell / "prompts.json").read_text()) == result["chosen"] and len(_records(ncell)) == 1

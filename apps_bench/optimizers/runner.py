@@ -39,8 +39,7 @@ class PipelineRunner:
         self.replayed = replayed
         self.topology = get_topology(cfg.topology)
         self.concurrency = max(1, int(concurrency or cfg.get("concurrency", 4) or 4))
-        tl = float(cfg.topology.get("time_limit_s") or 600)
-        self.time_cap = tl * 1.5 + 30  # safety net over the runner's own limit, as in a cell
+        self._connections: Any = None
 
     def run_batch(self, prompt_set: PromptSet, jobs: Sequence[tuple[ProblemKey, int]]) -> list[Rollout]:
         missing = [k for k, _ in jobs if tuple(k) not in self.problems]
@@ -53,9 +52,13 @@ class PipelineRunner:
         executor = ThreadPoolExecutor(max_workers=self.concurrency * 2 + 4, thread_name_prefix="apps-bench-opt")
         loop.set_default_executor(executor)
         sem = asyncio.Semaphore(self.concurrency)
+        from apps_bench.models.metering import SharedConnections  # noqa: PLC0415
+
+        self._connections = SharedConnections()  # this batch's event loop: one HTTP pool for its rollouts
         try:
             return list(await asyncio.gather(*(self._one(sem, prompt_set, tuple(k), int(s)) for k, s in jobs)))
         finally:
+            await self._connections.aclose()
             executor.shutdown(wait=False)
 
     async def _one(self, sem: asyncio.Semaphore, prompt_set: PromptSet, key: ProblemKey, seed: int) -> Rollout:
@@ -70,46 +73,25 @@ class PipelineRunner:
 
     async def _solve(self, sem: asyncio.Semaphore, prompt_set: PromptSet, key: ProblemKey, seed: int,
                      headers: dict[str, str]) -> Rollout:  # fmt: skip
-        from apps_bench.models import ModelClients  # noqa: PLC0415
-        from apps_bench.sandbox.tool import PythonExecTool  # noqa: PLC0415
-        from apps_bench.topologies.context import build_context  # noqa: PLC0415
-        from apps_bench.types import Attempt, Usage  # noqa: PLC0415
+        from apps_bench.judge import has_sandbox_error  # noqa: PLC0415
+        from apps_bench.solving import solve_problem  # noqa: PLC0415
 
         problem = self.problems[key]
         async with sem:
-            usage = Usage()
-            models = None
-            try:
-                models = ModelClients(self.endpoint, self.cfg.model, usage, headers=headers or None)
-                tool = PythonExecTool(self.pool, float(self.cfg.tool.timeout_s), int(self.cfg.tool.output_chars), usage)
-                ctx = build_context(problem, self.cfg.topology, models=models, tool=tool, seed=seed, usage=usage,
-                                    prompts=prompt_set)  # fmt: skip
-                try:
-                    attempt = await asyncio.wait_for(self.topology.solve(ctx), timeout=self.time_cap)
-                except asyncio.TimeoutError:
-                    attempt = Attempt(program=None, transcript=list(ctx.transcript), stop_reason="time_limit")
-                if not attempt.transcript:
-                    attempt.transcript = list(ctx.transcript)
-                attempt.usage = usage
-            except Exception as exc:  # noqa: BLE001 - one problem's failure is recorded, never fatal
-                return Rollout(key=key, seed=seed, error=f"{type(exc).__name__}: {exc}")
-            finally:
-                closer = getattr(models, "aclose", None)
-                if closer is not None:
-                    try:
-                        await closer()
-                    except Exception:  # noqa: BLE001
-                        pass
-            if attempt.error:
-                return Rollout(key=key, seed=seed, error=str(attempt.error), task_tokens=usage.total_tokens)
+            solved = await solve_problem(
+                problem, cfg=self.cfg, topology=self.topology, endpoint=self.endpoint, pool=self.pool,
+                prompts=prompt_set, connections=self._connections, seed=seed, headers=headers,
+            )  # fmt: skip
+            attempt = solved.attempt
+            if solved.error:  # tokens count when the runner returned (its own error), not after an exception
+                spent = solved.usage.total_tokens if attempt is not None else 0
+                return Rollout(key=key, seed=seed, error=solved.error, task_tokens=spent)
             try:
                 verdict = await asyncio.to_thread(self.judge.score, problem, attempt.program)
             except Exception as exc:  # noqa: BLE001 - a judge crash is infrastructure for this problem
-                return Rollout(key=key, seed=seed, error=f"judge {type(exc).__name__}: {exc}", task_tokens=usage.total_tokens)
-            from apps_bench.judge import has_sandbox_error  # noqa: PLC0415
-
+                return Rollout(key=key, seed=seed, error=f"judge {type(exc).__name__}: {exc}", task_tokens=solved.usage.total_tokens)
             if has_sandbox_error(verdict):
-                return Rollout(key=key, seed=seed, error="sandbox_error while judging", task_tokens=usage.total_tokens)
+                return Rollout(key=key, seed=seed, error="sandbox_error while judging", task_tokens=solved.usage.total_tokens)
             return rollout_from_attempt(problem, seed, attempt, verdict)
 
     def score_program(self, problem: Problem, program: str | None) -> Any:
