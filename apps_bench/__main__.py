@@ -129,7 +129,15 @@ def main() -> None:
     from apps_bench.config import register_configs
 
     register_configs()
-    hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")(_task)()
+    try:
+        hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")(_task)()
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        sys.stderr.write(
+            "\napps-bench: interrupted. Every problem recorded so far is kept; "
+            "rerun the same command to finish the rest.\n"
+        )
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

@@ -230,3 +230,28 @@ def test_helpers_die_with_a_killed_cell(tmp_path: Path, apps_data_dir: Path, mlf
     alive = _running(helper)
     os.killpg(proc.pid, signal.SIGKILL)  # clean up the rest of the group (sandbox, MLflow helper)
     assert not alive, "the solver helper outlived its killed cell"
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_cell_keeps_its_records_and_the_rerun_resumes(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
+    n = 12
+    args = ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", f"limit={n}", "concurrency=4",
+            "processes=2", "progress=false"]  # fmt: skip
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "apps_bench", *args, "model.latency_ms=700"], cwd=tmp_path, env=cli_env(tmp_path),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal, not a background job
+    )  # fmt: skip
+    _wait_for_records(proc, tmp_path, 2)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
+    out = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode == 130, out[-3000:]
+    assert "interrupted. Every problem recorded so far is kept" in out and "Traceback" not in out.split("interrupted.")[-1]
+    kept = _records(_cell(tmp_path))
+    assert 2 <= len(kept) < n and len({x["key"] for x in kept}) == len(kept)
+    r = run_cli(args, tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"{len(kept)} already recorded, {n - len(kept)} to run" in r.stderr
+    recs = _records(_cell(tmp_path))
+    assert len(recs) == n and len({x["key"] for x in recs}) == n and all(x["passed"] for x in recs)
