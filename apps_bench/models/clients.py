@@ -199,6 +199,9 @@ class ModelClients:
             http_async_client=self.http_client(asynchronous=True),
             use_responses_api=False,
             stream_usage=True,
+            # our clients choose the proxy (proxy_for); without this, langchain-openai warns on
+            # every run with a proxy variable set (NO_PROXY too) about a transport it never builds
+            http_socket_options=(),
         )
         self._add_extras(kwargs)
         return mod.ChatOpenAI(**kwargs)
