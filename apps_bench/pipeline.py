@@ -308,12 +308,12 @@ async def _solve_all(
     """Solve (here, or on a forked helper), judge and record every problem of `todo`."""
     from apps_bench.judge import Judge, has_sandbox_error
     from apps_bench.models.metering import SharedConnections
-    from apps_bench.solving import HelperDied, Solved, solve_problem, time_cap
+    from apps_bench.solving import HelperDied, Solved, solve_problem, solver_threads, time_cap
     from apps_bench.types import Usage
 
     concurrency = max(1, int(cfg["concurrency"]))
     loop = asyncio.get_running_loop()
-    loop.set_default_executor(ThreadPoolExecutor(max_workers=concurrency * 2 + 8, thread_name_prefix="apps-bench"))
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=solver_threads(concurrency), thread_name_prefix="apps-bench"))
     judge = Judge.from_config(pool, cfg["judge"])
     sem = asyncio.Semaphore(concurrency)
     keep = bool((cfg.get("tracking") or {}).get("log_transcripts", True))
@@ -321,22 +321,22 @@ async def _solve_all(
         helpers.attach(pool)
     connections = SharedConnections()  # one HTTP pool for every problem this process solves
 
+    async def solve_here(problem: Any) -> Solved:
+        return await solve_problem(
+            problem, cfg=cfg, topology=topology, endpoint=endpoint, pool=pool, prompts=prompts, connections=connections
+        )
+
     async def solve(index: int, problem: Any) -> Solved:
-        helper = helpers.pick() if helpers is not None else None
-        if helper is not None:
-            try:
-                return await helpers.solve_on(helper, index, timeout_s=time_cap(cfg["topology"]) + 60)
-            except HelperDied as exc:
-                return Solved(attempt=None, usage=Usage(), error=str(exc), solver=helper.name)
-        if helpers is not None:
-            helpers.local_in_flight += 1
+        if helpers is None:
+            return await solve_here(problem)
+        helper = helpers.pick()
+        if helper is None:
+            with helpers.solving_here():
+                return await solve_here(problem)
         try:
-            return await solve_problem(
-                problem, cfg=cfg, topology=topology, endpoint=endpoint, pool=pool, prompts=prompts, connections=connections
-            )
-        finally:
-            if helpers is not None:
-                helpers.local_in_flight -= 1
+            return await helpers.solve_on(helper, index, timeout_s=time_cap(cfg["topology"]) + 60)
+        except HelperDied as exc:
+            return Solved(attempt=None, usage=Usage(), error=str(exc), solver=helper.name)
 
     async def one(index: int, problem: Any) -> None:
         async with sem:
@@ -437,12 +437,12 @@ def _fork_solvers(
     """Fork the helper processes `processes` asks for (None when this process solves alone)."""
     from functools import partial
 
-    from apps_bench.solving import SolverProcesses, helper_count, solve_problem
+    from apps_bench.solving import SolverProcesses, helper_count, solve_problem, solver_threads
 
     concurrency = max(1, int(data["concurrency"]))
     try:
         n = helper_count(
-            data.get("processes", 1), concurrency=concurrency, n_problems=len(todo),
+            data["processes"], concurrency=concurrency, n_problems=len(todo),
             framework=str(data["topology"].get("framework", "")),
         )  # fmt: skip
     except ValueError as exc:
@@ -450,7 +450,7 @@ def _fork_solvers(
     if n <= 0:
         return None
     solve = partial(solve_problem, cfg=node, topology=topology, endpoint=endpoint, prompts=prompts)
-    return SolverProcesses.fork(n, todo, solve, threads=concurrency * 2 + 8)
+    return SolverProcesses.fork(n, todo, solve, threads=solver_threads(concurrency))
 
 
 def _quiet_libraries() -> None:
@@ -602,7 +602,7 @@ def run_cell(cfg: Any) -> CellResult:
         wall_s=time.perf_counter() - t_start,
     )
     summary["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
-    summary["run"] = {"concurrency": int(data["concurrency"]), "processes": str(data.get("processes")), "solvers": solvers}
+    summary["run"] = {"concurrency": int(data["concurrency"]), "processes": str(data["processes"]), "solvers": solvers}
     summary["cell"] = {"key": cell.key, "name": cell.name, **cell.axes()}
     summary["dataset"] = {"source": loaded.source, "revision": loaded.revision}
     summary_path = store.write_summary(summary)

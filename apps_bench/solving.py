@@ -20,6 +20,7 @@ next run); the main process goes on alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import queue
@@ -29,7 +30,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 # Frameworks whose runners were checked to work in a forked helper (imported before the
 # fork, no framework thread needed in the helper); a framework not listed solves in the
@@ -111,6 +112,11 @@ async def solve_problem(
             except Exception:  # noqa: BLE001 - closing a client must not lose the record
                 pass
     return Solved(attempt=attempt, transcript=transcript, usage=usage, error=error, solve_s=time.perf_counter() - t0)
+
+
+def solver_threads(concurrency: int) -> int:
+    """Threads for a solving process's default executor (tool calls, judging): two per problem in flight."""
+    return concurrency * 2 + 8
 
 
 def helper_count(setting: Any, *, concurrency: int, n_problems: int, framework: str) -> int:
@@ -282,19 +288,16 @@ def _helper_main(
             solved.solver = name
             wire.send(("solved", index, solved))
 
-        def dispatch(msg: Any) -> None:
-            if msg[0] == "solve":
-                task = loop.create_task(one(msg[1]))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-            elif msg[0] == "exec_result":
-                proxy.answer(msg[1], msg[2], msg[3])
+        def start(index: int) -> None:
+            task = loop.create_task(one(index))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
 
         def on_message(msg: Any) -> None:
             if msg[0] == "exec_result":  # a tool thread waits on it: answer without the loop
                 proxy.answer(msg[1], msg[2], msg[3])
-            else:
-                loop.call_soon_threadsafe(dispatch, msg)
+            elif msg[0] == "solve":
+                loop.call_soon_threadsafe(start, msg[1])
 
         def on_close() -> None:
             proxy.fail_all("the main process closed the connection")
@@ -339,9 +342,8 @@ class SolverProcesses:
     pool exists; then, inside the event loop, `attach(pool)` and `await solve(index)`.
     """
 
-    def __init__(self, helpers: list[_Helper], threads: int) -> None:
+    def __init__(self, helpers: list[_Helper]) -> None:
         self.helpers = helpers
-        self.threads = threads
         self.local_in_flight = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: Any = None
@@ -364,7 +366,7 @@ class SolverProcesses:
                 _helper_main(theirs, problems, solve, threads, parent, f"helper-{i + 1}")
             theirs.close()
             helpers.append(_Helper(pid=pid, conn=mine, name=f"helper-{i + 1}"))
-        return cls(helpers, threads)
+        return cls(helpers)
 
     def attach(self, pool: Any) -> None:
         """Start serving the helpers (call inside the running event loop): `pool` runs their python_exec."""
@@ -373,6 +375,15 @@ class SolverProcesses:
         for h in self.helpers:
             h.wire = _Wire(h.conn, lambda msg, h=h: self._on_message(h, msg), lambda h=h: self._on_close(h), f"apps-bench-solver{h.pid}")
             h.wire.start()
+
+    @contextlib.contextmanager
+    def solving_here(self) -> Iterator[None]:
+        """Count a problem this process solves itself (what `pick` balances against)."""
+        self.local_in_flight += 1
+        try:
+            yield
+        finally:
+            self.local_in_flight -= 1
 
     def pick(self) -> _Helper | None:
         """The least busy solver for the next problem: a live helper, or None for this process."""

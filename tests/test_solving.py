@@ -163,10 +163,18 @@ def _helper_pids(cli_pid: int) -> list[int]:
     return [pid for pid, cmd in _children(cli_pid) if cmd == own]
 
 
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
+def _two_process_cell(apps_data_dir: Path, n: int) -> list[str]:
+    """A cell of `n` real rows solved by the main process and one helper."""
+    return ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", f"limit={n}", "concurrency=4",
+            "processes=2", "progress=false"]  # fmt: skip
+
+
+def _start(args: list[str], cwd: Path, *, ctrl_c: bool = False) -> subprocess.Popen:
+    """The CLI in its own process group; `ctrl_c`: SIGINT acts as from a terminal (not ignored as in a background job)."""
     return subprocess.Popen(
         [sys.executable, "-m", "apps_bench", *args], cwd=cwd, env=cli_env(cwd), stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if ctrl_c else None,
     )  # fmt: skip
 
 
@@ -186,8 +194,7 @@ def _wait_for_records(proc: subprocess.Popen, cwd: Path, n: int, timeout: float 
 @pytest.mark.slow
 def test_a_dead_helper_costs_only_its_problems(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
     n = 16
-    args = ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", f"limit={n}", "concurrency=4",
-            "processes=2", "progress=false"]  # fmt: skip
+    args = _two_process_cell(apps_data_dir, n)
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     proc = _start([*args, "model.latency_ms=700"], tmp_path)
     _wait_for_records(proc, tmp_path, 2)
@@ -215,8 +222,7 @@ def test_a_dead_helper_costs_only_its_problems(tmp_path: Path, apps_data_dir: Pa
 
 @pytest.mark.slow
 def test_helpers_die_with_a_killed_cell(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
-    args = ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", "limit=12", "concurrency=4",
-            "processes=2", "progress=false", "model.latency_ms=700"]  # fmt: skip
+    args = [*_two_process_cell(apps_data_dir, 12), "model.latency_ms=700"]
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     proc = _start(args, tmp_path)
     _wait_for_records(proc, tmp_path, 1)
@@ -235,14 +241,9 @@ def test_helpers_die_with_a_killed_cell(tmp_path: Path, apps_data_dir: Path, mlf
 @pytest.mark.slow
 def test_ctrl_c_stops_the_cell_keeps_its_records_and_the_rerun_resumes(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
     n = 12
-    args = ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", f"limit={n}", "concurrency=4",
-            "processes=2", "progress=false"]  # fmt: skip
+    args = _two_process_cell(apps_data_dir, n)
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "apps_bench", *args, "model.latency_ms=700"], cwd=tmp_path, env=cli_env(tmp_path),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal, not a background job
-    )  # fmt: skip
+    proc = _start([*args, "model.latency_ms=700"], tmp_path, ctrl_c=True)
     _wait_for_records(proc, tmp_path, 2)
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
     out = proc.communicate(timeout=60)[0].decode()

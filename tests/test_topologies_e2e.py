@@ -86,25 +86,18 @@ class Runs(list):
 
 
 def run_cell(cfg, problems, pool, judge, seed: int | None = None) -> Runs:
-    """What the pipeline does per problem, minus records: context -> topology.solve -> judge."""
-    from apps_bench.models import ModelClients, open_endpoint
-    from apps_bench.sandbox.tool import PythonExecTool
-    from apps_bench.topologies.context import build_context
+    """What the pipeline does per problem, minus records: the one solve step, then the judge."""
+    from apps_bench.models import open_endpoint
+    from apps_bench.solving import solve_problem
     from apps_bench.topologies.registry import get_topology
 
     topology = get_topology(cfg.topology)
     seed = int(cfg.seed if seed is None else seed)
 
     async def one(problem, ep):
-        usage = Usage()
-        models = ModelClients(ep, cfg.model, usage)
-        tool = PythonExecTool(pool, float(cfg.tool.timeout_s), int(cfg.tool.output_chars), usage)
-        ctx = build_context(problem, cfg.topology, models=models, tool=tool, seed=seed, usage=usage)
-        try:
-            attempt = await topology.solve(ctx)
-        finally:
-            await models.aclose()
-        return attempt, usage
+        solved = await solve_problem(problem, cfg=cfg, topology=topology, endpoint=ep, pool=pool, seed=seed)
+        assert solved.attempt is not None, solved.error  # a bug of ours, not the runner's recorded error
+        return solved.attempt, solved.usage
 
     async def all_(ep):
         return await asyncio.gather(*(one(p, ep) for p in problems))

@@ -39,7 +39,6 @@ class PipelineRunner:
         self.replayed = replayed
         self.topology = get_topology(cfg.topology)
         self.concurrency = max(1, int(concurrency or cfg.get("concurrency", 4) or 4))
-        self._connections: Any = None
 
     def run_batch(self, prompt_set: PromptSet, jobs: Sequence[tuple[ProblemKey, int]]) -> list[Rollout]:
         missing = [k for k, _ in jobs if tuple(k) not in self.problems]
@@ -48,30 +47,33 @@ class PipelineRunner:
         return asyncio.run(self._run_all(prompt_set, list(jobs)))
 
     async def _run_all(self, prompt_set: PromptSet, jobs: list[tuple[ProblemKey, int]]) -> list[Rollout]:
+        from apps_bench.solving import solver_threads  # noqa: PLC0415
+
         loop = asyncio.get_running_loop()
-        executor = ThreadPoolExecutor(max_workers=self.concurrency * 2 + 4, thread_name_prefix="apps-bench-opt")
+        executor = ThreadPoolExecutor(max_workers=solver_threads(self.concurrency), thread_name_prefix="apps-bench-opt")
         loop.set_default_executor(executor)
         sem = asyncio.Semaphore(self.concurrency)
         from apps_bench.models.metering import SharedConnections  # noqa: PLC0415
 
-        self._connections = SharedConnections()  # this batch's event loop: one HTTP pool for its rollouts
+        connections = SharedConnections()  # this batch's event loop: one HTTP pool for its rollouts
         try:
-            return list(await asyncio.gather(*(self._one(sem, prompt_set, tuple(k), int(s)) for k, s in jobs)))
+            return list(await asyncio.gather(*(self._one(sem, connections, prompt_set, tuple(k), int(s)) for k, s in jobs)))
         finally:
-            await self._connections.aclose()
+            await connections.aclose()
             executor.shutdown(wait=False)
 
-    async def _one(self, sem: asyncio.Semaphore, prompt_set: PromptSet, key: ProblemKey, seed: int) -> Rollout:
+    async def _one(self, sem: asyncio.Semaphore, connections: Any, prompt_set: PromptSet, key: ProblemKey,
+                   seed: int) -> Rollout:  # fmt: skip
         if self.replayed is None:
-            return await self._solve(sem, prompt_set, key, seed, {})
+            return await self._solve(sem, connections, prompt_set, key, seed, {})
         from apps_bench.optimizers.cache import stable_hash  # noqa: PLC0415
         from apps_bench.optimizers.replay import ROLLOUT_HEADER  # noqa: PLC0415
 
         tag = stable_hash({"roles": dict(prompt_set.texts), "problem": list(key), "seed": seed})[:20]
-        r = await self._solve(sem, prompt_set, key, seed, {ROLLOUT_HEADER: tag})
+        r = await self._solve(sem, connections, prompt_set, key, seed, {ROLLOUT_HEADER: tag})
         return dataclasses.replace(r, replayed_tokens=self.replayed(tag))
 
-    async def _solve(self, sem: asyncio.Semaphore, prompt_set: PromptSet, key: ProblemKey, seed: int,
+    async def _solve(self, sem: asyncio.Semaphore, connections: Any, prompt_set: PromptSet, key: ProblemKey, seed: int,
                      headers: dict[str, str]) -> Rollout:  # fmt: skip
         from apps_bench.judge import has_sandbox_error  # noqa: PLC0415
         from apps_bench.solving import solve_problem  # noqa: PLC0415
@@ -80,7 +82,7 @@ class PipelineRunner:
         async with sem:
             solved = await solve_problem(
                 problem, cfg=self.cfg, topology=self.topology, endpoint=self.endpoint, pool=self.pool,
-                prompts=prompt_set, connections=self._connections, seed=seed, headers=headers,
+                prompts=prompt_set, connections=connections, seed=seed, headers=headers,
             )  # fmt: skip
             attempt = solved.attempt
             if solved.error:  # tokens count when the runner returned (its own error), not after an exception
