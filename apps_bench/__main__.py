@@ -93,6 +93,15 @@ def _refuse_seed_flags(argv: list[str]) -> None:
         raise SystemExit(2)
 
 
+# Hydra flags after which no cell runs here (information only) or cells run as a sweep
+_NO_SINGLE_CELL = {"--cfg", "-c", "--info", "-i", "--hydra-help", "--version", "--shell-completion", "-sc",
+                   "--multirun", "-m"}  # fmt: skip
+
+
+def _runs_one_cell(argv: list[str]) -> bool:
+    return not any(a.split("=", 1)[0] in _NO_SINGLE_CELL or a.startswith("hydra.mode=") for a in argv)
+
+
 def _task(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -124,6 +133,13 @@ def main() -> None:
         _print_help()
         return
     _refuse_seed_flags(args)
+    import gc
+
+    gc.disable()  # until the cell's libraries are loaded: pipeline._settle_heap says why
+    if _runs_one_cell(args):
+        from apps_bench.tracking.sidecar import prestart
+
+        prestart()  # the MLflow helper imports mlflow on another core while Hydra composes
     import hydra
 
     from apps_bench.config import register_configs

@@ -6,18 +6,25 @@ a helper process it runs on another core while the problems run. The helper spea
 lines over its stdin/stdout (one request, one reply) and exits when its stdin closes, so
 a killed cell never leaves it behind.
 
-    python -m apps_bench.tracking.sidecar      (started by `CellRunProxy`, never by hand)
+A single-cell command starts the helper first thing (`prestart`), so mlflow is imported
+while the cell's process composes its config and imports the agent framework, not while
+the first problems run; the cell's run then takes that helper over.
+
+    python -m apps_bench.tracking.sidecar      (started by `prestart`/`CellRunProxy`, never by hand)
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any, Mapping
+
+_PRESTARTED: subprocess.Popen[str] | None = None
 
 
 class TrackingError(RuntimeError):
@@ -28,17 +35,9 @@ class CellRunProxy:
     """Same calls as `tracking.mlflow.CellRun` (open, log_metrics, finish, fail), served by a helper process."""
 
     def __init__(self) -> None:
-        env = dict(os.environ)
-        env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "apps_bench.tracking.sidecar"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=None,  # the store's warnings reach the user's terminal
-            env=env,
-            text=True,
-            bufsize=1,
-        )
+        global _PRESTARTED
+        proc, _PRESTARTED = _PRESTARTED, None
+        self._proc = proc if proc is not None and proc.poll() is None else _spawn()
         self._lock = threading.Lock()
         self.run_id = ""
         self.uri = ""
@@ -61,6 +60,11 @@ class CellRunProxy:
             return reply.get("result")
 
     def open(self, **kwargs: Any) -> CellRunProxy:
+        from apps_bench.tracking.mlflow import PARENT_RUN_ENV
+
+        # the sweep's parent run is read here, not in the helper: a prestarted helper's
+        # environment predates the sweep callback that sets it
+        kwargs.setdefault("parent_run_id", os.environ.get(PARENT_RUN_ENV, "").strip() or None)
         res = self._call("open", **kwargs)
         self.run_id, self.uri, self.resumed = res["run_id"], res["uri"], res["resumed"]
         return self
@@ -100,6 +104,28 @@ class CellRunProxy:
                 self._proc.kill()
 
 
+def _spawn() -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    return subprocess.Popen(
+        [sys.executable, "-m", "apps_bench.tracking.sidecar"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=None,  # the store's warnings reach the user's terminal
+        env=env,
+        text=True,
+        bufsize=1,
+    )
+
+
+def prestart() -> None:
+    """Start the helper now; the next `CellRunProxy` of this process takes it over. Unused,
+    it exits as soon as this process does (its stdin closes)."""
+    global _PRESTARTED
+    if _PRESTARTED is None or _PRESTARTED.poll() is not None:
+        _PRESTARTED = _spawn()
+
+
 def open_cell_run(**kwargs: Any) -> CellRunProxy:
     """Start a helper and open (or find again) the cell's run. Blocks on I/O only."""
     proxy = CellRunProxy()
@@ -110,15 +136,53 @@ def open_cell_run(**kwargs: Any) -> CellRunProxy:
         raise
 
 
+def _requests() -> queue.SimpleQueue[str | None]:
+    """Read stdin on a thread, so the imports below can run before the first request.
+    Closed before any request (the cell never opened its run: refused, failed, finished
+    without one), there is nothing to finish: exit at once, even mid-import."""
+    lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+
+    def read() -> None:
+        got = False
+        for line in sys.stdin:
+            if line.strip():
+                got = True
+                lines.put(line)
+        if not got:
+            os._exit(0)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True, name="requests").start()
+    return lines
+
+
+def _warm_up() -> None:
+    """The imports every cell's run needs (no store is touched: an unused helper may be cut off).
+    The collector stays off while they run: they make only long-lived objects, and its passes
+    over them cost ~0.7 s of this process's start (pipeline._settle_heap does the same)."""
+    import gc
+
+    gc.disable()
+    from apps_bench.tracking import mlflow as mlf
+
+    mlf._mlflow()
+    from mlflow.tracking import MlflowClient  # noqa: F401
+
+    if mlf.tracking_uri().split(":", 1)[0] in ("sqlite", "postgresql", "mysql", "mssql"):
+        import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+    gc.freeze()
+    gc.enable()
+
+
 def serve() -> None:
+    lines = _requests()
+    out = sys.stdout
+    sys.stdout = sys.stderr  # stray prints of libraries must not corrupt the reply channel
+    _warm_up()
     from apps_bench.tracking import mlflow as mlf
 
     run: mlf.CellRun | None = None
-    out = sys.stdout
-    sys.stdout = sys.stderr  # stray prints of libraries must not corrupt the reply channel
-    for line in sys.stdin:
-        if not line.strip():
-            continue
+    while (line := lines.get()) is not None:
         req = json.loads(line)
         op = req.pop("op")
         try:
@@ -150,8 +214,6 @@ def serve() -> None:
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         out.write(json.dumps(reply, default=str) + "\n")
         out.flush()
-        if op == "open" and reply["ok"]:
-            import pandas  # noqa: F401 - finish needs it (the per-problem table); load it while the cell runs
 
 
 if __name__ == "__main__":
