@@ -134,7 +134,10 @@ class GoldServer:
         httpd = _Server((self.host, self.port), handler)
         self.port = httpd.server_address[1]
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name=f"gold:{self.port}", daemon=True)
+        # serve_forever checks for shutdown every poll_interval (0.5 s by default): every cell's end waited on it
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=f"gold:{self.port}", daemon=True
+        )
         self._thread.start()
         log.info("gold model (%s) serving %d problems at %s", SELF_CHECK, len(self.index), self.base_url)
         return self

@@ -95,7 +95,9 @@ class ReplayProxy:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="replay-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="replay-proxy", daemon=True
+        )  # the default 0.5 s poll delays every shutdown
         self._thread.start()
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/v1"
