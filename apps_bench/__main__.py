@@ -55,7 +55,7 @@ Examples:
 Config groups (conf/ in the package):
 {groups}
 Run options (top level): seed, limit, offset, only=[ids], difficulty, max_tests_per_row (20; <=0 keeps all),
-  concurrency (32), processes (auto), allow_any_cell (false), out_dir, verbose, progress, tool.timeout_s, tool.output_chars,
+  concurrency (64), processes (auto), allow_any_cell (false), out_dir, verbose, progress, tool.timeout_s, tool.output_chars,
   tracking.experiment (MLflow experiment, default apps)
 
 Seed flags -> overrides:
@@ -137,9 +137,12 @@ def main() -> None:
 
     gc.disable()  # until the cell's libraries are loaded: pipeline._settle_heap says why
     if _runs_one_cell(args):
+        from apps_bench import preloader
         from apps_bench.tracking.sidecar import prestart
 
-        prestart()  # the MLflow helper imports mlflow on another core while Hydra composes
+        if not any(a.lstrip("+") in ("processes=1", "concurrency=1") for a in args):  # no helpers to fork
+            preloader.start(args)  # imports the agent framework while Hydra composes (first: it forks)
+        prestart()  # the MLflow helper imports mlflow meanwhile, on another core
     import hydra
 
     from apps_bench.config import register_configs

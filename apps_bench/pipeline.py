@@ -322,6 +322,11 @@ async def _solve_all(
     connections = SharedConnections()  # one HTTP pool for every problem this process solves
 
     async def solve_here(problem: Any) -> Solved:
+        nonlocal topology
+        if topology is None:  # preloaded helpers solved so far, and every one of them is gone
+            from apps_bench.topologies.registry import get_topology
+
+            topology = get_topology(cfg.topology)
         return await solve_problem(
             problem, cfg=cfg, topology=topology, endpoint=endpoint, pool=pool, prompts=prompts, connections=connections
         )
@@ -431,15 +436,19 @@ def _optimize(node: Any, data: Mapping[str, Any], cell: Cell, loaded: Any, cell_
     return tracker, PromptSet(dict(result.chosen)), result
 
 
-def _fork_solvers(
-    data: Mapping[str, Any], node: Any, todo: list[Any], *, topology: Any, endpoint: Any, prompts: Any
-) -> Any:
-    """Fork the helper processes `processes` asks for (None when this process solves alone)."""
+def _start_solvers(data: Mapping[str, Any], node: Any, todo: list[Any], *, endpoint: Any, prompts: Any) -> tuple[Any, Any]:
+    """The processes `processes` asks for -> (SolverProcesses or None, the topology to solve
+    with here or None). Given the command's preloader (apps_bench.preloader), it forks all
+    of them and this process never imports the framework; otherwise this process imports
+    it, solves, and forks the rest itself."""
     from functools import partial
 
+    from apps_bench import preloader
     from apps_bench.solving import SolverProcesses, helper_count, solve_problem, solver_threads
+    from apps_bench.topologies.registry import get_topology
 
     concurrency = max(1, int(data["concurrency"]))
+    threads = solver_threads(concurrency)
     try:
         n = helper_count(
             data["processes"], concurrency=concurrency, n_problems=len(todo),
@@ -447,10 +456,22 @@ def _fork_solvers(
         )  # fmt: skip
     except ValueError as exc:
         raise CellSetupError(str(exc)) from exc
+    pre = preloader.take()
+    if pre is not None:
+        spawned = pre.spawn(n + 1, todo, cfg=data, endpoint=endpoint, prompts=prompts, threads=threads) if n > 0 else None
+        if spawned:
+            _settle_heap()
+            return SolverProcesses.adopt(spawned, pre), None
+        pre.discard()
+    try:
+        topology = get_topology(node.topology)  # a missing framework fails now, with the pip command
+    except ImportError as exc:
+        raise CellSetupError(str(exc)) from exc
+    _settle_heap()  # everything long-lived is loaded now, and no helper is forked yet
     if n <= 0:
-        return None
+        return None, topology
     solve = partial(solve_problem, cfg=node, topology=topology, endpoint=endpoint, prompts=prompts)
-    return SolverProcesses.fork(n, todo, solve, threads=solver_threads(concurrency))
+    return SolverProcesses.fork(n, todo, solve, threads=threads), topology
 
 
 def _quiet_libraries() -> None:
@@ -564,15 +585,8 @@ def run_cell(cfg: Any) -> CellResult:
             tracker_future = tx.submit(_open_tracker, data, cell, loaded)
         helpers = None
         try:
-            try:
-                from apps_bench.topologies.registry import get_topology
-
-                topology = get_topology(node.topology)  # a missing framework fails now, with the pip command
-            except ImportError as exc:
-                raise CellSetupError(str(exc)) from exc
-            _settle_heap()  # everything long-lived is loaded now, and no helper is forked yet
-            helpers = _fork_solvers(data, node, todo, topology=topology, endpoint=endpoint, prompts=prompts)
-            solvers = 1 + (len(helpers.helpers) if helpers is not None else 0)
+            helpers, topology = _start_solvers(data, node, todo, endpoint=endpoint, prompts=prompts)
+            solvers = (len(helpers.helpers) if helpers is not None else 0) + (topology is not None)
             with SandboxPool(workers=int(data["judge"].get("workers") or 0)) as pool:
                 progress = _Progress(len(problems), n_done, bool(data.get("progress", True)), cell.name)
                 try:

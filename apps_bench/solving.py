@@ -14,7 +14,9 @@ helper solves the problems it is handed; its `python_exec` calls come back to th
 process's sandbox pool (one pool, one set of limits), and judging and recording stay
 in the main process, so the records are the same whichever process solved a problem.
 A helper that dies fails only the problems it held (recorded as errors, retried on the
-next run); the main process goes on alone.
+next run); the main process goes on alone. A single-cell command forks its helpers from
+the preloader instead (apps_bench/preloader.py: the import overlaps the cell's start);
+then all solving is theirs, and the main process solves only once every one is gone.
 """
 
 from __future__ import annotations
@@ -342,8 +344,10 @@ class SolverProcesses:
     pool exists; then, inside the event loop, `attach(pool)` and `await solve(index)`.
     """
 
-    def __init__(self, helpers: list[_Helper]) -> None:
+    def __init__(self, helpers: list[_Helper], preloader: Any = None) -> None:
         self.helpers = helpers
+        self.preloader = preloader  # the helpers' parent when not this process (apps_bench.preloader)
+        self.main_solves = preloader is None  # preloaded: this process solves only once every helper is gone
         self.local_in_flight = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: Any = None
@@ -368,6 +372,11 @@ class SolverProcesses:
             helpers.append(_Helper(pid=pid, conn=mine, name=f"helper-{i + 1}"))
         return cls(helpers)
 
+    @classmethod
+    def adopt(cls, spawned: Sequence[tuple[int, Any, str]], preloader: Any) -> SolverProcesses:
+        """Helpers the preloader forked ([(pid, connection, name)]); they do all the solving."""
+        return cls([_Helper(pid=pid, conn=conn, name=name) for pid, conn, name in spawned], preloader=preloader)
+
     def attach(self, pool: Any) -> None:
         """Start serving the helpers (call inside the running event loop): `pool` runs their python_exec."""
         self._loop = asyncio.get_running_loop()
@@ -389,7 +398,7 @@ class SolverProcesses:
         """The least busy solver for the next problem: a live helper, or None for this process."""
         live = [h for h in self.helpers if h.alive]
         best = min(live, key=lambda h: len(h.in_flight), default=None)
-        if best is None or len(best.in_flight) > self.local_in_flight:
+        if best is None or (self.main_solves and len(best.in_flight) > self.local_in_flight):
             return None
         return best
 
@@ -461,6 +470,8 @@ class SolverProcesses:
                 except ProcessLookupError:
                     pass
                 _reap(h.pid)
+        if self.preloader is not None:  # it exits once its helpers have (then they are reaped)
+            self.preloader.close(wait_s=max(0.0, deadline - time.monotonic()))
 
 
 def _hang_up(conn: Any) -> None:
@@ -483,8 +494,8 @@ def _reap(pid: int, block: bool = True) -> str | None:
     """Wait for a helper; its exit as text, or None if still running (block=False)."""
     try:
         got, status = os.waitpid(pid, 0 if block else os.WNOHANG)
-    except ChildProcessError:
-        return "already reaped"
+    except ChildProcessError:  # reaped already, or not our child (a preloaded helper)
+        return "exited"
     if got == 0:
         return None
     if os.WIFSIGNALED(status):

@@ -68,7 +68,7 @@ def test_default_cell_is_inside_the_grid():
     cfg = _compose([])
     cell = guard(cfg)
     assert cell.axes() == {"dataset": "demo", "topology": "single", "model": "gold", "optimizer": "none", "seed": 0}
-    assert cfg.max_tests_per_row == 20 and cfg.concurrency == 32 and cfg.processes == "auto" and cfg.allow_any_cell is False
+    assert cfg.max_tests_per_row == 20 and cfg.concurrency == 64 and cfg.processes == "auto" and cfg.allow_any_cell is False
     assert cfg.tool.timeout_s == 10
 
 

@@ -1,5 +1,7 @@
 """Solving across forked helper processes (`processes=`): same records as one process,
-python_exec served by the main process's sandbox, a dead helper costs only its problems."""
+python_exec served by the main process's sandbox, a dead helper costs only its problems.
+Both ways helpers come to be are covered: forked by the preloader (a single-cell command)
+and forked by the main process itself (a sweep's cell, a library call)."""
 
 from __future__ import annotations
 
@@ -108,29 +110,33 @@ def test_helpers_give_the_records_one_process_gives(tmp_path: Path, apps_data_di
     base = ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", "limit=12", "concurrency=4",
             "model.latency_ms=100", "model.wrong_fraction=0.3", "progress=false"]  # fmt: skip
     runs = {}
-    for procs in ("1", "2"):
-        cwd = tmp_path / f"p{procs}"
+    # one process; two preloaded helpers (the main process only coordinates); a sweep's cell:
+    # the main process imports the framework, solves, and forks one helper itself
+    for label, extra in (("one", ["processes=1"]), ("preloaded", ["processes=2"]), ("in-process", ["-m", "processes=2"])):
+        cwd = tmp_path / label
         cwd.mkdir()
         fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
-        r = run_cli([*base, f"processes={procs}"], cwd)
+        r = run_cli([*extra, *base], cwd)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        runs[procs] = _cell(cwd)
-    one, two = (sorted(_records(runs[p]), key=lambda x: x["key"]) for p in ("1", "2"))
-    assert runs["1"].name == runs["2"].name  # `processes` is run-only: the same cell
-    assert {x["solver"] for x in one} == {"main"}
-    assert {x["solver"] for x in two} == {"main", "helper-1"}  # both processes solved problems
-    assert not any(x["error"] for x in one + two)
-    for a, b in zip(one, two, strict=True):  # the same answers, verdicts and usage wherever solved
-        assert a["key"] == b["key"] and a["program"] == b["program"] and a["passed"] == b["passed"]
-        assert [t["outcome"] for t in a["verdict"]["results"]] == [t["outcome"] for t in b["verdict"]["results"]]
-        assert a["usage"] == b["usage"]
-    assert 0 < sum(x["passed"] for x in two) < 12  # wrong_fraction: some answers are wrong, on purpose
-    # the helper's python_exec calls ran in the main process's sandbox and came back
-    trans = _transcripts(runs["2"])
-    helper_keys = [x["key"] for x in two if x["solver"] == "helper-1"]
-    for key in helper_keys:
-        results = [e["content"] for e in trans[key] if e["kind"] == "tool_result"]
-        assert results and results[0].startswith("exit code: 0"), results
+        runs[label] = _cell(cwd)
+    recs = {k: sorted(_records(v), key=lambda x: x["key"]) for k, v in runs.items()}
+    assert len({v.name for v in runs.values()}) == 1  # `processes` is run-only: the same cell
+    assert {x["solver"] for x in recs["one"]} == {"main"}
+    assert {x["solver"] for x in recs["preloaded"]} == {"helper-1", "helper-2"}
+    assert {x["solver"] for x in recs["in-process"]} == {"main", "helper-1"}
+    one = recs["one"]
+    assert not any(x["error"] for v in recs.values() for x in v)
+    for label in ("preloaded", "in-process"):  # the same answers, verdicts and usage wherever solved
+        for a, b in zip(one, recs[label], strict=True):
+            assert a["key"] == b["key"] and a["program"] == b["program"] and a["passed"] == b["passed"]
+            assert [t["outcome"] for t in a["verdict"]["results"]] == [t["outcome"] for t in b["verdict"]["results"]]
+            assert a["usage"] == b["usage"]
+        # the helpers' python_exec calls ran in the main process's sandbox and came back
+        trans = _transcripts(runs[label])
+        for key in (x["key"] for x in recs[label] if x["solver"].startswith("helper-")):
+            results = [e["content"] for e in trans[key] if e["kind"] == "tool_result"]
+            assert results and results[0].startswith("exit code: 0"), results
+    assert 0 < sum(x["passed"] for x in one) < 12  # wrong_fraction: some answers are wrong, on purpose
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
@@ -157,14 +163,29 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _helper_pids(cli_pid: int) -> list[int]:
-    """Forked helpers run the CLI's own command line (sandbox workers and the MLflow helper do not)."""
+def _solver_pids(cli_pid: int) -> tuple[int, list[int]]:
+    """(the preloader, its helpers): processes running the CLI's own command line (sandbox
+    workers and the MLflow helper do not), a child of the CLI and the child's children."""
     own = (Path(f"/proc/{cli_pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip())
-    return [pid for pid, cmd in _children(cli_pid) if cmd == own]
+    [preloader] = [pid for pid, cmd in _children(cli_pid) if cmd == own]
+    return preloader, [pid for pid, cmd in _children(preloader) if cmd == own]
+
+
+def _wait_for_helpers(cli_pid: int, n: int, timeout: float = 60) -> tuple[int, list[int]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pre, helpers = _solver_pids(cli_pid)
+        except ValueError:
+            pre, helpers = 0, []
+        if len(helpers) == n:
+            return pre, helpers
+        time.sleep(0.05)
+    pytest.fail(f"no {n} solver helpers appeared")
 
 
 def _two_process_cell(apps_data_dir: Path, n: int) -> list[str]:
-    """A cell of `n` real rows solved by the main process and one helper."""
+    """A cell of `n` real rows solved by two preloaded helpers."""
     return ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", f"limit={n}", "concurrency=4",
             "processes=2", "progress=false"]  # fmt: skip
 
@@ -197,20 +218,21 @@ def test_a_dead_helper_costs_only_its_problems(tmp_path: Path, apps_data_dir: Pa
     args = _two_process_cell(apps_data_dir, n)
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     proc = _start([*args, "model.latency_ms=700"], tmp_path)
+    _, helpers = _wait_for_helpers(proc.pid, 2)
     _wait_for_records(proc, tmp_path, 2)
-    [helper] = _helper_pids(proc.pid)
-    os.kill(helper, signal.SIGKILL)
+    os.kill(helpers[0], signal.SIGKILL)
     out = proc.communicate(timeout=240)[0].decode()
     assert proc.returncode == 3, out[-3000:]  # recorded, incomplete: the helper's problems are errors
     cell = _cell(tmp_path)
     recs = _records(cell)
     assert len(recs) == n and len({x["key"] for x in recs}) == n
     lost = [x for x in recs if x["error"]]
-    assert lost and all(x["solver"] == "helper-1" and "solver process helper-1" in x["error"] for x in lost)
+    [dead] = {x["solver"] for x in lost}
+    assert lost and all(f"solver process {dead}" in x["error"] for x in lost)
     assert len(lost) <= 2  # at most what the helper held (concurrency 4 over two solvers)
-    assert all(x["passed"] for x in recs if not x["error"])  # the rest was solved, by both or by main alone
+    assert all(x["passed"] for x in recs if not x["error"])  # the rest was solved
     later = [x for x in recs if x["completed_at"] > max(y["completed_at"] for y in lost)]
-    assert later and {x["solver"] for x in later} == {"main"}  # after the death, main solved alone
+    assert later and {x["solver"] for x in later} == {"helper-1", "helper-2"} - {dead}  # by the other helper
 
     r = run_cli(args, tmp_path)  # the rerun retries exactly the lost problems
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -221,21 +243,44 @@ def test_a_dead_helper_costs_only_its_problems(tmp_path: Path, apps_data_dir: Pa
 
 
 @pytest.mark.slow
+def test_when_every_preloaded_helper_dies_the_main_process_solves_the_rest(
+    tmp_path: Path, apps_data_dir: Path, mlflow_template: Path
+):
+    """The main process has not imported the framework: it does so then, and goes on alone."""
+    n = 12
+    args = _two_process_cell(apps_data_dir, n)
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    proc = _start([*args, "model.latency_ms=700"], tmp_path)
+    _, helpers = _wait_for_helpers(proc.pid, 2)
+    _wait_for_records(proc, tmp_path, 2)
+    for pid in helpers:
+        os.kill(pid, signal.SIGKILL)
+    out = proc.communicate(timeout=240)[0].decode()
+    assert proc.returncode == 3, out[-3000:]
+    recs = _records(_cell(tmp_path))
+    assert len(recs) == n and len({x["key"] for x in recs}) == n
+    lost = [x for x in recs if x["error"]]
+    assert 1 <= len(lost) <= 4 and all("solver process helper-" in x["error"] for x in lost)
+    later = [x for x in recs if x["completed_at"] > max(y["completed_at"] for y in lost)]
+    assert later and {x["solver"] for x in later} == {"main"} and all(x["passed"] for x in later)
+
+
+@pytest.mark.slow
 def test_helpers_die_with_a_killed_cell(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
     args = [*_two_process_cell(apps_data_dir, 12), "model.latency_ms=700"]
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     proc = _start(args, tmp_path)
+    preloader, helpers = _wait_for_helpers(proc.pid, 2)
     _wait_for_records(proc, tmp_path, 1)
-    [helper] = _helper_pids(proc.pid)
-    os.kill(proc.pid, signal.SIGKILL)  # only the main process: the helper must not outlive it
+    os.kill(proc.pid, signal.SIGKILL)  # only the main process: no solver process may outlive it
     proc.wait(timeout=30)
     proc.stdout.close()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _running(helper):
+    while time.monotonic() < deadline and any(_running(p) for p in (preloader, *helpers)):
         time.sleep(0.05)
-    alive = _running(helper)
+    alive = [p for p in (preloader, *helpers) if _running(p)]
     os.killpg(proc.pid, signal.SIGKILL)  # clean up the rest of the group (sandbox, MLflow helper)
-    assert not alive, "the solver helper outlived its killed cell"
+    assert not alive, f"solver processes {alive} outlived their killed cell (preloader {preloader})"
 
 
 @pytest.mark.slow

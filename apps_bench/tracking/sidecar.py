@@ -175,6 +175,10 @@ def _warm_up() -> None:
 
 
 def serve() -> None:
+    try:  # background work: mlflow's import and the store's I/O take the CPU the cell leaves
+        os.nice(10)
+    except (AttributeError, OSError):
+        pass
     lines = _requests()
     out = sys.stdout
     sys.stdout = sys.stderr  # stray prints of libraries must not corrupt the reply channel
