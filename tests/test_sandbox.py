@@ -494,3 +494,18 @@ def test_a_non_root_user_gets_namespaces_through_a_user_namespace():
         pytest.skip(f"user namespaces unavailable: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1000", "ok", "42", "False", "True", "False"], out.stdout + out.stderr
+
+
+def test_programs_outrank_the_harness_where_the_os_allows(pool):
+    """Programs are timed by the wall clock: where allowed (root), they run PRIORITY_BOOST
+    nice steps above the process that started the pool; otherwise at its priority."""
+    from apps_bench.sandbox.worker import PRIORITY_BOOST
+
+    boost = pool.features["priority_boost"]
+    assert boost in (0, PRIORITY_BOOST)
+    cap_eff = int(next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("CapEff:")).split()[1], 16)
+    if os.geteuid() == 0 and cap_eff & (1 << 23):  # CAP_SYS_NICE: so does each (root) worker
+        assert boost == PRIORITY_BOOST
+    r = pool.python_exec("import os\nprint(os.nice(0))")
+    assert r.status == "ok", r
+    assert int(r.stdout) == os.nice(0) - boost
