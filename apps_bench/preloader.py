@@ -142,10 +142,11 @@ def start(argv: Sequence[str]) -> None:
     mine, theirs = Pipe(duplex=True)
     sys.stdout.flush()
     sys.stderr.flush()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         mine.close()
-        _preloader_main(theirs, list(argv))
+        _preloader_main(theirs, list(argv), parent)
     theirs.close()
     _CURRENT = Preloader(pid, mine)
 
@@ -157,11 +158,13 @@ def take() -> Preloader | None:
     return pre
 
 
-def _preloader_main(conn: Any, argv: list[str]) -> None:
+def _preloader_main(conn: Any, argv: list[str], parent: int) -> None:
     from apps_bench.solving import _die_with_parent
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     _die_with_parent()
+    if os.getppid() != parent:  # the main process died before prctl took effect
+        os._exit(1)
     code = 0
     try:
         _serve(conn, argv)
@@ -174,7 +177,7 @@ def _preloader_main(conn: Any, argv: list[str]) -> None:
 def _serve(conn: Any, argv: list[str]) -> None:
     from multiprocessing.reduction import recv_handle
 
-    _preload(guess_topology(argv))
+    _preload(argv)
     try:
         order = conn.recv()
     except EOFError:  # the cell ended without solvers (refused, failed, nothing to run)
@@ -211,14 +214,15 @@ def _serve(conn: Any, argv: list[str]) -> None:
             return
 
 
-def _preload(topology: str) -> None:
-    """Import what solving `topology` needs, best effort: the order builds the cell's own
-    topology, and a failure that matters is raised then."""
+def _preload(argv: list[str]) -> None:
+    """Import what solving the command's topology needs, best effort: the order builds the
+    cell's own topology, and a failure that matters is raised then."""
     try:
         import importlib
 
         from apps_bench.topologies.registry import RUNNERS, require_framework
 
+        topology = guess_topology(argv)
         spec = RUNNERS[topology]
         require_framework(spec.framework, topology)
         importlib.import_module(spec.target.split(":")[0])

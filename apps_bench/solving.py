@@ -494,8 +494,8 @@ def _reap(pid: int, block: bool = True) -> str | None:
     """Wait for a helper; its exit as text, or None if still running (block=False)."""
     try:
         got, status = os.waitpid(pid, 0 if block else os.WNOHANG)
-    except ChildProcessError:  # reaped already, or not our child (a preloaded helper)
-        return "exited"
+    except ChildProcessError:  # reaped already, or not our child (a preloaded helper's is its preloader's)
+        return "status unknown"
     if got == 0:
         return None
     if os.WIFSIGNALED(status):
