@@ -260,9 +260,12 @@ def test_when_every_preloaded_helper_dies_the_main_process_solves_the_rest(
     recs = _records(_cell(tmp_path))
     assert len(recs) == n and len({x["key"] for x in recs}) == n
     lost = [x for x in recs if x["error"]]
-    assert 1 <= len(lost) <= 4 and all("solver process helper-" in x["error"] for x in lost)
+    # what the helpers held, plus what was handed to the second in the instant before its
+    # death was noticed; every other problem is solved
+    assert 1 <= len(lost) < n - 2 and all("solver process helper-" in x["error"] for x in lost)
+    assert all(x["passed"] for x in recs if not x["error"])
     later = [x for x in recs if x["completed_at"] > max(y["completed_at"] for y in lost)]
-    assert later and {x["solver"] for x in later} == {"main"} and all(x["passed"] for x in later)
+    assert later and {x["solver"] for x in later} == {"main"}
 
 
 @pytest.mark.slow
