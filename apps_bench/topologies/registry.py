@@ -35,17 +35,22 @@ RUNNERS: dict[str, RunnerSpec] = {
     "decentralized_openai": RunnerSpec("apps_bench.topologies.decentralized_openai:DecentralizedOpenAI", "openai"),
 }
 
+# What every runner's first problem would import lazily: framing and extraction, and the
+# connection stack of our httpx2 clients (models/clients.py). Imported with the framework,
+# before helpers fork, so that no solving process pays for it during its first problems.
+FIRST_PROBLEM = ("apps_bench.task.prompt", "apps_bench.task.extract", "httpcore2", "h11", "anyio._backends._asyncio", "truststore")
+
 # framework -> (modules it needs, imported at cell start; the pip command that installs them)
 FRAMEWORKS: dict[str, tuple[tuple[str, ...], str]] = {
     # everything the LangGraph runners import lazily, so the first problem does not pay for it
     "langgraph": (
         ("langgraph.graph", "langgraph.types", "langgraph.errors", "langchain_core.messages", "langchain_core.tools",
-         "langchain_openai", "openai.resources"),
+         "langchain_openai", "openai.resources", "langchain_core.tracers.stdout", *FIRST_PROBLEM),
         "pip install apps-bench",
     ),
-    "crewai": (("crewai",), "pip install 'apps-bench[crewai]'"),
-    "autogen": (("autogen_agentchat", "autogen_ext.models.openai"), "pip install 'apps-bench[autogen]'"),
-    "openai": (("openai", "openai.resources"), "pip install apps-bench"),  # the SDK loads resources on first use
+    "crewai": (("crewai", *FIRST_PROBLEM), "pip install 'apps-bench[crewai]'"),
+    "autogen": (("autogen_agentchat", "autogen_ext.models.openai", *FIRST_PROBLEM), "pip install 'apps-bench[autogen]'"),
+    "openai": (("openai", "openai.resources", *FIRST_PROBLEM), "pip install apps-bench"),  # the SDK loads resources on first use
 }
 
 
