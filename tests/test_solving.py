@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -212,18 +213,27 @@ def _wait_for_records(proc: subprocess.Popen, cwd: Path, n: int, timeout: float 
     pytest.fail("no records appeared")
 
 
+def _kill_helpers_mid_cell(
+    cwd: Path, apps_data_dir: Path, mlflow_template: Path, n: int, which: Callable[[list[int]], list[int]]
+) -> tuple[list[str], Path]:
+    """Run a two-helper cell of `n` rows, SIGKILL `which(helpers)` once 2 problems are
+    recorded, and check the cell ends recorded but incomplete: (its args, its folder)."""
+    args = _two_process_cell(apps_data_dir, n)
+    fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
+    proc = _start([*args, "model.latency_ms=700"], cwd)
+    _, helpers = _wait_for_helpers(proc.pid, 2)
+    _wait_for_records(proc, cwd, 2)
+    for pid in which(helpers):
+        os.kill(pid, signal.SIGKILL)
+    out = proc.communicate(timeout=240)[0].decode()
+    assert proc.returncode == 3, out[-3000:]  # recorded, incomplete: the dead helpers' problems are errors
+    return args, _cell(cwd)
+
+
 @pytest.mark.slow
 def test_a_dead_helper_costs_only_its_problems(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
     n = 16
-    args = _two_process_cell(apps_data_dir, n)
-    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    proc = _start([*args, "model.latency_ms=700"], tmp_path)
-    _, helpers = _wait_for_helpers(proc.pid, 2)
-    _wait_for_records(proc, tmp_path, 2)
-    os.kill(helpers[0], signal.SIGKILL)
-    out = proc.communicate(timeout=240)[0].decode()
-    assert proc.returncode == 3, out[-3000:]  # recorded, incomplete: the helper's problems are errors
-    cell = _cell(tmp_path)
+    args, cell = _kill_helpers_mid_cell(tmp_path, apps_data_dir, mlflow_template, n, lambda helpers: helpers[:1])
     recs = _records(cell)
     assert len(recs) == n and len({x["key"] for x in recs}) == n
     lost = [x for x in recs if x["error"]]
@@ -248,16 +258,8 @@ def test_when_every_preloaded_helper_dies_the_main_process_solves_the_rest(
 ):
     """The main process has not imported the framework: it does so then, and goes on alone."""
     n = 12
-    args = _two_process_cell(apps_data_dir, n)
-    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    proc = _start([*args, "model.latency_ms=700"], tmp_path)
-    _, helpers = _wait_for_helpers(proc.pid, 2)
-    _wait_for_records(proc, tmp_path, 2)
-    for pid in helpers:
-        os.kill(pid, signal.SIGKILL)
-    out = proc.communicate(timeout=240)[0].decode()
-    assert proc.returncode == 3, out[-3000:]
-    recs = _records(_cell(tmp_path))
+    _, cell = _kill_helpers_mid_cell(tmp_path, apps_data_dir, mlflow_template, n, lambda helpers: helpers)
+    recs = _records(cell)
     assert len(recs) == n and len({x["key"] for x in recs}) == n
     lost = [x for x in recs if x["error"]]
     # what the helpers held, plus what was handed to the second in the instant before its
