@@ -575,14 +575,11 @@ def run_cell(cfg: Any) -> CellResult:
         except ModelEndpointError as exc:
             raise CellSetupError(str(exc)) from exc
         # The MLflow run opens in a helper process (importing mlflow and reaching the store take
-        # seconds, on another core) while this process imports the framework and runs the first
-        # problems; a store that fails stops the cell at the next completed problem, and the
-        # records written so far are kept for the rerun.
+        # seconds, on another core) while the solvers start and the first problems run; a store
+        # that fails stops the cell at the next completed problem, and the records written so
+        # far are kept for the rerun. An optimizer cell's final evaluation is a child of its run.
         tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
-        if pre_tracker is not None:  # an optimizer cell: its final evaluation is a child of the cell's run
-            tracker_future = tx.submit(_open_tracker, data, cell, loaded, final_eval_of=pre_tracker)
-        else:
-            tracker_future = tx.submit(_open_tracker, data, cell, loaded)
+        tracker_future = tx.submit(_open_tracker, data, cell, loaded, final_eval_of=pre_tracker)
         helpers = None
         try:
             helpers, topology = _start_solvers(data, node, todo, endpoint=endpoint, prompts=prompts)
