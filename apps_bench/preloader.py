@@ -89,26 +89,17 @@ class Preloader:
             pass
         self.close()
 
-    def close(self, wait_s: float = 2.0) -> None:
-        """Hang up; the preloader exits once its helpers have (SIGKILL after `wait_s`)."""
+    def close(self, deadline: float | None = None) -> None:
+        """Hang up; the preloader exits once its helpers have (SIGKILL at `deadline`, default 2 s from now)."""
         import time
 
-        from apps_bench.solving import _reap
+        from apps_bench.solving import end_child
 
         try:
             self.conn.close()
         except OSError:
             pass
-        deadline = time.monotonic() + wait_s
-        while _reap(self.pid, block=False) is None:
-            if time.monotonic() > deadline:
-                try:
-                    os.kill(self.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                _reap(self.pid)
-                return
-            time.sleep(0.01)
+        end_child(self.pid, time.monotonic() + 2.0 if deadline is None else deadline)
 
 
 def _without_tests(problem: Any) -> Any:

@@ -462,16 +462,21 @@ class SolverProcesses:
             _hang_up(h.conn)
         deadline = time.monotonic() + 2.0
         for h in self.helpers:
-            while time.monotonic() < deadline and _reap(h.pid, block=False) is None:
-                time.sleep(0.01)
-            if _reap(h.pid, block=False) is None:
-                try:
-                    os.kill(h.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                _reap(h.pid)
+            end_child(h.pid, deadline)
         if self.preloader is not None:  # it exits once its helpers have (then they are reaped)
-            self.preloader.close(wait_s=max(0.0, deadline - time.monotonic()))
+            self.preloader.close(deadline)
+
+
+def end_child(pid: int, deadline: float) -> None:
+    """Wait for child `pid` to exit until `deadline` (time.monotonic), then SIGKILL it; reap it."""
+    while time.monotonic() < deadline and _reap(pid, block=False) is None:
+        time.sleep(0.01)
+    if _reap(pid, block=False) is None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _reap(pid)
 
 
 def _hang_up(conn: Any) -> None:
