@@ -170,9 +170,13 @@ def grid_refusal(cell: Cell, grid: Mapping[str, Any]) -> str | None:
 
 
 def guard(cfg: Any) -> Cell:
-    """Resolve the cell and refuse it if it lies outside the grid (unless allow_any_cell)."""
-    cell = resolve_cell(cfg)
+    """Check the cell's settings (validate.py), resolve it, and refuse it if it lies outside
+    the grid (unless allow_any_cell). Both refusals come before anything of the cell exists."""
+    from apps_bench.validate import check_settings
+
     data = _as_container(cfg)
+    check_settings(data)
+    cell = resolve_cell(data)
     if not data.get("allow_any_cell", False):
         why = grid_refusal(cell, data.get("grid") or {})
         if why:

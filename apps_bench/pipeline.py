@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from apps_bench.cell import Cell, guard
+from apps_bench.validate import InvalidSettings, empty_selection
 from apps_bench.tracking.records import (
     CONFIG,
     PROMPTS,
@@ -508,21 +509,17 @@ def run_cell(cfg: Any) -> CellResult:
     node = OmegaConf.create(data)  # attribute + mapping access for the other modules' APIs
     cell = guard(data)  # raises CellRefused before anything runs
 
-    from apps_bench.data import load_problems
+    from apps_bench.data import load_selection
 
     try:
-        loaded = load_problems(
-            node.dataset,
-            limit=data.get("limit"),
-            offset=int(data.get("offset") or 0),
-            only=tuple(str(x) for x in (data.get("only") or ())),
-            difficulty=data.get("difficulty"),
-            max_tests_per_row=int(data["max_tests_per_row"]),
-        )
+        loaded = load_selection(data)
     except (ValueError, FileNotFoundError, OSError) as exc:
         raise CellSetupError(f"cannot load dataset {cell.dataset}: {exc}") from exc
+    empty = empty_selection(loaded, data)
+    if empty is not None:
+        raise InvalidSettings([empty])  # a cell of zero problems is an error, not a 0.0 score
     problems = loaded.problems
-    if getattr(loaded, "missing_ids", ()):
+    if loaded.missing_ids:
         print(f"warning: no row has IDs {', '.join(loaded.missing_ids)}", file=sys.stderr)
 
     cell_dir = cell_dir_for(data, cell)

@@ -121,6 +121,19 @@ def solver_threads(concurrency: int) -> int:
     return concurrency * 2 + 8
 
 
+def requested_processes(setting: Any) -> int | None:
+    """`processes=<setting>` -> a count of solving processes, or None for `auto`."""
+    if str(setting).strip().lower() == "auto":
+        return None
+    try:
+        total = int(setting)
+    except (TypeError, ValueError):
+        raise ValueError(f"processes must be 'auto' or a positive integer, got {setting!r}") from None
+    if total < 1:
+        raise ValueError(f"processes must be 'auto' or a positive integer, got {setting!r}")
+    return total
+
+
 def helper_count(setting: Any, *, concurrency: int, n_problems: int, framework: str) -> int:
     """How many helper processes to fork for `processes=<setting>` (total solving processes).
 
@@ -128,19 +141,12 @@ def helper_count(setting: Any, *, concurrency: int, n_problems: int, framework: 
     problems in flight or problems to run; frameworks not checked to be fork-safe, and
     platforms without fork, solve in the main process only.
     """
-    if str(setting).strip().lower() == "auto":
+    total = requested_processes(setting)
+    if total is None:
         try:
-            cores = len(os.sched_getaffinity(0))
+            total = len(os.sched_getaffinity(0))
         except AttributeError:  # pragma: no cover - not Linux
-            cores = os.cpu_count() or 1
-        total = cores
-    else:
-        try:
-            total = int(setting)
-        except (TypeError, ValueError):
-            raise ValueError(f"processes must be 'auto' or a positive integer, got {setting!r}") from None
-        if total < 1:
-            raise ValueError(f"processes must be 'auto' or a positive integer, got {setting!r}")
+            total = os.cpu_count() or 1
     if framework not in FORK_SAFE_FRAMEWORKS or not hasattr(os, "fork") or not sys.platform.startswith("linux"):
         return 0
     return max(0, min(total, concurrency, n_problems) - 1)

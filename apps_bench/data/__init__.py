@@ -1,6 +1,6 @@
 """APPS problems: loading (hub / local file / demos), the test cap, skip counting, the eval IDs."""
 
-from apps_bench.data.apps import DIFFICULTIES, DatasetUnavailableError, LoadResult, hub_data_files, load_problems
+from apps_bench.data.apps import DIFFICULTIES, DatasetUnavailableError, LoadResult, hub_data_files, load_problems, load_selection
 from apps_bench.data.demo import DEMO_PROBLEMS
 from apps_bench.data.manifest import eval_ids, eval_manifest
 from apps_bench.data.rows import SKIP_REASONS, RowError, parse_row
@@ -16,5 +16,6 @@ __all__ = [
     "eval_manifest",
     "hub_data_files",
     "load_problems",
+    "load_selection",
     "parse_row",
 ]

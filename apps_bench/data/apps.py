@@ -36,8 +36,9 @@ class LoadResult:
     skipped: dict[str, int]  # skip reason -> rows skipped for it (never silent)
     source: str  # where the rows came from (hub URL, file path, or "builtin:demo")
     revision: str  # pinned hub revision, "local" for a file, "builtin" for the demos
-    missing_ids: tuple[str, ...] = ()  # `only` IDs that no selected row had (skipped rows count as present)
+    missing_ids: tuple[str, ...] = ()  # `only` IDs that no row had (skipped rows count as present)
     rows_selected: int = 0  # rows that passed the filters (problems + skipped)
+    rows_matched: int = 0  # rows that `only`/`difficulty` matched, before `offset`/`limit` (validate.empty_selection)
 
     @property
     def n_skipped(self) -> int:
@@ -58,22 +59,30 @@ def _select(
     offset: int,
     only: Sequence[str],
     difficulty: str | None,
+    tally: dict[str, Any] | None = None,
 ) -> Iterator[Any]:
-    """Filter by `only` and `difficulty`, then skip `offset` and keep `limit`; stop reading as soon as done."""
+    """Filter by `only` and `difficulty`, then skip `offset` and keep `limit`; stop reading as soon as done.
+
+    `tally` (if given) receives `matched` (rows past the filters, before offset) and `found`
+    (the `only` IDs seen), so an empty selection can say which setting emptied it."""
     wanted = {str(i) for i in only}
     found: set[str] = set()
     matched = 0
+    if tally is not None:
+        tally.update(matched=0, found=found)
     if limit is not None and limit <= 0:
         return
     for item in items:
         pid, diff = key(item)
         if wanted and pid not in wanted:
             continue
-        if difficulty and diff != difficulty:
-            continue
         if wanted and pid is not None:
             found.add(pid)
+        if difficulty and diff != difficulty:
+            continue
         matched += 1
+        if tally is not None:
+            tally["matched"] = matched
         if matched <= offset:
             continue
         yield item
@@ -188,11 +197,12 @@ def load_problems(
     split = str(_cfg_get(dataset_cfg, "split", "test") or "test")
     path = _cfg_get(dataset_cfg, "path")
     source_kind = str(_cfg_get(dataset_cfg, "source", "hub") or "hub")
-    select = dict(limit=limit, offset=offset, only=only, difficulty=difficulty)
+    tally: dict[str, Any] = {}
+    select = dict(limit=limit, offset=offset, only=only, difficulty=difficulty, tally=tally)
 
     if source_kind == "demo" and not path:
         chosen = list(_select(DEMO_PROBLEMS, lambda p: (p.id, p.difficulty), **select))
-        return _result(chosen, Counter(), "builtin:demo", "builtin", only, {p.id for p in chosen}, len(chosen))
+        return _result(chosen, Counter(), "builtin:demo", "builtin", only, tally, len(chosen))
 
     if path:
         p = Path(str(path)).expanduser()
@@ -214,13 +224,9 @@ def load_problems(
     skipped: Counter[str] = Counter()
     problems: list[Problem] = []
     n_selected = 0
-    seen: set[str] = set()
     checked = False
     for row in _select(rows, _row_key, **select):
         n_selected += 1
-        pid = _row_key(row)[0]
-        if pid is not None:
-            seen.add(pid)
         if not isinstance(row, Mapping):
             skipped[UNPARSABLE_ROW] += 1
             continue
@@ -231,13 +237,30 @@ def load_problems(
             problems.append(parse_row(row, split=split, max_tests_per_row=max_tests_per_row))
         except RowError as e:
             skipped[e.reason] += 1
-    return _result(problems, skipped, source, revision, only, seen, n_selected)
+    return _result(problems, skipped, source, revision, only, tally, n_selected)
+
+
+def load_selection(cfg: Mapping[str, Any]) -> LoadResult:
+    """The problems a composed cell config selects (its dataset and top-level selection keys)."""
+    return load_problems(
+        cfg["dataset"],
+        limit=cfg.get("limit"),
+        offset=int(cfg.get("offset") or 0),
+        only=tuple(str(x) for x in (cfg.get("only") or ())),
+        difficulty=cfg.get("difficulty"),
+        max_tests_per_row=int(cfg["max_tests_per_row"]),
+    )
 
 
 def _result(
-    problems: list[Problem], skipped: Counter[str], source: str, revision: str, only: Sequence[str], seen: set[str], n: int
-) -> LoadResult:
-    missing = tuple(i for i in only if i not in seen)
-    return LoadResult(problems=problems, skipped=dict(skipped), source=source, revision=revision, missing_ids=missing, rows_selected=n)
+    problems: list[Problem], skipped: Counter[str], source: str, revision: str, only: Sequence[str],
+    tally: Mapping[str, Any], n: int,
+) -> LoadResult:  # fmt: skip
+    found = tally.get("found") or set()
+    missing = tuple(i for i in only if i not in found)
+    return LoadResult(
+        problems=problems, skipped=dict(skipped), source=source, revision=revision, missing_ids=missing,
+        rows_selected=n, rows_matched=int(tally.get("matched") or 0),
+    )  # fmt: skip
 
 

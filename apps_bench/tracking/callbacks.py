@@ -37,7 +37,13 @@ def sweep_overrides(config: DictConfig) -> list[list[str]]:
 
 
 def check_sweep(config: DictConfig) -> tuple[int, list[str]]:
-    """Compose every cell of the sweep and run the grid guard on each. -> (cells, refusals)."""
+    """Compose every cell of the sweep; check its settings and the grid guard, and (for local
+    data: the demos or a file) that its selection holds problems. -> (cells, refusals).
+
+    A hub dataset's selection is checked by each cell at its start instead: reading the hub
+    here would stream the rows once more, and the launching host may not be where cells run."""
+    import json
+
     from hydra.core.global_hydra import GlobalHydra
 
     from apps_bench.cell import CellRefused, guard
@@ -45,13 +51,33 @@ def check_sweep(config: DictConfig) -> tuple[int, list[str]]:
     loader = GlobalHydra.instance().config_loader()
     cells = sweep_overrides(config)
     refusals: list[str] = []
+    checked: dict[str, str | None] = {}  # selection -> refusal (cells of a sweep mostly share one)
     for overrides in cells:
-        cell_cfg = loader.load_sweep_config(master_config=config, sweep_overrides=list(overrides))
+        data = _job_part(loader.load_sweep_config(master_config=config, sweep_overrides=list(overrides)))
         try:
-            guard(_job_part(cell_cfg))
+            guard(data)
+            ds = data.get("dataset") or {}
+            if ds.get("source") == "demo" or ds.get("path"):
+                sel = {k: data.get(k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
+                key = json.dumps([ds, sel], sort_keys=True, default=str)
+                if key not in checked:
+                    checked[key] = _selection_refusal(data)
+                if checked[key]:
+                    raise CellRefused(checked[key])
         except CellRefused as e:
             refusals.append(f"[{' '.join(overrides)}] {e}")
     return len(cells), refusals
+
+
+def _selection_refusal(data: dict[str, Any]) -> str | None:
+    from apps_bench.data import load_selection
+    from apps_bench.validate import InvalidSettings, empty_selection
+
+    try:
+        bad = empty_selection(load_selection(data), data)
+    except (ValueError, OSError) as exc:
+        return f"cannot load dataset {data['dataset'].get('name')}: {exc}"
+    return str(InvalidSettings([bad])) if bad is not None else None
 
 
 def _job_part(cfg: DictConfig) -> dict[str, Any]:
@@ -78,8 +104,7 @@ class SweepTracking(Callback):
         n, refusals = check_sweep(config)
         if refusals:
             print(
-                f"apps-bench: {len(refusals)} of {n} cells of this sweep are outside the grid; "
-                "nothing was run.",
+                f"apps-bench: {len(refusals)} of {n} cells of this sweep are refused; nothing was run.",
                 file=sys.stderr,
             )
             for r in refusals:

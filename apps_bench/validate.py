@@ -1,0 +1,299 @@
+"""Check a composed cell's settings before anything of the cell exists.
+
+Hydra's schema (config.py) checks names and types; this module checks what types cannot:
+numeric ranges, choices, and settings the chosen mode would silently ignore. It runs first
+in `cell.guard` (so in every single-cell run and, for a sweep, on every cell before any job
+starts), and `empty_selection` runs as soon as the problems are loaded, before the cell's
+folder, servers, processes or MLflow run are created. A refusal lists every bad setting with
+its value, what is allowed and the override that fixes it; the entrypoint exits 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from apps_bench.cell import CellRefused
+
+
+@dataclass(frozen=True)
+class BadSetting:
+    key: str  # dotted override path, e.g. `optimizer.params.budget.rollouts`
+    value: Any
+    allowed: str  # what would be accepted
+    fix: str  # the override (or action) that fixes it
+
+    def line(self) -> str:
+        return f"{self.key}={_show(self.value)}: {self.allowed}. Fix: {self.fix}"
+
+
+class InvalidSettings(CellRefused):
+    """One or more settings are out of range, unknown, or ignored in the chosen mode."""
+
+    def __init__(self, bad: list[BadSetting]) -> None:
+        self.bad = list(bad)
+        lines = "\n".join("  " + b.line() for b in self.bad)
+        super().__init__(f"invalid setting{'s' if len(self.bad) > 1 else ''}, nothing was run:\n{lines}")
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_show(v) for v in value) + "]"
+    return str(value)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# ----------------------------------------------------------------------------- rules
+# (section path, key, predicate, allowed, fix); `None` sections are skipped when absent.
+
+Rule = tuple[str, str, Callable[[Any], bool], str, str]
+
+
+def _int_min(low: int) -> Callable[[Any], bool]:
+    return lambda v: _is_int(v) and v >= low
+
+
+def _opt_int_min(low: int) -> Callable[[Any], bool]:
+    return lambda v: v is None or (_is_int(v) and v >= low)
+
+
+def _positive(v: Any) -> bool:
+    return _is_num(v) and v > 0
+
+
+def _fraction(v: Any) -> bool:
+    return _is_num(v) and 0 <= v <= 1
+
+
+def _processes(v: Any) -> bool:
+    from apps_bench.solving import requested_processes
+
+    try:
+        requested_processes(v)
+    except ValueError:
+        return False
+    return True
+
+
+def _difficulty(v: Any) -> bool:
+    from apps_bench.data import DIFFICULTIES
+
+    return v is None or v in DIFFICULTIES
+
+
+_DIFFICULTIES = "introductory, interview or competition"
+
+RULES: tuple[Rule, ...] = (
+    ("", "limit", _opt_int_min(1), "a whole number >= 1, or null (every selected problem)", "limit=50, or limit=null"),
+    ("", "offset", _int_min(0), "a whole number >= 0 (problems skipped before the first one run)", "offset=0"),
+    ("", "concurrency", _int_min(1), "a whole number >= 1 (problems in flight at once)", "concurrency=1 or more"),
+    ("", "processes", _processes, "auto (one per CPU core) or a whole number >= 1", "processes=auto, or processes=1"),
+    ("", "seed", _int_min(0), "a whole number >= 0", "seed=0"),
+    ("", "difficulty", _difficulty, f"{_DIFFICULTIES}, or null (all)", "difficulty=interview, or difficulty=null"),
+    ("tool", "timeout_s", _positive, "seconds > 0", "tool.timeout_s=10"),
+    ("tool", "output_chars", _int_min(1), "a whole number >= 1 (characters of stdout/stderr shown)", "tool.output_chars=4000"),
+    ("judge", "timeout_s", _positive, "seconds > 0 (per test)", "judge.timeout_s=4"),
+    ("judge", "workers", _int_min(0), "a whole number >= 0 (0 = one per core)", "judge.workers=0"),
+    ("judge", "call_memory_bytes", _int_min(0), "bytes >= 0 (0 disables the cap)", "judge.call_memory_bytes=4000000000"),
+    ("judge", "stdin_memory_bytes", _int_min(0), "bytes >= 0 (0 disables the cap)", "judge.stdin_memory_bytes=4000000000"),
+    ("model", "temperature", lambda v: _is_num(v) and 0 <= v <= 2, "a number from 0 to 2", "model.temperature=0.2"),
+    ("model", "top_p", lambda v: _is_num(v) and 0 < v <= 1, "a number > 0 and <= 1", "model.top_p=0.9"),
+    ("model", "max_tokens", _int_min(1), "a whole number >= 1 (tokens per reply)", "model.max_tokens=4096"),
+    ("model", "request_timeout_s", _positive, "seconds > 0", "model.request_timeout_s=300"),
+    ("model", "max_retries", _int_min(0), "a whole number >= 0", "model.max_retries=3"),
+    ("model", "retry_backoff_s", lambda v: _is_num(v) and v >= 0, "seconds >= 0", "model.retry_backoff_s=2"),
+    ("model", "latency_ms", _int_min(0), "a whole number >= 0", "model.latency_ms=0"),
+    ("model", "wrong_fraction", _fraction, "a fraction from 0 to 1", "model.wrong_fraction=0"),
+    ("model", "fault_fraction", _fraction, "a fraction from 0 to 1", "model.fault_fraction=0"),
+    ("topology", "team_size", _int_min(1), "a whole number >= 1", "topology.team_size=4"),
+    ("topology", "rounds", _int_min(1), "a whole number >= 1", "topology.rounds=2"),
+    ("topology", "max_steps", _int_min(1), "a whole number >= 1 (model calls per agent's tool loop)", "topology.max_steps=8"),
+    ("topology", "max_turns", _int_min(1), "a whole number >= 1", "topology.max_turns=12"),
+    ("topology", "time_limit_s", _positive, "seconds > 0 (per problem)", "topology.time_limit_s=600"),
+)
+
+# optimizer.params.<path>: checked when the method's params have the key (methods differ)
+OPTIMIZER_RULES: tuple[Rule, ...] = (
+    ("budget", "rollouts", _opt_int_min(1), "a whole number >= 1, or null (no cap)", "optimizer.params.budget.rollouts=200"),
+    ("budget", "tokens", _opt_int_min(1), "a whole number >= 1, or null (no cap)", "optimizer.params.budget.tokens=null"),
+    ("budget", "optimizer_tokens", _opt_int_min(1), "a whole number >= 1, or null (no cap)", "optimizer.params.budget.optimizer_tokens=null"),
+    ("pool", "train_size", _int_min(1), "a whole number >= 1", "optimizer.params.pool.train_size=50"),
+    ("pool", "val_size", _int_min(1), "a whole number >= 1", "optimizer.params.pool.val_size=30"),
+    ("pool", "difficulty", _difficulty, f"{_DIFFICULTIES}, or null (all)", "optimizer.params.pool.difficulty=interview"),
+    ("pool", "split_seed", _int_min(0), "a whole number >= 0", "optimizer.params.pool.split_seed=0"),
+    ("", "minibatch", _int_min(1), "a whole number >= 1", "optimizer.params.minibatch=3"),
+    ("", "n_traces", _int_min(1), "a whole number >= 1", "optimizer.params.n_traces=5"),
+    ("", "infra_retries", _int_min(0), "a whole number >= 0", "optimizer.params.infra_retries=1"),
+    ("", "stall_iterations", _int_min(1), "a whole number >= 1", "optimizer.params.stall_iterations=20"),
+    ("", "hard_cases", _int_min(0), "a whole number >= 0", "optimizer.params.hard_cases=3"),
+    ("", "K", _int_min(1), "a whole number >= 1 (beam width)", "optimizer.params.K=2"),
+    ("", "Ksub", _int_min(1), "a whole number >= 1", "optimizer.params.Ksub=2"),
+    ("", "T", _int_min(1), "a whole number >= 1", "optimizer.params.T=3"),
+    ("", "D", _int_min(1), "a whole number >= 1", "optimizer.params.D=3"),
+    ("", "seed", _int_min(0), "a whole number >= 0", "optimizer.params.seed=0"),
+)
+
+
+def _section(data: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
+    node: Any = data
+    for part in [p for p in path.split(".") if p]:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else None
+
+
+def _apply(rules: tuple[Rule, ...], data: Mapping[str, Any], prefix: str) -> list[BadSetting]:
+    bad = []
+    for section, key, ok, allowed, fix in rules:
+        node = _section(data, section)
+        if node is None or key not in node:
+            continue
+        if not ok(node[key]):
+            path = ".".join(p for p in (prefix, section, key) if p)
+            bad.append(BadSetting(path, node[key], allowed, fix))
+    return bad
+
+
+# ----------------------------------------------------------------------------- ignored settings
+
+
+def _ignored(data: Mapping[str, Any]) -> list[BadSetting]:
+    """Settings that the chosen mode would not use: refused, so no one believes they took effect."""
+    bad = []
+    model = data.get("model") or {}
+    if model.get("provider") != "gold":
+        for knob in ("latency_ms", "wrong_fraction", "fault_fraction"):
+            if model.get(knob):
+                bad.append(BadSetting(
+                    f"model.{knob}", model[knob],
+                    f"only model=gold (the built-in self-check server) uses it; model={model.get('name')} would ignore it",
+                    f"model.{knob}=0, or model=gold",
+                ))  # fmt: skip
+    topo = data.get("topology") or {}
+    if topo.get("flow") != "decentralized" and _is_int(topo.get("rounds")) and topo.get("rounds") != 1:
+        bad.append(BadSetting(
+            "topology.rounds", topo["rounds"],
+            f"only the decentralized (debate) flow has rounds; topology={topo.get('name')} ({topo.get('flow')}) would ignore it",
+            "topology.rounds=1, or topology=decentralized_langgraph / decentralized_openai",
+        ))  # fmt: skip
+    opt = data.get("optimizer") or {}
+    pool = _section(opt, "params.pool")
+    if opt.get("name") not in (None, "none") and pool is not None:
+        bad.extend(_pool_problems(data.get("dataset") or {}, pool))
+    return bad
+
+
+def _pool_problems(dataset: Mapping[str, Any], pool: Mapping[str, Any]) -> list[BadSetting]:
+    from apps_bench.optimizers.protocol import POOL_SOURCES
+
+    source = pool.get("source")
+    if source not in POOL_SOURCES:
+        return [BadSetting("optimizer.params.pool.source", source, f"one of {', '.join(POOL_SOURCES)}",
+                           "optimizer.params.pool.source=train")]  # fmt: skip
+    if source == "test_minus_eval" and pool.get("path"):
+        return [BadSetting(
+            "optimizer.params.pool.path", pool["path"],
+            "a train file is read only with pool.source=train; pool.source=test_minus_eval draws from the cell's own "
+            "test-split dataset and would ignore it",
+            "optimizer.params.pool.path=null, or optimizer.params.pool.source=train",
+        )]  # fmt: skip
+    if source == "train" and not pool.get("path"):
+        if dataset.get("path"):
+            return [BadSetting(
+                "optimizer.params.pool.path", None,
+                "the cell's dataset is a local file (dataset.path), so the train pool needs a local train file too",
+                "optimizer.params.pool.path=<train.jsonl>, or optimizer.params.pool.source=test_minus_eval",
+            )]  # fmt: skip
+        if dataset.get("source") == "demo":
+            return [BadSetting(
+                "optimizer.params.pool.path", None, "the demo dataset has no train split to draw the pool from",
+                "dataset=apps, or optimizer.params.pool.path=<train.jsonl>",
+            )]  # fmt: skip
+    return []
+
+
+def _roles_and_prompts(data: Mapping[str, Any]) -> list[BadSetting]:
+    """The team size must have a role list and every role its prompt (a prompt file is read here)."""
+    from apps_bench.topologies.prompts import TopologyConfigError, load_prompts, roles_for, sizes_of
+
+    topo = data.get("topology") or {}
+    size = topo.get("team_size")
+    if not _is_int(size) or size < 1:
+        return []  # the range rule already said so
+    try:
+        roles_for(topo)
+    except TopologyConfigError:
+        sizes = sizes_of(topo)
+        return [BadSetting(
+            "topology.team_size", size,
+            f"a team size topology={topo.get('name')} has a role list for: {', '.join(map(str, sizes)) or 'none'}",
+            f"topology.team_size={sizes[0] if sizes else 1}, or add a role list for {size} under topology.roles_by_size",
+        )]  # fmt: skip
+    try:
+        load_prompts(topo)
+    except (TopologyConfigError, OSError, ValueError) as exc:
+        key = "topology.prompt_file" if topo.get("prompt_file") else "topology.prompts"
+        return [BadSetting(key, topo.get("prompt_file") or "...", str(exc),
+                           "point it at a YAML/JSON file with a prompt for every role of the team and no other")]  # fmt: skip
+    return []
+
+
+def check_settings(data: Mapping[str, Any]) -> None:
+    """Raise InvalidSettings naming every bad setting of a composed (plain) cell config."""
+    bad = _apply(RULES, data, "")
+    opt = data.get("optimizer") or {}
+    if opt.get("name") not in (None, "none"):
+        bad += _apply(OPTIMIZER_RULES, opt.get("params") or {}, "optimizer.params")
+    bad += _ignored(data)
+    if not any(b.key.startswith("topology.") for b in bad):
+        bad += _roles_and_prompts(data)
+    if bad:
+        raise InvalidSettings(bad)
+
+
+# ----------------------------------------------------------------------------- selection
+
+
+def empty_selection(loaded: Any, data: Mapping[str, Any]) -> BadSetting | None:
+    """Which setting selected no problem at all (a cell of zero problems is an error, not a 0.0 score)."""
+    if loaded.problems:
+        return None
+    ds = data.get("dataset") or {}
+    where = ds.get("path") or f"dataset={ds.get('name')}"
+    only = [str(x) for x in (data.get("only") or [])]
+    difficulty, offset = data.get("difficulty"), int(data.get("offset") or 0)
+    matched = loaded.rows_matched
+    if loaded.rows_selected:
+        reasons = ", ".join(f"{n} {r}" for r, n in sorted(loaded.skipped.items()))
+        return BadSetting(
+            "dataset.path" if ds.get("path") else "dataset", ds.get("path") or ds.get("name"),
+            f"rows with usable tests; all {loaded.rows_selected} selected rows of {where} were skipped ({reasons})",
+            "select other rows (only=, offset=, difficulty=), or fix the file",
+        )  # fmt: skip
+    if only and len(loaded.missing_ids) == len(only):
+        return BadSetting(
+            "only", only, f"problem IDs that {where} holds; none of these is there",
+            "only=[...] with IDs of that dataset, or drop only",
+        )  # fmt: skip
+    if difficulty and matched == 0:
+        among = f" among only={_show(only)}" if only else ""
+        return BadSetting(
+            "difficulty", difficulty, f"a difficulty that {where} has rows of{among}; it has none of {difficulty}",
+            "difficulty=null, or another of introductory, interview, competition",
+        )  # fmt: skip
+    if matched and offset >= matched:
+        return BadSetting(
+            "offset", offset, f"less than the {matched} problems the selection matches in {where}",
+            f"offset={max(0, matched - 1)} or lower, e.g. offset=0",
+        )  # fmt: skip
+    return BadSetting("dataset", ds.get("name"), f"a dataset with rows; {where} has none", "check the file, or pick another dataset")
