@@ -41,6 +41,8 @@ def _show(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # `top_p=0` was typed, Hydra's schema made it 0.0
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_show(v) for v in value) + "]"
     return str(value)

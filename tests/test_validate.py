@@ -1,0 +1,154 @@
+"""Bad settings through the real entrypoint: one message naming the setting, its value, what is
+allowed and the fix; exit code 2; no cell folder and no MLflow run (the store is a real SQLite
+file that the refused command must leave without a run). Plus the rule table on its own."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import APPS_DATA_DIR, cli_env, fresh_store, run_cli
+
+TRAIN = APPS_DATA_DIR / "train_mini150.jsonl"
+TEST_ROWS = APPS_DATA_DIR / "test_more.jsonl"
+
+
+def _runs_in(db: Path) -> int:
+    with sqlite3.connect(db) as con:
+        return con.execute("select count(*) from runs").fetchone()[0]
+
+
+def _refused(tmp_path: Path, mlflow_template: Path, args: list[str]) -> str:
+    """Run the CLI with a real (empty) store; assert the refusal leaves nothing behind; -> stderr."""
+    db = fresh_store(mlflow_template, tmp_path / "store" / "mlflow.db")
+    r = run_cli(args, tmp_path, env=cli_env(tmp_path, MLFLOW_TRACKING_URI=f"sqlite:///{db}"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert "nothing was run" in r.stderr
+    assert not (tmp_path / "outputs" / "cells").exists()
+    assert _runs_in(db) == 0
+    return r.stderr
+
+
+# (overrides, what the message must say: the setting=value, what is allowed, the fix)
+LOCAL = [f"dataset=apps", f"dataset.path={TRAIN}", "allow_any_cell=true"]
+CASES = {
+    "negative limit": (["limit=-1"], ["limit=-1", "a whole number >= 1, or null", "Fix: limit=50"]),
+    "zero concurrency": (["concurrency=0"], ["concurrency=0", "a whole number >= 1", "Fix: concurrency=1"]),
+    "zero processes": (["processes=0"], ["processes=0", "auto (one per CPU core)", "Fix: processes=auto"]),
+    "ids that match nothing": (["only=[424242]"], ["only=[424242]", "none of these is there", "drop only"]),
+    "offset past the end (demo)": (["offset=2"], ["offset=2", "less than the 2 problems", "offset=1 or lower"]),
+    "offset past the end (file)": (
+        [*LOCAL, "offset=150"], ["offset=150", "less than the 150 problems", "offset=149 or lower"],
+    ),
+    "difficulty without rows": (
+        ["difficulty=competition"], ["difficulty=competition", "none of competition", "difficulty=null"],
+    ),
+    "difficulty misspelt": (["difficulty=hard"], ["difficulty=hard", "introductory, interview or competition"]),
+    "pool path ignored by test_minus_eval": (
+        [f"dataset=apps", f"dataset.path={TEST_ROWS}", "optimizer=maspo", "allow_any_cell=true",
+         "optimizer.params.pool.source=test_minus_eval", f"optimizer.params.pool.path={TRAIN}"],
+        [f"optimizer.params.pool.path={TRAIN}", "would ignore it", "Fix: optimizer.params.pool.path=null"],
+    ),
+    "zero rollout budget": (
+        [*LOCAL, "optimizer=maspo", f"optimizer.params.pool.path={TRAIN}", "optimizer.params.budget.rollouts=0"],
+        ["optimizer.params.budget.rollouts=0", "a whole number >= 1, or null (no cap)"],
+    ),
+    "zero time limit": (["topology.time_limit_s=0"], ["topology.time_limit_s=0", "seconds > 0", "Fix: topology.time_limit_s="]),
+    "gold knob on a real model": (
+        ["model=openai", "model.latency_ms=50", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m"],
+        ["model.latency_ms=50", "only model=gold", "would ignore it"],
+    ),
+    "rounds on a flow without rounds": (["topology.rounds=3"], ["topology.rounds=3", "only the decentralized"]),
+    "team size without roles": (
+        ["topology=independent", "topology.team_size=3"], ["topology.team_size=3", "2, 4, 8, 10", "Fix: topology.team_size=2"],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_setting_is_refused_before_anything_exists(case: str, tmp_path: Path, mlflow_template: Path):
+    if any(str(APPS_DATA_DIR) in a for a in CASES[case][0]) and not APPS_DATA_DIR.is_dir():
+        pytest.skip(f"real APPS rows not found at {APPS_DATA_DIR}")
+    args, expected = CASES[case]
+    err = _refused(tmp_path, mlflow_template, args)
+    for text in expected:
+        assert text in err, f"{text!r} not in:\n{err}"
+
+
+def test_every_bad_setting_is_named_in_one_message(tmp_path: Path, mlflow_template: Path):
+    err = _refused(tmp_path, mlflow_template, ["limit=0", "concurrency=-3", "model.top_p=0", "tool.timeout_s=-1"])
+    assert "invalid settings" in err
+    for key in ("limit=0", "concurrency=-3", "model.top_p=0", "tool.timeout_s=-1"):
+        assert f"  {key}: " in err, err
+
+
+def test_one_bad_cell_refuses_the_whole_sweep(tmp_path: Path, mlflow_template: Path):
+    # the second cell selects nothing (offset past the demo's 2 problems): no cell runs, no parent run
+    err = _refused(tmp_path, mlflow_template, ["-m", "offset=0,5"])
+    assert "1 of 2 cells of this sweep are refused" in err and "offset=5" in err
+
+
+def test_some_ids_missing_still_runs_with_a_warning(tmp_path: Path):
+    r = run_cli(["only=[demo-call,424242]", "processes=1"], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no row has IDs 424242" in r.stderr
+    assert "1 problems" in r.stderr
+
+
+# --- the rule table without a subprocess ----------------------------------------------------
+
+
+def _composed(*overrides: str) -> dict:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from apps_bench.__main__ import CONF_DIR
+    from apps_bench.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+        cfg = compose("config", overrides=list(overrides))
+    GlobalHydra.instance().clear()
+    data = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(data, dict)
+    return data
+
+
+def test_every_shipped_option_passes_the_checks():
+    from apps_bench.validate import check_settings
+
+    for topo in ("single", "independent", "sequential_langgraph", "sequential_crewai", "centralized_langgraph",
+                 "centralized_autogen", "decentralized_langgraph", "decentralized_openai"):  # fmt: skip
+        check_settings(_composed(f"topology={topo}"))
+    for model in ("gold", "qwen", "qwen_122b", "openai"):
+        check_settings(_composed(f"model={model}"))
+    check_settings(_composed("dataset=apps", "optimizer=maspo"))
+    check_settings(_composed("dataset=apps", "optimizer=gepa"))
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["optimizer=gepa", "dataset=apps", "optimizer.params.minibatch=0"], "optimizer.params.minibatch"),
+        (["optimizer=maspo", "dataset=apps", "optimizer.params.K=0"], "optimizer.params.K"),
+        (["optimizer=maspo", "dataset=apps", "optimizer.params.budget.tokens=-5"], "optimizer.params.budget.tokens"),
+        (["optimizer=maspo", "dataset=apps", "optimizer.params.pool.source=eval"], "optimizer.params.pool.source"),
+        (["optimizer=maspo", "optimizer.params.pool.path=null"], "optimizer.params.pool.path"),  # demo: no train split
+        (["judge.timeout_s=0"], "judge.timeout_s"),
+        (["model.max_tokens=0"], "model.max_tokens"),
+        (["model.wrong_fraction=1.5"], "model.wrong_fraction"),
+        (["offset=-1"], "offset"),
+    ],
+)
+def test_rule_names_the_setting(overrides: list[str], key: str):
+    from apps_bench.validate import InvalidSettings, check_settings
+
+    with pytest.raises(InvalidSettings) as err:
+        check_settings(_composed(*overrides))
+    assert [b.key for b in err.value.bad] == [key]
+    assert f"{key}=" in str(err.value) and "Fix:" in str(err.value)
