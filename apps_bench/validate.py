@@ -191,16 +191,17 @@ def _ignored(data: Mapping[str, Any]) -> list[BadSetting]:
     opt = data.get("optimizer") or {}
     pool = _section(opt, "params.pool")
     if opt.get("name") not in (None, "none") and pool is not None:
-        bad.extend(_pool_problems(data.get("dataset") or {}, pool))
+        bad.extend(pool_problems(data.get("dataset") or {}, pool))
     return bad
 
 
-def _pool_problems(dataset: Mapping[str, Any], pool: Mapping[str, Any]) -> list[BadSetting]:
+def pool_problems(dataset: Mapping[str, Any], pool: Mapping[str, Any]) -> list[BadSetting]:
+    """Why the optimizer pool cannot be drawn as configured (optimizers.entry.pool_dataset_config asks too)."""
     from apps_bench.optimizers.protocol import POOL_SOURCES
 
-    source = pool.get("source")
+    source = pool.get("source", "train")
     if source not in POOL_SOURCES:
-        return [BadSetting("optimizer.params.pool.source", source, f"one of {', '.join(POOL_SOURCES)}",
+        return [BadSetting("optimizer.params.pool.source", source, f"{' or '.join(POOL_SOURCES)}",
                            "optimizer.params.pool.source=train")]  # fmt: skip
     if source == "test_minus_eval" and pool.get("path"):
         return [BadSetting(

@@ -30,24 +30,19 @@ def pool_dataset_config(dataset_cfg: Mapping[str, Any], pool: Mapping[str, Any])
     local codeparrot-schema train file); source=test_minus_eval reads the cell's own
     test-split dataset.
     """
+    from apps_bench.validate import pool_problems  # noqa: PLC0415
+
+    bad = pool_problems(dataset_cfg, pool)
+    if bad:
+        raise ValueError(bad[0].line())
     ds = dict(dataset_cfg)
-    source = str(pool.get("source", "train"))
-    if source == "train":
+    if pool.get("source", "train") == "train":
         ds["split"] = "train"
         ds["name"] = f"{ds.get('name', 'apps')}_train"
         if pool.get("path"):
             ds["path"], ds["source"] = str(pool["path"]), "file"
-        elif ds.get("path"):
-            raise ValueError(
-                "the cell's dataset is a local file (dataset.path) but the optimizer pool reads the train split: "
-                "set optimizer.params.pool.path=<train.jsonl> or optimizer.params.pool.source=test_minus_eval"
-            )
-        elif ds.get("source") == "demo":
-            raise ValueError("the demo dataset has no train split; use dataset=apps (or set optimizer.params.pool.path)")
-    elif source == "test_minus_eval":
+    else:  # test_minus_eval
         ds["split"] = "test"
-    else:
-        raise ValueError(f"optimizer.params.pool.source must be train or test_minus_eval, got {source!r}")
     ds["streaming"] = False  # the whole split is needed
     return ds
 
