@@ -32,6 +32,17 @@ _spec.loader.exec_module(corpus)  # type: ignore[union-attr]
 
 pytestmark = pytest.mark.skipif(not corpus.DATA.is_dir(), reason=f"real APPS rows not found at {corpus.DATA}")
 CAPS = (20, 0)
+# Where `reference` differs from the original on purpose: containment. A return value of a type
+# the program defines is never sent to the judge process (its `__eq__` is the program's code),
+# so it equals nothing; the original called the lying `__eq__` and passed it.
+# Timing-marginal on this 2-core machine: one of its tests takes 1.6-2.4 s of CPU alone and
+# passes 4 s only when the machine is not overloaded (load > 3 per core). Compared when it finishes
+# in time, never silently dropped: a verdict that differs must be a timeout.
+TIMING_MARGINAL = {"gold/train:49"}
+CONTAINED = {
+    "call/kth_own_class": "an object whose __eq__ always returns True",
+    "call/kth_int_subclass": "an int subclass whose __eq__ always returns True",
+}
 
 
 def _verdicts(name: str) -> dict[tuple[str, int], dict]:
@@ -87,6 +98,11 @@ def test_reference_reproduces_every_recorded_verdict(pool, rows, programs, cap) 
     wrong = []
     for pid, v in got.items():
         want = recorded[(pid, cap)]
+        if pid in CONTAINED:  # the original was fooled; reference must not be
+            assert want["passed"] is True and v.passed is False and list(v.reference_results) == [False], pid
+            continue
+        if pid in TIMING_MARGINAL and any(r.outcome.value == "timeout" for r in v.results):
+            continue
         if v.passed != want["passed"] or list(v.reference_results) != want["results"]:
             wrong.append(f"{pid}: reference {v.passed} {list(v.reference_results)[:8]}, original {want['passed']} {want['results'][:8]}")
         assert v.profile == "reference"
@@ -98,7 +114,8 @@ def test_seed_keeps_its_own_verdicts(pool, rows, programs, cap) -> None:
     recorded = _verdicts("seed_verdicts.jsonl")
     got = judge_corpus(pool, rows, programs, "seed", cap)
     wrong = [f"{pid}: seed now {v.passed}, recorded {recorded[(pid, cap)]['passed']}"
-             for pid, v in got.items() if v.passed != recorded[(pid, cap)]["passed"]]
+             for pid, v in got.items() if v.passed != recorded[(pid, cap)]["passed"]
+             and not (pid in TIMING_MARGINAL and any(r.outcome.value == "timeout" for r in v.results))]
     assert wrong == [], "\n".join(wrong)
     # the profiles really differ on the probes (the seed rules are not the original's)
     original = _verdicts("verdicts.jsonl")
