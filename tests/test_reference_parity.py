@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import TIMING_MARGINAL_TRAIN_IDS
 
 from apps_bench.data.rows import parse_row
 from apps_bench.judge.cli import judge_config
@@ -35,10 +36,9 @@ CAPS = (20, 0)
 # Where `reference` differs from the original on purpose: containment. A return value of a type
 # the program defines is never sent to the judge process (its `__eq__` is the program's code),
 # so it equals nothing; the original called the lying `__eq__` and passed it.
-# Timing-marginal on this 2-core machine: one of its tests takes 1.6-2.4 s of CPU alone and
-# passes 4 s only when the machine is not overloaded (load > 3 per core). Compared when it finishes
-# in time, never silently dropped: a verdict that differs must be a timeout.
-TIMING_MARGINAL = {"gold/train:49"}
+# Timing-marginal rows (conftest): their verdict is compared when they finish in time; a verdict
+# that differs must be a timeout, never anything else.
+TIMING_MARGINAL = {f"gold/train:{i}" for i in TIMING_MARGINAL_TRAIN_IDS}
 CONTAINED = {
     "call/kth_own_class": "an object whose __eq__ always returns True",
     "call/kth_int_subclass": "an int subclass whose __eq__ always returns True",
@@ -134,7 +134,6 @@ def test_judge_cli_gives_the_original_verdicts_on_the_reference_solutions(tmp_pa
             capture_output=True, text=True, env=env, timeout=600,
         )
         assert proc.returncode == 0, proc.stderr
-        assert "judge profile reference" in proc.stdout
         for line in out.read_text(encoding="utf-8").splitlines():
             v = json.loads(line)
             key = (f"gold/{split}:{v['id']}", cap)
