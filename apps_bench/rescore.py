@@ -286,26 +286,30 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
     for r in todo:
         if r.get("error"):
             store.append(_error_record(r, str(r["error"]), new_key, old_key))
-    problems: dict[str, Any] = {}
-    skipped: Mapping[str, int] = {}
+    from apps_bench.data import load_problems
+
+    node = OmegaConf.create(new)
+    try:  # the cell's own selection, with the new test cap: what a complete cell holds
+        loaded = load_problems(node.dataset, limit=new.get("limit"), offset=int(new.get("offset") or 0),
+                               only=tuple(str(x) for x in (new.get("only") or ())), difficulty=new.get("difficulty"),
+                               max_tests_per_row=cap)
+    except (ValueError, OSError) as e:
+        raise RescoreError(f"cannot load the cell's dataset {new['dataset'].get('name', '')}: {e}") from None
+    problems = {record_key(p.split, p.id): p for p in loaded.problems}
     if answered:
-        from apps_bench.data import load_problems
         from apps_bench.judge import Judge
         from apps_bench.sandbox import SandboxPool
 
-        node = OmegaConf.create(new)
-        loaded = load_problems(node.dataset, only=tuple(str(r["id"]) for r in answered), max_tests_per_row=cap)
-        problems = {record_key(p.split, p.id): p for p in loaded.problems}
-        skipped = loaded.skipped
         with SandboxPool(workers=int(new["judge"].get("workers") or 0)) as pool:
             judge = Judge.from_config(pool, node.judge)
             judge_records(store, answered, problems, judge, workers=pool.workers, new_key=new_key, old_key=old_key,
                           old_cap=data.get("max_tests_per_row"), progress=bool(new.get("progress", True)))
     store.close()
     old_summary = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8")) if (cell_dir / SUMMARY).is_file() else {}
-    new_records = [r for r in store.records() if r["key"] in {x["key"] for x in records}]
-    n_selected = int(old_summary.get("n_selected") or len(records))
-    summary = summarize_cell(new_records, n_selected=n_selected, skipped=old_summary.get("skipped") or skipped, profile=profile)
+    order = {k: i for i, k in enumerate(problems)}
+    recorded = {x["key"] for x in records}
+    new_records = sorted((r for r in store.records() if r["key"] in recorded), key=lambda r: order.get(r["key"], len(order)))
+    summary = summarize_cell(new_records, n_selected=len(problems), skipped=loaded.skipped, profile=profile)
     summary["cell"] = {"key": new_key, "name": info.get("name"), **(info.get("axes") or {})}
     summary["rescore_of"] = {"cell": old_key, "dir": str(cell_dir), "profile": data["judge"]["profile"],
                              "max_tests_per_row": data.get("max_tests_per_row"),
