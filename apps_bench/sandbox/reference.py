@@ -19,7 +19,7 @@ What the original does, and so this does (its quirks included, they are the poin
 - per stdin test: `sys.stdout` is a StringIO (whose `close` is a one-argument lambda),
   the real stdin object gets `read`/`readlines`/`readline` replaced (a line iterator
   without newlines), `sys.stdin` becomes a StringIO of the input, `open` a
-  `mock_open` of it; `SystemExit` is swallowed;
+  `mock_open` of it (built on its first call); `SystemExit` is swallowed;
 - call mode: the module (and one `Solution()` when the text contains `class Solution`)
   serves every test; a dict first argument replaces all arguments by its int-keyed copy;
 - loading failures are `-2` (compile error) and end the program; an `Exception` in a test
@@ -100,6 +100,19 @@ def wrap_stdin_program(code: str) -> str:
             started = True
         out.append("\t" + line)
     return "".join(line + "\n" for line in out)
+
+
+def _lazy_mock_open(mock: Any, text: str) -> Any:
+    """`open` as the original's `mock_open(read_data=text)`, built on the first call (building
+    one costs ~4 ms, and most programs never call open)."""
+    made: list[Any] = []
+
+    def open_(*args: Any, **kwargs: Any) -> Any:
+        if not made:
+            made.append(mock.mock_open(read_data=text))
+        return made[0](*args, **kwargs)
+
+    return open_
 
 
 class ReferenceTimeout(Exception):
@@ -282,7 +295,7 @@ class ReferenceRunner(Runner):
         stack.enter_context(mock.patch("sys.stdin.readlines", lambda *a: text.split("\n")))
         stack.enter_context(mock.patch("sys.stdin.readline", lambda *a: next(lines)))
         stack.enter_context(mock.patch("sys.stdin", _StringIO(text)))
-        stack.enter_context(mock.patch("builtins.open", mock.mock_open(read_data=text)))
+        stack.enter_context(mock.patch("builtins.open", _lazy_mock_open(mock, text)))
         return stack
 
     def run_stdin(self, index: int) -> dict:
