@@ -126,7 +126,7 @@ def main() -> int:
         t.add_row(r["set"], str(r["programs"]), f"{r['verdicts_agree']} ({100 * r['verdicts_agree'] / max(1, r['programs']):.1f}%)",
                   str(r["lists_agree"]), f"{r['passed_original']} / {r['passed_reference']}", f"{r['original_s']:.2f}",
                   f"{r['reference_s']:.2f}", f"{r['original_s'] / max(1e-9, r['reference_s']):.1f}x")
-    Console().print(t)
+    Console(width=160).print(t)
     for r in results:
         if r["disagree"]:
             print(f"{r['set']}: verdicts differ on {', '.join(r['disagree'])}")

@@ -153,3 +153,25 @@ if __name__ == "__main__":  # regenerate seed_verdicts.jsonl (the seed profile's
             for pid, v in judge_corpus(p, rows_, progs, "seed", cap).items():
                 lines.append(json.dumps({"id": pid, "max_tests": cap, "passed": v.passed}))
     (FIXTURES / "seed_verdicts.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("cap", CAPS, ids=lambda c: f"max_tests_{c}")
+def test_a_cell_with_judge_reference_gives_the_original_verdicts(tmp_path, mlflow_template, cap) -> None:
+    """`python -m apps_bench judge=reference` (the gold model answers with each row's reference
+    solution, as extracted from its reply: stripped) on every train row of the corpus."""
+    from conftest import fresh_store, run_cli
+
+    recorded = _verdicts("verdicts.jsonl")
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    proc = run_cli(["dataset=apps", f"dataset.path={corpus.DATA / 'train_mini150.jsonl'}", "dataset.split=train",
+                    "model=gold", "judge=reference", f"max_tests_per_row={cap}", "progress=false"], tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (cell,) = (tmp_path / "outputs" / "cells").iterdir()
+    records = [json.loads(x) for x in (cell / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 150
+    for r in records:
+        want = recorded[(f"gold/train:{r['id']}", cap)]
+        v = r["verdict"]
+        if r["id"] in TIMING_MARGINAL_TRAIN_IDS and any(t["outcome"] == "timeout" for t in v["results"]):
+            continue
+        assert (v["profile"], r["passed"], v["reference_results"]) == ("reference", want["passed"], want["results"]), r["id"]
