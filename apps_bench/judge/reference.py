@@ -204,6 +204,8 @@ def _truthy(x: Any) -> bool:
 
 def passes(value: Any) -> bool:
     """The strict check of the APPS eval on one result: numpy values unwrapped, then `> 0`."""
+    if type(value) is bool or type(value) is int:  # nearly always: no numpy needed
+        return value > 0
     try:
         np = _np()
         if isinstance(value, np.ndarray):
