@@ -99,6 +99,9 @@ def identity_of(cfg: Any) -> dict[str, Any]:
         if isinstance(v, dict) and k in RUN_ONLY:
             v = {kk: vv for kk, vv in v.items() if kk not in RUN_ONLY[k]}
         out[k] = v
+    judge = out.get("judge")
+    if isinstance(judge, dict):  # an unset optional judge setting (None) leaves existing keys as they were
+        out["judge"] = {k: v for k, v in judge.items() if v is not None}
     ds = out.get("dataset")
     if isinstance(ds, dict) and ds.get("path"):
         ds["path"] = str(Path(ds["path"]).expanduser().resolve())

@@ -82,6 +82,8 @@ class JudgeConfig:
     call_memory_bytes: int = MISSING  # APPS_CALL_BASED_MEMORY_BYTES; 0 disables
     stdin_memory_bytes: int = MISSING
     workers: int = MISSING  # sandbox workers; 0 = one per core
+    # reference: the whole program's limit (the original's TIMEOUT + 1 s); unset for seed
+    program_timeout_s: Optional[float] = None
 
 
 @dataclass

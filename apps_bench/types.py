@@ -28,6 +28,10 @@ class TestSuite:
     outputs: tuple[Any, ...]
     fn_name: str | None = None
     n_available: int = 0  # tests in the row before the max_tests_per_row cap
+    # The kept tests as the row has them, before the normalisation above (a call input that
+    # is not a list, a stdin list); judge profile `reference` uses these. Empty: same as above.
+    raw_inputs: tuple[Any, ...] = ()
+    raw_outputs: tuple[Any, ...] = ()
 
     @property
     def mode(self) -> Mode:
@@ -89,9 +93,16 @@ class Verdict:
     profile: str
     extracted: bool = True  # False when there was no program to judge
     seconds: float = 0.0
+    # profile `reference`: the original harness's result list (True/False per test, -1, [-2],
+    # [-1] * 21 when its process was lost); None for other profiles
+    reference_results: tuple[Any, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
+        if d["reference_results"] is None:
+            del d["reference_results"]
+        else:
+            d["reference_results"] = list(d["reference_results"])
         d["id"] = d.pop("problem_id")
         d["results"] = [
             {"index": r.index, "outcome": r.outcome.value, "seconds": round(r.seconds, 4), "detail": r.detail}

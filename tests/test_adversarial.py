@@ -307,21 +307,74 @@ def leftover_processes(pool: SandboxPool) -> list[str]:
     return out
 
 
+def _never_equal_under_reference(rs: list[RawRun]) -> None:
+    """Judge profile `reference` compares with Python's `==`: whatever came back must equal
+    none of the values the attack could be trying to match."""
+    from apps_bench.judge.reference import compare_call, from_tagged, passes
+
+    for r in rs:
+        if r.value_json is not None:
+            value = from_tagged(decode_value(r.value_json))
+            for expected in (1, [1], [[1]], "a", ["a"], True, [True]):
+                assert not passes(compare_call(value, expected)[0]), (r, expected)
+
+
+# Profile `reference` runs programs as the original harness does (sandbox/reference.py): the
+# reliability guard in stdin mode too (os.fork, os.remove, ... are None), a StringIO as stdout
+# (no .buffer, a close that raises, fd 1 not captured), `open` replaced by mock_open,
+# SystemExit swallowed in stdin mode, non-daemon threads not waited for, return values of
+# the program's own types sent as opaque markers. So some attacks end differently; the
+# containment checks after the verdict are the same for both profiles.
+REFERENCE_EXPECT: dict[str, tuple[set[str], Callable[[list[RawRun]], None] | None]] = {
+    "processes/multiprocessing_bomb": ({"compile_error", "runtime_error", "timeout"}, None),
+    "processes/daemonised_grandchild": ({"runtime_error"}, None),  # os.fork is None
+    "exits/sys_exit_nonzero": ({"ok"}, _stdout_is("x\n")),  # SystemExit swallowed
+    "output/gigabytes_print": ({"runtime_error", "memory_limit", "output_limit", "timeout"}, None),  # into a StringIO
+    "output/gigabytes_os_write": ({"timeout", "output_limit"}, None),  # fd 1 is not the captured stdout
+    "output/invalid_utf8": ({"runtime_error"}, None),  # no sys.stdout.buffer
+    "output/stdout_close": ({"runtime_error"}, None),  # the original's close(x) lambda
+    "output/os_close_1": ({"ok"}, _stdout_is("5\n")),  # print goes to the StringIO
+    "input/stdin_buffer": ({"runtime_error"}, None),  # no sys.stdin.buffer
+    "filesystem/overwrite_file_outside_tmp": ({"ok", "runtime_error"}, None),  # open is mock_open
+    "filesystem/write_system_file": ({"ok", "runtime_error"}, None),
+    "filesystem/fill_the_disk": ({"timeout", "output_limit", "runtime_error", "memory_limit"}, None),
+    "filesystem/fill_dev_shm": ({"timeout", "output_limit", "runtime_error", "memory_limit"}, None),
+    "filesystem/read_the_dataset": ({"ok", "runtime_error"}, None),
+    "filesystem/read_the_repository": ({"ok", "runtime_error"}, None),
+    "interference/thread_that_never_ends": ({"ok"}, _stdout_is("1\n")),  # the original does not wait for it
+    "interference/monkeypatch_json": ({"ok", "runtime_error"}, _never_equal_under_reference),
+    "interference/monkeypatch_sys_modules": ({"ok", "runtime_error"}, _never_equal_under_reference),
+    "interference/eq_always_true": ({"ok", "runtime_error"}, _never_equal_under_reference),
+    "interference/int_subclass_lying_eq": ({"ok", "runtime_error"}, _never_equal_under_reference),
+    "interference/str_subclass_lying_eq": ({"ok", "runtime_error"}, _never_equal_under_reference),
+    "interference/monkeypatch_builtins": ({"runtime_error"}, _never_equal_under_reference),
+    "interference/forged_frame_on_inherited_fds": ({"runtime_error", "timeout"}, _never_equal_under_reference),
+}
+
+
+@pytest.mark.parametrize("profile", ["seed", "reference"])
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
-def test_attack_is_contained(attack: Attack, pool: SandboxPool, canary_dir: Path, listeners) -> None:
+def test_attack_is_contained(attack: Attack, profile: str, pool: SandboxPool, canary_dir: Path, listeners) -> None:
     canary = canary_dir / "canary.txt"
     before = sorted(os.listdir(canary_dir))
     port, unix_path = listeners
     code = attack.code.replace(CANARY, str(canary)).replace(UNIX, unix_path).replace("{PORT}", str(port))
-    req = RunRequest(code=code, mode=attack.mode, inputs=attack.inputs, fn_name="f" if attack.mode == "call" else None,
-                     timeout_s=attack.timeout_s, memory_bytes=attack.memory_bytes)
+    fn_name = "f" if attack.mode == "call" else None
+    if profile == "reference":  # the attack's limit is the per-test alarm; the program gets 1.5 s more in all
+        req = RunRequest(code=code, mode=attack.mode, inputs=attack.inputs, fn_name=fn_name, reference=True,
+                         alarm_s=attack.timeout_s, timeout_s=attack.timeout_s + 1.5, memory_bytes=attack.memory_bytes)
+        expect, check = REFERENCE_EXPECT.get(attack.name, (attack.expect, attack.check))
+    else:
+        req = RunRequest(code=code, mode=attack.mode, inputs=attack.inputs, fn_name=fn_name,
+                         timeout_s=attack.timeout_s, memory_bytes=attack.memory_bytes)
+        expect, check = attack.expect, attack.check
     rs = pool.run(req)
 
     # the verdict
     assert len(rs) == len(attack.inputs)
-    assert rs[0].status in attack.expect, rs[0]
-    if attack.check:
-        attack.check(rs)
+    assert rs[0].status in expect, rs[0]
+    if check:
+        check(rs)
     if "filesystem/read" in attack.name or "dataset" in attack.name:
         _no_leak(DATA_FILE.read_text()[:200] if DATA_FILE.is_file() else "\x00", REPO_FILE.read_text()[:200])(rs)
 

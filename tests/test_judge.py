@@ -232,7 +232,7 @@ def test_summary_rejects_unknown_items():
 
 
 def test_unknown_profile_is_refused(pool):
-    with pytest.raises(ValueError, match="available: seed"):
+    with pytest.raises(ValueError, match="available: reference, seed"):
         Judge(pool, profile="nonesuch")
 
 

@@ -91,8 +91,7 @@ def test_only_limit_and_default_cap_from_conf(apps_data_dir, tmp_path):
     "args,message",
     [
         ([], "--predictions"),
-        (["--gold", "--profile", "nonesuch"], "available: seed"),
-        (["--gold", "--profile", "reference"], "planned"),
+        (["--gold", "--profile", "nonesuch"], "available: reference, seed"),
         (["--predictions", "/nonexistent/pred.jsonl"], "not found"),
     ],
 )

@@ -23,9 +23,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DETAIL_CHARS = 300
 
-# profile -> (stdin comparison, call-based comparison); each returns (passed, rule)
-PROFILES: dict[str, tuple[Callable[[str, Any], tuple[bool, str]], Callable[[Any, Any], tuple[bool, str]]]] = {
+# profile -> (stdin comparison, call-based comparison); each returns (passed, rule).
+# `reference` runs in the sandbox's reference mode and is judged by judge/reference.py.
+PROFILES: dict[str, tuple[Callable[[str, Any], tuple[bool, str]], Callable[[Any, Any], tuple[bool, str]]] | None] = {
     "seed": (compare_stdin, compare_call),
+    "reference": None,
 }
 
 _STATUS_OUTCOME = {
@@ -40,8 +42,7 @@ _STATUS_OUTCOME = {
 
 def check_profile(profile: str) -> str:
     if profile not in PROFILES:
-        planned = " (profile 'reference' is planned, not implemented yet)" if profile == "reference" else ""
-        raise ValueError(f"unknown judge profile {profile!r}{planned}; available: {', '.join(sorted(PROFILES))}")
+        raise ValueError(f"unknown judge profile {profile!r}; available: {', '.join(sorted(PROFILES))}")
     return profile
 
 
@@ -67,15 +68,20 @@ class Judge:
         call_memory_bytes: int = 4_000_000_000,
         stdin_memory_bytes: int = 4_000_000_000,
         sandbox_retries: int = 1,
+        program_timeout_s: float | None = None,
     ) -> None:
         self.pool = pool
         self.profile = check_profile(profile)
+        self.reference = PROFILES[self.profile] is None
+        if self.reference and not program_timeout_s:
+            raise ValueError("judge profile 'reference' needs program_timeout_s (the original's global limit per program)")
+        self.program_timeout_s = float(program_timeout_s) if program_timeout_s else None
         self.timeout_s = float(timeout_s)
         self.stop_on_first_failure = bool(stop_on_first_failure)
         self.call_memory_bytes = int(call_memory_bytes)
         self.stdin_memory_bytes = int(stdin_memory_bytes)
         self.sandbox_retries = int(sandbox_retries)
-        self._compare_stdin, self._compare_call = PROFILES[self.profile]
+        self._compare_stdin, self._compare_call = PROFILES[self.profile] or (compare_stdin, compare_call)
 
     @classmethod
     def from_config(cls, pool: SandboxPool, judge_cfg: Any) -> Judge:
@@ -88,6 +94,7 @@ class Judge:
             stop_on_first_failure=bool(get("stop_on_first_failure")),
             call_memory_bytes=int(get("call_memory_bytes")),
             stdin_memory_bytes=int(get("stdin_memory_bytes")),
+            program_timeout_s=get("program_timeout_s"),
         )
 
     # ------------------------------------------------------------------ one test
@@ -123,18 +130,51 @@ class Judge:
 
     # ------------------------------------------------------------------ one program
 
-    def _run_once(self, problem: Problem, program: str) -> list[TestResult]:
+    def _request(self, problem: Problem, program: str) -> Any:
         from apps_bench.sandbox import RunRequest
 
         tests = problem.tests
-        req = RunRequest(
-            code=program,
-            mode=tests.mode,
-            inputs=list(tests.inputs),
-            fn_name=tests.fn_name,
-            timeout_s=self.timeout_s,
-            memory_bytes=self.call_memory_bytes if tests.mode == "call" else self.stdin_memory_bytes,
-        )
+        memory = self.call_memory_bytes if tests.mode == "call" else self.stdin_memory_bytes
+        if self.reference:  # the original: one process, an alarm per test, a limit for the whole program
+            return RunRequest(code=program, mode=tests.mode, inputs=list(tests.raw_inputs or tests.inputs),
+                              fn_name=tests.fn_name, timeout_s=self.program_timeout_s, alarm_s=self.timeout_s,
+                              reference=True, memory_bytes=memory)
+        return RunRequest(code=program, mode=tests.mode, inputs=list(tests.inputs), fn_name=tests.fn_name,
+                          timeout_s=self.timeout_s, memory_bytes=memory)
+
+    def _run_reference(self, problem: Problem, program: str) -> tuple[list[TestResult], tuple[Any, ...] | None]:
+        """Run in the sandbox's reference mode; (results, the original's result list)."""
+        from apps_bench.judge.reference import GLOBAL_TIMEOUT_RESULTS, HarnessCrash, judge_test, passes
+
+        results: list[TestResult] = []
+        values: list[Any] = []
+        lost: list[str] = []
+
+        def keep_going(raw: RawRun) -> bool:
+            try:
+                r, value = judge_test(problem, raw, _clip)
+            except HarnessCrash as e:
+                outcome = Outcome.TIMEOUT if raw.status == "timeout" else Outcome.RUNTIME_ERROR
+                results.append(TestResult(raw.index, outcome, float(raw.seconds or 0.0),
+                                          _clip(f"{e}; the original reports [-1] * 21")))
+                lost.append(str(e))
+                return False
+            results.append(r)
+            values.append(value)
+            if r.outcome in (Outcome.SANDBOX_ERROR, Outcome.COMPILE_ERROR):
+                return False
+            return passes(value) or not self.stop_on_first_failure
+
+        try:
+            self.pool.run(self._request(problem, program), keep_going)
+        except Exception as e:  # the pool itself failed: infrastructure, not the program
+            return [TestResult(len(results), Outcome.SANDBOX_ERROR, 0.0, _clip(f"{type(e).__name__}: {e}"))], None
+        if any(r.outcome is Outcome.SANDBOX_ERROR for r in results):
+            return results, None
+        return results, (GLOBAL_TIMEOUT_RESULTS if lost else tuple(values))
+
+    def _run_once(self, problem: Problem, program: str) -> list[TestResult]:
+        req = self._request(problem, program)
         results: dict[int, TestResult] = {}
 
         def keep_going(raw: RawRun) -> bool:
@@ -164,15 +204,21 @@ class Judge:
         """Strict accuracy of `program` on `problem` (None = no program extracted: fails, not run)."""
         n = len(problem.tests)
         if program is None or not program.strip():
-            return Verdict(problem.id, False, n, 0, 0, (), self.profile, extracted=False)
+            return Verdict(problem.id, False, n, 0, 0, (), self.profile, extracted=False,
+                           reference_results=(-2,) if self.reference else None)  # ref_judge's value for no program
         start = time.perf_counter()
-        results = self._run_once(problem, program)
+        run = self._run_reference if self.reference else lambda p, c: (self._run_once(p, c), None)
+        results, values = run(problem, program)
         for _ in range(self.sandbox_retries):
             if not any(r.outcome is Outcome.SANDBOX_ERROR for r in results):
                 break
-            results = self._run_once(problem, program)
+            results, values = run(problem, program)
         passed_n = sum(r.outcome is Outcome.PASS for r in results)
         passed = n > 0 and passed_n == n and len(results) == n
+        if values is not None:  # the original's strict rule on its own list
+            from apps_bench.judge.reference import passes
+
+            passed = n > 0 and len(values) == n and all(passes(v) for v in values)
         return Verdict(
             problem_id=problem.id,
             passed=passed,
@@ -183,4 +229,5 @@ class Judge:
             profile=self.profile,
             extracted=True,
             seconds=time.perf_counter() - start,
+            reference_results=values,
         )

@@ -35,6 +35,10 @@ class RunRequest:
     fn_name: str | None = None
     timeout_s: float = 4.0
     memory_bytes: int = 0
+    # reference: run as the original APPS harness does (sandbox/reference.py): one process
+    # for every test, `timeout_s` is then the whole program's limit and `alarm_s` each test's.
+    reference: bool = False
+    alarm_s: float = 4.0
 
     def __post_init__(self) -> None:
         if self.mode not in ("stdin", "call"):
@@ -45,6 +49,8 @@ class RunRequest:
             raise TypeError(f"RunRequest.code must be a str, got {type(self.code).__name__}")
         if not self.timeout_s or self.timeout_s <= 0:
             raise ValueError(f"RunRequest.timeout_s must be > 0, got {self.timeout_s!r}")
+        if self.reference and (not self.alarm_s or self.alarm_s <= 0):
+            raise ValueError(f"RunRequest.alarm_s must be > 0, got {self.alarm_s!r}")
         if self.memory_bytes < 0:
             raise ValueError(f"RunRequest.memory_bytes must be >= 0 (0 = no cap), got {self.memory_bytes!r}")
 
@@ -61,6 +67,7 @@ class RawRun:
     exit_code: int | None = None
     seconds: float = 0.0
     detail: str = ""
+    fatal: bool = False  # the program's process ended (died or was killed) during this test
 
 
 @dataclass(frozen=True)

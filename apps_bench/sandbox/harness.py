@@ -41,6 +41,7 @@ from itertools import accumulate, product, permutations, combinations
 import collections
 from collections import Counter, OrderedDict, deque, defaultdict, ChainMap
 from functools import lru_cache
+import math
 from math import sqrt, sin, cos, tan, ceil, fabs, floor, gcd, exp, log, log2
 import fractions
 from typing import List, Tuple
@@ -191,6 +192,8 @@ class ChildSpec:
     start: int = 0  # first test this child runs (a fresh child resumes after a timeout/crash)
     stderr_chars: int = 2000
     nonce: str = ""  # echoed in every result frame: blind writes to the channel are rejected
+    reference: bool = False  # run as the original APPS harness does (reference.py)
+    alarm_s: float = 4.0  # reference mode: the per-test alarm (the program-wide limit is the worker's)
 
 
 def stdin_bytes(value: Any) -> bytes:
@@ -404,18 +407,23 @@ class Runner:
                 res = self.run_call(index)
             else:
                 res = self.run_stdin(index)
-            try:
-                out, err = self._captured()
-                res["n"] = s.nonce
-                res["out_len"] = _len(out)
-                res["err_len"] = _len(err)
-                meta = _encode(res).encode("utf-8", "surrogateescape")
-                send_frame(s.res_fd, _int(_len(meta)).to_bytes(4, "big") + meta + out + err)
-            except BaseException:
-                _exit(3)
+            self.send_result(res)
             if self.code_obj is None:
                 break
         _exit(0)
+
+    def send_result(self, res: dict) -> None:
+        """One result frame: the metadata, then this test's stdout and stderr tail (exits if the link is gone)."""
+        s = self.spec
+        try:
+            out, err = self._captured()
+            res["n"] = s.nonce
+            res["out_len"] = _len(out)
+            res["err_len"] = _len(err)
+            meta = _encode(res).encode("utf-8", "surrogateescape")
+            send_frame(s.res_fd, _int(_len(meta)).to_bytes(4, "big") + meta + out + err)
+        except BaseException:
+            _exit(3)
 
 
 RELIABILITY_GUARD_OS = (

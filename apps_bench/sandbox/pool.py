@@ -354,6 +354,7 @@ class SandboxPool:
             "code": req.code, "mode": req.mode, "fn_name": req.fn_name, "inputs": list(req.inputs),
             "timeout_s": float(req.timeout_s), "memory_bytes": int(req.memory_bytes),
             "stderr_chars": int(stderr_chars if stderr_chars is not None else self.stderr_chars),
+            "reference": bool(req.reference), "alarm_s": float(req.alarm_s),
         }
         w = self._acquire()
         try:
@@ -411,7 +412,7 @@ class SandboxPool:
             return results
         if pending is not None:
             raise pending
-        if compile_detail is not None and go:
+        if compile_detail is not None and go and not job.get("reference"):  # reference: [-2] alone
             for i in range(len(results), n):
                 raw = RawRun(index=i, status="compile_error", exit_code=1, detail=compile_detail)
                 results.append(raw)
@@ -509,4 +510,5 @@ def _raw_from_msg(msg: dict[str, Any], expected: int) -> RawRun:
         index=index, status=status, stdout=s("stdout"), value_json=vj if isinstance(vj, str) else None,
         stderr=s("stderr"), exit_code=ec if type(ec) is int else None,
         seconds=float(secs) if type(secs) in (int, float) else 0.0, detail=s("detail"),
+        fatal=msg.get("fatal") is True,
     )

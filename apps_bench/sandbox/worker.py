@@ -56,6 +56,10 @@ for _enc in ("utf_8", "latin_1", "ascii", "utf_16", "utf_32", "cp1252", "idna"):
         __import__("encodings." + _enc)
     except Exception:
         pass
+# The reference profile's child (and unittest.mock, its stdin patches): after numpy, whose
+# scalar types it records. Imported here because the package is hidden once contained.
+from .reference import child_main as reference_child_main  # noqa: E402
+
 sys.set_int_max_str_digits(0)
 prelude_namespace()
 gc.collect()
@@ -69,7 +73,7 @@ GRACE_S = 0.25  # wall-clock slack before the worker kills a test (the child tim
 # the harness; without it they run at the harness's own priority.
 PRIORITY_BOOST = 5
 FIRST_TEST_SLACK_S = 0.5  # extra for a fresh child's fork, set-up and compile
-CHILD_STATUSES = frozenset(("ok", "runtime_error", "memory_limit", "compile_error", "output_limit"))
+CHILD_STATUSES = frozenset(("ok", "runtime_error", "memory_limit", "compile_error", "output_limit", "timeout"))
 
 
 def _world_readable(path: str) -> bool:
@@ -225,7 +229,9 @@ class Worker:
             res_fd=3, in_fd=4, out_fd=5, err_fd=6,
             guard=job["mode"] == "call", nonce=nonce, start=start,
             stderr_chars=int(job.get("stderr_chars", 2000)),
+            reference=bool(job.get("reference")), alarm_s=float(job.get("alarm_s") or 4.0),
         )
+        main = reference_child_main if spec.reference else child_main
         pid = os.fork()
         if pid == 0:  # ---- the program child
             try:
@@ -238,7 +244,8 @@ class Worker:
                 # Signal dispositions and the environment are the worker's, set for programs in setup().
                 contain.set_rlimits(
                     memory_bytes=int(job.get("memory_bytes") or 0),
-                    cpu_s=int(n_left * (job["timeout_s"] + 2)) + 2,
+                    # reference: timeout_s is the whole program's limit, not a test's
+                    cpu_s=int(job["timeout_s"]) + 2 if spec.reference else int(n_left * (job["timeout_s"] + 2)) + 2,
                     fsize=fsize_hard,
                     nofile=self.nofile,
                     nproc=self.nproc,
@@ -249,7 +256,7 @@ class Worker:
                 contain.prctl(contain.PR_SET_PDEATHSIG, signal.SIGKILL)
                 if os.getppid() != worker_pid:
                     os._exit(6)
-                child_main(spec)
+                main(spec)
             finally:
                 os._exit(5)
         os.close(res_w)
@@ -370,7 +377,8 @@ class Worker:
                 reason = "corrupt"
         wall = time.monotonic() - t0
         raw: dict[str, Any] = {"index": i, "status": "runtime_error", "stdout": "", "value_json": None,
-                               "stderr": "", "exit_code": None, "seconds": round(wall, 6), "detail": ""}
+                               "stderr": "", "exit_code": None, "seconds": round(wall, 6), "detail": "",
+                               "fatal": parsed is None}
         if parsed is not None:
             meta, out, err = parsed
             size = len(out)
@@ -471,16 +479,20 @@ class Worker:
             max_in = max((4 * len(x) if type(x) is str else len(stdin_bytes(x)) for x in inputs), default=0)
         fsize_hard = max(self.output_cap, max_in) + 1
         timeout = float(job["timeout_s"])
+        # reference: one process runs every test (no fresh child after a death) within one
+        # program-wide deadline (the original's global limit); the child times each test itself.
+        one_process = bool(job.get("reference"))
         i = 0
         pending = 0  # results sent that still owe a reply
         stop = False
         while i < n and not stop:
             c = self.spawn(job, fsize_hard, i)
             t0 = time.monotonic()
+            program_deadline = t0 + timeout + GRACE_S
             slack = GRACE_S + FIRST_TEST_SLACK_S  # fork, set-up and compile count against test `i`
             try:
                 while i < n and not stop:
-                    deadline = t0 + timeout + slack
+                    deadline = program_deadline if one_process else t0 + timeout + slack
                     ev = self._wait_any(c, deadline)
                     if ev == "parent":
                         pending -= 1
@@ -497,6 +509,7 @@ class Worker:
                     elif i < n:
                         pending += 1
                     if not alive:
+                        stop = stop or one_process
                         break
             finally:
                 self.kill_child(c)

@@ -186,8 +186,10 @@ class CellRun:
             [exp_id],
             filter_string=f"tags.{key_tag} = '{cell_key}'",
             order_by=["attributes.start_time DESC"],
-            max_results=1,
+            max_results=20,
         )
+        if key_tag != "rescore_key":  # a re-scoring run carries the key of the cell it reads like; never continue it
+            found = [r for r in found if r.data.tags.get("run_kind") != "rescore"][:1]
         if found:
             run_id = found[0].info.run_id
             c.update_run(run_id, status="RUNNING")

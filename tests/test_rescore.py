@@ -1,0 +1,164 @@
+"""`python -m apps_bench.rescore`: a real cell (gold model, real APPS rows, real CLI, real SQLite
+MLflow store) re-judged under profile `reference` with all tests, finished and interrupted,
+with no model call; the old verdicts untouched; the MLflow child run readable like a cell's."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import cli_env, fresh_store, run_cli
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "apps" / "train_mini150.jsonl"
+pytestmark = pytest.mark.skipif(not DATA.is_file(), reason=f"real APPS rows not found at {DATA}")
+CELL_ARGS = ["dataset=apps", f"dataset.path={DATA}", "dataset.split=train", "offset=36", "limit=8", "model=gold", "progress=false"]
+# An import hook that fails the command if re-scoring reached for a model or an agent runner.
+NO_MODELS = (
+    "import sys\n"
+    "class Refuse:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[:2] in (['apps_bench', 'models'], ['apps_bench', 'topologies'], ['apps_bench', 'solving']) "
+    "or name.split('.')[0] in ('openai', 'httpx', 'langgraph', 'crewai', 'autogen_agentchat', 'agents'):\n"
+    "            raise ImportError(f're-scoring imported {name}')\n"
+    "sys.meta_path.insert(0, Refuse())\n"
+    "from apps_bench.rescore import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def rescore(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    # no endpoint exists during re-scoring: a model call could only fail
+    env = cli_env(cwd, OPENAI_BASE_URL="http://127.0.0.1:9/v1", VLLM_BASE_URL="http://127.0.0.1:9/v1")
+    return subprocess.run([sys.executable, "-c", NO_MODELS, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=600)
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, mlflow_template) -> Path:
+    d = tmp_path_factory.mktemp("rescore")
+    fresh_store(mlflow_template, d / "outputs" / "mlflow.db")
+    proc = run_cli(CELL_ARGS, d)
+    assert proc.returncode == 0, proc.stderr
+    return d
+
+
+@pytest.fixture(scope="module")
+def cell_dir(workdir) -> Path:
+    (found,) = (workdir / "outputs" / "cells").glob("apps-single-gold-none-s0-*")
+    return found
+
+
+def mlflow_client(workdir: Path):
+    from apps_bench.tracking import mlflow as mlf
+
+    return mlf.client(f"sqlite:///{workdir / 'outputs' / 'mlflow.db'}")
+
+
+def test_finished_cell_is_rescored_beside_its_records_and_logged_as_a_child_run(workdir, cell_dir) -> None:
+    before = {f.name: sha(f) for f in cell_dir.iterdir() if f.is_file()}
+    proc = rescore([str(cell_dir), "judge=reference", "max_tests_per_row=0"], workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert {f.name: sha(f) for f in cell_dir.iterdir() if f.is_file()} == before  # never overwritten
+
+    (out,) = (cell_dir / "rescore").iterdir()
+    assert out.name.startswith("reference-max0-")
+    new_key = out.name.rsplit("-", 1)[1]
+    old = {r["key"]: r for r in lines(cell_dir / "records.jsonl")}
+    new = {r["key"]: r for r in lines(out / "records.jsonl")}
+    assert new.keys() == old.keys() and len(new) == 8
+    for k, r in new.items():
+        assert r["program"] == old[k]["program"] and r["usage"] == old[k]["usage"]  # the same answers, not regenerated
+        assert r["verdict"]["profile"] == "reference" and old[k]["verdict"]["profile"] == "seed"
+        assert isinstance(r["verdict"]["reference_results"], list)
+        assert r["verdict"]["n_tests"] >= old[k]["verdict"]["n_tests"]  # all tests now
+        assert r["rescore_of"]["cell"] == old[k]["cell"] and r["cell"] == new_key
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["profile"] == "reference" and summary["complete"] is True and summary["n_problems"] == 8
+    assert summary["n_passed"] == sum(r["passed"] for r in new.values())
+    assert json.loads((out / "cell.json").read_text())["key"] == new_key
+
+    c = mlflow_client(workdir)
+    cell_run = c.search_runs([c.get_experiment_by_name("apps").experiment_id], filter_string="tags.run_kind = 'rescore'")
+    (run,) = cell_run
+    (parent,) = [r for r in c.search_runs([run.info.experiment_id]) if r.data.tags.get("cell_key") == old[k]["cell"]]
+    tags = run.data.tags
+    assert tags["mlflow.parentRunId"] == parent.info.run_id == tags["rescore_of"]
+    assert {a: tags[a] for a in ("dataset", "topology", "model", "optimizer", "seed")} == {
+        a: parent.data.tags[a] for a in ("dataset", "topology", "model", "optimizer", "seed")}
+    assert (tags["judge_profile"], tags["max_tests_per_row"], tags["cell_key"], tags["complete"]) == ("reference", "0", new_key, "true")
+    assert run.data.metrics["pass_at_1"] == pytest.approx(summary["pass_at_1"])
+    assert run.info.status == "FINISHED"
+    assert summary["mlflow"] == {"run_id": run.info.run_id, "parent_run_id": parent.info.run_id}
+
+    # the key is the one a cell run with those settings gets, and that cell does not continue the re-scoring run
+    proc = run_cli([*CELL_ARGS, "judge=reference", "max_tests_per_row=0"], workdir)
+    assert proc.returncode == 0, proc.stderr
+    real = workdir / "outputs" / "cells" / f"apps-single-gold-none-s0-{new_key}"
+    assert real.is_dir()
+    real_verdicts = {r["key"]: (r["passed"], r["verdict"]["reference_results"]) for r in lines(real / "records.jsonl")}
+    assert real_verdicts == {k: (r["passed"], r["verdict"]["reference_results"]) for k, r in new.items()}
+    runs = c.search_runs([run.info.experiment_id], filter_string=f"tags.cell_key = '{new_key}'")
+    assert len(runs) == 2 and {r.data.tags.get("run_kind") for r in runs} == {"rescore", None}
+
+    # a rerun resumes: nothing judged again
+    proc = rescore([str(cell_dir), "judge=reference", "max_tests_per_row=0"], workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert "8 already re-scored, 0 to judge" in proc.stderr
+    assert [r["completed_at"] for r in lines(out / "records.jsonl")] == [r["completed_at"] for r in new.values()]
+
+
+def test_interrupted_cell_is_rescored_on_what_it_recorded(workdir, cell_dir, tmp_path) -> None:
+    # what kill -9 leaves: the first problems' records (one torn line after them), no summary yet
+    cut = workdir / "outputs" / "cells" / "interrupted"
+    shutil.copytree(cell_dir, cut, ignore=shutil.ignore_patterns("rescore", "summary.json"))
+    recs = (cell_dir / "records.jsonl").read_text().splitlines()
+    (cut / "records.jsonl").write_text("\n".join(recs[:3]) + "\n" + recs[3][:40])
+    proc = rescore([str(cut), "judge=reference", "--no-mlflow"], workdir)
+    assert proc.returncode == 3, proc.stderr  # incomplete, as the cell
+    (out,) = (cut / "rescore").iterdir()
+    new = lines(out / "records.jsonl")
+    assert sorted(r["key"] for r in new) == sorted(json.loads(x)["key"] for x in recs[:3])
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["n_selected"], summary["n_recorded"], summary["n_missing"], summary["complete"]) == (8, 3, 5, False)
+    assert "INCOMPLETE" in proc.stdout
+
+
+def test_rescore_by_run_id(workdir, cell_dir) -> None:
+    c = mlflow_client(workdir)
+    key = json.loads((cell_dir / "cell.json").read_text())["key"]
+    (run,) = [r for r in c.search_runs([c.get_experiment_by_name("apps").experiment_id], filter_string=f"tags.cell_key = '{key}'")]
+    proc = rescore([run.info.run_id, "max_tests_per_row=0", "--no-mlflow"], workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert any(d.name.startswith("seed-max0-") for d in (cell_dir / "rescore").iterdir())
+
+
+@pytest.mark.parametrize(
+    "make,args,message",
+    [
+        (lambda d: d, [], "is not a cell folder: it has no cell.json or config.yaml"),
+        (lambda d: d / "missing-folder", [], "neither a folder nor an MLflow run id"),
+        (None, ["model=qwen"], "model cannot be re-scored"),
+        (None, ["judge=nonesuch"], "no judge profile 'nonesuch'"),
+        (None, [], "nothing to re-score"),
+        (None, ["max_tests_per_row=all"], "max_tests_per_row must be an integer"),
+        (None, ["judge.timeout_s=fast"], "bad judge setting"),
+    ],
+)
+def test_bad_input_is_refused_with_a_clear_message(workdir, cell_dir, tmp_path, make, args, message) -> None:
+    source = make(tmp_path) if make else cell_dir
+    proc = rescore([str(source), *args, "--no-mlflow"], workdir)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
