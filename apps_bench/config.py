@@ -76,7 +76,8 @@ class GridConfig:
 
 @dataclass
 class JudgeConfig:
-    profile: str = MISSING  # seed
+    profile: str = MISSING  # seed | reference
+    rules: int = MISSING  # the profile's rules version (in the cell key): a resumed cell never mixes rule sets
     timeout_s: float = MISSING  # per test
     stop_on_first_failure: bool = MISSING
     call_memory_bytes: int = MISSING  # APPS_CALL_BASED_MEMORY_BYTES; 0 disables
