@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 Outcomes = Mapping[str, Sequence[float]]
+N_BOOT = 10_000  # resamples per interval (the seed is fixed: the same records give the same interval)
 
 METHOD_CELL = "95% percentile bootstrap over problems, clustered by problem across seeds (B={b})"
 METHOD_PAIRED = "paired bootstrap over problems (B={b}); exact two-sided McNemar over (problem, seed) pairs; Holm per model"
@@ -64,7 +65,7 @@ def _percentile(values: "object", alpha: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def bootstrap_interval(outcomes: Outcomes, *, n_boot: int = 10_000, rng_seed: int = 0, alpha: float = 0.05) -> Interval:
+def bootstrap_interval(outcomes: Outcomes, *, n_boot: int = N_BOOT, rng_seed: int = 0, alpha: float = 0.05) -> Interval:
     """pass@1 over all (problem, seed) outcomes with a percentile bootstrap interval that
     resamples whole problems (all of a problem's seeds together)."""
     import numpy as np
@@ -82,7 +83,7 @@ def bootstrap_interval(outcomes: Outcomes, *, n_boot: int = 10_000, rng_seed: in
     return Interval(float(s.sum() / c.sum()), lo, hi, n, int(c.sum()))
 
 
-def paired_bootstrap(a: Outcomes, b: Outcomes, *, n_boot: int = 10_000, rng_seed: int = 0, alpha: float = 0.05) -> PairedResult:
+def paired_bootstrap(a: Outcomes, b: Outcomes, *, n_boot: int = N_BOOT, rng_seed: int = 0, alpha: float = 0.05) -> PairedResult:
     """Difference a - b on the same problems: per problem, mean over its seeds on each side;
     the interval resamples problems (the pairing is kept). McNemar counts (problem, seed)
     pairs present on both sides (seeds matched by position: the i-th seed of each)."""
