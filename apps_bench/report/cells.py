@@ -30,6 +30,7 @@ class RoleUse:
     turns: int = 0  # agent turns started (input events)
     replies: int = 0
     tool_calls: int = 0
+    steps: int = 0  # model calls inferred from the events: a reply, or a tool call not after one, starts one
     chars_in: int = 0  # what the role was given: inputs and tool results
     chars_out: int = 0  # what the role produced: replies and tool-call arguments
 
@@ -126,12 +127,17 @@ def problem_row(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 def role_uses(events: Iterable[Mapping[str, Any]]) -> dict[str, RoleUse]:
     out: dict[str, RoleUse] = {}
+    last: dict[str, str] = {}  # agent -> kind of its previous event
     for e in events:
         role = str(e.get("role") or e.get("agent") or "?")
         if role == "team":  # the flow's own notes, no agent behind them
             continue
         u = out.setdefault(role, RoleUse())
         kind, n = e.get("kind"), len(str(e.get("content") or ""))
+        agent = str(e.get("agent") or role)
+        if kind == "reply" or (kind == "tool_call" and last.get(agent) not in ("reply", "tool_call")):
+            u.steps += 1
+        last[agent] = str(kind)
         if kind == "input":
             u.turns += 1
             u.chars_in += n
@@ -252,6 +258,9 @@ def from_mlflow(
     from apps_bench import provenance
     from apps_bench.tracking import mlflow as mlf
 
+    import os
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar of ours, not one per file
     uri = mlf.tracking_uri() if uri is None else uri
     c = mlf.client(uri)
     if sweep:
@@ -272,8 +281,13 @@ def from_mlflow(
         runs = _search(c, exp_ids, "tags.cell_key != ''")
     by_id = {r.info.run_id: r for r in runs}
     cells = []
+    import sys
+
+    from tqdm import tqdm
+
+    bar = tqdm(runs, desc="reading cell runs", unit="run", file=sys.stderr, disable=len(runs) < 20 or not sys.stderr.isatty())
     with tempfile.TemporaryDirectory(prefix="apps-bench-report-") as tmp:
-        for i, r in enumerate(runs):
+        for i, r in enumerate(bar):
             t, p = r.data.tags, r.data.params
             if "cell_key" not in t:
                 continue

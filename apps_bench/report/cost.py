@@ -5,7 +5,8 @@ metering). The transport does not know which agent sent a request, so the per-ro
 comes from the transcripts: turns, replies and tool calls per role are counted exactly;
 a problem's prompt tokens are apportioned to its roles by the characters each role was
 given (inputs, tool results), its completion tokens by the characters each produced
-(replies, tool-call arguments), its model calls by each role's replies and tool calls.
+(replies, tool-call arguments), its model calls by the model steps each role's events show (a reply, or a tool call not
+right after one, starts a step).
 The role table says so in its caption.
 """
 
@@ -99,7 +100,7 @@ def role_rows(groups: list[Group]) -> list[RoleRow]:
                 group_tokens += p["total_tokens"]
                 cin = sum(u.chars_in for u in uses.values()) or 1
                 cout = sum(u.chars_out for u in uses.values()) or 1
-                steps = sum(u.replies + u.tool_calls for u in uses.values()) or 1
+                steps = sum(u.steps for u in uses.values()) or 1
                 for role, u in uses.items():
                     a = acc.setdefault(role, [0.0] * 6)
                     a[0] += 1
@@ -107,7 +108,7 @@ def role_rows(groups: list[Group]) -> list[RoleRow]:
                     a[2] += u.replies
                     a[3] += u.tool_calls
                     a[4] += p["prompt_tokens"] * u.chars_in / cin + p["completion_tokens"] * u.chars_out / cout
-                    a[5] += p["model_calls"] * (u.replies + u.tool_calls) / steps
+                    a[5] += p["model_calls"] * u.steps / steps
         for role, a in acc.items():
             out.append(
                 RoleRow(

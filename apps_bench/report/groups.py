@@ -74,6 +74,11 @@ class Comparison:
     result: stats.PairedResult | None = None
     p_holm: float | None = None
     refused: str | None = None  # why it was not compared
+    pair: tuple[Group, Group] | None = None  # (compared, baseline) when compared
+
+    def cells(self) -> list[CellData]:
+        """The cells the comparison used (its common seeds, both sides)."""
+        return [c for g in self.pair or () for c in g.cells if c.seed in self.seeds]
 
     @property
     def name(self) -> str:
@@ -110,6 +115,7 @@ def compare_to_baseline(groups: list[Group], baseline: str, *, all_groups: list[
         cmp = Comparison(model=g.model, label=g.label, baseline=baseline, cls=labels[g.comparability], seeds=[])
         if same:
             cmp.result, cmp.seeds, cmp.refused = pair(g, same[0])
+            cmp.pair = (g, same[0]) if cmp.result is not None else None
         elif bases:
             cmp.refused = incomparable_reason(g.cells[0], bases[0].cells[0]) or "different comparability classes"
         else:
