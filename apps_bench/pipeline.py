@@ -268,7 +268,9 @@ def print_summary(summary: Mapping[str, Any], cell: Cell, cell_dir: Path, run_id
     console = Console(file=sys.stdout, width=max(100, Console().width))
     from rich.markup import escape
 
-    t = Table(title=escape(f"{cell.name} [{cell.key}]"), caption=f"judge profile {summary.get('profile') or '?'}")
+    ci = summary.get("pass_at_1_ci") or {}
+    interval = f"; pass@1 95% CI [{ci['low']:.4f}, {ci['high']:.4f}] (bootstrap over problems)" if ci.get("n") else ""
+    t = Table(title=escape(f"{cell.name} [{cell.key}]"), caption=f"judge profile {summary.get('profile') or '?'}{interval}")
     t.add_column("set")
     t.add_column("problems", justify="right")
     t.add_column("passed", justify="right")
@@ -694,6 +696,7 @@ def _finish_optimizer_run(
 ) -> None:
     """The optimizer cell's run: its optimization figures and artifacts, the final eval's
     headline copied over, the seed cell's pass@1 when it ran here; then the comparison line."""
+    from apps_bench import provenance
     from apps_bench.optimizers import cell_runs
 
     seed = cell_runs.seed_cell_result(cell_runs.seed_cell_of(data))
@@ -703,7 +706,7 @@ def _finish_optimizer_run(
         rows=[],
         files=[cell_dir / CONFIG, cell_dir / PROMPTS],
         complete=bool(summary["complete"]),
-        tags={"final_eval_run_id": child_id or ""},
+        tags={"final_eval_run_id": child_id or "", **provenance.as_tags(summary["provenance"])},
         dirs={"optimizer": cell_dir / "optimizer"},
     )
     print(f"MLflow: optimizer cell run {tracker.run_id} (final evaluation: child run {child_id})")

@@ -151,7 +151,7 @@ def _metric_table(args: argparse.Namespace) -> int:
 
     runs = collect(
         experiment=args.experiment, sweep=args.sweep, uri=args.tracking_uri, metric=args.metric,
-        dataset=args.dataset, optimizer=args.optimizer, include_incomplete=args.include_incomplete,
+        dataset=args.dataset, optimizer=args.optimizer, include_incomplete=args.include_incomplete, judge=args.judge,
     )  # fmt: skip
     table = pivot(runs, metric=args.metric)
     print(render(table, metric=args.metric, runs=runs))

@@ -226,6 +226,24 @@ def _search(c: Any, exp_ids: list[str], filt: str) -> list[Any]:
             return runs
 
 
+def find_runs(c: Any, uri: str, *, experiment: str, sweep: str | None) -> list[Any]:
+    """The cell runs of an experiment, or of one sweep (its children and their re-scoring runs)."""
+    if sweep:
+        try:
+            parent = c.get_run(sweep)
+        except Exception as exc:  # noqa: BLE001 - MLflow raises its own exception types
+            raise ReportError(f"no run {sweep!r} in {uri}: {exc}") from None
+        exp_ids = [parent.info.experiment_id]
+        runs = _search(c, exp_ids, f"tags.mlflow.parentRunId = '{sweep}'")
+        ids = {r.info.run_id for r in runs}
+        return runs + [r for r in _search(c, exp_ids, "tags.run_kind = 'rescore'") if r.data.tags.get("rescore_of") in ids]
+    exp = c.get_experiment_by_name(experiment)
+    if exp is None:
+        names = [e.name for e in c.search_experiments()]
+        raise ReportError(f"no experiment {experiment!r} in {uri}; experiments there: {names or 'none'}")
+    return _search(c, [exp.experiment_id], "tags.cell_key != ''")
+
+
 def _download(c: Any, run_id: str, name: str, dst: Path) -> Path | None:
     names = {f.path for f in c.list_artifacts(run_id)}
     if name not in names:
@@ -263,22 +281,7 @@ def from_mlflow(
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar of ours, not one per file
     uri = mlf.tracking_uri() if uri is None else uri
     c = mlf.client(uri)
-    if sweep:
-        try:
-            parent = c.get_run(sweep)
-        except Exception as exc:  # noqa: BLE001 - MLflow raises its own exception types
-            raise ReportError(f"no run {sweep!r} in {uri}: {exc}") from None
-        exp_ids = [parent.info.experiment_id]
-        runs = _search(c, exp_ids, f"tags.mlflow.parentRunId = '{sweep}'")
-        ids = {r.info.run_id for r in runs}
-        runs += [r for r in _search(c, exp_ids, "tags.run_kind = 'rescore'") if r.data.tags.get("rescore_of") in ids]
-    else:
-        exp = c.get_experiment_by_name(experiment)
-        if exp is None:
-            names = [e.name for e in c.search_experiments()]
-            raise ReportError(f"no experiment {experiment!r} in {uri}; experiments there: {names or 'none'}")
-        exp_ids = [exp.experiment_id]
-        runs = _search(c, exp_ids, "tags.cell_key != ''")
+    runs = find_runs(c, uri, experiment=experiment, sweep=sweep)
     by_id = {r.info.run_id: r for r in runs}
     cells = []
     import sys
