@@ -215,3 +215,42 @@ def test_report_from_local_cell_folders(sweep: dict, tmp_path: Path):
     unknown = run_cli(["--experiment", EXPERIMENT, "--compare", "baseline=nope"], sweep["cwd"], env=sweep["env"],
                       module="apps_bench.report")  # fmt: skip
     assert unknown.returncode == 2 and "no such topology" in unknown.stderr
+
+
+def test_framework_siblings_and_provenance_warnings(tmp_path: Path, mlflow_template: Path, apps_data_dir: Path):
+    """sequential_langgraph vs sequential_crewai (same flow, two frameworks): the overhead row is
+    the difference of their records' tokens and calls; a cell that ran on another package version or
+    commit makes the report warn about the comparison."""
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    env = cli_env(tmp_path)
+    r = run_cli(["-m", "topology=sequential_langgraph,sequential_crewai", "dataset=apps", "limit=3", "progress=false",
+                 f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}"], tmp_path, env=env, timeout=400)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    cells = _cells(tmp_path)
+
+    def per_problem(topo: str, field: str) -> float:
+        recs = [json.loads(x) for x in (cells[(topo, "0")] / "records.jsonl").read_text().splitlines()]
+        return sum(x["usage"][field] for x in recs) / len(recs)
+
+    args = ["--cells-dir", str(tmp_path / "outputs" / "cells"), "--compare", "baseline=sequential_langgraph",
+            "--forest", str(tmp_path / "f.png")]  # fmt: skip
+    rep = run_cli(args, tmp_path, env=env, module="apps_bench.report")
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    row = next(x for x in rep.stdout.split("framework overhead")[1].splitlines() if x.startswith("sequential "))
+    lg, cr = per_problem("sequential_langgraph", "total_tokens"), per_problem("sequential_crewai", "total_tokens")
+    assert "sequential_crewai vs sequential_langgraph" in row and f"{cr:,.0f} vs {lg:,.0f}" in row
+    assert f"{cr - lg:+,.0f}" in row
+    calls = per_problem("sequential_crewai", "model_calls") - per_problem("sequential_langgraph", "model_calls")
+    assert f"{calls:+.2f}" in row
+    assert "warning" not in rep.stdout  # same software on both sides: nothing to warn about
+
+    crew = cells[("sequential_crewai", "0")]
+    summary = json.loads((crew / "summary.json").read_text())
+    summary["provenance"]["packages"]["openai"] = "0.0.1"
+    summary["provenance"]["git_sha"] = "0" * 40
+    (crew / "summary.json").write_text(json.dumps(summary))
+    rep = run_cli(args, tmp_path, env=env, module="apps_bench.report")
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    warns = [x for x in rep.stdout.splitlines() if x.startswith("warning: sequential_crewai − sequential_langgraph")]
+    assert any("pkg.openai differs" in w and "0.0.1: sequential_crewai·s0" in w for w in warns), rep.stdout
+    assert any("git_sha differs" in w for w in warns)
