@@ -33,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     sel.add_argument("--judge", metavar="PROFILE", help="only verdicts of this judge profile (profiles are never pooled)")
     sel.add_argument("--include-incomplete", action="store_true", help="also count cells marked incomplete")
     out = ap.add_argument_group("what to produce")
-    out.add_argument("--compare", metavar="baseline=TOPOLOGY", help="paired comparison of every topology against it, per model")
+    out.add_argument("--compare", metavar="baseline=TOPOLOGY", nargs="?", const="baseline=single",
+                     help="paired comparison of every topology against the baseline, per model (default baseline: single)")
     out.add_argument("--forest", metavar="FILE.png", help=f"forest plot of --compare (default: {DEFAULT_FOREST})")
     out.add_argument("--plot", metavar="FILE.png", help="pass@1 bars with their 95%% intervals")
     out.add_argument("--pareto", metavar="FILE.png", help="pass@1 against tokens per problem, with the Pareto front")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 Outcomes = Mapping[str, Sequence[float]]
 N_BOOT = 10_000  # resamples per interval (the seed is fixed: the same records give the same interval)
@@ -58,11 +58,27 @@ def pooled_rate(outcomes: Outcomes) -> float:
     return sum(sums) / sum(counts) if counts else math.nan
 
 
-def _percentile(values: "object", alpha: float) -> tuple[float, float]:
+def _percentile(values: Any, alpha: float) -> tuple[float, float]:
     import numpy as np
 
     lo, hi = np.quantile(values, [alpha / 2, 1 - alpha / 2], method="linear")
     return float(lo), float(hi)
+
+
+CHUNK_CELLS = 2_000_000  # resampled indices held at once (16 MB): 5000 problems x 10,000 resamples would be 400 MB
+
+
+def _resampled_ratios(num: Any, den: Any, n_boot: int, rng: Any) -> Any:
+    """sum(num[idx]) / sum(den[idx]) for n_boot resamples idx of the problems, in chunks."""
+    import numpy as np
+
+    n = len(num)
+    step = max(1, CHUNK_CELLS // max(1, n))
+    out = []
+    for start in range(0, n_boot, step):
+        idx = rng.integers(0, n, size=(min(step, n_boot - start), n))
+        out.append(num[idx].sum(axis=1) / den[idx].sum(axis=1))
+    return np.concatenate(out)
 
 
 def bootstrap_interval(outcomes: Outcomes, *, n_boot: int = N_BOOT, rng_seed: int = 0, alpha: float = 0.05) -> Interval:
@@ -76,10 +92,7 @@ def bootstrap_interval(outcomes: Outcomes, *, n_boot: int = N_BOOT, rng_seed: in
         return Interval(math.nan, math.nan, math.nan, 0, 0)
     s = np.asarray(sums, dtype=float)
     c = np.asarray(counts, dtype=float)
-    rng = np.random.default_rng(rng_seed)
-    idx = rng.integers(0, n, size=(n_boot, n))
-    stats = s[idx].sum(axis=1) / c[idx].sum(axis=1)
-    lo, hi = _percentile(stats, alpha)
+    lo, hi = _percentile(_resampled_ratios(s, c, n_boot, np.random.default_rng(rng_seed)), alpha)
     return Interval(float(s.sum() / c.sum()), lo, hi, n, int(c.sum()))
 
 
@@ -99,9 +112,7 @@ def paired_bootstrap(a: Outcomes, b: Outcomes, *, n_boot: int = N_BOOT, rng_seed
     if not keys:
         raise ValueError("paired comparison of no problems")
     d = np.asarray([_mean(a[k]) - _mean(b[k]) for k in keys], dtype=float)
-    rng = np.random.default_rng(rng_seed)
-    idx = rng.integers(0, len(keys), size=(n_boot, len(keys)))
-    lo, hi = _percentile(d[idx].mean(axis=1), alpha)
+    lo, hi = _percentile(_resampled_ratios(d, np.ones_like(d), n_boot, np.random.default_rng(rng_seed)), alpha)
     a_only = b_only = pairs = 0
     for k in keys:
         for x, y in zip(a[k], b[k]):
