@@ -105,6 +105,8 @@ def test_report_on_a_sweep(sweep: dict, tmp_path: Path):
     assert row.split()[-3] == (f"{p:.3f}" if p >= 0.001 else f"{p:.2g}"), row
     assert row.split()[-4] == f"{ind.p_value:.3f}" and p == pytest.approx(min(1.0, 2 * ind.p_value)), row
     assert "not comparable" not in text
+    notes = [x for x in text.splitlines() if x.startswith("note:")]
+    assert notes == ["note: independent − single · gold: settings differ (independent vs single): model.wrong_fraction: 0.4 vs 0.0"]
 
     # 3. cost per role: sequential_langgraph's four roles; their calls add up to the cell's calls per problem
     role_rows = [x.split() for x in text.split("cost per agent role")[1].splitlines() if x.startswith("sequential_langgraph")]

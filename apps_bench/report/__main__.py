@@ -99,6 +99,10 @@ def _report(args: argparse.Namespace) -> int:
         for c in comps:
             for w in provenance.differences({f"{x.label}·s{x.seed}": x.provenance for x in c.cells()}):
                 print(f"warning: {c.name}: provenance: {w}")
+            if c.pair is not None:
+                diff = cellmod.setting_differences(c.pair[0].cells[0], c.pair[1].cells[0])
+                if diff:
+                    print(f"note: {c.name}: settings differ ({c.label} vs {c.baseline}): " + "; ".join(diff))
 
     costs = cost.cost_rows(gs)
     print()

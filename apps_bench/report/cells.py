@@ -52,6 +52,7 @@ class CellData:
     flow: str = ""
     run_kind: str = "cell"
     provenance: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, str] = field(default_factory=dict)  # model/judge/tool settings from the cell's identity
     problems: list[dict[str, Any]] = field(default_factory=list)  # one row per recorded problem
     roles: dict[str, dict[str, RoleUse]] = field(default_factory=dict)  # problem key -> role -> use
 
@@ -70,6 +71,21 @@ class CellData:
 
     def outcomes(self) -> dict[str, bool]:
         return {p["key"]: bool(p["passed"]) for p in self.judged()}
+
+
+SETTING_SECTIONS = ("model.", "judge.", "tool.")
+
+
+def _settings(flat: Mapping[str, str]) -> dict[str, str]:
+    return {k: str(v) for k, v in flat.items() if k.startswith(SETTING_SECTIONS) and k not in ("model.name", "judge.profile")}
+
+
+def setting_differences(a: CellData, b: CellData) -> list[str]:
+    """Model, judge and tool settings two compared cells differ in (e.g. a model's sampling,
+    a judge timeout): allowed, since the axes say what is compared, but worth saying."""
+    keys = sorted(set(a.settings) | set(b.settings))
+    return [f"{k}: {a.settings.get(k, '(unset)')} vs {b.settings.get(k, '(unset)')}" for k in keys
+            if a.settings.get(k) != b.settings.get(k)]  # fmt: skip
 
 
 def comparability_label(c: CellData) -> str:
@@ -203,6 +219,7 @@ def from_dirs(root: Path | str, *, with_roles: bool = True) -> list[CellData]:
             optimizer=str(axes.get("optimizer", "?")), seed=str(axes.get("seed", "?")), key=str(info.get("key", "")),
             judge_profile=ident.get("judge.profile", "?"), max_tests_per_row=ident.get("max_tests_per_row", "?"),
             selection={k: ident.get(k, "") for k in SELECTION_PARAMS}, complete=bool(summary.get("complete")),
+            settings=_settings(ident),
             source=str(d), framework=ident.get("topology.framework", ""), flow=ident.get("topology.flow", ""),
             provenance=provenance.comparable(prov) if prov else {},
             problems=[problem_row(r) for r in _latest(_jsonl(d / "records.jsonl"))],
@@ -305,6 +322,7 @@ def from_mlflow(
                 judge_profile=t.get("judge_profile") or p.get("judge.profile", "?"),
                 max_tests_per_row=t.get("max_tests_per_row") or p.get("max_tests_per_row", "?"),
                 selection={k: p.get(k, "") for k in SELECTION_PARAMS}, complete=t.get("complete") == "true",
+                settings=_settings(p),
                 source=r.info.run_id, framework=t.get("framework") or p.get("topology.framework", ""),
                 flow=p.get("topology.flow", ""), run_kind=t.get("run_kind", "cell"),
                 provenance=provenance.from_tags(t), problems=_problems_of_run(c, data_run, dst),
