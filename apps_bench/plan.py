@@ -170,6 +170,8 @@ def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: list[Any]
     est = _per_problem(finished, cell.topology, cell.model, cell.dataset)
     if est.calls_per_problem is not None and to_run is not None:
         est.calls, est.tokens = est.calls_per_problem * to_run, (est.tokens_per_problem or 0.0) * to_run
+    if cell.optimizer != "none":  # the estimate is the evaluation's: the optimization's rollouts come on top
+        why = "; ".join(x for x in (why, f"optimizer={cell.optimizer}: its rollouts (budget in optimizer.params.budget) are not in the estimate") if x)
     return PlannedCell(
         name=cell.name, key=cell.key, overrides=overrides, axes=cell.axes(), dir=str(cell_dir), guard=guard,
         allowed=allowed, state=state, n_selected=n, n_recorded=len(ok), n_errors=errors, n_to_run=to_run,
