@@ -200,6 +200,7 @@ def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = 
         "grid_guard": "refused: nothing would run" if refused else "allowed",
         "states": {s: sum(c.state == s for c in cells) for s in ("done", "partial", "new", "unknown")},
         "problems_to_run": sum(c.n_to_run or 0 for c in runnable),
+        "cells_with_unknown_problems": [c.name for c in runnable if c.n_to_run is None],
         "estimated_model_calls": sum(c.estimate.calls or 0.0 for c in estimated),
         "estimated_tokens": sum(c.estimate.tokens or 0.0 for c in estimated),
         "cells_without_estimate": [c.name for c in runnable if c.estimate.calls is None and c.state != "done"],
@@ -227,7 +228,9 @@ def render(plan: dict[str, Any]) -> str:
         rows.append([c["name"], c["key"], state, "-" if c["n_to_run"] is None else str(c["n_to_run"]), guard, calls, tokens])
     caption_lines = [
         f"{plan['n_cells']} cells: " + ", ".join(f"{v} {k}" for k, v in plan["states"].items() if v)
-        + f"; grid guard: {plan['grid_guard']}; {plan['problems_to_run']} problems to run",
+        + f"; grid guard: {plan['grid_guard']}; {plan['problems_to_run']} problems to run"
+        + (f" (+ {len(plan['cells_with_unknown_problems'])} cell(s) whose problems could not be counted)"
+           if plan["cells_with_unknown_problems"] else ""),
         f"estimated: {plan['estimated_model_calls']:,.0f} model calls, {plan['estimated_tokens']:,.0f} tokens "
         f"(per problem from finished cells of the same topology and model in {plan['finished_cells_read_from']})",
     ]

@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     sel = ap.add_argument_group("which cells")
     sel.add_argument("--dataset", help="only cells of this dataset (e.g. apps)")
     sel.add_argument("--optimizer", help="only cells of this optimizer (e.g. none)")
+    sel.add_argument("--model", help="only cells of this model (e.g. qwen)")
+    sel.add_argument("--seeds", metavar="S,S", help="only these seeds (e.g. 0 to compare single cells)")
     sel.add_argument("--judge", metavar="PROFILE", help="only verdicts of this judge profile (profiles are never pooled)")
     sel.add_argument("--include-incomplete", action="store_true", help="also count cells marked incomplete")
     out = ap.add_argument_group("what to produce")
@@ -75,7 +77,8 @@ def _report(args: argparse.Namespace) -> int:
         found = cellmod.from_mlflow(experiment=args.experiment, sweep=args.sweep, uri=args.tracking_uri)
         where = f"sweep {args.sweep}" if args.sweep else f"experiment {args.experiment!r}"
     chosen = cellmod.select(
-        found, dataset=args.dataset, optimizer=args.optimizer, judge=args.judge, include_incomplete=args.include_incomplete
+        found, dataset=args.dataset, optimizer=args.optimizer, judge=args.judge, include_incomplete=args.include_incomplete,
+        model=args.model, seeds=[x.strip() for x in args.seeds.split(",")] if args.seeds else None,
     )
     if not chosen:
         profiles = sorted({c.judge_profile for c in found})

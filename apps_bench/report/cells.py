@@ -342,10 +342,16 @@ def select(
     optimizer: str | None = None,
     judge: str | None = None,
     include_incomplete: bool = False,
+    model: str | None = None,
+    seeds: list[str] | None = None,
 ) -> list[CellData]:
     """Filter, and keep one run per (cell key, judge profile, test cap): the last one read wins."""
     out: dict[tuple[str, str, str], CellData] = {}
     for c in cells:
+        if model and c.model != model:
+            continue
+        if seeds and c.seed not in seeds:
+            continue
         if dataset and c.dataset != dataset:
             continue
         if optimizer and c.optimizer != optimizer:
