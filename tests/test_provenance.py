@@ -11,6 +11,7 @@ def test_collect_names_the_framework_packages_and_the_interpreter():
     prov = provenance.collect("langgraph", {"contained": True, "pid_namespace": True, "pids_cgroup": "/x", "uid": 5})
     assert prov["python"] == platform.python_version() and prov["host"] == platform.node()
     assert {"langgraph", "langchain-core", "langchain-openai", "openai", "mlflow", "hydra-core", "datasets", "numpy"} <= set(prov["packages"])
+    assert "crewai" in provenance.collect("crewai")["packages"] and "autogen-ext" in provenance.collect("autogen")["packages"]
     assert all(v for v in prov["packages"].values())
     tags = provenance.as_tags(prov)
     assert tags["prov.sandbox"] == "contained,pid_namespace,pids_cgroup,uid_switch"

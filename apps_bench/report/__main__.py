@@ -87,9 +87,9 @@ def _report(args: argparse.Namespace) -> int:
         raise ReportError(f"no finished cells with per-problem records in {where}{hint}{extra}")
     gs = groups.group_cells(chosen)
     print(render.pass_table(gs))
-    warn = provenance.differences({f"{c.label}·{c.model}·s{c.seed}": c.provenance for c in chosen})
-    for w in warn:
-        print(f"warning: provenance: {w}")
+    if baseline is None:  # with --compare, each comparison says what differs between its own cells
+        for w in provenance.differences({f"{c.label}·{c.model}·s{c.seed}": c.provenance for c in chosen}):
+            print(f"warning: provenance: {w}")
 
     comps = []
     if baseline is not None:
