@@ -183,6 +183,10 @@ def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = 
     from apps_bench.report.cells import from_dirs
     from apps_bench.report.table import ReportError
 
+    import sys
+
+    from tqdm import tqdm
+
     composed = compose_cells(overrides, multirun)
     root = cells_dir or Path.cwd() / "outputs" / "cells"
     try:
@@ -190,7 +194,8 @@ def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = 
     except ReportError:
         finished = []
     cache: dict[str, Any] = {}
-    cells = [plan_cell(o, d, finished=finished, cache=cache) for o, d in composed]
+    bar = tqdm(composed, desc="planning", unit="cell", file=sys.stderr, disable=len(composed) < 20 or not sys.stderr.isatty())
+    cells = [plan_cell(o, d, finished=finished, cache=cache) for o, d in bar]
     refused = [c for c in cells if not c.allowed]
     runnable = [c for c in cells if c.allowed]
     estimated = [c for c in runnable if c.estimate.calls is not None and c.state != "done"]
@@ -203,7 +208,7 @@ def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = 
         "cells_with_unknown_problems": [c.name for c in runnable if c.n_to_run is None],
         "estimated_model_calls": sum(c.estimate.calls or 0.0 for c in estimated),
         "estimated_tokens": sum(c.estimate.tokens or 0.0 for c in estimated),
-        "cells_without_estimate": [c.name for c in runnable if c.estimate.calls is None and c.state != "done"],
+        "cells_without_estimate": [c.name for c in runnable if c.estimate.calls_per_problem is None and c.state != "done"],
         "finished_cells_read_from": str(root),
         "cells": [asdict(c) for c in cells],
     }
@@ -224,6 +229,8 @@ def render(plan: dict[str, Any]) -> str:
             state += f" ({c['n_errors']} errors to retry)"
         calls = "-" if e["calls"] is None else f"{e['calls']:,.0f}"
         tokens = "-" if e["tokens"] is None else f"{e['tokens']:,.0f}"
+        if e["calls"] is None and e["calls_per_problem"] is not None:  # problems not countable: the rate alone
+            calls, tokens = f"{e['calls_per_problem']:,.1f}/problem", f"{e['tokens_per_problem']:,.0f}/problem"
         guard = "allowed" if c["guard"] == "allowed" else ("allowed*" if c["allowed"] else "REFUSED")
         rows.append([c["name"], c["key"], state, "-" if c["n_to_run"] is None else str(c["n_to_run"]), guard, calls, tokens])
     caption_lines = [
@@ -236,11 +243,15 @@ def render(plan: dict[str, Any]) -> str:
     ]
     if plan["cells_without_estimate"]:
         caption_lines.append("no estimate (no finished cell of the same topology and model): " + ", ".join(plan["cells_without_estimate"]))
+    notes: dict[str, list[str]] = {}
     for c in plan["cells"]:
         if not c["allowed"]:
             caption_lines.append(f"REFUSED {c['name']}: {c['guard']}")
         if c["note"]:
-            caption_lines.append(f"{c['name']}: {c['note']}")
+            notes.setdefault(c["note"], []).append(c["name"])
+    for note, names in notes.items():  # one line per distinct note (a sweep's cells often share one)
+        who = names[0] if len(names) == 1 else f"{len(names)} cells ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+        caption_lines.append(f"{who}: {note}")
     if any(c["guard"] == "allowed (allow_any_cell)" for c in plan["cells"]):
         caption_lines.append("allowed* = outside the grid, allowed by allow_any_cell=true")
     head = ["cell", "key", "state", "to run", "grid", "≈ model calls", "≈ tokens"]
