@@ -16,7 +16,9 @@ import pytest
 from apps_bench.report.stats import bootstrap_interval, holm, mcnemar_exact, paired_bootstrap
 from conftest import cli_env, fresh_store, run_cli
 
-pytestmark = pytest.mark.slow
+# the module's sweep (6 cells, two commands) runs inside the first test's timeout; on 2 shared busy cores it
+# took over the default 300 s once
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 EXPERIMENT = "report12"
 
