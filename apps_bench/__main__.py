@@ -43,7 +43,8 @@ Usage:
   python -m apps_bench -m [OVERRIDE ...]         a sweep, e.g. topology=single,independent seed=0,1,2
   python -m apps_bench --cfg job [OVERRIDE ...]  print the composed cell config
   python -m apps_bench --hydra-help              Hydra's own options
-  python -m apps_bench.report [--plot FILE.png]  pass@1 by topology x model, mean and spread over seeds
+  python -m apps_bench.report [--compare baseline=single]  pass@1 with 95% intervals, paired comparisons, cost
+  python -m apps_bench.plan [-m] [OVERRIDE ...]  what that command would do (cells, state, grid, cost), no model call
   python -m apps_bench.optimize --method M ...   the seed's optimizer command, translated to overrides
 
 Examples:

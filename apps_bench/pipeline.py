@@ -23,6 +23,7 @@ from typing import Any, Mapping
 from apps_bench.cell import Cell, guard
 from apps_bench.validate import InvalidSettings, empty_selection
 from apps_bench.tracking.records import (
+    CELL,
     CONFIG,
     PROMPTS,
     RECORDS,
@@ -107,6 +108,7 @@ def make_record(
             "model_calls": usage.model_calls,
             "tool_calls": usage.tool_calls,
             "failed_calls": usage.failed_calls,
+            "tool_s": round(usage.tool_s, 4),
         },
         "latency_s": round(solve_s + judge_s, 4),
         "solve_s": round(solve_s, 4),
@@ -147,6 +149,7 @@ def summarize_cell(
     s = summarize(items, skipped=skipped, profile=profile)
     out = s.to_dict()
     out["metrics"] = s.metrics()
+    out["pass_at_1_ci"] = cell_interval([bool(it["passed"]) for it in items])
     tot = {k: 0 for k in ("prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "tool_calls", "failed_calls")}
     for r in records:
         for k in tot:
@@ -174,8 +177,19 @@ def summarize_cell(
     return out
 
 
+def cell_interval(passed: list[bool]) -> dict[str, Any]:
+    """pass@1's 95% bootstrap interval over the judged problems (report.stats; fixed seed)."""
+    from apps_bench.report.stats import METHOD_CELL, N_BOOT, bootstrap_interval
+
+    iv = bootstrap_interval({str(i): [float(p)] for i, p in enumerate(passed)})
+    return {"low": iv.low, "high": iv.high, "n": iv.n_problems, "method": METHOD_CELL.format(b=N_BOOT)}
+
+
 def metrics_of(summary: Mapping[str, Any]) -> dict[str, float]:
     m = dict(summary.get("metrics") or {})
+    ci = summary.get("pass_at_1_ci") or {}
+    if ci.get("n"):
+        m.update(pass_at_1_ci_low=ci["low"], pass_at_1_ci_high=ci["high"])
     m.update(
         n_selected=summary["n_selected"],
         n_recorded=summary["n_recorded"],
@@ -213,6 +227,9 @@ def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "model_calls": u.get("model_calls", 0),
                 "tool_calls": u.get("tool_calls", 0),
                 "latency_s": r.get("latency_s", 0.0),
+                "solve_s": r.get("solve_s", 0.0),
+                "judge_s": r.get("judge_s", 0.0),
+                "tool_s": u.get("tool_s", 0.0),
                 "stop_reason": r.get("stop_reason", ""),
             }
         )
@@ -252,7 +269,9 @@ def print_summary(summary: Mapping[str, Any], cell: Cell, cell_dir: Path, run_id
     console = Console(file=sys.stdout, width=max(100, Console().width))
     from rich.markup import escape
 
-    t = Table(title=escape(f"{cell.name} [{cell.key}]"), caption=f"judge profile {summary.get('profile') or '?'}")
+    ci = summary.get("pass_at_1_ci") or {}
+    interval = f"; pass@1 95% CI [{ci['low']:.4f}, {ci['high']:.4f}] (bootstrap over problems)" if ci.get("n") else ""
+    t = Table(title=escape(f"{cell.name} [{cell.key}]"), caption=f"judge profile {summary.get('profile') or '?'}{interval}")
     t.add_column("set")
     t.add_column("problems", justify="right")
     t.add_column("passed", justify="right")
@@ -562,6 +581,7 @@ def run_cell(cfg: Any) -> CellResult:
 
     tracker = None
     solvers = 0
+    sandbox_features = _previous_sandbox(cell_dir)  # a rerun with nothing to solve starts no sandbox
     if todo:
         from apps_bench.models import ModelEndpointError, open_endpoint
         from apps_bench.sandbox import SandboxPool
@@ -594,6 +614,7 @@ def run_cell(cfg: Any) -> CellResult:
                 finally:
                     progress.close()
                     phases["problems_s"] = time.perf_counter() - t_start - phases.get("setup_s", 0.0)
+                sandbox_features = pool.features
             tracker = tracker_future.result()
         except BaseException as exc:
             if not isinstance(exc, (KeyboardInterrupt, SystemExit)):  # an interrupted run stays open for its rerun
@@ -629,6 +650,10 @@ def run_cell(cfg: Any) -> CellResult:
     summary["run"] = {"concurrency": int(data["concurrency"]), "processes": str(data["processes"]), "solvers": solvers}
     summary["cell"] = {"key": cell.key, "name": cell.name, **cell.axes()}
     summary["dataset"] = {"source": loaded.source, "revision": loaded.revision}
+    from apps_bench import provenance
+
+    summary["provenance"] = provenance.collect(str(data["topology"].get("framework", "")), sandbox_features)
+    store.write_json(CELL, {"key": cell.key, **info, "provenance": summary["provenance"]})
     summary_path = store.write_summary(summary)
 
     if verbose:
@@ -645,6 +670,7 @@ def run_cell(cfg: Any) -> CellResult:
             rows=table_rows(records),
             files=files,
             complete=bool(summary["complete"]),
+            tags=provenance.as_tags(summary["provenance"]),
         )
     print_summary(summary, cell, cell_dir, run_id)
     if pre_tracker is not None:
@@ -652,11 +678,22 @@ def run_cell(cfg: Any) -> CellResult:
     return CellResult(cell=cell, dir=cell_dir, summary=summary, complete=bool(summary["complete"]), run_id=run_id, records=records)
 
 
+def _previous_sandbox(cell_dir: Path) -> Any:
+    """The sandbox features an earlier run of this cell recorded (None when none did)."""
+    import json
+
+    try:
+        return (json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8")).get("provenance") or {}).get("sandbox")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _finish_optimizer_run(
     tracker: Any, data: Mapping[str, Any], cell: Cell, cell_dir: Path, result: Any, summary: Mapping[str, Any], child_id: str | None
 ) -> None:
     """The optimizer cell's run: its optimization figures and artifacts, the final eval's
     headline copied over, the seed cell's pass@1 when it ran here; then the comparison line."""
+    from apps_bench import provenance
     from apps_bench.optimizers import cell_runs
 
     seed = cell_runs.seed_cell_result(cell_runs.seed_cell_of(data))
@@ -666,7 +703,7 @@ def _finish_optimizer_run(
         rows=[],
         files=[cell_dir / CONFIG, cell_dir / PROMPTS],
         complete=bool(summary["complete"]),
-        tags={"final_eval_run_id": child_id or ""},
+        tags={"final_eval_run_id": child_id or "", **provenance.as_tags(summary["provenance"])},
         dirs={"optimizer": cell_dir / "optimizer"},
     )
     print(f"MLflow: optimizer cell run {tracker.run_id} (final evaluation: child run {child_id})")
@@ -685,6 +722,7 @@ def _open_tracker(
         "cell_name": cell.name,
         "framework": str(data["topology"].get("framework", "")),
         "judge_profile": str(data["judge"]["profile"]),
+        "max_tests_per_row": str(data["max_tests_per_row"]),
         "dataset_revision": str(loaded.revision),
         "dataset_source": str(loaded.source),
         "package_version": mlf.package_version(),

@@ -120,9 +120,10 @@ class Usage:
     model_calls: int = 0
     tool_calls: int = 0
     failed_calls: int = 0
+    tool_s: float = 0.0  # wall time inside python_exec (the sandbox), apart from the model's
 
     def add(self, other: Usage) -> None:
-        for k in ("prompt_tokens", "completion_tokens", "model_calls", "tool_calls", "failed_calls"):
+        for k in ("prompt_tokens", "completion_tokens", "model_calls", "tool_calls", "failed_calls", "tool_s"):
             setattr(self, k, getattr(self, k) + getattr(other, k))
 
     @property

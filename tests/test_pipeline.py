@@ -109,7 +109,7 @@ def test_multirun_logs_parent_with_children(tmp_path: Path, mlflow_template: Pat
     rep = run_cli(["--sweep", parent, "--plot", str(png)], tmp_path, env=env, module="apps_bench.report")
     assert rep.returncode == 0, rep.stderr
     row = next(line for line in rep.stdout.splitlines() if line.startswith("single"))
-    assert "1.000 ± 0.000 (2)" in row and "gold" in rep.stdout
+    assert "1.000 [1.000, 1.000] (2s × 2p)" in row and "gold" in rep.stdout  # pooled pass@1 [95% CI] (seeds × problems)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     missing = run_cli(["--experiment", "nope"], tmp_path, env=env, module="apps_bench.report")
     assert missing.returncode == 2 and "no experiment 'nope'" in missing.stderr

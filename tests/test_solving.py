@@ -131,7 +131,8 @@ def test_helpers_give_the_records_one_process_gives(tmp_path: Path, apps_data_di
         for a, b in zip(one, recs[label], strict=True):
             assert a["key"] == b["key"] and a["program"] == b["program"] and a["passed"] == b["passed"]
             assert [t["outcome"] for t in a["verdict"]["results"]] == [t["outcome"] for t in b["verdict"]["results"]]
-            assert a["usage"] == b["usage"]
+            counts = lambda u: {k: v for k, v in u.items() if k != "tool_s"}  # noqa: E731 - tool_s is a wall time
+            assert counts(a["usage"]) == counts(b["usage"]) and b["usage"]["tool_s"] > 0
         # the helpers' python_exec calls ran in the main process's sandbox and came back
         trans = _transcripts(runs[label])
         for key in (x["key"] for x in recs[label] if x["solver"].startswith("helper-")):

@@ -28,7 +28,8 @@ from typing import Any, Mapping
 
 from apps_bench.cell import Cell, resolve_cell
 
-HEADLINE = ("pass_at_1", "pass_at_1_extracted", "n_problems", "n_passed", "n_errors", "complete")
+HEADLINE = ("pass_at_1", "pass_at_1_ci_low", "pass_at_1_ci_high", "pass_at_1_extracted", "n_problems", "n_passed",
+            "n_errors", "complete")  # fmt: skip
 
 
 def seed_cell_of(data: Mapping[str, Any]) -> Cell:

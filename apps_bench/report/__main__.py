@@ -1,44 +1,167 @@
-"""`python -m apps_bench.report`: pass@1 by topology x model, mean and spread over seeds, from MLflow.
+"""`python -m apps_bench.report`: pass@1 with 95% intervals by topology x model, paired
+comparisons against a baseline, cost per problem / role / framework, a tidy export.
 
-    python -m apps_bench.report                         # experiment `apps` in the default store
-    python -m apps_bench.report --experiment smoke
-    python -m apps_bench.report --sweep <parent run id>  # only the cells of one sweep
-    python -m apps_bench.report --plot pass_at_1.png     # also a bar chart
+    python -m apps_bench.report                              # experiment `apps` in the default store
+    python -m apps_bench.report --sweep <parent run id> --compare baseline=single
+    python -m apps_bench.report --cells-dir outputs/cells    # local cell folders instead of MLflow
+    python -m apps_bench.report --judge reference            # only verdicts of one judge profile
+    python -m apps_bench.report --plots outputs/report       # pass_at_1.png, pareto.png (+ forest.png)
+    python -m apps_bench.report --export problems.csv --export problems.parquet
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from apps_bench.report.table import ReportError, collect, pivot, plot, render
+from apps_bench.report.table import ReportError
+
+DEFAULT_FOREST = "outputs/report/forest.png"
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m apps_bench.report", description=(__doc__ or "").splitlines()[0])
+    src = ap.add_argument_group("where the cells come from")
+    src.add_argument("--experiment", default="apps", help="MLflow experiment name (default: apps)")
+    src.add_argument("--sweep", metavar="PARENT_RUN_ID", help="only the cells of this sweep (and their re-scoring runs)")
+    src.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite ./outputs/mlflow.db")
+    src.add_argument("--cells-dir", metavar="DIR", help="read local cell folders (e.g. outputs/cells) instead of MLflow")
+    sel = ap.add_argument_group("which cells")
+    sel.add_argument("--dataset", help="only cells of this dataset (e.g. apps)")
+    sel.add_argument("--optimizer", help="only cells of this optimizer (e.g. none)")
+    sel.add_argument("--model", help="only cells of this model (e.g. qwen)")
+    sel.add_argument("--seeds", metavar="S,S", help="only these seeds (e.g. 0 to compare single cells)")
+    sel.add_argument("--judge", metavar="PROFILE", help="only verdicts of this judge profile (profiles are never pooled)")
+    sel.add_argument("--include-incomplete", action="store_true", help="also count cells marked incomplete")
+    out = ap.add_argument_group("what to produce")
+    out.add_argument("--compare", metavar="baseline=TOPOLOGY", nargs="?", const="baseline=single",
+                     help="paired comparison of every topology against the baseline, per model (default baseline: single)")
+    out.add_argument("--forest", metavar="FILE.png", help=f"forest plot of --compare (default: {DEFAULT_FOREST})")
+    out.add_argument("--plot", metavar="FILE.png", help="pass@1 bars with their 95%% intervals")
+    out.add_argument("--pareto", metavar="FILE.png", help="pass@1 against tokens per problem, with the Pareto front")
+    out.add_argument("--plots", metavar="DIR", help="all charts into DIR: pass_at_1.png, pareto.png, forest.png")
+    out.add_argument("--export", metavar="FILE", action="append", default=[], help="tidy per-problem table (.csv or .parquet; repeatable)")
+    out.add_argument("--metric", default="pass_at_1", help="another MLflow metric: mean ± std over seeds of the cells' runs")
+    return ap
+
+
+def _baseline(spec: str) -> str:
+    key, sep, value = spec.partition("=")
+    if key.strip() != "baseline" or not sep or not value.strip():
+        raise ReportError(f"--compare {spec!r}: write --compare baseline=TOPOLOGY, e.g. --compare baseline=single")
+    return value.strip()
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m apps_bench.report", description=__doc__.splitlines()[0])
-    ap.add_argument("--experiment", default="apps", help="MLflow experiment name (default: apps)")
-    ap.add_argument("--sweep", metavar="PARENT_RUN_ID", help="only the child runs of this sweep's parent run")
-    ap.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite ./outputs/mlflow.db")
-    ap.add_argument("--metric", default="pass_at_1", help="metric to tabulate (default: pass_at_1)")
-    ap.add_argument("--dataset", help="only cells of this dataset (e.g. apps)")
-    ap.add_argument("--optimizer", help="only cells of this optimizer (e.g. none)")
-    ap.add_argument("--include-incomplete", action="store_true", help="also count cells marked incomplete")
-    ap.add_argument("--plot", metavar="FILE.png", help="write a bar chart (matplotlib)")
-    args = ap.parse_args(argv)
+    args = _parser().parse_args(argv)
     try:
-        runs = collect(
-            experiment=args.experiment,
-            sweep=args.sweep,
-            uri=args.tracking_uri,
-            metric=args.metric,
-            dataset=args.dataset,
-            optimizer=args.optimizer,
-            include_incomplete=args.include_incomplete,
-        )
-        table = pivot(runs, metric=args.metric)
+        if args.metric != "pass_at_1":
+            return _metric_table(args)
+        return _report(args)
     except ReportError as exc:
         print(f"apps-bench report: {exc}", file=sys.stderr)
         return 2
+
+
+def _report(args: argparse.Namespace) -> int:
+    from apps_bench import provenance
+    from apps_bench.report import cells as cellmod
+    from apps_bench.report import cost, export, groups, plots, render
+
+    baseline = _baseline(args.compare) if args.compare else None
+    if args.cells_dir:
+        found = cellmod.from_dirs(args.cells_dir)
+        where = f"cell folders under {args.cells_dir}"
+    else:
+        found = cellmod.from_mlflow(experiment=args.experiment, sweep=args.sweep, uri=args.tracking_uri)
+        where = f"sweep {args.sweep}" if args.sweep else f"experiment {args.experiment!r}"
+    chosen = cellmod.select(
+        found, dataset=args.dataset, optimizer=args.optimizer, judge=args.judge, include_incomplete=args.include_incomplete,
+        model=args.model, seeds=[x.strip() for x in args.seeds.split(",")] if args.seeds else None,
+    )
+    if not chosen:
+        profiles = sorted({c.judge_profile for c in found})
+        hint = "" if args.include_incomplete else " (incomplete cells are left out; --include-incomplete counts them)"
+        extra = f"; judge profiles there: {', '.join(profiles)}" if args.judge and profiles else ""
+        raise ReportError(f"no finished cells with per-problem records in {where}{hint}{extra}")
+    gs = groups.group_cells(chosen)
+    print(render.pass_table(gs))
+    if baseline is None:  # with --compare, each comparison says what differs between its own cells
+        for w in provenance.differences({f"{c.label}·{c.model}·s{c.seed}": c.provenance for c in chosen}):
+            print(f"warning: provenance: {w}")
+
+    comps = []
+    if baseline is not None:
+        if not any(g.label == baseline for g in gs):
+            labels = sorted({g.label for g in gs})
+            raise ReportError(f"--compare baseline={baseline}: no such topology among the cells ({', '.join(labels)})")
+        comps = groups.compare_to_baseline(gs, baseline)
+        print()
+        print(render.compare_table(comps))
+        for c in comps:
+            for w in provenance.differences({f"{x.label}·s{x.seed}": x.provenance for x in c.cells()}):
+                print(f"warning: {c.name}: provenance: {w}")
+            if c.pair is not None:
+                diff = cellmod.setting_differences(c.pair[0].cells[0], c.pair[1].cells[0])
+                if diff:
+                    print(f"note: {c.name}: settings differ ({c.label} vs {c.baseline}): " + "; ".join(diff))
+
+    costs = cost.cost_rows(gs)
+    print()
+    print(render.cost_table(costs))
+    roles = cost.role_rows(gs)
+    print()
+    print(render.role_table(roles) if roles else "cost per agent role: no transcripts recorded for these cells")
+    print()
+    print(render.framework_table(cost.framework_rows(gs, costs)))
+
+    charts = _chart_paths(args, compared=bool(comps))
+    if "plot" in charts:
+        plots.pass_plot(gs, charts["plot"])
+    if "pareto" in charts:
+        plots.pareto_plot(costs, charts["pareto"])
+    if "forest" in charts:
+        if any(c.result is not None for c in comps):
+            plots.forest_plot(comps, charts["forest"])
+        else:
+            charts.pop("forest")
+            print("forest plot not written: every comparison was refused")
+    for name, path in charts.items():
+        print(f"{name} chart written to {path}")
+    for path in args.export:
+        n = export.write(chosen, path)
+        print(f"tidy table written to {path} ({n} rows)")
+    return 0
+
+
+def _chart_paths(args: argparse.Namespace, *, compared: bool) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if args.plots:
+        d = Path(args.plots)
+        out.update(plot=str(d / "pass_at_1.png"), pareto=str(d / "pareto.png"))
+        if compared:
+            out["forest"] = str(d / "forest.png")
+    if args.plot:
+        out["plot"] = args.plot
+    if args.pareto:
+        out["pareto"] = args.pareto
+    if compared and (args.forest or "forest" not in out):
+        out["forest"] = args.forest or DEFAULT_FOREST
+    for p in out.values():
+        Path(p).parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _metric_table(args: argparse.Namespace) -> int:
+    """Any other run metric: mean ± std over seeds (no per-problem data behind it, so no interval)."""
+    from apps_bench.report.table import collect, pivot, plot, render
+
+    runs = collect(
+        experiment=args.experiment, sweep=args.sweep, uri=args.tracking_uri, metric=args.metric,
+        dataset=args.dataset, optimizer=args.optimizer, include_incomplete=args.include_incomplete, judge=args.judge,
+    )  # fmt: skip
+    table = pivot(runs, metric=args.metric)
     print(render(table, metric=args.metric, runs=runs))
     if args.plot:
         plot(table, args.plot, metric=args.metric)

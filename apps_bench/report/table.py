@@ -1,4 +1,5 @@
-"""Read cell runs from MLflow and pivot them: rows = topology, columns = model, cells = mean ± std over seeds."""
+"""Any run metric from MLflow, pivoted: rows = topology, columns = model, cells = mean ± std over seeds
+(`--metric`; pass@1 itself is reported with intervals from the per-problem records: report.groups)."""
 
 from __future__ import annotations
 
@@ -41,34 +42,17 @@ def collect(
     dataset: str | None = None,
     optimizer: str | None = None,
     include_incomplete: bool = False,
+    judge: str | None = None,
 ) -> list[RunPoint]:
+    """One point per cell run; runs of several judge profiles or test caps are refused
+    unless `judge` picks one profile (they are never pooled into one mean)."""
+    from apps_bench.report.cells import find_runs
     from apps_bench.tracking import mlflow as mlf
 
     uri = mlf.tracking_uri() if uri is None else uri
-    c = mlf.client(uri)
-    if sweep:
-        try:
-            parent = c.get_run(sweep)
-        except Exception as exc:  # noqa: BLE001 - MLflow raises its own exception types
-            raise ReportError(f"no run {sweep!r} in {uri}: {exc}") from None
-        exp_ids = [parent.info.experiment_id]
-        filt = f"tags.mlflow.parentRunId = '{sweep}'"
-    else:
-        exp = c.get_experiment_by_name(experiment)
-        if exp is None:
-            names = [e.name for e in c.search_experiments()]
-            raise ReportError(f"no experiment {experiment!r} in {uri}; experiments there: {names or 'none'}")
-        exp_ids = [exp.experiment_id]
-        filt = "tags.cell_key != ''"
-    runs = []
-    page = None
-    while True:
-        got = c.search_runs(exp_ids, filter_string=filt, max_results=1000, page_token=page)
-        runs.extend(got)
-        page = got.token
-        if not page:
-            break
+    runs = find_runs(mlf.client(uri), uri, experiment=experiment, sweep=sweep)
     points = []
+    classes: set[tuple[str, str]] = set()
     for r in runs:
         t = r.data.tags
         if "cell_key" not in t:
@@ -76,6 +60,8 @@ def collect(
         if dataset and t.get("dataset") != dataset:
             continue
         if optimizer and t.get("optimizer") != optimizer:
+            continue
+        if judge and t.get("judge_profile") != judge:
             continue
         complete = t.get("complete") == "true"
         if not complete and not include_incomplete:
@@ -95,6 +81,10 @@ def collect(
                 run_id=r.info.run_id,
             )
         )
+        classes.add((t.get("judge_profile", "?"), t.get("max_tests_per_row") or r.data.params.get("max_tests_per_row", "?")))
+    if len(classes) > 1:
+        shown = ", ".join(f"judge={j} cap={c}" for j, c in sorted(classes))
+        raise ReportError(f"runs of several judge profiles / test caps ({shown}) are never pooled: pick one with --judge PROFILE")
     if not points:
         where = f"sweep {sweep}" if sweep else f"experiment {experiment!r}"
         hint = "" if include_incomplete else " (incomplete cells are left out; --include-incomplete counts them)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 from ..types import Usage
@@ -80,7 +81,13 @@ class PythonExecTool:
             stdin = ""
         if not isinstance(stdin, str):
             return f"python_exec error: `stdin` must be a string, got {type(stdin).__name__}"
-        return self.pool.python_exec(code, stdin, timeout_s=self.timeout_s, output_chars=self.output_chars)
+        t0 = time.perf_counter()
+        try:
+            return self.pool.python_exec(code, stdin, timeout_s=self.timeout_s, output_chars=self.output_chars)
+        finally:
+            if self.usage is not None:
+                with self._lock:
+                    self.usage.tool_s += time.perf_counter() - t0
 
     def __call__(self, code: str, stdin: str = "") -> str:
         r = self.run(code, stdin)

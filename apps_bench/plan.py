@@ -1,0 +1,301 @@
+"""`python -m apps_bench.plan [-m] OVERRIDE ...`: what the same `python -m apps_bench` command
+would do, without calling any model.
+
+Takes exactly the main command's overrides (experiment files and `-m` sweeps included),
+composes every cell the way the real command would (Hydra's config loader, the sweep
+expanded as Hydra's basic sweeper does), and for each cell reports its key, its state
+from the records on disk (done / partial with n of N recorded / new), the grid guard's
+verdict, and the model calls and tokens still to spend, estimated from finished cells of
+the same topology and model (saying when there are none). Nothing is written: no cell
+folder, no MLflow run, no model endpoint, no sandbox.
+
+    python -m apps_bench.plan -m topology=single,independent seed=0,1 dataset=apps limit=50
+    python -m apps_bench.plan experiment=study --json plan.json     # also machine-readable
+    python -m apps_bench.plan experiment=smoke --json -             # JSON only, on stdout
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from apps_bench.__main__ import CONF_DIR
+
+
+class PlanError(Exception):
+    """The command cannot be composed (a typo, an unknown option): says what to fix."""
+
+
+@dataclass
+class Estimate:
+    basis: str  # what it was estimated from, or why there is no estimate
+    calls_per_problem: float | None = None
+    tokens_per_problem: float | None = None
+    calls: float | None = None  # for the problems still to run
+    tokens: float | None = None
+
+
+@dataclass
+class PlannedCell:
+    name: str
+    key: str
+    overrides: list[str]
+    axes: dict[str, Any]
+    dir: str
+    guard: str  # "allowed", "allowed (allow_any_cell)" or the refusal
+    allowed: bool
+    state: str  # done | partial | new | unknown
+    n_selected: int | None
+    n_recorded: int  # recorded without error (kept on resume)
+    n_errors: int  # recorded errors: retried by the run
+    n_to_run: int | None
+    estimate: Estimate = field(default_factory=lambda: Estimate(""))
+    note: str = ""
+
+
+# ----------------------------------------------------------------------------- composing
+
+
+def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str], dict[str, Any]]]:
+    """-> [(the cell's own sweep overrides, its job config as plain data)], as the real command composes them."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from apps_bench.config import register_configs
+    from apps_bench.tracking.callbacks import _job_part, sweep_overrides
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="apps_bench"):
+            loader = GlobalHydra.instance().config_loader()
+            master = loader.load_configuration("config", overrides, run_mode=RunMode.MULTIRUN)
+            declared = str(OmegaConf.select(master, "hydra.mode") or "").endswith("MULTIRUN")  # an experiment's sweep
+            if not (multirun or declared):
+                cfg = loader.load_configuration("config", overrides, run_mode=RunMode.RUN)
+                return [([], _job_part(cfg))]
+            return [
+                (list(cell), _job_part(loader.load_sweep_config(master_config=master, sweep_overrides=list(cell))))
+                for cell in sweep_overrides(master)
+            ]
+    except HydraException as exc:
+        raise PlanError(str(exc)) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+# ----------------------------------------------------------------------------- one cell
+
+
+def _selected_keys(data: dict[str, Any], cache: dict[str, Any]) -> tuple[set[str] | None, str]:
+    """Record keys of the cell's problems (loading the dataset, no model), or None and why not."""
+    from omegaconf import OmegaConf
+
+    from apps_bench.tracking.records import record_key
+
+    sel = {k: data.get(k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
+    sig = json.dumps([data["dataset"], sel], sort_keys=True, default=str)
+    if sig not in cache:
+        from apps_bench.data import load_problems
+
+        try:
+            loaded = load_problems(
+                OmegaConf.create(data["dataset"]), limit=data.get("limit"), offset=int(data.get("offset") or 0),
+                only=tuple(str(x) for x in (data.get("only") or ())), difficulty=data.get("difficulty"),
+                max_tests_per_row=int(data["max_tests_per_row"]),
+            )  # fmt: skip
+            cache[sig] = ({record_key(p.split, p.id) for p in loaded.problems}, "")
+        except Exception as exc:  # noqa: BLE001 - an unreadable dataset leaves N unknown; the plan still lists the cell
+            cache[sig] = (None, f"dataset not readable here ({type(exc).__name__}: {exc})")
+    return cache[sig]
+
+
+def _recorded(cell_dir: Path) -> list[dict[str, Any]]:
+    """The cell's records as a rerun would find them, read without touching the file."""
+    from apps_bench.tracking.records import RecordStore
+
+    return RecordStore(cell_dir).records() if (cell_dir / "records.jsonl").exists() else []
+
+
+def _per_problem(finished: list[Any], topology: str, model: str, dataset: str) -> Estimate:
+    """Calls and tokens per problem of finished cells of this topology and model (of this
+    dataset when there are any: problem lengths differ between datasets)."""
+    same = [c for c in finished if c.topology == topology and c.model == model and c.complete and c.problems]
+    if not same:
+        return Estimate(f"no finished cell of topology {topology} with model {model} to estimate from")
+    here = [c for c in same if c.dataset == dataset]
+    used = here or same
+    probs = [p for c in used for p in c.problems]
+    where = f"dataset {dataset}" if here else f"other datasets ({', '.join(sorted({c.dataset for c in used}))})"
+    return Estimate(
+        basis=f"{len(used)} finished cell(s) of {topology} x {model} on {where}, {len(probs)} problems",
+        calls_per_problem=sum(p["model_calls"] for p in probs) / len(probs),
+        tokens_per_problem=sum(p["total_tokens"] for p in probs) / len(probs),
+    )
+
+
+def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: list[Any], cache: dict[str, Any]) -> PlannedCell:
+    from apps_bench.cell import grid_refusal, resolve_cell
+    from apps_bench.pipeline import cell_dir_for
+
+    cell = resolve_cell(data)
+    refusal = grid_refusal(cell, data.get("grid") or {})
+    if refusal and data.get("allow_any_cell"):
+        guard, allowed = "allowed (allow_any_cell)", True
+    else:
+        guard, allowed = (refusal, False) if refusal else ("allowed", True)
+    cell_dir = cell_dir_for(data, cell)
+    keys, why = _selected_keys(data, cache)
+    recs = _recorded(cell_dir)
+    if keys is not None:
+        recs = [r for r in recs if r.get("key") in keys]
+    ok = [r for r in recs if not r.get("error")]
+    errors = len(recs) - len(ok)
+    n = len(keys) if keys is not None else None
+    if n is None:
+        state = "unknown" if recs else "new"
+    elif len(ok) >= n:
+        state = "done"
+    elif recs:
+        state = "partial"
+    else:
+        state = "new"
+    to_run = None if n is None else max(0, n - len(ok))
+    est = _per_problem(finished, cell.topology, cell.model, cell.dataset)
+    if est.calls_per_problem is not None and to_run is not None:
+        est.calls, est.tokens = est.calls_per_problem * to_run, (est.tokens_per_problem or 0.0) * to_run
+    if cell.optimizer != "none":  # the estimate is the evaluation's: the optimization's rollouts come on top
+        why = "; ".join(x for x in (why, f"optimizer={cell.optimizer}: its rollouts (budget in optimizer.params.budget) are not in the estimate") if x)
+    return PlannedCell(
+        name=cell.name, key=cell.key, overrides=overrides, axes=cell.axes(), dir=str(cell_dir), guard=guard,
+        allowed=allowed, state=state, n_selected=n, n_recorded=len(ok), n_errors=errors, n_to_run=to_run,
+        estimate=est, note=why,
+    )  # fmt: skip
+
+
+def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = None) -> dict[str, Any]:
+    from apps_bench.report.cells import from_dirs
+    from apps_bench.report.table import ReportError
+
+    import sys
+
+    from tqdm import tqdm
+
+    composed = compose_cells(overrides, multirun)
+    root = cells_dir or Path.cwd() / "outputs" / "cells"
+    try:
+        finished = from_dirs(root, with_roles=False) if root.is_dir() else []
+    except ReportError:
+        finished = []
+    cache: dict[str, Any] = {}
+    bar = tqdm(composed, desc="planning", unit="cell", file=sys.stderr, disable=len(composed) < 20 or not sys.stderr.isatty())
+    cells = [plan_cell(o, d, finished=finished, cache=cache) for o, d in bar]
+    refused = [c for c in cells if not c.allowed]
+    runnable = [c for c in cells if c.allowed]
+    estimated = [c for c in runnable if c.estimate.calls is not None and c.state != "done"]
+    return {
+        "command": ["python", "-m", "apps_bench", *(["-m"] if multirun else []), *overrides],
+        "n_cells": len(cells),
+        "grid_guard": "refused: nothing would run" if refused else "allowed",
+        "states": {s: sum(c.state == s for c in cells) for s in ("done", "partial", "new", "unknown")},
+        "problems_to_run": sum(c.n_to_run or 0 for c in runnable),
+        "cells_with_unknown_problems": [c.name for c in runnable if c.n_to_run is None],
+        "estimated_model_calls": sum(c.estimate.calls or 0.0 for c in estimated),
+        "estimated_tokens": sum(c.estimate.tokens or 0.0 for c in estimated),
+        "cells_without_estimate": [c.name for c in runnable if c.estimate.calls_per_problem is None and c.state != "done"],
+        "finished_cells_read_from": str(root),
+        "cells": [asdict(c) for c in cells],
+    }
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def render(plan: dict[str, Any]) -> str:
+    from apps_bench.report.render import text_table
+
+    rows = []
+    for c in plan["cells"]:
+        e = c["estimate"]
+        n = "?" if c["n_selected"] is None else str(c["n_selected"])
+        state = f"partial {c['n_recorded']} of {n}" if c["state"] == "partial" else c["state"]
+        if c["n_errors"]:
+            state += f" ({c['n_errors']} errors to retry)"
+        calls = "-" if e["calls"] is None else f"{e['calls']:,.0f}"
+        tokens = "-" if e["tokens"] is None else f"{e['tokens']:,.0f}"
+        if e["calls"] is None and e["calls_per_problem"] is not None:  # problems not countable: the rate alone
+            calls, tokens = f"{e['calls_per_problem']:,.1f}/problem", f"{e['tokens_per_problem']:,.0f}/problem"
+        guard = "allowed" if c["guard"] == "allowed" else ("allowed*" if c["allowed"] else "REFUSED")
+        rows.append([c["name"], c["key"], state, "-" if c["n_to_run"] is None else str(c["n_to_run"]), guard, calls, tokens])
+    caption_lines = [
+        f"{plan['n_cells']} cells: " + ", ".join(f"{v} {k}" for k, v in plan["states"].items() if v)
+        + f"; grid guard: {plan['grid_guard']}; {plan['problems_to_run']} problems to run"
+        + (f" (+ {len(plan['cells_with_unknown_problems'])} cell(s) whose problems could not be counted)"
+           if plan["cells_with_unknown_problems"] else ""),
+        f"estimated: {plan['estimated_model_calls']:,.0f} model calls, {plan['estimated_tokens']:,.0f} tokens "
+        f"(per problem from finished cells of the same topology and model in {plan['finished_cells_read_from']})",
+    ]
+    if plan["cells_without_estimate"]:
+        caption_lines.append("no estimate (no finished cell of the same topology and model): " + ", ".join(plan["cells_without_estimate"]))
+    notes: dict[str, list[str]] = {}
+    for c in plan["cells"]:
+        if not c["allowed"]:
+            caption_lines.append(f"REFUSED {c['name']}: {c['guard']}")
+        if c["note"]:
+            notes.setdefault(c["note"], []).append(c["name"])
+    for note, names in notes.items():  # one line per distinct note (a sweep's cells often share one)
+        who = names[0] if len(names) == 1 else f"{len(names)} cells ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+        caption_lines.append(f"{who}: {note}")
+    if any(c["guard"] == "allowed (allow_any_cell)" for c in plan["cells"]):
+        caption_lines.append("allowed* = outside the grid, allowed by allow_any_cell=true")
+    head = ["cell", "key", "state", "to run", "grid", "≈ model calls", "≈ tokens"]
+    return text_table("plan (no model is called)", head, rows, "\n".join(caption_lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in args):
+        print(__doc__)
+        return 0
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    args = [a for a in args if a not in ("-m", "--multirun")]
+    json_out = cells_dir = None
+    rest: list[str] = []
+    it = iter(args)
+    for a in it:
+        if a in ("--json", "--cells-dir"):
+            value = next(it, None)
+            if value is None:
+                print(f"apps-bench plan: {a} needs a value", file=sys.stderr)
+                return 2
+            json_out, cells_dir = (value, cells_dir) if a == "--json" else (json_out, value)
+        elif a.startswith("--"):
+            print(f"apps-bench plan: unknown option {a}; options: -m, --json FILE|-, --cells-dir DIR; the rest are overrides",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        else:
+            rest.append(a)
+    try:
+        plan = make_plan(rest, multirun=multirun, cells_dir=Path(cells_dir) if cells_dir else None)
+    except (PlanError, ValueError) as exc:
+        print(f"apps-bench plan: {exc}", file=sys.stderr)
+        return 2
+    text = json.dumps(plan, indent=2, default=str)
+    if json_out == "-":
+        print(text)
+    else:
+        print(render(plan))
+        if json_out:
+            Path(json_out).write_text(text + "\n", encoding="utf-8")
+            print(f"plan written to {json_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

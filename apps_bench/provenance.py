@@ -1,0 +1,127 @@
+"""What a cell ran on: Python, the installed packages it used, the project's commit, the
+sandbox's containment features, the host. Written to cell.json and summary.json and logged
+as MLflow tags (`prov.*`), so the report can warn when two compared cells ran on different
+software (a framework upgrade can move pass@1 or token counts as much as a topology does).
+
+Tags, not params: a resumed cell after an upgrade records the new versions (params are
+immutable in MLflow and would clash).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any, Mapping
+
+# Packages every cell uses whatever its framework (distribution names).
+CORE_PACKAGES = ("apps-bench", "openai", "httpx", "mlflow", "hydra-core", "omegaconf", "datasets", "numpy")
+
+TAG_PREFIX = "prov."
+
+
+def framework_packages(framework: str) -> list[str]:
+    """Distributions of the modules the topology's framework imports (topologies.registry.FRAMEWORKS).
+
+    A top-level module is named like its distribution with `_` for `-` for every framework
+    there (langchain_core -> langchain-core, autogen_ext -> autogen-ext); asking
+    importlib.metadata for the whole module -> distribution map instead costs ~1 s."""
+    from apps_bench.topologies.registry import FIRST_PROBLEM, FRAMEWORKS
+
+    modules = [m for m in FRAMEWORKS.get(framework, ((), ""))[0] if m not in FIRST_PROBLEM]
+    return list(dict.fromkeys(m.split(".")[0].replace("_", "-") for m in modules))
+
+
+def package_versions(names: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """name -> installed version ('not installed' when absent)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str] = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def collect(framework: str, sandbox_features: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The provenance of a cell run now, by this process."""
+    from apps_bench.tracking.mlflow import git_info
+
+    names = [*CORE_PACKAGES, *(p for p in framework_packages(framework) if p not in CORE_PACKAGES)]
+    git = git_info()
+    return {
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "packages": package_versions(names),
+        "git_sha": git.get("git_sha", ""),
+        "git_dirty": git.get("git_dirty", ""),
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count() or 0,
+        "sandbox": dict(sandbox_features) if sandbox_features is not None else None,
+    }
+
+
+def sandbox_summary(features: Mapping[str, Any] | None) -> str:
+    """The containment features that change what programs may do, as one comparable string."""
+    if not features:
+        return "unknown"
+    keys = ("contained", "pid_namespace", "net_namespace", "mount_namespace", "readonly_root", "subreaper",
+            "priority_boost")  # fmt: skip
+    on = [k for k in keys if features.get(k)]
+    if features.get("pids_cgroup"):
+        on.append("pids_cgroup")
+    if features.get("uid") is not None:
+        on.append("uid_switch")
+    return ",".join(on) or "rlimits_only"
+
+
+def as_tags(prov: Mapping[str, Any]) -> dict[str, str]:
+    """Flat MLflow tags: prov.python, prov.pkg.<name>, prov.git_sha, prov.git_dirty, prov.host, prov.sandbox."""
+    tags = {
+        f"{TAG_PREFIX}python": str(prov.get("python", "")),
+        f"{TAG_PREFIX}git_sha": str(prov.get("git_sha", "")),
+        f"{TAG_PREFIX}git_dirty": str(prov.get("git_dirty", "")),
+        f"{TAG_PREFIX}host": str(prov.get("host", "")),
+        f"{TAG_PREFIX}platform": str(prov.get("platform", "")),
+    }
+    for name, ver in (prov.get("packages") or {}).items():
+        tags[f"{TAG_PREFIX}pkg.{name}"] = str(ver)
+    if prov.get("sandbox") is not None:
+        tags[f"{TAG_PREFIX}sandbox"] = sandbox_summary(prov["sandbox"])
+    return tags
+
+
+def from_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """The comparable provenance fields of a run's tags (prefix stripped)."""
+    return {k[len(TAG_PREFIX) :]: v for k, v in tags.items() if k.startswith(TAG_PREFIX)}
+
+
+def comparable(prov: Mapping[str, Any]) -> dict[str, str]:
+    """A provenance dict (cell.json/summary.json form) flattened like the tags, for diffs."""
+    return from_tags(as_tags(prov))
+
+
+# fields whose difference is reported; the host may differ in a cluster without changing results
+WATCHED = ("python", "git_sha", "git_dirty", "sandbox")
+
+
+def differences(provs: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """Warnings, one per field that differs among the given cells (label -> flat provenance)."""
+    if len(provs) < 2:
+        return []
+    fields = sorted({f for p in provs.values() for f in p if f in WATCHED or f.startswith("pkg.")})
+    out = []
+    for f in fields:
+        values: dict[str, list[str]] = {}
+        for label, p in provs.items():
+            if f.startswith("pkg.") and f not in p:
+                continue  # a framework package only the other runner uses
+            values.setdefault(p.get(f, "(not recorded)"), []).append(label)
+        if len(values) > 1:
+            shown = "; ".join(f"{v}: {', '.join(sorted(ls)[:4])}{' ...' if len(ls) > 4 else ''}" for v, ls in sorted(values.items()))
+            out.append(f"{f} differs — {shown}")
+    return out

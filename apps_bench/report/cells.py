@@ -1,0 +1,366 @@
+"""Cells with their per-problem records, read from MLflow or from local cell folders.
+
+Everything the report computes (intervals, paired tests, cost, the tidy export) needs
+each problem's outcome, not a cell's mean: the records (`records.jsonl`, logged as an
+artifact of every cell run; the `problems.json` table when a run has no records file) and,
+for per-role cost, the transcripts. A cell's *comparability class* is what must be equal
+for two cells to be compared problem by problem: dataset and problem selection, test cap
+and judge profile. A re-scoring run (`run_kind=rescore`) is a cell like any other, under
+its own judge profile and cap.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from apps_bench.report.table import ReportError
+
+# identity params that define which problems a cell is judged on
+SELECTION_PARAMS = ("dataset.name", "dataset.revision", "dataset.path", "dataset.split", "limit", "offset", "only", "difficulty")
+
+
+@dataclass
+class RoleUse:
+    """One role's share of a problem, from its transcript events."""
+
+    turns: int = 0  # agent turns started (input events)
+    replies: int = 0
+    tool_calls: int = 0
+    steps: int = 0  # model calls inferred from the events: a reply, or a tool call not after one, starts one
+    chars_in: int = 0  # what the role was given: inputs and tool results
+    chars_out: int = 0  # what the role produced: replies and tool-call arguments
+
+
+@dataclass
+class CellData:
+    dataset: str
+    topology: str
+    model: str
+    optimizer: str
+    seed: str
+    key: str
+    judge_profile: str
+    max_tests_per_row: str
+    selection: dict[str, str]
+    complete: bool
+    source: str  # MLflow run id or the cell folder
+    framework: str = ""
+    flow: str = ""
+    run_kind: str = "cell"
+    provenance: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, str] = field(default_factory=dict)  # model/judge/tool settings from the cell's identity
+    problems: list[dict[str, Any]] = field(default_factory=list)  # one row per recorded problem
+    roles: dict[str, dict[str, RoleUse]] = field(default_factory=dict)  # problem key -> role -> use
+
+    @property
+    def label(self) -> str:
+        """Row label: the topology, with the optimizer when one ran (`single+maspo`)."""
+        return self.topology if self.optimizer in ("none", "", "?") else f"{self.topology}+{self.optimizer}"
+
+    @property
+    def comparability(self) -> tuple[str, str, str, str]:
+        return (self.dataset, json.dumps(self.selection, sort_keys=True), self.max_tests_per_row, self.judge_profile)
+
+    def judged(self) -> list[dict[str, Any]]:
+        """Problems with a verdict (an infrastructure error is not a wrong answer: left out)."""
+        return [p for p in self.problems if not p.get("error")]
+
+    def outcomes(self) -> dict[str, bool]:
+        return {p["key"]: bool(p["passed"]) for p in self.judged()}
+
+
+SETTING_SECTIONS = ("model.", "judge.", "tool.")
+
+
+def _settings(flat: Mapping[str, str]) -> dict[str, str]:
+    return {k: str(v) for k, v in flat.items() if k.startswith(SETTING_SECTIONS) and k not in ("model.name", "judge.profile")}
+
+
+def setting_differences(a: CellData, b: CellData) -> list[str]:
+    """Model, judge and tool settings two compared cells differ in (e.g. a model's sampling,
+    a judge timeout): allowed, since the axes say what is compared, but worth saying."""
+    keys = sorted(set(a.settings) | set(b.settings))
+    return [f"{k}: {a.settings.get(k, '(unset)')} vs {b.settings.get(k, '(unset)')}" for k in keys
+            if a.settings.get(k) != b.settings.get(k)]  # fmt: skip
+
+
+def comparability_label(c: CellData) -> str:
+    sel = ", ".join(f"{k}={v}" for k, v in c.selection.items() if v not in ("", "None", "[]", "0", "null") and k != "dataset.name")
+    return f"dataset={c.dataset} judge={c.judge_profile} cap={c.max_tests_per_row}" + (f" [{sel}]" if sel else "")
+
+
+def incomparable_reason(a: CellData, b: CellData) -> str | None:
+    """Why two cells cannot be compared problem by problem, or None."""
+    if a.dataset != b.dataset:
+        return f"different datasets ({a.dataset} vs {b.dataset})"
+    if a.judge_profile != b.judge_profile:
+        return f"different judge profiles ({a.judge_profile} vs {b.judge_profile}): verdicts of two profiles are never compared"
+    if a.max_tests_per_row != b.max_tests_per_row:
+        return f"different test caps (max_tests_per_row {a.max_tests_per_row} vs {b.max_tests_per_row}): the cap changes the score"
+    diff = [f"{k}: {a.selection.get(k)} vs {b.selection.get(k)}" for k in SELECTION_PARAMS if a.selection.get(k) != b.selection.get(k)]
+    if diff:
+        return "different problem selections (" + "; ".join(diff) + ")"
+    ka, kb = set(a.outcomes()), set(b.outcomes())
+    if ka != kb:
+        return (
+            f"different judged problems: {len(ka - kb)} only in {a.label} s{a.seed}, {len(kb - ka)} only in "
+            f"{b.label} s{b.seed} (errors are left out; rerun the incomplete cell to finish it)"
+        )
+    return None
+
+
+# ----------------------------------------------------------------------------- records -> rows
+
+
+def problem_row(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """A record (records.jsonl line or problems.json row) -> the report's per-problem row."""
+    u = rec.get("usage") or rec  # problems.json rows hold the usage columns flat
+    split = str(rec.get("split") or "test")
+    pid = str(rec.get("id"))
+    prompt, completion = int(u.get("prompt_tokens", 0) or 0), int(u.get("completion_tokens", 0) or 0)
+    return {
+        "key": str(rec.get("key") or f"{split}/{pid}"),
+        "id": pid,
+        "split": split,
+        "difficulty": str(rec.get("difficulty") or ""),
+        "passed": bool(rec.get("passed")),
+        "error": str(rec.get("error") or ""),
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "model_calls": int(u.get("model_calls", 0) or 0),
+        "tool_calls": int(u.get("tool_calls", 0) or 0),
+        "latency_s": float(rec.get("latency_s", 0.0) or 0.0),
+        "solve_s": float(rec.get("solve_s", 0.0) or 0.0),
+        "judge_s": float(rec.get("judge_s", 0.0) or 0.0),
+        "tool_s": float(u.get("tool_s", 0.0) or 0.0),
+    }
+
+
+def role_uses(events: Iterable[Mapping[str, Any]]) -> dict[str, RoleUse]:
+    out: dict[str, RoleUse] = {}
+    last: dict[str, str] = {}  # agent -> kind of its previous event
+    for e in events:
+        role = str(e.get("role") or e.get("agent") or "?")
+        if role == "team":  # the flow's own notes, no agent behind them
+            continue
+        u = out.setdefault(role, RoleUse())
+        kind, n = e.get("kind"), len(str(e.get("content") or ""))
+        agent = str(e.get("agent") or role)
+        if kind == "reply" or (kind == "tool_call" and last.get(agent) not in ("reply", "tool_call")):
+            u.steps += 1
+        last[agent] = str(kind)
+        if kind == "input":
+            u.turns += 1
+            u.chars_in += n
+        elif kind == "tool_result":
+            u.chars_in += n
+        elif kind == "reply":
+            u.replies += 1
+            u.chars_out += n
+        elif kind == "tool_call":
+            u.tool_calls += 1
+            u.chars_out += n
+    return out
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue  # a torn last line of a cell that is still running
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def _latest(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_key: dict[str, dict[str, Any]] = {}
+    for r in recs:
+        by_key[str(r.get("key") or f"{r.get('split') or 'test'}/{r.get('id')}")] = r
+    return list(by_key.values())
+
+
+# ----------------------------------------------------------------------------- local folders
+
+
+def from_dirs(root: Path | str, *, with_roles: bool = True) -> list[CellData]:
+    """Every cell folder under `root` (a folder of cells like outputs/cells, or one cell folder)."""
+    from apps_bench import provenance
+    from apps_bench.tracking.mlflow import flatten
+
+    root = Path(root)
+    if not root.is_dir():
+        raise ReportError(f"no folder {root}: point --cells-dir at a folder of cells (e.g. outputs/cells)")
+    dirs = [root] if (root / "cell.json").exists() else sorted(p.parent for p in root.glob("*/cell.json"))
+    cells = []
+    for d in dirs:
+        try:
+            info = json.loads((d / "cell.json").read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ReportError(f"{d / 'cell.json'} is not JSON ({exc})") from None
+        try:
+            summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            summary = {}
+        ident = flatten(info.get("identity") or {})
+        axes = info.get("axes") or {}
+        prov = summary.get("provenance") or info.get("provenance") or {}
+        cell = CellData(
+            dataset=str(axes.get("dataset", "?")), topology=str(axes.get("topology", "?")), model=str(axes.get("model", "?")),
+            optimizer=str(axes.get("optimizer", "?")), seed=str(axes.get("seed", "?")), key=str(info.get("key", "")),
+            judge_profile=ident.get("judge.profile", "?"), max_tests_per_row=ident.get("max_tests_per_row", "?"),
+            selection={k: ident.get(k, "") for k in SELECTION_PARAMS}, complete=bool(summary.get("complete")),
+            settings=_settings(ident),
+            source=str(d), framework=ident.get("topology.framework", ""), flow=ident.get("topology.flow", ""),
+            provenance=provenance.comparable(prov) if prov else {},
+            problems=[problem_row(r) for r in _latest(_jsonl(d / "records.jsonl"))],
+        )  # fmt: skip
+        if with_roles:
+            cell.roles = {str(t.get("key")): role_uses(t.get("events") or []) for t in _jsonl(d / "transcripts.jsonl")}
+        cells.append(cell)
+    return cells
+
+
+# ----------------------------------------------------------------------------- MLflow
+
+
+def _search(c: Any, exp_ids: list[str], filt: str) -> list[Any]:
+    runs, page = [], None
+    while True:
+        got = c.search_runs(exp_ids, filter_string=filt, max_results=1000, page_token=page)
+        runs.extend(got)
+        page = got.token
+        if not page:
+            return runs
+
+
+def find_runs(c: Any, uri: str, *, experiment: str, sweep: str | None) -> list[Any]:
+    """The cell runs of an experiment, or of one sweep (its children and their re-scoring runs)."""
+    if sweep:
+        try:
+            parent = c.get_run(sweep)
+        except Exception as exc:  # noqa: BLE001 - MLflow raises its own exception types
+            raise ReportError(f"no run {sweep!r} in {uri}: {exc}") from None
+        exp_ids = [parent.info.experiment_id]
+        runs = _search(c, exp_ids, f"tags.mlflow.parentRunId = '{sweep}'")
+        ids = {r.info.run_id for r in runs}
+        return runs + [r for r in _search(c, exp_ids, "tags.run_kind = 'rescore'") if r.data.tags.get("rescore_of") in ids]
+    exp = c.get_experiment_by_name(experiment)
+    if exp is None:
+        names = [e.name for e in c.search_experiments()]
+        raise ReportError(f"no experiment {experiment!r} in {uri}; experiments there: {names or 'none'}")
+    return _search(c, [exp.experiment_id], "tags.cell_key != ''")
+
+
+def _download(c: Any, run_id: str, name: str, dst: Path) -> Path | None:
+    names = {f.path for f in c.list_artifacts(run_id)}
+    if name not in names:
+        return None
+    return Path(c.download_artifacts(run_id, name, str(dst)))
+
+
+def _problems_of_run(c: Any, run_id: str, dst: Path) -> list[dict[str, Any]]:
+    path = _download(c, run_id, "records.jsonl", dst)
+    if path is not None:
+        return [problem_row(r) for r in _latest(_jsonl(path))]
+    from apps_bench.tracking.mlflow import TABLE_ARTIFACT
+
+    path = _download(c, run_id, TABLE_ARTIFACT, dst)
+    if path is None:
+        return []
+    table = json.loads(path.read_text(encoding="utf-8"))  # log_table's "split" orientation
+    cols = table.get("columns") or []
+    return [problem_row(dict(zip(cols, row))) for row in table.get("data") or []]
+
+
+def from_mlflow(
+    *,
+    experiment: str = "apps",
+    sweep: str | None = None,
+    uri: str | None = None,
+    with_roles: bool = True,
+) -> list[CellData]:
+    """Cell runs of an experiment (or of one sweep, with the re-scoring runs of its cells)."""
+    from apps_bench import provenance
+    from apps_bench.tracking import mlflow as mlf
+
+    import os
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar of ours, not one per file
+    uri = mlf.tracking_uri() if uri is None else uri
+    c = mlf.client(uri)
+    runs = find_runs(c, uri, experiment=experiment, sweep=sweep)
+    by_id = {r.info.run_id: r for r in runs}
+    cells = []
+    import sys
+
+    from tqdm import tqdm
+
+    bar = tqdm(runs, desc="reading cell runs", unit="run", file=sys.stderr, disable=len(runs) < 20 or not sys.stderr.isatty())
+    with tempfile.TemporaryDirectory(prefix="apps-bench-report-") as tmp:
+        for i, r in enumerate(bar):
+            t, p = r.data.tags, r.data.params
+            if "cell_key" not in t:
+                continue
+            if not p and t.get("rescore_of") in by_id:  # a re-scoring run: selection from the run it re-scored
+                p = by_id[t["rescore_of"]].data.params
+            data_run = t.get("final_eval_run_id") or r.info.run_id  # an optimizer cell's problems: its final eval
+            dst = Path(tmp) / str(i)
+            dst.mkdir()
+            cell = CellData(
+                dataset=t.get("dataset", "?"), topology=t.get("topology", "?"), model=t.get("model", "?"),
+                optimizer=t.get("optimizer", "?"), seed=t.get("seed", "?"), key=t.get("cell_key", ""),
+                judge_profile=t.get("judge_profile") or p.get("judge.profile", "?"),
+                max_tests_per_row=t.get("max_tests_per_row") or p.get("max_tests_per_row", "?"),
+                selection={k: p.get(k, "") for k in SELECTION_PARAMS}, complete=t.get("complete") == "true",
+                settings=_settings(p),
+                source=r.info.run_id, framework=t.get("framework") or p.get("topology.framework", ""),
+                flow=p.get("topology.flow", ""), run_kind=t.get("run_kind", "cell"),
+                provenance=provenance.from_tags(t), problems=_problems_of_run(c, data_run, dst),
+            )  # fmt: skip
+            if with_roles:
+                path = _download(c, data_run, "transcripts.jsonl", dst)
+                if path is not None:
+                    cell.roles = {str(x.get("key")): role_uses(x.get("events") or []) for x in _jsonl(path)}
+            cells.append(cell)
+    return cells
+
+
+def select(
+    cells: list[CellData],
+    *,
+    dataset: str | None = None,
+    optimizer: str | None = None,
+    judge: str | None = None,
+    include_incomplete: bool = False,
+    model: str | None = None,
+    seeds: list[str] | None = None,
+) -> list[CellData]:
+    """Filter, and keep one run per (cell key, judge profile, test cap): the last one read wins."""
+    out: dict[tuple[str, str, str], CellData] = {}
+    for c in cells:
+        if model and c.model != model:
+            continue
+        if seeds and c.seed not in seeds:
+            continue
+        if dataset and c.dataset != dataset:
+            continue
+        if optimizer and c.optimizer != optimizer:
+            continue
+        if judge and c.judge_profile != judge:
+            continue
+        if not c.complete and not include_incomplete:
+            continue
+        if not c.problems:
+            continue
+        out[(c.key, c.judge_profile, c.max_tests_per_row)] = c
+    return list(out.values())

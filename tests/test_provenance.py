@@ -1,0 +1,31 @@
+"""Provenance: what a cell ran on, as tags, and the warnings when compared cells differ."""
+
+from __future__ import annotations
+
+import platform
+
+from apps_bench import provenance
+
+
+def test_collect_names_the_framework_packages_and_the_interpreter():
+    prov = provenance.collect("langgraph", {"contained": True, "pid_namespace": True, "pids_cgroup": "/x", "uid": 5})
+    assert prov["python"] == platform.python_version() and prov["host"] == platform.node()
+    assert {"langgraph", "langchain-core", "langchain-openai", "openai", "mlflow", "hydra-core", "datasets", "numpy"} <= set(prov["packages"])
+    assert "crewai" in provenance.collect("crewai")["packages"] and "autogen-ext" in provenance.collect("autogen")["packages"]
+    assert all(v for v in prov["packages"].values())
+    tags = provenance.as_tags(prov)
+    assert tags["prov.sandbox"] == "contained,pid_namespace,pids_cgroup,uid_switch"
+    assert tags["prov.pkg.numpy"] == prov["packages"]["numpy"]
+    assert provenance.from_tags({**tags, "other": "x"}) == provenance.comparable(prov)
+    assert provenance.package_versions(["surely-not-a-package-x"]) == {"surely-not-a-package-x": "not installed"}
+
+
+def test_differences_warn_only_about_what_differs():
+    a = {"python": "3.11.7", "git_sha": "abc", "pkg.openai": "3.3.0", "pkg.langgraph": "1.2", "host": "h1"}
+    b = {"python": "3.11.7", "git_sha": "abc", "pkg.openai": "3.3.0", "pkg.crewai": "1.6", "host": "h2"}
+    assert provenance.differences({"a": a, "b": b}) == []  # another host, or a package only one side uses: no warning
+    c = {**b, "pkg.openai": "3.4.0", "git_sha": "def"}
+    warns = provenance.differences({"a": a, "c": c})
+    assert warns == ["git_sha differs — abc: a; def: c", "pkg.openai differs — 3.3.0: a; 3.4.0: c"]
+    old = {}  # a cell recorded before provenance existed
+    assert any(w.startswith("python differs — (not recorded): old") for w in provenance.differences({"a": a, "old": old}))

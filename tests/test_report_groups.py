@@ -1,0 +1,117 @@
+"""Grouping, comparability, refusals, cost per role and framework siblings on small hand-made cells."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps_bench.report.cells import CellData, incomparable_reason, role_uses, select
+from apps_bench.report.cost import cost_rows, framework_rows, role_rows
+from apps_bench.report.groups import compare_to_baseline, group_cells
+from apps_bench.report.plots import pareto_front
+from apps_bench.report.stats import holm, mcnemar_exact
+
+SEL = {"dataset.name": "apps", "dataset.revision": "r1", "dataset.path": "", "dataset.split": "test", "limit": "10",
+       "offset": "0", "only": "[]", "difficulty": "None"}  # fmt: skip
+
+
+def _cell(topology: str, seed: int, passed: list[int], *, model: str = "m", profile: str = "seed", cap: str = "20",
+          selection: dict | None = None, framework: str = "langgraph", flow: str = "", tokens: int = 100,
+          calls: int = 2, errors: tuple[int, ...] = ()) -> CellData:  # fmt: skip
+    probs = [
+        {"key": f"test/{i}", "id": str(i), "split": "test", "difficulty": "interview", "passed": bool(p),
+         "error": "boom" if i in errors else "", "prompt_tokens": tokens - 20, "completion_tokens": 20,
+         "total_tokens": tokens, "model_calls": calls, "tool_calls": 1, "latency_s": 1.0, "solve_s": 0.9,
+         "judge_s": 0.1, "tool_s": 0.2}
+        for i, p in enumerate(passed)
+    ]  # fmt: skip
+    return CellData(
+        dataset="apps", topology=topology, model=model, optimizer="none", seed=str(seed), key=f"{topology}{seed}{profile}{cap}",
+        judge_profile=profile, max_tests_per_row=cap, selection=dict(selection or SEL), complete=True,
+        source="x", framework=framework, flow=flow or topology, problems=probs,
+    )  # fmt: skip
+
+
+def test_reasons_name_what_differs():
+    a = _cell("single", 0, [1, 0, 1])
+    assert incomparable_reason(a, _cell("independent", 0, [1, 1, 1])) is None
+    assert "judge profiles (seed vs reference)" in incomparable_reason(a, _cell("x", 0, [1, 1, 1], profile="reference"))
+    assert "test caps (max_tests_per_row 20 vs 0)" in incomparable_reason(a, _cell("x", 0, [1, 1, 1], cap="0"))
+    why = incomparable_reason(a, _cell("x", 0, [1, 1, 1], selection={**SEL, "limit": "3"}))
+    assert "problem selections" in why and "limit: 10 vs 3" in why
+    why = incomparable_reason(a, _cell("x", 0, [1, 1, 1], errors=(2,)))
+    assert "different judged problems: 1 only in single s0" in why
+
+
+def test_grid_comparison_with_holm_and_refusals():
+    cells = [
+        _cell("single", 0, [1, 1, 1, 1, 1, 1, 1, 1]), _cell("single", 1, [1, 1, 1, 1, 1, 1, 1, 0]),
+        _cell("independent", 0, [0, 0, 0, 1, 1, 1, 1, 1]), _cell("independent", 1, [0, 0, 0, 0, 1, 1, 1, 1]),
+        _cell("sequential", 0, [1, 1, 1, 1, 1, 1, 1, 0]), _cell("sequential", 1, [1, 1, 1, 1, 1, 1, 1, 1]),
+        _cell("capped", 0, [1] * 8, cap="0"),  # another test cap: no baseline to pair with
+        _cell("lonely", 5, [1] * 8),  # a seed the baseline does not have
+        _cell("single", 0, [1] * 8, model="other"),
+    ]  # fmt: skip
+    groups = group_cells(cells)
+    comps = {(c.label, c.model): c for c in compare_to_baseline(groups, "single")}
+    ind, seq = comps[("independent", "m")], comps[("sequential", "m")]
+    # over (problem, seed) pairs: single-only 3 (s0: p0-p2) + 4 (s1: p0-p3); independent-only 1 (s1: p7)
+    assert (ind.result.a_only, ind.result.b_only) == (1, 7)
+    assert ind.result.p_value == pytest.approx(mcnemar_exact(1, 7)) == pytest.approx(2 * 9 / 256)
+    assert (seq.result.a_only, seq.result.b_only) == (1, 1) and seq.result.p_value == 1.0
+    assert ind.result.diff == pytest.approx(9 / 16 - 15 / 16)
+    p = holm([ind.result.p_value, seq.result.p_value])
+    assert (ind.p_holm, seq.p_holm) == pytest.approx(tuple(p))  # one family per model: 2 comparisons (lonely refused)
+    assert comps[("capped", "m")].result is None and "test caps" in comps[("capped", "m")].refused
+    assert comps[("lonely", "m")].result is None and "no seed in common" in comps[("lonely", "m")].refused
+    assert ("single", "other") not in comps  # the baseline itself is not compared
+
+
+def test_seeds_pool_into_one_interval_and_profiles_never_pool():
+    cells = [_cell("single", 0, [1, 0]), _cell("single", 1, [1, 1]), _cell("single", 0, [1, 1], profile="reference")]
+    groups = group_cells(cells)
+    assert len(groups) == 2
+    seed = next(g for g in groups if g.comparability[3] == "seed")
+    assert seed.seeds == ["0", "1"] and seed.interval.estimate == 0.75 and seed.interval.n_outcomes == 4
+    assert [c.judge_profile for c in select(cells, judge="reference")] == ["reference"]
+
+
+def test_cost_per_role_apportions_exact_totals():
+    c = _cell("sequential", 0, [1, 0], tokens=1000, calls=3)
+    events = [
+        {"agent": "a", "role": "analyzer", "kind": "input", "content": "x" * 100},
+        {"agent": "a", "role": "analyzer", "kind": "reply", "content": "y" * 50},
+        {"agent": "t", "role": "tester", "kind": "input", "content": "x" * 300},
+        {"agent": "t", "role": "tester", "kind": "tool_call", "content": "z" * 50},
+        {"agent": "t", "role": "tester", "kind": "tool_result", "content": "r" * 100},
+        {"agent": "t", "role": "tester", "kind": "reply", "content": "y" * 100},
+        {"agent": "team", "role": "team", "kind": "note", "content": "stopped"},
+    ]
+    uses = role_uses(events)
+    assert set(uses) == {"analyzer", "tester"}
+    assert (uses["tester"].steps, uses["tester"].tool_calls, uses["tester"].turns) == (2, 1, 1)
+    c.roles = {"test/0": uses, "test/1": uses}
+    rows = {r.role: r for r in role_rows(group_cells([c]))}
+    # prompt 980 split 100:400 by characters given, completion 20 split 50:150 by characters produced
+    assert rows["analyzer"].tokens == pytest.approx(980 * 100 / 500 + 20 * 50 / 200)
+    assert rows["tester"].tokens == pytest.approx(980 * 400 / 500 + 20 * 150 / 200)
+    assert rows["analyzer"].calls == pytest.approx(1.0) and rows["tester"].calls == pytest.approx(2.0)
+    assert sum(r.token_share for r in rows.values()) == pytest.approx(1.0)
+    [cost] = cost_rows(group_cells([c]))
+    assert (cost.tokens_per_problem, cost.tokens_per_solved, cost.calls_per_problem) == (1000, 2000, 3)
+
+
+def test_framework_row_pairs_siblings_of_one_flow():
+    cells = [
+        _cell("sequential_langgraph", 0, [1, 1], flow="sequential", tokens=1000, calls=4),
+        _cell("sequential_crewai", 0, [1, 0], flow="sequential", framework="crewai", tokens=1500, calls=5),
+        _cell("single", 0, [1, 1], flow="single"),
+    ]
+    groups = group_cells(cells)
+    [row] = framework_rows(groups, cost_rows(groups))
+    assert (row.flow, row.base, row.other) == ("sequential", "langgraph", "crewai")
+    assert row.tokens == (1000, 1500) and row.calls == (4, 5) and row.pass_at_1 == (1.0, 0.5)
+
+
+def test_pareto_front():
+    pts = [(100, 0.5), (200, 0.7), (150, 0.4), (300, 0.7), (50, 0.2)]
+    assert pareto_front(pts) == [4, 0, 1]
