@@ -95,24 +95,23 @@ def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str],
 
 def _selected_keys(data: dict[str, Any], cache: dict[str, Any]) -> tuple[set[str] | None, str]:
     """Record keys of the cell's problems (loading the dataset, no model), or None and why not."""
-    from omegaconf import OmegaConf
-
     from apps_bench.tracking.records import record_key
 
     sel = {k: data.get(k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
     sig = json.dumps([data["dataset"], sel], sort_keys=True, default=str)
     if sig not in cache:
-        from apps_bench.data import load_problems
+        from apps_bench.data import load_selection
+        from apps_bench.validate import InvalidSettings, empty_selection
 
         try:
-            loaded = load_problems(
-                OmegaConf.create(data["dataset"]), limit=data.get("limit"), offset=int(data.get("offset") or 0),
-                only=tuple(str(x) for x in (data.get("only") or ())), difficulty=data.get("difficulty"),
-                max_tests_per_row=int(data["max_tests_per_row"]),
-            )  # fmt: skip
-            cache[sig] = ({record_key(p.split, p.id) for p in loaded.problems}, "")
+            loaded = load_selection(data)
         except Exception as exc:  # noqa: BLE001 - an unreadable dataset leaves N unknown; the plan still lists the cell
             cache[sig] = (None, f"dataset not readable here ({type(exc).__name__}: {exc})")
+        else:
+            empty = empty_selection(loaded, data)
+            if empty is not None:
+                raise InvalidSettings([empty])
+            cache[sig] = ({record_key(p.split, p.id) for p in loaded.problems}, "")
     return cache[sig]
 
 
@@ -144,6 +143,8 @@ def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: list[Any]
     from apps_bench.cell import grid_refusal, resolve_cell
     from apps_bench.pipeline import cell_dir_for
 
+    from apps_bench.validate import InvalidSettings, check_settings
+
     cell = resolve_cell(data)
     refusal = grid_refusal(cell, data.get("grid") or {})
     if refusal and data.get("allow_any_cell"):
@@ -151,7 +152,12 @@ def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: list[Any]
     else:
         guard, allowed = (refusal, False) if refusal else ("allowed", True)
     cell_dir = cell_dir_for(data, cell)
-    keys, why = _selected_keys(data, cache)
+    try:  # bad settings refuse a cell whatever allow_any_cell says
+        check_settings(data)
+        keys, why = _selected_keys(data, cache)
+    except InvalidSettings as exc:
+        guard, allowed = str(exc), False
+        keys, why = set(), ""
     recs = _recorded(cell_dir)
     if keys is not None:
         recs = [r for r in recs if r.get("key") in keys]
