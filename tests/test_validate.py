@@ -152,3 +152,14 @@ def test_rule_names_the_setting(overrides: list[str], key: str):
         check_settings(_composed(*overrides))
     assert [b.key for b in err.value.bad] == [key]
     assert f"{key}=" in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_the_plan_shows_a_bad_cell_refused(tmp_path: Path):
+    from apps_bench.plan import make_plan
+
+    plan = make_plan(["limit=-1", "allow_any_cell=true"], multirun=False, cells_dir=tmp_path)
+    (cell,) = plan["cells"]
+    assert cell["allowed"] is False and "limit=-1: a whole number >= 1" in cell["guard"]
+    plan = make_plan(["offset=0,5"], multirun=True, cells_dir=tmp_path)
+    assert [c["allowed"] for c in plan["cells"]] == [True, False]
+    assert "offset=5: less than the 2 problems" in plan["cells"][1]["guard"]
