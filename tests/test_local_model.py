@@ -255,6 +255,30 @@ def test_time_cap_with_an_unanswered_call_is_infrastructure(endpoint, pool, prob
     assert solved.usage.cancelled_calls + solved.usage.in_flight >= 1
 
 
+# ----------------------------------------------------------------------------- defect 9: tools dropped
+
+
+def test_a_server_that_drops_tools_is_detected(pool, problem):
+    """Without chat_format the server renders SmolLM2's own template, which drops `tools`:
+    the solver never calls python_exec, and the cell's summary warns about it."""
+    from apps_bench.models import open_endpoint
+    from apps_bench.pipeline import tool_calls_by_role, usage_record
+    from apps_bench.solving import solve_problem
+    from apps_bench.topologies.registry import get_topology
+    from apps_bench.topologies.tool_use import tool_warnings
+
+    c = cfg("model.chat_format=null", "model.max_tokens=48", "topology.max_steps=2")
+    with open_endpoint(c.model) as ep:
+        solved = asyncio.run(solve_problem(problem, cfg=c, topology=get_topology(c.topology), endpoint=ep, pool=pool))
+    assert solved.error is None and solved.usage.model_calls >= 1
+    assert solved.usage.requests_with_tools == solved.usage.model_calls  # tools were offered every time...
+    by_role = tool_calls_by_role(solved.attempt.transcript)
+    assert by_role == {}  # ...and never used
+    (warning,) = [w for w in tool_warnings([{"usage": usage_record(solved.usage), "tool_calls_by_role": by_role}],
+                                           c.topology, c.model) if "no tool call" in w]
+    assert "['solver']" in warning
+
+
 # ----------------------------------------------------------------------------- the whole cell, per topology
 
 
@@ -284,3 +308,6 @@ def test_cli_cell_on_two_real_rows(tmp_path, apps_data_dir, topology):
         assert all(c["completion_tokens"] <= cap for c in u["calls"]), "the token cap was not honoured"
         assert r["solve_s"] <= float(cfg(f"topology={topology}").topology.time_limit_s) + 5
     assert "SmolLM2-135M-Instruct" in summary["cell"]["name"]
+    # how tools reached the model (defect 10): CrewAI describes them in the prompt, the others send `tools`
+    sent = summary["tool_protocol"]["requests_with_tools"]
+    assert (sent == 0) if topology == "sequential_crewai" else (sent > 0), summary["tool_protocol"]

@@ -128,7 +128,10 @@ def test_a_tool_role_that_never_calls_a_tool_is_warned_about():
     assert "['manager', 'tester']" in warning and "manager answered alone" in warning
     assert tool_warnings([_rec(by_role={"manager": 2, "tester": 1})], topo, model) == []
     model.tools_supported = False
-    assert any("not supporting tools" in w for w in tool_warnings([_rec(by_role={"manager": 2, "tester": 1})], topo, model))
+    assert any("known not to support tools" in w for w in tool_warnings([_rec(by_role={"manager": 2, "tester": 1})], topo, model))
+    model.tools_supported = True
+    model.chat_format = None  # model=local with the GGUF's own template
+    assert any("known not to support tools" in w for w in tool_warnings([_rec(by_role={"manager": 2, "tester": 1})], topo, model))
 
 
 def test_tools_sent_in_the_prompt_text_are_reported():

@@ -57,9 +57,13 @@ def tool_warnings(records: Sequence[Mapping[str, Any]], topology_cfg: Any, model
     if not offered or not records:
         return []
     out: list[str] = []
-    if not _get(model_cfg, "tools_supported", True):
+    known_without = not _get(model_cfg, "tools_supported", True) or (
+        _get(model_cfg, "provider") == "local" and not _get(model_cfg, "chat_format")
+    )  # a local GGUF served with its own chat template: SmolLM2's drops `tools`
+    if known_without:
         out.append(
-            f"model {_get(model_cfg, 'model_id')!r} is configured as not supporting tools (model.tools_supported=false): "
+            f"model {_get(model_cfg, 'model_id')!r} is known not to support tools here (model.tools_supported=false, "
+            "or model=local without model.chat_format): "
             f"the roles {offered} get no usable tools, so this team's tool use is not measured"
         )
     calls = sum(int((r.get("usage") or {}).get("model_calls", 0) or 0) for r in records)
