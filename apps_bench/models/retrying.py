@@ -3,14 +3,20 @@
 The SDKs' own retry loops differ (and none retries a 200 with a broken body), so the
 clients we build pass `max_retries=0` to the SDK and retry here instead: on 429, any
 5xx, timeouts and other transport errors (connection refused, connection dropped),
-and on a 2xx model response whose body is not well-formed JSON / SSE. A model
-response is read whole before it is handed up (so a broken body can still be
-retried); the caller still sees a normal (streamed) response.
+and on a 2xx model response whose body is not well-formed JSON / SSE (out of
+retries, that one is handed up as a 502, so every SDK raises its own API error).
+A model response is read whole before it is handed up (so a broken body can still
+be retried); the caller still sees a normal (streamed) response. Every re-send and
+what the discarded reply cost go into the problem's Usage (`retries`,
+`failed_attempts`, `retried_*_tokens`); a timed-out request is not re-sent when
+`retry_timeouts` is off, and with `slots` each attempt holds a request slot
+(slots.py) while it is on the wire, so its timeout never runs in a server's queue.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import random
 import time
@@ -43,6 +49,9 @@ class RetryPolicy:
         return base * (0.5 + random.random() / 2)  # jitter: 16 problems in flight must not retry in lockstep
 
 
+MALFORMED = "malformed response body"
+
+
 def _retryable_status(status: int) -> bool:
     return status == 429 or status >= 500
 
@@ -60,6 +69,14 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
         return mod.Response(response.status_code, headers=headers, content=body,
                             extensions={**response.extensions, RETRIES_KEY: attempt})
 
+    def broken(response: Any, attempt: int) -> Any:
+        """A 2xx whose body does not parse, out of retries: a 502, so every SDK raises its API error
+        (each would otherwise fail in its own JSON parser, outside its error types)."""
+        body = json.dumps({"error": {"message": "malformed response body from the model server (after retries)",
+                                     "type": "bad_gateway", "code": 502}}).encode()
+        return mod.Response(502, headers=[("content-type", "application/json")], content=body,
+                            extensions={**response.extensions, RETRIES_KEY: attempt})
+
     def give_up(policy: RetryPolicy, attempt: int, exc: BaseException) -> bool:
         return attempt >= policy.max_retries or (isinstance(exc, mod.TimeoutException) and not policy.retry_timeouts)
 
@@ -74,7 +91,7 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
         if 200 <= response.status_code < 300:
             ok, _, _ = parse_usage(body, response.headers.get("content-type", ""))
             if not ok:
-                return "malformed response body"
+                return MALFORMED
         return None
 
     class RetryingTransport(mod.BaseTransport):
@@ -105,7 +122,7 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
                 else:
                     reason = judge(response, body)
                     if reason is None or attempt >= self.policy.max_retries:
-                        return rebuild(response, body, attempt)
+                        return broken(response, attempt) if reason == MALFORMED else rebuild(response, body, attempt)
                     retry_after = response.headers.get("retry-after")
                 discarded(self.usage, response, body)
                 delay = self.policy.delay(attempt, retry_after)
@@ -144,7 +161,7 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
                 else:
                     reason = judge(response, body)
                     if reason is None or attempt >= self.policy.max_retries:
-                        return rebuild(response, body, attempt)
+                        return broken(response, attempt) if reason == MALFORMED else rebuild(response, body, attempt)
                     retry_after = response.headers.get("retry-after")
                 discarded(self.usage, response, body)
                 delay = self.policy.delay(attempt, retry_after)
