@@ -110,7 +110,7 @@ class Usage:
     as the server reported usage in them). `cancelled_calls` were abandoned unanswered (the
     time cap cut them); `in_flight` is live state, the calls sent and not yet answered.
     `calls` holds one entry per answered call: tokens, finish_reason, retries, whether
-    `tools` were sent, seconds.
+    `tools` were sent (no timings: a record is the same whichever process solved it).
     """
 
     prompt_tokens: int = 0

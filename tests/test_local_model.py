@@ -192,22 +192,29 @@ def test_server_errors_are_all_counted_with_their_retries(endpoint):
 
 
 def test_requests_queue_on_the_client_not_past_their_timeout(endpoint):
-    """Three concurrent requests of ~2 s each against a one-at-a-time server with a 5 s timeout:
-    queued at the server, the third would time out and be sent again; with the slots, none does."""
+    """Five concurrent requests against a one-at-a-time server, each given a timeout of 2.5x the
+    time one takes alone: queued at the server the last would wait ~4x and time out (then be sent
+    again while the server still ran it); with the client-side slots none times out or is resent."""
+    import time
+
+    one = Usage()
+    t0 = time.monotonic()
+    asyncio.run(_ask("openai", clients(endpoint, one, max_tokens=32), LONG))
+    alone = time.monotonic() - t0
     usage = Usage()
-    mc = clients(endpoint, usage, max_tokens=96, request_timeout_s=5.0, max_retries=0)
+    mc = clients(endpoint, usage, max_tokens=32, request_timeout_s=max(2.5 * alone, 1.0), max_retries=0)
 
     async def go():
         c = mc.async_openai()
         await asyncio.gather(*(
             c.chat.completions.create(model=mc.model_id, messages=[{"role": "user", "content": LONG}], **mc.request_params(i))
-            for i in range(4)
+            for i in range(5)
         ))  # fmt: skip
         await c.close()
         await mc.aclose()
 
     asyncio.run(go())
-    assert (usage.model_calls, usage.failed_calls, usage.retries) == (4, 0, 0)
+    assert (usage.model_calls, usage.failed_calls, usage.retries, usage.failed_attempts) == (5, 0, 0, 0)
     assert usage.completion_tokens == sum(c["completion_tokens"] for c in usage.calls)
 
 
@@ -215,7 +222,7 @@ def test_a_timed_out_request_is_not_sent_again_to_a_local_server(endpoint):
     import openai
 
     usage = Usage()
-    mc = clients(endpoint, usage, max_tokens=2000, request_timeout_s=0.5, max_retries=3)
+    mc = clients(endpoint, usage, max_tokens=150, request_timeout_s=0.5, max_retries=3)
     assert mc.policy.retry_timeouts is False  # conf/model/local.yaml
 
     with pytest.raises(openai.APITimeoutError):

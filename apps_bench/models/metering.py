@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 from apps_bench.models.wire import ensure_stream_usage  # noqa: F401 - part of this module's API
@@ -101,7 +100,6 @@ def record(
     finish_reason: str = "",
     retries: int = 0,
     has_tools: bool = False,
-    seconds: float = 0.0,
     cancelled: bool = False,
 ) -> None:
     """Count one logical model call (after its retries); ends its `in_flight` count."""
@@ -119,7 +117,7 @@ def record(
             usage.finish_reasons[reason] = usage.finish_reasons.get(reason, 0) + 1
             usage.calls.append({
                 "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "finish_reason": reason,
-                "retries": retries, "tools": has_tools, "s": round(seconds, 3),
+                "retries": retries, "tools": has_tools,
             })  # fmt: skip
         else:
             usage.failed_calls += 1
@@ -137,10 +135,9 @@ def record_retry(usage: Usage | None, *, prompt_tokens: int = 0, completion_toke
         usage.retried_completion_tokens += completion_tokens
 
 
-def _sent(usage: Usage) -> float:
+def _sent(usage: Usage) -> None:
     with _USAGE_LOCK:
         usage.in_flight += 1
-    return time.monotonic()
 
 
 RETRIES_KEY = "apps_bench_retries"  # response extension: how many re-sends the call needed
@@ -149,13 +146,12 @@ RETRIES_KEY = "apps_bench_retries"  # response extension: how many re-sends the 
 class _Counter:
     """Collects a response's bytes and records it exactly once, when the stream closes."""
 
-    def __init__(self, usage: Usage, response: Any, info: RequestInfo, t0: float) -> None:
+    def __init__(self, usage: Usage, response: Any, info: RequestInfo) -> None:
         self.usage = usage
         self.status = response.status_code
         self.content_type = response.headers.get("content-type", "")
         self.retries = int(response.extensions.get(RETRIES_KEY, 0) or 0)
         self.info = info
-        self.t0 = t0
         self.chunks: list[bytes] = []
         self.done = False
 
@@ -167,7 +163,7 @@ class _Counter:
         if self.done:
             return
         self.done = True
-        common = dict(retries=self.retries, has_tools=self.info.has_tools, seconds=time.monotonic() - self.t0)
+        common = dict(retries=self.retries, has_tools=self.info.has_tools)
         if self.status >= 400:
             record(self.usage, ok=False, **common)
             return
@@ -252,13 +248,13 @@ def transport_classes(mod: Any) -> tuple[type, type]:
             if not is_model_call(request.method, request.url.path):
                 return self.inner.handle_request(request)
             request, info = _rewrite(mod, request)
-            t0 = _sent(self.usage)
+            _sent(self.usage)
             try:
                 response = self.inner.handle_request(request)
             except BaseException as exc:
                 _failed(self.usage, exc, info)
                 raise
-            counter = _Counter(self.usage, response, info, t0)
+            counter = _Counter(self.usage, response, info)
             return mod.Response(
                 response.status_code,
                 headers=response.headers,
@@ -279,13 +275,13 @@ def transport_classes(mod: Any) -> tuple[type, type]:
             if not is_model_call(request.method, request.url.path):
                 return await self.inner.handle_async_request(request)
             request, info = _rewrite(mod, request)
-            t0 = _sent(self.usage)
+            _sent(self.usage)
             try:
                 response = await self.inner.handle_async_request(request)
             except BaseException as exc:
                 _failed(self.usage, exc, info)
                 raise
-            counter = _Counter(self.usage, response, info, t0)
+            counter = _Counter(self.usage, response, info)
             return mod.Response(
                 response.status_code,
                 headers=response.headers,
