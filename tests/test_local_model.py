@@ -290,6 +290,7 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2700)  # a cell of a multi-agent topology: minutes on one shared core
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_cli_cell_on_two_real_rows(tmp_path, apps_data_dir, topology):
     """`python -m apps_bench model=local topology=<t> dataset=apps dataset.path=<rows> limit=2`."""
@@ -298,7 +299,7 @@ def test_cli_cell_on_two_real_rows(tmp_path, apps_data_dir, topology):
     out = run_cli(
         ["model=local", f"topology={topology}", "dataset=apps", f"dataset.path={apps_data_dir / 'test_more.jsonl'}",
          "limit=2", "progress=false"],
-        tmp_path, env=cli_env(tmp_path), timeout=1800,
+        tmp_path, env=cli_env(tmp_path), timeout=2600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     (summary_path,) = (tmp_path / "outputs" / "cells").glob("*/summary.json")
