@@ -6,9 +6,12 @@ streamed calls or double-count shared LLMs) gives the same numbers for all four.
 
 The stack of one metered client, outermost first:
 
-    MeteredTransport   counts once per logical model call: model_calls + usage on
-                       success, failed_calls when the call still fails
-    RetryingTransport  (retrying.py) retries 429 / 5xx / timeouts / malformed bodies
+    MeteredTransport   puts the request in the one wire form (wire.py); counts once per
+                       logical model call: model_calls, tokens, finish_reason on success,
+                       failed_calls when the call still fails, cancelled_calls when it
+                       was abandoned unanswered; `in_flight` while it is out
+    RetryingTransport  (retrying.py) retries 429 / 5xx / timeouts / malformed bodies,
+                       counting each re-send; holds a request slot (slots.py) per attempt
     HTTPTransport      the real network
 
 openai 3.x accepts either an `httpx2` or a legacy `httpx` client (it checks both
