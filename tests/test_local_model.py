@@ -188,6 +188,33 @@ def test_server_errors_are_all_counted_with_their_retries(endpoint):
     assert (usage.failed_calls, usage.failed_attempts, usage.retries, usage.model_calls) == (1, 4, 3, 0)
 
 
+def test_parallel_failures_are_all_counted(endpoint):
+    """Four peers of a debate round (the runner's own gather, which cancels the others once one
+    fails) all get HTTP 500s: the failure that ends the round, the peers it cut short, and every
+    failed attempt in between are in the usage record (it used to say failed_calls 1, nothing else)."""
+    import openai
+
+    from apps_bench.topologies.decentralized_openai import _all_or_none
+
+    usage = Usage()
+    mc = clients(endpoint, usage, max_retries=2, retry_backoff_s=0.2)
+    bad = [{"role": "user", "content": "hi"}, {"role": "tool", "content": None, "tool_call_id": 5}]
+
+    async def go():
+        c = mc.async_openai()
+        try:
+            await _all_or_none([c.chat.completions.create(model=mc.model_id, max_tokens=4, messages=bad) for _ in range(4)])
+        finally:
+            await c.close()
+            await mc.aclose()
+
+    with pytest.raises(openai.APIStatusError):
+        asyncio.run(go())
+    assert usage.failed_calls == 1 and usage.cancelled_calls == 3 and usage.model_calls == 0
+    assert usage.failed_attempts == usage.retries + usage.failed_calls >= 3  # each 500 counted once
+    assert usage.in_flight == 0
+
+
 # ----------------------------------------------------------------------------- defect 3: queueing
 
 
