@@ -163,6 +163,48 @@ def test_autogen_tool_call_turn_is_accepted(endpoint):
     assert usage.model_calls == 1 and usage.failed_calls == 0 and usage.failed_attempts == 0
 
 
+TOOL = {"type": "function", "function": {"name": "python_exec", "description": "Run a Python 3 program.",
+        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}
+FORCE = {"type": "function", "function": {"name": "python_exec"}}
+
+
+@pytest.mark.parametrize("framework", ["langgraph", "autogen", "openai"])
+def test_a_tool_call_reply_reads_as_a_tool_call_in_every_framework(endpoint, framework):
+    """llama-cpp-python answers a tool call with the deprecated `function_call` beside `tool_calls`;
+    AutoGen refused such a reply (ValueError), so the wire form keeps `tool_calls` only."""
+    usage = Usage()
+    mc = clients(endpoint, usage, max_tokens=64)
+    ask = [{"role": "user", "content": "Print 2+2 with python_exec."}]
+
+    async def go() -> list:
+        if framework == "langgraph":
+            ai = await mc.langchain_chat(0).bind_tools([TOOL], tool_choice=FORCE).ainvoke(ask)
+            # (a 135M model often runs its arguments past max_tokens: then LangChain files the call as invalid)
+            names = [c["name"] for c in [*ai.tool_calls, *ai.invalid_tool_calls]]
+        elif framework == "autogen":
+            from autogen_core.models import UserMessage
+            from autogen_core.tools import ToolSchema
+
+            c = mc.autogen_client(0)
+            schema = ToolSchema(name="python_exec", description="Run a Python 3 program.", parameters=TOOL["function"]["parameters"])
+            res = await c.create([UserMessage(content=ask[0]["content"], source="user")], tools=[schema],
+                                 extra_create_args={"tool_choice": FORCE})
+            await c.close()
+            names = [f.name for f in res.content] if isinstance(res.content, list) else []
+        else:
+            c = mc.async_openai()
+            r = await c.chat.completions.create(model=mc.model_id, messages=ask, tools=[TOOL], tool_choice=FORCE,
+                                                **mc.request_params(0))
+            await c.close()
+            names = [t.function.name for t in r.choices[0].message.tool_calls or []]
+        await mc.aclose()
+        return names
+
+    assert asyncio.run(go()) == ["python_exec"]
+    assert usage.model_calls == 1 and usage.failed_calls == 0 and usage.requests_with_tools == 1
+    assert usage.finish_reasons in ({"tool_calls": 1}, {"length": 1}), usage.finish_reasons
+
+
 def test_server_errors_are_all_counted_with_their_retries(endpoint):
     """Every failed attempt is recorded (defect 11): a request the server answers with 5xx,
     sent 1 + max_retries times, is 4 failed attempts, 3 retries, 1 failed call."""

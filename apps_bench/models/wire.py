@@ -12,7 +12,9 @@ and read the same reply:
 - a streamed request asks for its usage chunk (vLLM sends it only when asked);
 - a reply's tool-call arguments are strict JSON: raw control characters inside JSON
   strings (a model writing code with real newlines) are escaped, so a runner whose
-  parser is strict (the OpenAI SDK loop, AutoGen) reads what LangChain's lenient one does.
+  parser is strict (the OpenAI SDK loop, AutoGen) reads what LangChain's lenient one does;
+- a reply's tool calls are in `tool_calls` only: the deprecated `function_call` field
+  (llama-cpp-python sends both) is dropped, since AutoGen refuses any reply carrying it.
 """
 
 from __future__ import annotations
@@ -95,6 +97,15 @@ def normalize_reply(body: bytes, content_type: str = "") -> bytes:
     changed = False
     for choice in (obj.get("choices") or ()) if isinstance(obj, dict) else ():
         msg = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(msg, dict) and msg.get("function_call") is not None:
+            # the deprecated single-call field (llama-cpp-python sends it beside tool_calls): AutoGen
+            # refuses any reply carrying it, the others ignore it; keep the call as a tool call only
+            call = msg.pop("function_call")
+            if not msg.get("tool_calls") and isinstance(call, dict):
+                msg["tool_calls"] = [{"id": "call_0", "type": "function", "function": call}]
+            if choice.get("finish_reason") == "function_call":
+                choice["finish_reason"] = "tool_calls"
+            changed = True
         for call in (msg or {}).get("tool_calls") or ():
             fn = call.get("function") if isinstance(call, dict) else None
             if isinstance(fn, dict) and "arguments" in fn:
