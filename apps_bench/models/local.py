@@ -65,6 +65,16 @@ def require_server() -> None:
             raise LocalModelError(f"{module} (llama-cpp-python[server]) is not installed. {INSTALL_HINT}")
 
 
+def _die_with_parent() -> None:
+    """In the server's child process (Linux): SIGTERM when the cell's process dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort; stop() ends it in every normal exit
+        pass
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -109,6 +119,7 @@ class LocalServer:
             self.proc = subprocess.Popen(
                 self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 start_new_session=True,  # Ctrl-C is ours to handle; stop() ends it
+                preexec_fn=_die_with_parent,  # a cell killed with -9 leaves no server behind
             )  # fmt: skip
         try:
             self._wait_ready()
