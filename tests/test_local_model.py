@@ -291,11 +291,12 @@ def test_a_timed_out_request_is_not_sent_again_to_a_local_server(endpoint):
     import openai
 
     usage = Usage()
-    mc = clients(endpoint, usage, max_tokens=150, request_timeout_s=0.5, max_retries=3)
+    # 50 ms: less than any reply takes (a fresh prompt to evaluate, then tokens at >= 25 ms each)
+    mc = clients(endpoint, usage, max_tokens=150, request_timeout_s=0.05, max_retries=3)
     assert mc.policy.retry_timeouts is False  # conf/model/local.yaml
 
     with pytest.raises(openai.APITimeoutError):
-        asyncio.run(_ask("openai", mc, LONG))
+        asyncio.run(_ask("openai", mc, "Write a long poem about timeouts, queues and servers, in twenty stanzas."))
     assert (usage.failed_calls, usage.retries, usage.failed_attempts) == (1, 0, 1)
 
 
