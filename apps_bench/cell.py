@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -56,6 +57,12 @@ class Cell:
     seed: int
     key: str
     identity: Mapping[str, Any] = field(repr=False, compare=False)
+    model_id: str = ""  # the served model id, for presets whose id varies (openai, local); "" otherwise
+
+    @property
+    def model_label(self) -> str:
+        """The model as names, tags and reports show it: `openai:<MODEL_ID>`, not just `openai`."""
+        return f"{self.model}:{self.model_id}" if self.model_id else self.model
 
     def axes(self) -> dict[str, Any]:
         return {a: getattr(self, a) for a in AXES}
@@ -63,12 +70,13 @@ class Cell:
     @property
     def name(self) -> str:
         """Human-readable run name, e.g. `sequential_langgraph·qwen·none·s0`."""
-        return f"{self.topology}·{self.model}·{self.optimizer}·s{self.seed}"
+        return f"{self.topology}·{self.model_label}·{self.optimizer}·s{self.seed}"
 
     @property
     def dir_name(self) -> str:
         """Folder name under outputs/cells/: readable axes, then the key that identifies it."""
-        return f"{self.dataset}-{self.topology}-{self.model}-{self.optimizer}-s{self.seed}-{self.key}"
+        model = re.sub(r"[^A-Za-z0-9_.:-]+", "_", self.model_label).replace(":", "-")
+        return f"{self.dataset}-{self.topology}-{model}-{self.optimizer}-s{self.seed}-{self.key}"
 
 
 def _as_container(cfg: Any) -> dict[str, Any]:
@@ -138,7 +146,19 @@ def resolve_cell(cfg: Any) -> Cell:
         seed=int(data["seed"]),
         key=cell_key(ident),
         identity=ident,
+        model_id=_varying_model_id(data.get("model")),
     )
+
+
+# Presets whose model id comes from the environment or the user, so their name alone does not
+# say which model ran (the key always does: model_id is part of the identity).
+VARYING_MODEL_PROVIDERS = frozenset({"openai", "local"})
+
+
+def _varying_model_id(model: Any) -> str:
+    if not isinstance(model, dict) or str(model.get("provider")) not in VARYING_MODEL_PROVIDERS:
+        return ""
+    return str(model.get("model_id") or "")
 
 
 def _same(a: Any, b: Any) -> bool:

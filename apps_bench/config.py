@@ -27,7 +27,7 @@ class DatasetConfig:
 @dataclass
 class ModelConfig:
     name: str = MISSING
-    provider: str = MISSING  # gold (built-in server) | openai (any OpenAI-compatible endpoint)
+    provider: str = MISSING  # gold (built-in server) | local (a small real LLM started here) | openai (any endpoint)
     model_id: str = MISSING
     base_url: Optional[str] = None  # None for gold: the built-in server picks a loopback port
     api_key_env: str = "OPENAI_API_KEY"  # name of the env var holding the key; the key never enters config
@@ -39,6 +39,17 @@ class ModelConfig:
     max_retries: int = MISSING
     retry_backoff_s: float = MISSING
     check_endpoint: bool = True  # probe /v1/models at cell start
+    max_concurrency: int = 0  # model requests on the wire at once, across the cell's processes; 0 = no limit
+    retry_timeouts: bool = True  # false: a timed-out request fails instead of being sent again
+    tools_supported: bool = True  # false: the server/model is known to ignore `tools` (warned about)
+    # local-only (provider local): the GGUF and llama-cpp-python server settings (apps_bench/models/local.py)
+    gguf_package: Optional[str] = None
+    gguf_file: Optional[str] = None
+    gguf_path: Optional[str] = None
+    chat_format: Optional[str] = None
+    n_ctx: int = 0
+    n_threads: int = 0
+    start_timeout_s: float = 0.0
     # gold-only knobs for tests and benchmarks
     latency_ms: int = 0
     wrong_fraction: float = 0.0

@@ -12,6 +12,7 @@ by the next run of the same cell.
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import sys
 import time
@@ -22,6 +23,7 @@ from typing import Any, Mapping
 
 from apps_bench.cell import Cell, guard
 from apps_bench.validate import InvalidSettings, empty_selection
+from apps_bench.topologies.tool_use import tool_calls_by_role, tool_protocol, tool_warnings
 from apps_bench.tracking.records import (
     CELL,
     CONFIG,
@@ -101,15 +103,8 @@ def make_record(
         "extracted": bool(program and program.strip()),
         "passed": bool(verdict.passed) if verdict is not None and not error else False,
         "verdict": verdict.to_json() if verdict is not None else None,
-        "usage": {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens,
-            "model_calls": usage.model_calls,
-            "tool_calls": usage.tool_calls,
-            "failed_calls": usage.failed_calls,
-            "tool_s": round(usage.tool_s, 4),
-        },
+        "usage": usage_record(usage),
+        "tool_calls_by_role": tool_calls_by_role(getattr(attempt, "transcript", None) or ()),
         "latency_s": round(solve_s + judge_s, 4),
         "solve_s": round(solve_s, 4),
         "judge_s": round(judge_s, 4),
@@ -122,6 +117,23 @@ def make_record(
         "vote": asdict(vote) if vote is not None else None,
         "completed_at": time.time(),
     }
+
+
+# Per-problem usage counters, summed over a cell in summary.json and logged as MLflow metrics.
+USAGE_TOTALS = (
+    "prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "tool_calls", "failed_calls",
+    "failed_attempts", "retries", "retried_prompt_tokens", "retried_completion_tokens", "cancelled_calls",
+    "requests_with_tools", "length_stops",
+)  # fmt: skip
+
+
+def usage_record(usage: Any) -> dict[str, Any]:
+    """A problem's usage as recorded: the counters, finish reasons, and one entry per answered call."""
+    out: dict[str, Any] = {k: int(getattr(usage, k, 0) or 0) for k in USAGE_TOTALS}
+    out["tool_s"] = round(float(getattr(usage, "tool_s", 0.0) or 0.0), 4)
+    out["finish_reasons"] = dict(getattr(usage, "finish_reasons", None) or {})
+    out["calls"] = list(getattr(usage, "calls", None) or [])
+    return out
 
 
 def summarize_cell(
@@ -150,10 +162,14 @@ def summarize_cell(
     out = s.to_dict()
     out["metrics"] = s.metrics()
     out["pass_at_1_ci"] = cell_interval([bool(it["passed"]) for it in items])
-    tot = {k: 0 for k in ("prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "tool_calls", "failed_calls")}
+    tot = {k: 0 for k in USAGE_TOTALS}
+    finish: dict[str, int] = {}
     for r in records:
+        u = r.get("usage") or {}
         for k in tot:
-            tot[k] += int((r.get("usage") or {}).get(k, 0))
+            tot[k] += int(u.get(k, 0) or 0)
+        for reason, n in (u.get("finish_reasons") or {}).items():
+            finish[reason] = finish.get(reason, 0) + int(n)
     lat = [float(r.get("latency_s", 0.0)) for r in judged]
     stop: dict[str, int] = {}
     for r in records:
@@ -172,6 +188,7 @@ def summarize_cell(
             "max": max(lat) if lat else 0.0,
         },
         stop_reasons=stop,
+        finish_reasons=finish,
         wall_s=wall_s,
     )
     return out
@@ -183,6 +200,18 @@ def cell_interval(passed: list[bool]) -> dict[str, Any]:
 
     iv = bootstrap_interval({str(i): [float(p)] for i, p in enumerate(passed)})
     return {"low": iv.low, "high": iv.high, "n": iv.n_problems, "method": METHOD_CELL.format(b=N_BOOT)}
+
+
+def summary_tags(summary: Mapping[str, Any]) -> dict[str, str]:
+    """What a cell's MLflow run shows besides metrics: its warnings, finish reasons and tool protocol."""
+    proto = summary.get("tool_protocol") or {}
+    warnings = list(summary.get("warnings") or ())
+    return {
+        "warnings": " | ".join(warnings)[:5000] if warnings else "",
+        "n_warnings": str(len(warnings)),
+        "finish_reasons": json.dumps(summary.get("finish_reasons") or {}, sort_keys=True),
+        "tool_protocol": ("api" if proto.get("requests_with_tools") else "prompt_text") if proto.get("model_calls") else "none",
+    }
 
 
 def metrics_of(summary: Mapping[str, Any]) -> dict[str, float]:
@@ -292,13 +321,18 @@ def print_summary(summary: Mapping[str, Any], cell: Cell, cell_dir: Path, run_id
         f"errors (infrastructure, not scored): {summary['n_errors']}"
         + (f"  ids: {', '.join(summary['error_ids'][:20])}" if summary["error_ids"] else ""),
         f"tokens: {u['prompt_tokens']} prompt + {u['completion_tokens']} completion = {u['total_tokens']}",
-        f"calls: {u['model_calls']} model ({u['failed_calls']} failed after retries), {u['tool_calls']} tool",
+        f"calls: {u['model_calls']} model ({u['failed_calls']} failed after retries; {u.get('retries', 0)} retries, "
+        f"{u.get('cancelled_calls', 0)} cut unanswered), {u['tool_calls']} tool; "
+        f"{u.get('requests_with_tools', 0)} requests offered tools",
+        "finish reasons: " + (", ".join(f"{k}={v}" for k, v in sorted((summary.get("finish_reasons") or {}).items())) or "-")
+        + (f"  ({u['length_stops']} replies cut at model.max_tokens)" if u.get("length_stops") else ""),
         f"latency per problem: mean {lat['mean']:.2f} s, p50 {lat['p50']:.2f} s, max {lat['max']:.2f} s"
         + (f"; wall {summary['wall_s']:.2f} s" if summary.get("wall_s") is not None else ""),
         "rows skipped: "
         + (", ".join(f"{k}={v}" for k, v in sorted((summary.get("skipped") or {}).items())) or "0"),
         f"outputs: {cell_dir}" + (f"   MLflow run: {run_id}" if run_id else ""),
     ]
+    lines += [f"WARNING: {w}" for w in summary.get("warnings") or ()]
     for line in lines:
         print(line)
     if not summary["complete"]:
@@ -648,7 +682,9 @@ def run_cell(cfg: Any) -> CellResult:
     )
     summary["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
     summary["run"] = {"concurrency": int(data["concurrency"]), "processes": str(data["processes"]), "solvers": solvers}
-    summary["cell"] = {"key": cell.key, "name": cell.name, **cell.axes()}
+    summary["cell"] = {"key": cell.key, "name": cell.name, **cell.axes(), "model_label": cell.model_label}
+    summary["tool_protocol"] = tool_protocol(records)
+    summary["warnings"] = tool_warnings(records, data["topology"], data["model"])
     summary["dataset"] = {"source": loaded.source, "revision": loaded.revision}
     from apps_bench import provenance
 
@@ -670,7 +706,7 @@ def run_cell(cfg: Any) -> CellResult:
             rows=table_rows(records),
             files=files,
             complete=bool(summary["complete"]),
-            tags=provenance.as_tags(summary["provenance"]),
+            tags={**summary_tags(summary), **provenance.as_tags(summary["provenance"])},
         )
     print_summary(summary, cell, cell_dir, run_id)
     if pre_tracker is not None:
@@ -718,6 +754,11 @@ def _open_tracker(
 
     tags = {
         **{k: str(v) for k, v in cell.axes().items()},
+        # the model's identity: the report's "model" column must not merge different served models
+        "model": cell.model_label,
+        "model_preset": cell.model,
+        "model_id": str(data["model"].get("model_id", "")),
+        "endpoint_kind": str(data["model"].get("provider", "")),
         "cell_key": cell.key,
         "cell_name": cell.name,
         "framework": str(data["topology"].get("framework", "")),

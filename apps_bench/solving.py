@@ -97,7 +97,10 @@ async def solve_problem(
         try:
             attempt = await asyncio.wait_for(topology.solve(ctx), timeout=time_cap(topo_cfg))
         except asyncio.TimeoutError:
-            attempt = Attempt(program=None, transcript=list(ctx.transcript), stop_reason="time_limit")
+            from apps_bench.topologies.team import unanswered_error
+
+            attempt = Attempt(program=None, transcript=list(ctx.transcript), stop_reason="time_limit",
+                              error=unanswered_error(usage, time_cap(topo_cfg)))
         if not attempt.transcript:
             attempt.transcript = list(ctx.transcript)
         attempt.usage = usage

@@ -113,7 +113,16 @@ class Verdict:
 
 @dataclass
 class Usage:
-    """Counted once, at the HTTP client layer, the same way for every framework."""
+    """Counted once, at the HTTP client layer, the same way for every framework.
+
+    `model_calls` are answered calls; `failed_calls` calls that still failed after their
+    retries. Every attempt that failed (each retried one included) is in `failed_attempts`,
+    `retries` counts the re-sends, and `retried_*_tokens` what discarded replies cost (as far
+    as the server reported usage in them). `cancelled_calls` were abandoned unanswered (the
+    time cap cut them); `in_flight` is live state, the calls sent and not yet answered.
+    `calls` holds one entry per answered call: tokens, finish_reason, retries, whether
+    `tools` were sent (no timings: a record is the same whichever process solved it).
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -121,14 +130,36 @@ class Usage:
     tool_calls: int = 0
     failed_calls: int = 0
     tool_s: float = 0.0  # wall time inside python_exec (the sandbox), apart from the model's
+    failed_attempts: int = 0
+    retries: int = 0
+    retried_prompt_tokens: int = 0
+    retried_completion_tokens: int = 0
+    cancelled_calls: int = 0
+    requests_with_tools: int = 0
+    in_flight: int = 0
+    finish_reasons: dict[str, int] = field(default_factory=dict)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    COUNTERS = (
+        "prompt_tokens", "completion_tokens", "model_calls", "tool_calls", "failed_calls", "failed_attempts",
+        "retries", "retried_prompt_tokens", "retried_completion_tokens", "cancelled_calls", "requests_with_tools", "tool_s",
+    )  # fmt: skip
 
     def add(self, other: Usage) -> None:
-        for k in ("prompt_tokens", "completion_tokens", "model_calls", "tool_calls", "failed_calls", "tool_s"):
+        for k in self.COUNTERS:
             setattr(self, k, getattr(self, k) + getattr(other, k))
+        for reason, n in other.finish_reasons.items():
+            self.finish_reasons[reason] = self.finish_reasons.get(reason, 0) + n
+        self.calls.extend(other.calls)
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def length_stops(self) -> int:
+        """Answered calls the server cut at the token cap (finish_reason "length")."""
+        return self.finish_reasons.get("length", 0)
 
 
 @dataclass(frozen=True)

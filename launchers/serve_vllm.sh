@@ -12,7 +12,8 @@
 # Knobs (environment): PORT (8000), HOST (0.0.0.0), TP (tensor parallel size; default: all GPUs),
 # MAX_MODEL_LEN (32768), GPU_MEM_UTIL (0.90), TOOL_CALL_PARSER (hermes: Qwen's tool-call format),
 # API_KEY (unset: no key required; set it and export OPENAI_API_KEY=<same> for the cells),
-# MAX_NUM_SEQS (64: comfortably above a cell's concurrency=16 x team size).
+# MAX_NUM_SEQS (64: comfortably above a cell's concurrency=16 x team size), REASONING_PARSER (unset;
+# qwen3 when Qwen's thinking is turned on).
 # The seed of every request is honoured (cells pass it), so runs are reproducible per seed.
 set -euo pipefail
 
@@ -44,6 +45,9 @@ args=(serve "$MODEL"
   --enable-auto-tool-choice --tool-call-parser "${TOOL_CALL_PARSER:-hermes}"
   --generation-config vllm)
 if [ -n "${API_KEY:-}" ]; then args+=(--api-key "$API_KEY"); fi
+# Thinking on (model.extra_body.chat_template_kwargs.enable_thinking=true): REASONING_PARSER=qwen3 moves
+# the <think> text out of `content` (into `reasoning`), so program extraction never reads the thinking.
+if [ -n "${REASONING_PARSER:-}" ]; then args+=(--reasoning-parser "$REASONING_PARSER"); fi
 
 echo "serving $MODEL on $HOST:$PORT (tp=$TP). For the cells:" >&2
 echo "  export VLLM_BASE_URL=http://$(hostname -f 2>/dev/null || hostname):$PORT/v1 MODEL_ID=$MODEL" >&2

@@ -311,12 +311,13 @@ def test_decentralized_openai_votes_over_wrong_answers(problems, pool, judge) ->
 @pytest.mark.parametrize("topology", ["sequential_crewai", "centralized_autogen", "decentralized_openai"])
 def test_wall_clock_limit_keeps_what_exists(topology: str, problems, pool) -> None:
     """A slow model and a short per-problem limit: the attempt ends with stop_reason
-    time_limit (not an error), keeps the turns made so far, and submits their program."""
+    time_limit, keeps the turns made so far, and submits their program. The limit falls while
+    a 400 ms call is unanswered, so the endpoint ran out the clock: an infrastructure error."""
     cfg = compose(f"topology={topology}", "topology.time_limit_s=1.0").topology
     model_cfg, endpoint = _endpoint(problems[:1], latency_ms=400)
     with endpoint as ep:
         attempt, served = solve(cfg, problems[0], ep, model_cfg, pool)
-    assert attempt.stop_reason == "time_limit" and attempt.error is None
+    assert attempt.stop_reason == "time_limit" and "did not answer" in (attempt.error or ""), attempt.error
     assert any(e.kind == "note" and "limit" in e.content.lower() for e in attempt.transcript)
     replies = [e for e in attempt.transcript if e.kind == "reply" and "```python" in e.content]
     if attempt.program is not None:

@@ -155,8 +155,10 @@ def test_single_step_cap_and_time_limit_end_with_what_exists(problems, pool, jud
     slow = run_cell(
         cell("single", "model.latency_ms=400", "topology.time_limit_s=0.6"), problems[:1], pool, judge
     )[0]
-    assert slow.attempt.stop_reason == "time_limit" and slow.attempt.error is None
-    assert slow.usage.model_calls <= 2
+    # the cap fell while the second call (400 ms) was still unanswered: the endpoint ran out the
+    # clock, not the team, so it is infrastructure (retried on the next run), not a wrong answer
+    assert slow.attempt.stop_reason == "time_limit" and "did not answer" in (slow.attempt.error or "")
+    assert slow.usage.model_calls <= 2 and slow.usage.cancelled_calls == 1
 
 
 def test_model_outage_is_an_error_not_a_wrong_answer(problems, pool, judge):

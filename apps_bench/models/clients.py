@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from apps_bench.models.endpoint import cfg_value
 from apps_bench.models.retrying import RetryPolicy
+from apps_bench.models.slots import EndpointSlots
 
 if TYPE_CHECKING:  # pragma: no cover
     from apps_bench.models.endpoint import Endpoint
@@ -80,9 +81,12 @@ class ModelClients:
         self.usage = usage
         self.headers = dict(headers or {})
         self.flavour = flavour
+        capacity = int(cfg_value(model_cfg, "max_concurrency", 0))
         self.policy = RetryPolicy(
             max_retries=int(cfg_value(model_cfg, "max_retries")),
             backoff_s=float(cfg_value(model_cfg, "retry_backoff_s")),
+            retry_timeouts=bool(cfg_value(model_cfg, "retry_timeouts", True)),
+            slots=EndpointSlots(endpoint.base_url, capacity) if capacity > 0 else None,
         )
         self.timeout_s = float(cfg_value(model_cfg, "request_timeout_s"))
         self.temperature = float(cfg_value(model_cfg, "temperature"))

@@ -2,7 +2,8 @@
 
 `open_endpoint(model_cfg, problems)` is a context manager. For the `gold` provider it
 starts the built-in server on 127.0.0.1 (a free port) for the cell's problems and stops
-it afterwards. For `openai` providers (vLLM, any OpenAI-compatible server) it reads the
+it afterwards; for `local`, llama-cpp-python's server with a small real model (local.py),
+the same way. For `openai` providers (vLLM, any OpenAI-compatible server) it reads the
 API key from the env var named by `api_key_env` and probes `GET /models` with a short
 timeout, so an unreachable endpoint or an unknown model id fails now, with a message
 naming the setting to change, instead of fifty timeouts later.
@@ -39,9 +40,9 @@ class Endpoint:
     base_url: str  # ends with /v1
     model_id: str
     api_key: str = field(repr=False)  # never logged
-    provider: str = "openai"  # gold | openai
+    provider: str = "openai"  # gold | local | openai
     served_models: tuple[str, ...] = ()
-    server: Any = field(default=None, repr=False, compare=False)  # the GoldServer, for gold
+    server: Any = field(default=None, repr=False, compare=False)  # the GoldServer (gold) or LocalServer (local)
 
     @property
     def is_gold(self) -> bool:
@@ -93,8 +94,23 @@ def open_endpoint(model_cfg: Any, problems: Iterable[Any] = ()) -> Iterator[Endp
         finally:
             server.stop()
         return
-    if provider not in ("gold", "openai"):
-        raise ModelEndpointError(f"unknown model.provider {provider!r}: use 'gold' (built-in) or 'openai' (any OpenAI-compatible endpoint)")
+    if provider == "local" and not _get(model_cfg, "base_url", None):
+        from apps_bench.models.local import LocalModelError, server_for
+
+        try:
+            local = server_for(model_cfg).start()
+        except LocalModelError as exc:
+            raise ModelEndpointError(str(exc)) from None
+        try:
+            yield Endpoint(local.base_url, local.model_id, PLACEHOLDER_KEY, "local", (local.model_id,), local)
+        finally:
+            local.stop()
+        return
+    if provider not in ("gold", "openai", "local"):
+        raise ModelEndpointError(
+            f"unknown model.provider {provider!r}: use 'gold' (built-in), 'local' (a small real LLM started "
+            "here) or 'openai' (any OpenAI-compatible endpoint)"
+        )
     yield resolve_remote(model_cfg)
 
 

@@ -6,9 +6,12 @@ streamed calls or double-count shared LLMs) gives the same numbers for all four.
 
 The stack of one metered client, outermost first:
 
-    MeteredTransport   counts once per logical model call: model_calls + usage on
-                       success, failed_calls when the call still fails
-    RetryingTransport  (retrying.py) retries 429 / 5xx / timeouts / malformed bodies
+    MeteredTransport   puts the request in the one wire form (wire.py); counts once per
+                       logical model call: model_calls, tokens, finish_reason on success,
+                       failed_calls when the call still fails, cancelled_calls when it
+                       was abandoned unanswered; `in_flight` while it is out
+    RetryingTransport  (retrying.py) retries 429 / 5xx / timeouts / malformed bodies,
+                       counting each re-send; holds a request slot (slots.py) per attempt
     HTTPTransport      the real network
 
 openai 3.x accepts either an `httpx2` or a legacy `httpx` client (it checks both
@@ -26,6 +29,9 @@ import json
 import logging
 import threading
 from typing import TYPE_CHECKING, Any, Iterator
+
+from apps_bench.models.wire import ensure_stream_usage  # noqa: F401 - part of this module's API
+from apps_bench.models.wire import RequestInfo, finish_reason, prepare_request
 
 if TYPE_CHECKING:  # pragma: no cover
     from apps_bench.models.retrying import RetryPolicy
@@ -88,23 +94,67 @@ def _tokens(usage: Any) -> tuple[int, int]:
     return int(prompt), int(completion)
 
 
-def record(usage: Usage, *, ok: bool, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+def record(
+    usage: Usage,
+    *,
+    ok: bool,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
+    finish_reason: str = "",
+    retries: int = 0,
+    has_tools: bool = False,
+    cancelled: bool = False,
+) -> None:
+    """Count one logical model call (after its retries); ends its `in_flight` count."""
     with _USAGE_LOCK:
-        if ok:
+        usage.in_flight = max(0, usage.in_flight - 1)
+        if has_tools:
+            usage.requests_with_tools += 1
+        if cancelled:
+            usage.cancelled_calls += 1
+        elif ok:
             usage.model_calls += 1
             usage.prompt_tokens += prompt_tokens
             usage.completion_tokens += completion_tokens
+            reason = finish_reason or "unknown"
+            usage.finish_reasons[reason] = usage.finish_reasons.get(reason, 0) + 1
+            usage.calls.append({
+                "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "finish_reason": reason,
+                "retries": retries, "tools": has_tools,
+            })  # fmt: skip
         else:
             usage.failed_calls += 1
+            usage.failed_attempts += 1  # the last attempt; retried ones are counted by record_retry
+
+
+def record_retry(usage: Usage | None, *, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+    """A failed attempt that is being re-sent (and what the discarded reply cost, if it said)."""
+    if usage is None:
+        return
+    with _USAGE_LOCK:
+        usage.retries += 1
+        usage.failed_attempts += 1
+        usage.retried_prompt_tokens += prompt_tokens
+        usage.retried_completion_tokens += completion_tokens
+
+
+def _sent(usage: Usage) -> None:
+    with _USAGE_LOCK:
+        usage.in_flight += 1
+
+
+RETRIES_KEY = "apps_bench_retries"  # response extension: how many re-sends the call needed
 
 
 class _Counter:
     """Collects a response's bytes and records it exactly once, when the stream closes."""
 
-    def __init__(self, usage: Usage, status: int, content_type: str) -> None:
+    def __init__(self, usage: Usage, response: Any, info: RequestInfo) -> None:
         self.usage = usage
-        self.status = status
-        self.content_type = content_type
+        self.status = response.status_code
+        self.content_type = response.headers.get("content-type", "")
+        self.retries = int(response.extensions.get(RETRIES_KEY, 0) or 0)
+        self.info = info
         self.chunks: list[bytes] = []
         self.done = False
 
@@ -116,49 +166,41 @@ class _Counter:
         if self.done:
             return
         self.done = True
+        common = dict(retries=self.retries, has_tools=self.info.has_tools)
         if self.status >= 400:
-            record(self.usage, ok=False)
+            record(self.usage, ok=False, **common)
             return
-        ok, p, c = parse_usage(b"".join(self.chunks), self.content_type)
-        record(self.usage, ok=ok, prompt_tokens=p, completion_tokens=c)
+        body = b"".join(self.chunks)
+        ok, p, c = parse_usage(body, self.content_type)
+        record(self.usage, ok=ok, prompt_tokens=p, completion_tokens=c,
+               finish_reason=finish_reason(body, self.content_type) if ok else "", **common)
         self.chunks = []
 
 
-def ensure_stream_usage(content: bytes) -> bytes | None:
-    """Ask a streaming chat request for its usage chunk (vLLM sends it only when asked).
-
-    Returns the rewritten body, or None when nothing needs to change.
-    """
-    try:
-        body = json.loads(content)
-    except ValueError:
-        return None
-    if not isinstance(body, dict) or not body.get("stream"):
-        return None
-    opts = body.get("stream_options") or {}
-    if opts.get("include_usage"):
-        return None
-    body["stream_options"] = {**opts, "include_usage": True}
-    return json.dumps(body).encode()
-
-
-def _rewrite(mod: Any, request: Any) -> Any:
+def _rewrite(mod: Any, request: Any) -> tuple[Any, RequestInfo]:
     """The model request as sent: uncompressed replies (so bodies can be read for usage),
-    and `stream_options.include_usage` set when it streams without it."""
+    and the one wire form of its body (wire.prepare_request)."""
     try:
         content = request.content
     except Exception:  # a streamed request body (no SDK sends one): leave it alone
-        return request
-    new = ensure_stream_usage(content) if content else None
+        return request, RequestInfo()
+    new, info = prepare_request(content) if content else (None, RequestInfo())
     if new is None and request.headers.get("accept-encoding", "identity") == "identity":
-        return request
+        return request, info
     drop = {"content-length", "accept-encoding"} if new is not None else {"accept-encoding"}
     headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() not in drop]
     headers.append(("Accept-Encoding", "identity"))
     return mod.Request(
         request.method, request.url, headers=headers, content=new if new is not None else content,
         extensions=request.extensions,
-    )
+    ), info
+
+
+def _failed(usage: Usage, exc: BaseException, info: RequestInfo) -> None:
+    """A call that raised: failed after its retries, or (cancellation) abandoned unanswered."""
+    import asyncio
+
+    record(usage, ok=False, has_tools=info.has_tools, cancelled=isinstance(exc, asyncio.CancelledError))
 
 
 def transport_classes(mod: Any) -> tuple[type, type]:
@@ -208,13 +250,14 @@ def transport_classes(mod: Any) -> tuple[type, type]:
         def handle_request(self, request: Any) -> Any:
             if not is_model_call(request.method, request.url.path):
                 return self.inner.handle_request(request)
-            request = _rewrite(mod, request)
+            request, info = _rewrite(mod, request)
+            _sent(self.usage)
             try:
                 response = self.inner.handle_request(request)
-            except Exception:
-                record(self.usage, ok=False)
+            except BaseException as exc:
+                _failed(self.usage, exc, info)
                 raise
-            counter = _Counter(self.usage, response.status_code, response.headers.get("content-type", ""))
+            counter = _Counter(self.usage, response, info)
             return mod.Response(
                 response.status_code,
                 headers=response.headers,
@@ -234,13 +277,14 @@ def transport_classes(mod: Any) -> tuple[type, type]:
         async def handle_async_request(self, request: Any) -> Any:
             if not is_model_call(request.method, request.url.path):
                 return await self.inner.handle_async_request(request)
-            request = _rewrite(mod, request)
+            request, info = _rewrite(mod, request)
+            _sent(self.usage)
             try:
                 response = await self.inner.handle_async_request(request)
-            except Exception:
-                record(self.usage, ok=False)
+            except BaseException as exc:
+                _failed(self.usage, exc, info)
                 raise
-            counter = _Counter(self.usage, response.status_code, response.headers.get("content-type", ""))
+            counter = _Counter(self.usage, response, info)
             return mod.Response(
                 response.status_code,
                 headers=response.headers,
@@ -397,6 +441,6 @@ def metered_client(
         cls = mod.AsyncHTTPTransport if asynchronous else mod.HTTPTransport
         pool = cls(limits=limits, verify=_ssl_context(mod), proxy=proxy)
     if asynchronous:
-        return mod.AsyncClient(transport=async_metered(async_retry(pool, policy), usage), timeout=timeout, headers=headers)
-    return mod.Client(transport=sync_metered(sync_retry(pool, policy), usage), timeout=timeout, headers=headers)
+        return mod.AsyncClient(transport=async_metered(async_retry(pool, policy, usage), usage), timeout=timeout, headers=headers)
+    return mod.Client(transport=sync_metered(sync_retry(pool, policy, usage), usage), timeout=timeout, headers=headers)
 

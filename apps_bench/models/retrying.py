@@ -3,20 +3,28 @@
 The SDKs' own retry loops differ (and none retries a 200 with a broken body), so the
 clients we build pass `max_retries=0` to the SDK and retry here instead: on 429, any
 5xx, timeouts and other transport errors (connection refused, connection dropped),
-and on a 2xx model response whose body is not well-formed JSON / SSE. A model
-response is read whole before it is handed up (so a broken body can still be
-retried); the caller still sees a normal (streamed) response.
+and on a 2xx model response whose body is not well-formed JSON / SSE (out of
+retries, that one is handed up as a 502, so every SDK raises its own API error).
+A model response is read whole before it is handed up (so a broken body can still
+be retried); the caller still sees a normal (streamed) response. Every re-send and
+what the discarded reply cost go into the problem's Usage (`retries`,
+`failed_attempts`, `retried_*_tokens`); a timed-out request is not re-sent when
+`retry_timeouts` is off, and with `slots` each attempt holds a request slot
+(slots.py) while it is on the wire, so its timeout never runs in a server's queue.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import random
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from apps_bench.models.metering import is_model_call, parse_usage
+from apps_bench.models.metering import RETRIES_KEY, is_model_call, parse_usage, record_retry
+from apps_bench.models.wire import normalize_reply
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +34,10 @@ class RetryPolicy:
     max_retries: int = 2  # retries after the first attempt
     backoff_s: float = 1.0  # first delay; doubles per retry
     max_backoff_s: float = 30.0
+    # False for a server that keeps running a request its client gave up on (llama-cpp-python):
+    # re-sending a timed-out request there doubles the work; it fails instead.
+    retry_timeouts: bool = True
+    slots: Any = None  # slots.EndpointSlots: at most its capacity of requests on the wire at once
 
     def delay(self, attempt: int, retry_after: str | None = None) -> float:
         base = min(self.backoff_s * (2**attempt), self.max_backoff_s)
@@ -35,6 +47,9 @@ class RetryPolicy:
             except ValueError:
                 pass
         return base * (0.5 + random.random() / 2)  # jitter: 16 problems in flight must not retry in lockstep
+
+
+MALFORMED = "malformed response body"
 
 
 def _retryable_status(status: int) -> bool:
@@ -48,8 +63,26 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
         return cached
     errors = (mod.TransportError,)  # timeouts, connect errors, dropped connections
 
-    def rebuild(response: Any, body: bytes) -> Any:
-        return mod.Response(response.status_code, headers=response.headers, content=body, extensions=response.extensions)
+    def rebuild(response: Any, body: bytes, attempt: int) -> Any:
+        body = normalize_reply(body, response.headers.get("content-type", "")) if response.status_code < 300 else body
+        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() != "content-length"]
+        return mod.Response(response.status_code, headers=headers, content=body,
+                            extensions={**response.extensions, RETRIES_KEY: attempt})
+
+    def broken(response: Any, attempt: int) -> Any:
+        """A 2xx whose body does not parse, out of retries: a 502, so every SDK raises its API error
+        (each would otherwise fail in its own JSON parser, outside its error types)."""
+        body = json.dumps({"error": {"message": "malformed response body from the model server (after retries)",
+                                     "type": "bad_gateway", "code": 502}}).encode()
+        return mod.Response(502, headers=[("content-type", "application/json")], content=body,
+                            extensions={**response.extensions, RETRIES_KEY: attempt})
+
+    def give_up(policy: RetryPolicy, attempt: int, exc: BaseException) -> bool:
+        return attempt >= policy.max_retries or (isinstance(exc, mod.TimeoutException) and not policy.retry_timeouts)
+
+    def discarded(usage: Any, response: Any, body: bytes) -> None:
+        _, p, c = parse_usage(body, response.headers.get("content-type", "")) if response is not None else (0, 0, 0)
+        record_retry(usage, prompt_tokens=p, completion_tokens=c)
 
     def judge(response: Any, body: bytes) -> str | None:
         """Why this response should be retried, or None to hand it up."""
@@ -58,12 +91,20 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
         if 200 <= response.status_code < 300:
             ok, _, _ = parse_usage(body, response.headers.get("content-type", ""))
             if not ok:
-                return "malformed response body"
+                return MALFORMED
         return None
 
     class RetryingTransport(mod.BaseTransport):
-        def __init__(self, inner: Any, policy: RetryPolicy) -> None:
-            self.inner, self.policy = inner, policy
+        def __init__(self, inner: Any, policy: RetryPolicy, usage: Any = None) -> None:
+            self.inner, self.policy, self.usage = inner, policy, usage
+
+        def send(self, request: Any) -> tuple[Any, bytes]:
+            with self.policy.slots.hold() if self.policy.slots is not None else contextlib.nullcontext():
+                response = self.inner.handle_request(request)
+                try:
+                    return response, b"".join(response.stream)
+                finally:
+                    response.stream.close()
 
         def handle_request(self, request: Any) -> Any:
             if not is_model_call(request.method, request.url.path):
@@ -71,21 +112,19 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
             attempt = 0
             while True:
                 retry_after = None
+                response, body = None, b""
                 try:
-                    response = self.inner.handle_request(request)
-                    try:
-                        body = b"".join(response.stream)
-                    finally:
-                        response.stream.close()
+                    response, body = self.send(request)
                 except errors as exc:
-                    if attempt >= self.policy.max_retries:
+                    if give_up(self.policy, attempt, exc):
                         raise
                     reason = f"{type(exc).__name__}: {exc}"
                 else:
                     reason = judge(response, body)
                     if reason is None or attempt >= self.policy.max_retries:
-                        return rebuild(response, body)
+                        return broken(response, attempt) if reason == MALFORMED else rebuild(response, body, attempt)
                     retry_after = response.headers.get("retry-after")
+                discarded(self.usage, response, body)
                 delay = self.policy.delay(attempt, retry_after)
                 log.warning("model call failed (%s); retry %d/%d in %.2fs", reason, attempt + 1, self.policy.max_retries, delay)
                 time.sleep(delay)
@@ -95,8 +134,16 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
             self.inner.close()
 
     class AsyncRetryingTransport(mod.AsyncBaseTransport):
-        def __init__(self, inner: Any, policy: RetryPolicy) -> None:
-            self.inner, self.policy = inner, policy
+        def __init__(self, inner: Any, policy: RetryPolicy, usage: Any = None) -> None:
+            self.inner, self.policy, self.usage = inner, policy, usage
+
+        async def send(self, request: Any) -> tuple[Any, bytes]:
+            async with self.policy.slots.ahold() if self.policy.slots is not None else contextlib.nullcontext():
+                response = await self.inner.handle_async_request(request)
+                try:
+                    return response, b"".join([chunk async for chunk in response.stream])
+                finally:
+                    await response.stream.aclose()
 
         async def handle_async_request(self, request: Any) -> Any:
             if not is_model_call(request.method, request.url.path):
@@ -104,21 +151,19 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
             attempt = 0
             while True:
                 retry_after = None
+                response, body = None, b""
                 try:
-                    response = await self.inner.handle_async_request(request)
-                    try:
-                        body = b"".join([chunk async for chunk in response.stream])
-                    finally:
-                        await response.stream.aclose()
+                    response, body = await self.send(request)
                 except errors as exc:
-                    if attempt >= self.policy.max_retries:
+                    if give_up(self.policy, attempt, exc):
                         raise
                     reason = f"{type(exc).__name__}: {exc}"
                 else:
                     reason = judge(response, body)
                     if reason is None or attempt >= self.policy.max_retries:
-                        return rebuild(response, body)
+                        return broken(response, attempt) if reason == MALFORMED else rebuild(response, body, attempt)
                     retry_after = response.headers.get("retry-after")
+                discarded(self.usage, response, body)
                 delay = self.policy.delay(attempt, retry_after)
                 log.warning("model call failed (%s); retry %d/%d in %.2fs", reason, attempt + 1, self.policy.max_retries, delay)
                 import asyncio  # lazily: keeps `import apps_bench.models` light
@@ -134,3 +179,4 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
 
 
 _CLASSES: dict[str, tuple[type, type]] = {}
+

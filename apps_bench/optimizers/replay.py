@@ -159,8 +159,11 @@ class ReplayProxy:
                 if status == 200 and _well_formed(data, ctype):  # a malformed answer is a fault to retry, not to replay
                     entry = {"status": status, "content_type": ctype, "body": data.decode("latin-1"), "rollout": rollout}
                     self.cache.put(key, entry, kind="model_call")
-        h.send_response(status)
-        h.send_header("Content-Type", ctype)
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        h.wfile.write(data)
+        try:
+            h.send_response(status)
+            h.send_header("Content-Type", ctype)
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (its timeout): nobody to answer
+            h.close_connection = True

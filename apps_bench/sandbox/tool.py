@@ -9,6 +9,7 @@ a fresh interpreter state (a fresh contained child), and is counted in
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -44,6 +45,17 @@ def format_exec_result(r: ExecResult, timeout_s: float) -> str:
     if r.stderr:
         parts += ["--- stderr ---", r.stderr]
     return "\n".join(parts)
+
+
+def compile_message(code: str) -> str:
+    """The SyntaxError (or other compile failure) text Python prints for `code`; compiled, never run."""
+    import traceback
+
+    try:
+        compile(code, "solution.py", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+    return "the program did not compile"
 
 
 class PythonExecTool:
@@ -91,7 +103,11 @@ class PythonExecTool:
 
     def __call__(self, code: str, stdin: str = "") -> str:
         r = self.run(code, stdin)
-        return r if isinstance(r, str) else format_exec_result(r, self.timeout_s)
+        if isinstance(r, str):
+            return r
+        if r.status == "compile_error" and not r.stderr:  # the sandbox reports no text for it
+            r = dataclasses.replace(r, stderr=compile_message(code))
+        return format_exec_result(r, self.timeout_s)
 
     async def acall(self, code: str, stdin: str = "") -> str:
         return await asyncio.to_thread(self.__call__, code, stdin)

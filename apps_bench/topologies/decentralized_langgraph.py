@@ -2,7 +2,7 @@
 
 Round 0: every peer answers alone. Round r > 0: every peer sees its own and the others'
 round r-1 answers and may revise. Peers of a round run concurrently, each with its own
-seed. The submission is the most common program among the peers' final answers.
+seed. The submission is the most common program among the peers' latest programs (team.final_candidates).
 """
 
 from __future__ import annotations

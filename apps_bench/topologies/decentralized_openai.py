@@ -5,7 +5,7 @@ N debaters x R rounds. Round 0: every debater solves alone. Each later round: ev
 debater sees its own and the other debaters' previous answers (messages.debate_input,
 the same text the LangGraph sibling sends) and may revise. Debaters of a round run
 concurrently (asyncio.gather), each with its own seed (agent_seed). The team submits
-the most common program among the final answers (vote.py).
+the most common program among the debaters' latest programs (team.final_candidates, vote.py).
 
 Each turn is a hand-written chat-completions tool loop with `python_exec` as a function
 tool (for the roles in `tool_roles`), with the LangGraph loop's rules: at most
@@ -58,7 +58,7 @@ class DecentralizedOpenAI(FlowRunner):
             await client.close()
 
     def finish(self, ctx: SolveContext, team: Team) -> Attempt:
-        # Each agent's candidate: its last turn that replied (a round cut by the clock keeps what exists).
+        # Each agent's candidate: its latest program, from any round (a round cut by the clock keeps what exists).
         candidates = final_candidates(team, team.data.get("agents", agent_names(ctx.roles)))
         vote, program = most_common_program(candidates)
         return team.attempt(program, candidates=candidates, vote=vote, rounds=team.data.get("rounds", 0))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Awaitable, Sequence
+from typing import Any, Awaitable, Sequence
 
 from apps_bench.topologies.base import SolveContext
 from apps_bench.types import Attempt, Candidate, Vote
@@ -143,9 +143,32 @@ async def run_guarded(ctx: SolveContext, team: Team, flow: Awaitable[object]) ->
     finally:
         if asyncio.iscoroutine(flow):
             flow.close()  # never-started coroutine (time already up): no "never awaited" warning
+    if team.stop_reason == "time_limit" and team.error is None:
+        team.error = unanswered_error(ctx.usage, float(ctx.config.time_limit_s))
+        if team.error:
+            ctx.log("team", "team", "note", team.error)
     for turn in team.turns:
         if turn.stop_reason == "running":
             turn.stop_reason = team.stop_reason if team.stop_reason != "done" else "done"
+
+
+def unanswered_error(usage: Any, limit_s: float) -> str | None:
+    """Why a problem that hit its time cap is infrastructure, not a wrong answer (None if it is not).
+
+    The model endpoint, not the team, ran out the clock when, at the cap, a model call the
+    problem made was still unanswered (in flight, or cancelled by the cap itself), or when
+    no call had been answered at all. A cap that falls between answered calls (the team
+    talked or ran tools too long) is the team's result and is scored.
+    """
+    unanswered = int(getattr(usage, "in_flight", 0)) + int(getattr(usage, "cancelled_calls", 0))
+    if unanswered:
+        return (
+            f"model endpoint did not answer: the {limit_s:g}s time cap was reached with {unanswered} model "
+            f"call(s) unanswered ({usage.model_calls} answered) - infrastructure, retried on the next run"
+        )
+    if not usage.model_calls:
+        return f"model endpoint did not answer: the {limit_s:g}s time cap was reached before any model call was answered"
+    return None
 
 
 class FlowRunner:
@@ -180,9 +203,14 @@ def agent_names(roles: Sequence[str]) -> list[str]:
 
 
 def final_candidates(team: Team, agents: Sequence[str]) -> list[Candidate]:
-    """Each agent's candidate, in agent order: the program of its last turn that replied."""
+    """Each agent's candidate, in agent order: the program of its latest turn that held one.
+
+    The vote counts one program per agent, its most recent: a debater whose last-round reply
+    has no code ("I keep my answer") still stands by the program it wrote in an earlier round,
+    so that program votes, not nothing. An agent that never wrote code does not vote.
+    """
     out = []
     for name in agents:
-        turns = [t for t in team.turns if t.agent == name and t.reply.strip()]
-        out.append(Candidate(name, turns[-1].program if turns else None))
+        programs = [t.program for t in team.turns if t.agent == name and t.program]
+        out.append(Candidate(name, programs[-1] if programs else None))
     return out

