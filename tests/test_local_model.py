@@ -361,10 +361,11 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
 
 # Known open: a centralized AutoGen tester offered python_exec makes llama-cpp-python generate the
 # call's arguments under a JSON-schema grammar, >5 min for one request on a loaded core (README,
-# "model=local, per topology"). Expected to fail until that is solved; capped so CI stays short.
+# "model=local, per topology"). Known to fail until that is solved: listed, not run (a run costs CI
+# up to 20 minutes to learn what is already known); run it by hand with `--runxfail`.
 AUTOGEN_OPEN = pytest.param(
     "centralized_autogen",
-    marks=[pytest.mark.xfail(reason="grammar-constrained tool-call arguments too slow on one core (open)", strict=False),
+    marks=[pytest.mark.xfail(reason="grammar-constrained tool-call arguments too slow on one core (open)", run=False),
            pytest.mark.timeout(1300)],
 )
 
