@@ -193,15 +193,15 @@ def grid_refusal(cell: Cell, grid: Mapping[str, Any]) -> str | None:
 
 
 def guard(cfg: Any) -> Cell:
-    """Check the cell's settings (validate.py), resolve it, and refuse it if it lies outside
-    the grid (unless allow_any_cell). Both refusals come before anything of the cell exists."""
+    """Resolve the cell, refuse it if it lies outside the grid (unless allow_any_cell), then
+    check its settings (validate.py). Both refusals come before anything of the cell exists."""
     from apps_bench.validate import check_settings
 
     data = _as_container(cfg)
-    check_settings(data)
     cell = resolve_cell(data)
     if not data.get("allow_any_cell", False):
         why = grid_refusal(cell, data.get("grid") or {})
         if why:
             raise CellRefused(why)
+    check_settings(data)
     return cell

@@ -23,7 +23,6 @@ from typing import Any, Mapping
 
 from apps_bench.cell import Cell, guard
 from apps_bench.validate import InvalidSettings, empty_selection
-from apps_bench.topologies.tool_use import tool_calls_by_role, tool_protocol, tool_warnings
 from apps_bench.tracking.records import (
     CELL,
     CONFIG,
@@ -90,6 +89,8 @@ def make_record(
     judge_s: float,
     solver: str = "main",
 ) -> dict[str, Any]:
+    from apps_bench.topologies.tool_use import tool_calls_by_role
+
     program = getattr(attempt, "program", None)
     vote = getattr(attempt, "vote", None)
     return {
@@ -683,6 +684,8 @@ def run_cell(cfg: Any) -> CellResult:
     summary["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
     summary["run"] = {"concurrency": int(data["concurrency"]), "processes": str(data["processes"]), "solvers": solvers}
     summary["cell"] = {"key": cell.key, "name": cell.name, **cell.axes(), "model_label": cell.model_label}
+    from apps_bench.topologies.tool_use import tool_protocol, tool_warnings  # not at import: re-scoring loads no topology
+
     summary["tool_protocol"] = tool_protocol(records)
     summary["warnings"] = tool_warnings(records, data["topology"], data["model"])
     summary["dataset"] = {"source": loaded.source, "revision": loaded.revision}

@@ -54,7 +54,8 @@ def test_bad_processes_setting_fails_the_cell_with_its_fix(tmp_path: Path, mlflo
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     r = run_cli(["processes=lots", "progress=false"], tmp_path)
     assert r.returncode == 2
-    assert "processes must be 'auto' or a positive integer, got 'lots'" in r.stderr
+    assert "processes=lots: auto (one per CPU core) or a whole number >= 1. Fix: processes=auto" in r.stderr
+    assert not (tmp_path / "outputs" / "cells").exists()
 
 
 def test_a_helper_holds_no_pipe_of_the_main_process():

@@ -58,7 +58,7 @@ CASES = {
     ),
     "zero time limit": (["topology.time_limit_s=0"], ["topology.time_limit_s=0", "seconds > 0", "Fix: topology.time_limit_s="]),
     "gold knob on a real model": (
-        ["model=openai", "model.latency_ms=50", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m"],
+        ["model=openai", "model.latency_ms=50", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m", "allow_any_cell=true"],
         ["model.latency_ms=50", "only model=gold", "would ignore it"],
     ),
     "rounds on a flow without rounds": (["topology.rounds=3"], ["topology.rounds=3", "only the decentralized"]),
