@@ -339,10 +339,10 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
     """Without chat_format the server renders SmolLM2's own template, which drops `tools`:
     the solver never calls python_exec, and the cell's summary warns about it."""
     from apps_bench.models import open_endpoint
-    from apps_bench.pipeline import tool_calls_by_role, usage_record
+    from apps_bench.pipeline import usage_record
     from apps_bench.solving import solve_problem
     from apps_bench.topologies.registry import get_topology
-    from apps_bench.topologies.tool_use import tool_warnings
+    from apps_bench.topologies.tool_use import tool_calls_by_role, tool_warnings
 
     c = cfg("model.chat_format=null", "model.max_tokens=48", "topology.max_steps=2")
     with open_endpoint(c.model) as ep:
