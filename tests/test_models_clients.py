@@ -358,7 +358,7 @@ def test_aclose_closes_every_http_client_it_built(gold):
 
 
 def test_proxy_from_environment_except_loopback_and_no_proxy(monkeypatch):
-    from apps_bench.models.metering import proxy_for
+    from apps_bench.models.client_stack import proxy_for
 
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
     monkeypatch.setenv("https_proxy", "http://proxy.internal:3128")
@@ -428,7 +428,7 @@ class _CountingServer:
 
 @pytest.mark.parametrize("shared", [True, False])
 def test_shared_connections_keep_usage_apart_and_reuse_one_connection(shared: bool):
-    from apps_bench.models.metering import SharedConnections
+    from apps_bench.models.client_stack import SharedConnections
 
     server = _CountingServer()
     ep = Endpoint(base_url=server.url, model_id="m", api_key="k", provider="openai")

@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from conftest import compose_cell
 from omegaconf import OmegaConf
 
-from apps_bench.config import TopologyConfig, register_configs
+from apps_bench.config import TopologyConfig
+from apps_bench.models.clients import MissingFrameworkError
 from apps_bench.topologies.context import as_topology_config
 from apps_bench.topologies.prompts import TopologyConfigError, declared_roles, load_prompts, roles_for
-from apps_bench.topologies.registry import RUNNERS, FrameworkMissing, get_topology
+from apps_bench.topologies.registry import RUNNERS, get_topology
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 LANGGRAPH = ["single", "independent", "sequential_langgraph", "centralized_langgraph", "decentralized_langgraph"]
@@ -28,10 +29,7 @@ SIBLINGS = {
 
 @functools.lru_cache(maxsize=None)
 def _composed(name: str, overrides: tuple[str, ...]):
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("config", overrides=[f"topology={name}", "allow_any_cell=true", *overrides])
-    return cfg.topology
+    return compose_cell(f"topology={name}", "allow_any_cell=true", *overrides).topology
 
 
 def topology(name: str, *overrides: str):
@@ -149,7 +147,7 @@ def test_missing_framework_names_the_install_command(monkeypatch, name, module, 
         if mod == module or mod.startswith(module + "."):
             monkeypatch.delitem(sys.modules, mod)
     monkeypatch.setitem(sys.modules, module, None)  # what Python does for a package that is absent
-    with pytest.raises(FrameworkMissing) as err:
+    with pytest.raises(MissingFrameworkError) as err:
         get_topology(cfg)
     assert command in str(err.value) and name in str(err.value)
 

@@ -1,7 +1,7 @@
 """One place that turns (endpoint, model config) into a client for each framework.
 
 Every client built here talks through a metered, retrying HTTP client
-(`metering.metered_client`), so a problem's tokens and calls land in its `Usage`
+(`client_stack.metered_client`), so a problem's tokens and calls land in its `Usage`
 the same way whichever framework made the call, and every framework retries
 alike. The SDKs are therefore built with `max_retries=0`: retries happen once, at
 the transport, with `model.max_retries` and `model.retry_backoff_s`.
@@ -74,7 +74,7 @@ class ModelClients:
         flavour: str = "httpx2",
         shared: Any = None,
     ) -> None:
-        """`shared`: a `metering.SharedConnections` whose pools the clients send through."""
+        """`shared`: a `client_stack.SharedConnections` whose pools the clients send through."""
         self.endpoint = endpoint
         self.shared = shared
         self.cfg = model_cfg
@@ -98,7 +98,7 @@ class ModelClients:
 
     def http_client(self, asynchronous: bool = False, flavour: str | None = None) -> Any:
         """A fresh metered + retrying httpx2 (default) client; openai 3.x accepts httpx2 and httpx."""
-        from apps_bench.models.metering import metered_client
+        from apps_bench.models.client_stack import metered_client
 
         client = metered_client(
             self.usage,

@@ -10,6 +10,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from apps_bench.models.clients import MissingFrameworkError
 from apps_bench.topologies.base import Topology
 from apps_bench.topologies.prompts import TopologyConfigError, cfg_get
 
@@ -36,8 +37,8 @@ RUNNERS: dict[str, RunnerSpec] = {
 }
 
 # What every runner's first problem would import lazily: framing and extraction, and the
-# connection stack of our httpx2 clients (models/clients.py). Imported with the framework,
-# before helpers fork, so that no solving process pays for it during its first problems.
+# connection stack of our httpx2 clients (models/clients.py). Imported with the framework
+# (in the forkserver, before workers fork), so no solving process pays for it mid-cell.
 FIRST_PROBLEM = ("apps_bench.task.prompt", "apps_bench.task.extract", "httpcore2", "h11", "anyio._backends._asyncio", "truststore")
 
 # framework -> (modules it needs, imported at cell start; the pip command that installs them)
@@ -54,22 +55,29 @@ FRAMEWORKS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-class FrameworkMissing(ImportError):
-    """The topology's framework is not installed; the message names the install command."""
+def _missing(framework: str, topology: str, why: str) -> MissingFrameworkError:
+    who = f"topology {topology!r} needs " if topology else ""
+    return MissingFrameworkError(
+        f"{who}the {framework} framework, which is not installed ({why}). Install it with: {FRAMEWORKS[framework][1]}"
+    )
+
+
+def check_framework(framework: str, topology: str = "") -> None:
+    """Without importing it (the solver processes do): is the framework installed?"""
+    import importlib.util
+
+    for top in dict.fromkeys(mod.split(".")[0] for mod in FRAMEWORKS[framework][0]):
+        if importlib.util.find_spec(top) is None:
+            raise _missing(framework, topology, f"no module named {top!r}")
 
 
 def require_framework(framework: str, topology: str = "") -> None:
     """Import the framework's modules now, so a missing extra fails the cell at start."""
-    modules, command = FRAMEWORKS[framework]
-    for mod in modules:
+    for mod in FRAMEWORKS[framework][0]:
         try:
             importlib.import_module(mod)
         except ImportError as exc:
-            who = f"topology {topology!r} needs " if topology else ""
-            raise FrameworkMissing(
-                f"{who}the {framework} framework, which is not installed ({mod}: {exc}). "
-                f"Install it with: {command}"
-            ) from exc
+            raise _missing(framework, topology, f"{mod}: {exc}") from exc
 
 
 def get_topology(cfg: Any) -> Topology:
