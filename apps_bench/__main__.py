@@ -94,15 +94,6 @@ def _refuse_seed_flags(argv: list[str]) -> None:
         raise SystemExit(2)
 
 
-# Hydra flags after which no cell runs here (information only) or cells run as a sweep
-_NO_SINGLE_CELL = {"--cfg", "-c", "--info", "-i", "--hydra-help", "--version", "--shell-completion", "-sc",
-                   "--multirun", "-m"}  # fmt: skip
-
-
-def _runs_one_cell(argv: list[str]) -> bool:
-    return not any(a.split("=", 1)[0] in _NO_SINGLE_CELL or a.startswith("hydra.mode=") for a in argv)
-
-
 def _task(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -120,6 +111,7 @@ def _task(cfg: Any) -> Any:
     except (CellRefused, CellSetupError, CellDirConflict) as exc:
         if multirun:  # fail this cell only; the sweep goes on and reports it
             raise
+        _forget_run_dir()
         sys.stdout.flush()
         sys.stderr.write(f"apps-bench: {exc}\n")
         raise SystemExit(2) from None
@@ -134,16 +126,6 @@ def main() -> None:
         _print_help()
         return
     _refuse_seed_flags(args)
-    import gc
-
-    gc.disable()  # until the cell's libraries are loaded: pipeline._settle_heap says why
-    if _runs_one_cell(args):
-        from apps_bench import preloader
-        from apps_bench.tracking.sidecar import prestart
-
-        if not any(a.lstrip("+") in ("processes=1", "concurrency=1") for a in args):  # no helpers to fork
-            preloader.start(args)  # imports the agent framework while Hydra composes (first: it forks)
-        prestart()  # the MLflow helper imports mlflow meanwhile, on another core
     import hydra
 
     from apps_bench.config import register_configs
@@ -160,16 +142,17 @@ def main() -> None:
         raise SystemExit(130) from None
 
 
+def _forget_run_dir() -> None:
+    """A refused command leaves nothing behind: drop the run folder Hydra made for it
+    (only its own bookkeeping: the composed config and the job log)."""
+    import shutil
+
+    from hydra.core.hydra_config import HydraConfig
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {".hydra", "apps_bench.log"}:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 if __name__ == "__main__":
     main()
-    # Everything is written and closed by now (records, summary, the MLflow helper's
-    # answered finish, the sandbox and the gold server): skip the interpreter's teardown,
-    # which frees every object of LangChain/OpenAI/pydantic's thousands of classes (~3 s
-    # on 2 busy cores). Errors and exit codes (SystemExit) still take the normal path.
-    import logging
-    import os
-
-    logging.shutdown()  # Hydra's job log file
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

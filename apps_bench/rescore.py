@@ -217,7 +217,7 @@ def source_run_id(experiment: str, cell_key: str) -> str | None:
 def log_rescore(data: Mapping[str, Any], cell_info: Mapping[str, Any], new_identity: Mapping[str, Any], new_key: str,
                 out_dir: Path, summary: Mapping[str, Any], records: list[dict[str, Any]]) -> tuple[str, str | None]:
     """A child run of the cell's run that reads like a cell run: (run id, parent run id)."""
-    from apps_bench.pipeline import metrics_of, table_rows
+    from apps_bench.tracking.summary import metrics_of, table_rows
     from apps_bench.tracking import mlflow as mlf
 
     experiment = str((data.get("tracking") or {}).get("experiment") or "apps")
@@ -257,7 +257,7 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
     from omegaconf import OmegaConf
 
     from apps_bench.cell import cell_key, identity_of
-    from apps_bench.pipeline import summarize_cell
+    from apps_bench.tracking.summary import summarize_cell
 
     cell_dir = resolve_source(source, cwd)
     info = check_cell_dir(cell_dir)

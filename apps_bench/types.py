@@ -6,7 +6,7 @@ tested alone and records can be written without ad-hoc dicts.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal
 
@@ -57,6 +57,12 @@ class Problem:
     @property
     def key(self) -> tuple[str, str]:
         return (self.split, self.id)
+
+    def without_tests(self) -> Problem:
+        """What a runner may see: statement, starter code, mode, fn_name, id; no hidden tests
+        or reference solutions (test counts stay: they are no secret)."""
+        t = self.tests
+        return replace(self, tests=replace(t, inputs=(), outputs=(), raw_inputs=(), raw_outputs=()), solutions=())
 
 
 class Outcome(str, Enum):
@@ -201,3 +207,49 @@ class Attempt:
     turns: int = 0
     stop_reason: str = "done"  # done | step_cap | turn_cap | time_limit | error
     error: str | None = None  # infrastructure error (model unreachable after retries): not a wrong answer
+
+
+@dataclass
+class ProblemRecord:
+    """One line of a cell's records.jsonl: a problem solved and judged (or its infrastructure error).
+
+    `verdict`, `usage`, `candidates` and `vote` are kept as their JSON forms: a record is
+    read back by tools (report, rescore, resume) that need no judge objects."""
+
+    key: str
+    id: str
+    split: str
+    difficulty: str
+    mode: str
+    cell: str
+    program: str | None
+    extracted: bool
+    passed: bool
+    verdict: dict[str, Any] | None
+    usage: dict[str, Any]
+    tool_calls_by_role: dict[str, int]
+    latency_s: float
+    solve_s: float
+    judge_s: float
+    solver: str
+    error: str | None
+    stop_reason: str
+    rounds: int = 0
+    turns: int = 0
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    vote: dict[str, Any] | None = None
+    completed_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProblemRecord:
+        """A record as written (fields this version does not know are an error: say which)."""
+        from dataclasses import fields
+
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"record {data.get('key')!r} has fields this version does not know: {unknown}")
+        return cls(**data)

@@ -70,33 +70,34 @@ class Summary:
 
     def table(self) -> Any:
         """A rich Table of the summary."""
-        from rich.table import Table
-
-        t = Table(title=f"APPS strict accuracy (judge profile {self.profile or '?'})")
-        t.add_column("set")
-        t.add_column("problems", justify="right")
-        t.add_column("passed", justify="right")
-        t.add_column("pass@1", justify="right")
-        t.add_row("all", str(self.n_problems), str(self.n_passed), f"{self.pass_at_1:.4f}")
-        t.add_row("extracted", str(self.n_extracted), str(self.n_passed_extracted), f"{self.pass_at_1_extracted:.4f}")
-        for tier, s in self.by_difficulty.items():
-            t.add_row(tier or "(none)", str(s.n), str(s.passed), f"{s.pass_at_1:.4f}")
         notes = []
         if self.n_sandbox_errors:
             notes.append(f"{self.n_sandbox_errors} problem(s) hit a sandbox error and are not scored")
-        if self.skipped:
-            notes.append("rows skipped: " + ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())))
-        else:
-            notes.append("rows skipped: 0")
+        notes.append("rows skipped: " + (", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "0"))
         if self.seconds is not None:
             notes.append(f"{self.seconds:.2f} s")
-        t.caption = "; ".join(notes)
-        return t
+        return pass_table(self.to_dict(), title=f"APPS strict accuracy (judge profile {self.profile or '?'})",
+                          caption="; ".join(notes))  # fmt: skip
 
     def print(self, console: Any = None) -> None:
         from rich.console import Console
 
         (console or Console()).print(self.table())
+
+
+def pass_table(summary: Mapping[str, Any], *, title: str, caption: str) -> Any:
+    """The pass@1 table (all / extracted / per difficulty) of a summary dict: the judge CLI's
+    and a cell's (tracking/console.py) are this one."""
+    from rich.table import Table
+
+    t = Table(title=title, caption=caption)
+    for col in ("set", "problems", "passed", "pass@1"):
+        t.add_column(col, justify="left" if col == "set" else "right")
+    t.add_row("all", str(summary["n_problems"]), str(summary["n_passed"]), f"{summary['pass_at_1']:.4f}")
+    t.add_row("extracted", str(summary["n_extracted"]), str(summary["n_passed_extracted"]), f"{summary['pass_at_1_extracted']:.4f}")
+    for tier, s in (summary.get("by_difficulty") or {}).items():
+        t.add_row(tier or "(none)", str(s["n"]), str(s["passed"]), f"{s['pass_at_1']:.4f}")
+    return t
 
 
 def _unpack(item: Any) -> tuple[str, bool, bool, bool]:

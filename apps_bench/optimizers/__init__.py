@@ -19,7 +19,7 @@ Modules, each with one job (import them by name; `gepa` and the frameworks load 
 - `cell_runs`: the optimizer cell's MLflow layout (its run + a final-eval child run) and
   the seed cell (`optimizer=none`) it is reported next to.
 
-The CLI's use (`pipeline._optimize`): `entry.run_optimizer_cell(cfg, out_dir=..., hook=...)`
+The CLI's use (`optimizers/cell.py`): `entry.run_optimizer(cfg, out_dir=..., hook=...)`
 returns the chosen PromptSet (`result.prompts_path`); the cell then evaluates it on its own
 problems in a child MLflow run, next to the seed prompts' cell. `python -m apps_bench.optimize`
 takes the seed's `optimizers.protocol.run` flags.

@@ -1,7 +1,7 @@
 """From a composed optimizer cell to a chosen PromptSet: what the CLI calls for
 `optimizer=maspo|gepa`, before it runs the final eval cell with the chosen prompts.
 
-`run_optimizer_cell(cfg)` loads the pool (the train split by default), opens the task
+`run_optimizer(cfg)` loads the pool (the train split by default), opens the task
 model endpoint (the gold server gets the pool's rows), the sandbox and the judge with
 the eval cell's own settings, opens the optimizer model (`optimizer.params.optimizer_model`,
 default the task model), and runs `run.optimize`. MLflow logging and the final cell are
@@ -75,7 +75,7 @@ def optimizer_model_config(value: Any, task_model: Any) -> Any:
     return OmegaConf.merge(OmegaConf.structured(ModelConfig), base, over)
 
 
-def run_optimizer_cell(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[str, Any]], None] | None = None) -> OptimizeResult:
+def run_optimizer(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[str, Any]], None] | None = None) -> OptimizeResult:
     from omegaconf import OmegaConf  # noqa: PLC0415
 
     from apps_bench.data import eval_ids, load_problems  # noqa: PLC0415
@@ -116,7 +116,7 @@ def run_optimizer_cell(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, di
             opt_ep = ep  # the task model's endpoint (one gold server, one vLLM connection)
         else:
             opt_ep = stack.enter_context(open_endpoint(opt_cfg, loaded.problems))
-        pool = stack.enter_context(SandboxPool(workers=int(cfg.judge.get("workers") or 0)))
+        pool = stack.enter_context(SandboxPool(workers=int(cfg.judge.workers)))
         runner = PipelineRunner(cfg, endpoint=task_ep, pool=pool, judge=Judge.from_config(pool, cfg.judge), problems=problems,
                                 replayed=proxy.pop_replayed if proxy is not None else None)  # fmt: skip
         chat = EndpointChat(opt_ep, opt_cfg) if method != "none" else None

@@ -53,7 +53,7 @@ class PipelineRunner:
         executor = ThreadPoolExecutor(max_workers=solver_threads(self.concurrency), thread_name_prefix="apps-bench-opt")
         loop.set_default_executor(executor)
         sem = asyncio.Semaphore(self.concurrency)
-        from apps_bench.models.metering import SharedConnections  # noqa: PLC0415
+        from apps_bench.models.client_stack import SharedConnections  # noqa: PLC0415
 
         connections = SharedConnections()  # this batch's event loop: one HTTP pool for its rollouts
         try:
@@ -75,26 +75,22 @@ class PipelineRunner:
 
     async def _solve(self, sem: asyncio.Semaphore, connections: Any, prompt_set: PromptSet, key: ProblemKey, seed: int,
                      headers: dict[str, str]) -> Rollout:  # fmt: skip
-        from apps_bench.judge import has_sandbox_error  # noqa: PLC0415
         from apps_bench.solving import solve_problem  # noqa: PLC0415
+        from apps_bench.step import solve_and_judge  # noqa: PLC0415
 
-        problem = self.problems[key]
-        async with sem:
-            solved = await solve_problem(
+        async def solve(problem: Problem) -> Any:
+            return await solve_problem(
                 problem, cfg=self.cfg, topology=self.topology, endpoint=self.endpoint, pool=self.pool,
                 prompts=prompt_set, connections=connections, seed=seed, headers=headers,
             )  # fmt: skip
-            attempt = solved.attempt
-            if solved.error:  # tokens count when the runner returned (its own error), not after an exception
-                spent = solved.usage.total_tokens if attempt is not None else 0
-                return Rollout(key=key, seed=seed, error=solved.error, task_tokens=spent)
-            try:
-                verdict = await asyncio.to_thread(self.judge.score, problem, attempt.program)
-            except Exception as exc:  # noqa: BLE001 - a judge crash is infrastructure for this problem
-                return Rollout(key=key, seed=seed, error=f"judge {type(exc).__name__}: {exc}", task_tokens=solved.usage.total_tokens)
-            if has_sandbox_error(verdict):
-                return Rollout(key=key, seed=seed, error="sandbox_error while judging", task_tokens=solved.usage.total_tokens)
-            return rollout_from_attempt(problem, seed, attempt, verdict)
+
+        async with sem:
+            outcome = await solve_and_judge(self.problems[key], solve, self.judge)
+        solved = outcome.solved
+        if outcome.error:  # tokens count when the runner returned (its own error), not after an exception
+            spent = solved.usage.total_tokens if solved.attempt is not None else 0
+            return Rollout(key=key, seed=seed, error=outcome.error, task_tokens=spent)
+        return rollout_from_attempt(outcome.problem, seed, solved.attempt, outcome.verdict)
 
     def score_program(self, problem: Problem, program: str | None) -> Any:
         """The judge on a problem's training tests (MASPO's reward for intermediate programs)."""

@@ -23,7 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 
 def sweep_overrides(config: DictConfig) -> list[list[str]]:
     """The override list of every cell of the sweep, in launch order."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    import itertools
+
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -32,8 +33,14 @@ def sweep_overrides(config: DictConfig) -> list[list[str]]:
     args += list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))  # type: ignore[arg-type]
     loader = GlobalHydra.instance().config_loader()
     parsed = OverridesParser.create(config_loader=loader).parse_overrides(args)
-    batches = BasicSweeper.split_arguments(parsed, None)
-    return [list(cell) for batch in batches for cell in batch]
+    choices = []  # the basic sweeper's order: the cartesian product, in the order the overrides come
+    for o in parsed:
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            choices.append([f"{key}={v}" for v in o.sweep_string_iterator()])
+        else:
+            choices.append([f"{key}={o.get_value_element_as_str()}"])
+    return [list(cell) for cell in itertools.product(*choices)]
 
 
 def check_sweep(config: DictConfig) -> tuple[int, list[str]]:
@@ -53,7 +60,7 @@ def check_sweep(config: DictConfig) -> tuple[int, list[str]]:
     refusals: list[str] = []
     checked: dict[str, str | None] = {}  # selection -> refusal (cells of a sweep mostly share one)
     for overrides in cells:
-        data = _job_part(loader.load_sweep_config(master_config=config, sweep_overrides=list(overrides)))
+        data = job_part(loader.load_sweep_config(master_config=config, sweep_overrides=list(overrides)))
         try:
             guard(data)
             ds = data.get("dataset") or {}
@@ -80,7 +87,7 @@ def _selection_refusal(data: dict[str, Any]) -> str | None:
     return str(InvalidSettings([bad])) if bad is not None else None
 
 
-def _job_part(cfg: DictConfig) -> dict[str, Any]:
+def job_part(cfg: DictConfig) -> dict[str, Any]:
     """The cell's own config without the `hydra` node (whose `${hydra:...}` values do not
     resolve outside a running job)."""
     out: dict[str, Any] = {}

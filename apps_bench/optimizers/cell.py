@@ -1,0 +1,87 @@
+"""An optimizer cell (`optimizer=maspo|gepa|...`): optimize the topology's prompts on training
+problems, then evaluate the chosen prompt set on the cell's own problems with the plain
+cell's spine (pipeline.evaluate), as a child of the optimizer cell's run.
+
+The protocol (apps_bench/optimizers/run.py) caches every rollout, so a rerun replays the
+optimization instead of recomputing it; the run layout is optimizers/cell_runs.py's.
+"""
+
+from __future__ import annotations
+
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from apps_bench.pipeline import CellResult, CellSetupError, Prepared, evaluate
+from apps_bench.tracking.records import CONFIG, PROMPTS
+
+
+def run_optimizer_cell(prep: Prepared) -> CellResult:
+    tracker, prompts, result = _optimize(prep)
+    prep.store.write_json(PROMPTS, dict(prompts.texts))
+    evaluated = evaluate(prep, prompts=prompts, final_eval_of=tracker)  # fails the optimizer run too on error
+    _finish(tracker, prep, result, evaluated)
+    return evaluated
+
+
+def _optimize(prep: Prepared) -> tuple[Any, Any, Any]:
+    """-> (the optimizer cell's tracking run, the chosen PromptSet, the OptimizeResult)."""
+    cell = prep.cell
+    try:
+        from apps_bench.optimizers.entry import run_optimizer
+        from apps_bench.optimizers.run import step_metrics
+        from apps_bench.optimizers.scoring import InfrastructureDown
+    except ImportError as exc:
+        raise CellSetupError(
+            f"optimizer={cell.optimizer} needs the optimizers extra: pip install 'apps-bench[optimizers]' ({exc})"
+        ) from exc
+    from apps_bench.optimizers.cell_runs import StepMetricsSink, link_tags, seed_cell_of
+    from apps_bench.topologies.base import PromptSet
+    from apps_bench.tracking.run import open_run
+
+    tags = {**link_tags(cell, seed_cell_of(prep.data)), "run_kind": "optimizer_cell"}
+    tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
+    sink = StepMetricsSink(tx.submit(open_run, prep.data, cell, prep.loaded, extra_tags=tags), step_metrics)
+    tx.shutdown(wait=False)
+    print(f"apps-bench: optimizer={cell.optimizer}: optimizing the {cell.topology} prompts first", file=sys.stderr)
+    try:
+        result = run_optimizer(prep.node, out_dir=prep.dir / "optimizer", hook=sink)
+        tracker = sink.flush()
+    except ValueError as exc:  # bad pool / optimizer settings: the message says which
+        sink.fail(f"{type(exc).__name__}: {exc}")
+        raise CellSetupError(f"optimizer={cell.optimizer}: {exc}") from exc
+    except InfrastructureDown as exc:  # model/sandbox down: a clean stop; the rerun resumes through the cache
+        sink.fail(f"{type(exc).__name__}: {exc}")
+        raise CellSetupError(f"optimizer={cell.optimizer} stopped: {exc}") from exc
+    except BaseException as exc:
+        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            sink.fail(f"{type(exc).__name__}: {exc}")
+        raise
+    print(
+        f"apps-bench: optimizer={cell.optimizer} chose a prompt set (val strict: seed {result.seed_val.strict:.3f} -> "
+        f"chosen {result.chosen_val.strict:.3f}); evaluating it on the cell's problems",
+        file=sys.stderr,
+    )
+    return tracker, PromptSet(dict(result.chosen)), result
+
+
+def _finish(tracker: Any, prep: Prepared, result: Any, evaluated: CellResult) -> None:
+    """The optimizer cell's run: its optimization figures and artifacts, the final eval's
+    headline copied over, the seed cell's pass@1 when it ran here; then the comparison line."""
+    from apps_bench import provenance
+    from apps_bench.optimizers import cell_runs
+    from apps_bench.tracking.summary import metrics_of
+
+    summary = evaluated.summary
+    seed = cell_runs.seed_cell_result(cell_runs.seed_cell_of(prep.data))
+    metrics = {**cell_runs.optimizer_metrics(result), **cell_runs.headline(metrics_of(summary), seed)}
+    tracker.finish(
+        metrics=metrics,
+        rows=[],
+        files=[prep.dir / CONFIG, prep.dir / PROMPTS],
+        complete=bool(summary["complete"]),
+        tags={"final_eval_run_id": evaluated.run_id or "", **provenance.as_tags(summary["provenance"])},
+        dirs={"optimizer": prep.dir / "optimizer"},
+    )
+    print(f"MLflow: optimizer cell run {tracker.run_id} (final evaluation: child run {evaluated.run_id})")
+    print(cell_runs.comparison_line(float(summary["pass_at_1"]), seed))

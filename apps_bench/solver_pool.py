@@ -1,0 +1,424 @@
+"""Solver processes: problems solved in worker processes started from the stdlib forkserver.
+
+Why more than one process: a cell's solving is mostly the agent frameworks' and SDKs'
+Python (request building, response parsing, graph scheduling; ~20-50 ms per model call)
+under one GIL, so against a fast server one process keeps one core busy and queues the
+rest. Why the forkserver: it is a fresh interpreter, started before the cell opens its
+threads (gold server, tracking, sandbox), that imports the cell's framework once; every
+worker is forked from it, so each starts in milliseconds with the import shared
+copy-on-write, and none inherits the cell process's threads, locks or sockets.
+
+The protocol, over one duplex pipe per worker:
+  cell -> worker   ("setup", endpoint)            once, before any problem
+                   ("solve", index, problem)      a tests-free view of the problem
+                   ("exec_result", id, ok, value) the answer to a python_exec call
+  worker -> cell   ("solved", index, Solved)
+                   ("exec", id, code, stdin, timeout_s, output_chars)
+A worker's `python_exec` calls run in the cell's own sandbox pool (one pool, one set of
+limits), and judging and recording stay in the cell's process, so a record is the same
+whichever process solved it. A worker that dies fails only the problems it held (recorded
+as errors, retried by the next run), and a new one takes its place. Workers end at EOF: when the cell closes them, or
+when its process dies (kill -9 included: the kernel closes the pipe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import queue
+import signal
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, AsyncIterator, Callable, Mapping
+
+from apps_bench.solving import Solved
+
+BASE_PRELOAD = ("apps_bench.solving", "apps_bench.solver_pool", "apps_bench.models", "apps_bench.sandbox.tool",
+                "apps_bench.topologies.context", "omegaconf")  # fmt: skip
+
+
+def preload_modules(topology: str) -> list[str]:
+    """What the forkserver imports before forking workers for `topology`: its framework and runner."""
+    from apps_bench.topologies.registry import FRAMEWORKS, RUNNERS
+
+    spec = RUNNERS.get(topology)
+    if spec is None:
+        return list(BASE_PRELOAD)
+    return [*BASE_PRELOAD, *FRAMEWORKS[spec.framework][0], spec.target.split(":")[0]]
+
+
+def start_forkserver(topology: str) -> Any:
+    """The forkserver context, its server started now (it imports `topology`'s framework
+    while the cell sets up). A server already running in this process keeps its imports."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    if multiprocessing.get_start_method(allow_none=True) not in multiprocessing.get_all_start_methods():
+        # e.g. a cell inside a joblib/loky worker (hydra/launcher=local_parallel), whose default
+        # method is 'loky': every child's preparation data names the process's default method,
+        # and a child that is not loky's cannot set it ("cannot find context for 'loky'")
+        multiprocessing.set_start_method("forkserver", force=True)
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(preload_modules(topology))
+    forkserver.ensure_running()
+    return ctx
+
+
+# ----------------------------------------------------------------------------- wire
+
+
+class Wire:
+    """One end of a worker's pipe: a thread that receives (messages -> `on_message`) and a
+    thread that sends (so neither side's event loop ever blocks on a full pipe)."""
+
+    def __init__(self, conn: Any, on_message: Callable[[Any], None], on_close: Callable[[], None], name: str) -> None:
+        self.conn = conn
+        self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._on_message = on_message
+        self._on_close = on_close
+        self._reader = threading.Thread(target=self._read, name=f"{name}-recv", daemon=True)
+        self._writer = threading.Thread(target=self._write, name=f"{name}-send", daemon=True)
+
+    def start(self) -> None:
+        self._reader.start()
+        self._writer.start()
+
+    def send(self, msg: Any) -> None:
+        self._outbox.put(msg)
+
+    def close(self) -> None:
+        self._outbox.put(None)
+
+    def _read(self) -> None:
+        try:
+            while True:
+                self._on_message(self.conn.recv())
+        except (EOFError, OSError):
+            pass
+        finally:
+            self._on_close()
+
+    def _write(self) -> None:
+        try:
+            while (msg := self._outbox.get()) is not None:
+                try:
+                    self.conn.send(msg)
+                except (OSError, ValueError):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - unpicklable: nothing was written; say so instead
+                    if msg[0] != "solved":
+                        raise
+                    why = f"solver process: cannot send the result back ({type(exc).__name__}: {exc})"
+                    self.conn.send(("solved", msg[1], Solved(attempt=None, usage=msg[2].usage, error=why)))
+        except (OSError, ValueError):  # the other end is gone; the reader reports it
+            pass
+        finally:
+            hang_up(self.conn)
+
+
+def hang_up(conn: Any) -> None:
+    """Shut the pipe's socket down, then close it: a bare close() neither wakes this side's
+    reader thread blocked in recv() nor, while that thread holds it, sends the other side EOF."""
+    import socket
+
+    try:
+        with socket.socket(fileno=os.dup(conn.fileno())) as dup:
+            dup.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        conn.close()
+    except OSError:
+        pass
+
+
+# ----------------------------------------------------------------------------- worker side
+
+
+class ExecProxy:
+    """The worker's stand-in for the sandbox pool: `python_exec` runs in the cell's pool."""
+
+    def __init__(self) -> None:
+        self.wire: Wire | None = None
+        self._ids = itertools.count()
+        self._pending: dict[int, Future[Any]] = {}
+        self._lock = threading.Lock()
+
+    def python_exec(self, code: str, stdin: str = "", timeout_s: float = 10.0, output_chars: int = 4000) -> Any:
+        fut: Future[Any] = Future()
+        with self._lock:
+            rid = next(self._ids)
+            self._pending[rid] = fut
+        assert self.wire is not None
+        self.wire.send(("exec", rid, code, stdin, float(timeout_s), int(output_chars)))
+        return fut.result()
+
+    def answer(self, rid: int, ok: bool, value: Any) -> None:
+        with self._lock:
+            fut = self._pending.pop(rid, None)
+        if fut is not None:
+            fut.set_result(value) if ok else fut.set_exception(RuntimeError(f"sandbox (cell process): {value}"))
+
+    def fail_all(self, why: str) -> None:
+        with self._lock:
+            pending, self._pending = list(self._pending.values()), {}
+        for fut in pending:
+            fut.set_exception(RuntimeError(why))
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs besides the problems: sent once, when it starts."""
+
+    cfg: dict[str, Any]  # the resolved cell config, plain data
+    prompts: Any  # the PromptSet to solve with (an optimizer's choice), or None for the config's
+    threads: int  # its default executor's size (tool calls)
+    env: dict[str, str]  # the cell process's environment now (the forkserver's is older)
+    cwd: str
+    name: str
+
+
+def worker_main(conn: Any, spec: WorkerSpec) -> None:
+    """Body of a worker: build the topology, then solve the problems the cell hands over, until EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the cell process's to handle
+    os.environ.clear()
+    os.environ.update(spec.env)
+    os.chdir(spec.cwd)
+    from omegaconf import OmegaConf
+
+    from apps_bench.solving import solve_problem
+    from apps_bench.topologies.registry import get_topology
+
+    node = OmegaConf.create(spec.cfg)
+    try:
+        topology = get_topology(node.topology)
+    except Exception as exc:  # noqa: BLE001 - told to the cell, which fails the problems it sends here
+        conn.send(("broken", f"{type(exc).__name__}: {exc}"))
+        return
+    msg = conn.recv()
+    assert msg[0] == "setup", msg
+    endpoint = msg[1]
+    proxy = ExecProxy()
+
+    async def run() -> None:
+        from apps_bench.models.client_stack import SharedConnections
+
+        connections = SharedConnections()
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=spec.threads, thread_name_prefix=spec.name))
+        done = asyncio.Event()
+        tasks: set[asyncio.Task[Any]] = set()
+
+        async def one(index: int, problem: Any) -> None:
+            solved = await solve_problem(problem, cfg=node, topology=topology, endpoint=endpoint, pool=proxy,
+                                         prompts=spec.prompts, connections=connections)  # fmt: skip
+            solved.solver = spec.name
+            wire.send(("solved", index, solved))
+
+        def start(index: int, problem: Any) -> None:
+            task = loop.create_task(one(index, problem))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        def on_message(msg: Any) -> None:
+            if msg[0] == "exec_result":  # a tool thread waits on it: answer without the loop
+                proxy.answer(msg[1], msg[2], msg[3])
+            elif msg[0] == "solve":
+                loop.call_soon_threadsafe(start, msg[1], msg[2])
+
+        def on_close() -> None:
+            proxy.fail_all("the cell process closed the connection")
+            loop.call_soon_threadsafe(done.set)
+
+        wire = Wire(conn, on_message, on_close, spec.name)
+        proxy.wire = wire
+        wire.start()
+        await done.wait()
+        for task in list(tasks):
+            task.cancel()
+        await connections.aclose()
+
+    asyncio.run(run())
+
+
+# ----------------------------------------------------------------------------- cell side
+
+
+class WorkerDied(RuntimeError):
+    pass
+
+
+@dataclass
+class Worker:
+    process: Any
+    conn: Any
+    name: str
+    wire: Wire | None = None
+    in_flight: dict[int, asyncio.Future[Solved]] = field(default_factory=dict)
+    alive: bool = True
+    broken: str | None = None  # why it could not build the topology
+
+
+class SolverPool:
+    """`n` worker processes solving the cell's problems (see the module doc).
+
+    `start(...)` forks them from the forkserver (no event loop needed); inside the cell's
+    event loop, `attach(pool, endpoint)` then `await solve(index, problem, timeout_s)`;
+    `close()` ends them.
+    """
+
+    def __init__(self, ctx: Any, spec: WorkerSpec, timeout_s: float) -> None:
+        self.ctx = ctx
+        self.spec = spec
+        self.workers: list[Worker] = []
+        self.restarts_left = 0
+        self.timeout_s = timeout_s
+        self._endpoint: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool: Any = None
+        self._ids = itertools.count()
+        self._closing = False
+
+    @classmethod
+    def start(cls, ctx: Any, n: int, *, cfg: Mapping[str, Any], prompts: Any, threads: int, timeout_s: float) -> SolverPool:
+        """`timeout_s`: a safety net above the runner's own time cap; a worker that does not
+        answer a problem by then is stuck, and is ended."""
+        pool = cls(ctx, WorkerSpec(cfg=dict(cfg), prompts=prompts, threads=threads, env=dict(os.environ),
+                                   cwd=os.getcwd(), name=""), timeout_s)  # fmt: skip
+        for _ in range(n):
+            pool._spawn()
+        pool.restarts_left = n  # a worker that dies is replaced, at most once per worker on average
+        return pool
+
+    def _spawn(self) -> Worker:
+        mine, theirs = self.ctx.Pipe(duplex=True)
+        name = f"solver-{len(self.workers) + 1}"
+        spec = replace(self.spec, name=name)
+        proc = self.ctx.Process(target=worker_main, args=(theirs, spec), name=f"apps-bench-{name}", daemon=True)
+        proc.start()
+        theirs.close()
+        worker = Worker(process=proc, conn=mine, name=name)
+        self.workers.append(worker)
+        if self._loop is not None:
+            self._serve(worker)
+        return worker
+
+    @contextlib.asynccontextmanager
+    async def serving(self, pool: Any, endpoint: Any) -> AsyncIterator[None]:
+        """While the cell's event loop runs its problems (the LocalSolver's twin)."""
+        self.attach(pool, endpoint)
+        yield
+
+    def attach(self, pool: Any, endpoint: Any) -> None:
+        """Start serving the workers (call inside the running event loop): `pool` runs their
+        python_exec; `endpoint` (without its server object, which stays here) is theirs to call."""
+        self._loop = asyncio.get_running_loop()
+        self._pool = pool
+        self._endpoint = replace(endpoint, server=None) if hasattr(endpoint, "server") else endpoint
+        for w in self.workers:
+            self._serve(w)
+
+    def _serve(self, w: Worker) -> None:
+        w.wire = Wire(w.conn, lambda msg, w=w: self._on_message(w, msg), lambda w=w: self._on_close(w), f"apps-bench-{w.name}")
+        w.wire.start()
+        w.wire.send(("setup", self._endpoint))
+
+    def pick(self) -> Worker | None:
+        """The least busy live worker, or None when every one is gone."""
+        live = [w for w in self.workers if w.alive]
+        return min(live, key=lambda w: len(w.in_flight), default=None)
+
+    async def __call__(self, problem: Any) -> Solved:
+        """Solve `problem` on the least busy worker."""
+        index, timeout_s = next(self._ids), self.timeout_s
+        worker = self.pick()
+        if worker is None:
+            why = "; ".join(dict.fromkeys(w.broken for w in self.workers if w.broken)) or "every solver process exited"
+            return Solved(attempt=None, error=f"no solver process left ({why})", solver="none")
+        assert self._loop is not None and worker.wire is not None
+        fut: asyncio.Future[Solved] = self._loop.create_future()
+        worker.in_flight[index] = fut
+        worker.wire.send(("solve", index, problem.without_tests()))
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except asyncio.TimeoutError:
+            worker.alive = False
+            worker.process.kill()  # its other problems fail when its pipe closes
+            return Solved(attempt=None, error=f"solver process {worker.name} did not answer within {timeout_s:g}s",
+                          solver=worker.name)  # fmt: skip
+        except WorkerDied as exc:
+            return Solved(attempt=None, error=str(exc), solver=worker.name)
+        finally:
+            worker.in_flight.pop(index, None)
+
+    def _on_message(self, worker: Worker, msg: Any) -> None:
+        assert self._loop is not None
+        if msg[0] == "solved":
+            self._loop.call_soon_threadsafe(self._resolve, worker, msg[1], msg[2])
+        elif msg[0] == "exec":
+            threading.Thread(target=self._exec, args=(worker, msg), daemon=True, name="apps-bench-exec").start()
+        elif msg[0] == "broken":
+            worker.broken = msg[1]
+
+    def _exec(self, worker: Worker, msg: Any) -> None:
+        _, rid, code, stdin, timeout_s, output_chars = msg
+        try:
+            result = self._pool.python_exec(code, stdin, timeout_s=timeout_s, output_chars=output_chars)
+            reply = ("exec_result", rid, True, result)
+        except Exception as exc:  # noqa: BLE001 - the worker's tool call fails like a local one would
+            reply = ("exec_result", rid, False, f"{type(exc).__name__}: {exc}")
+        assert worker.wire is not None
+        worker.wire.send(reply)
+
+    def _resolve(self, worker: Worker, index: int, solved: Solved) -> None:
+        fut = worker.in_flight.get(index)
+        if fut is not None and not fut.done():
+            fut.set_result(solved)
+
+    def _on_close(self, worker: Worker) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._died, worker)
+
+    def _died(self, worker: Worker) -> None:
+        worker.alive = False
+        worker.process.join(timeout=1.0)
+        why = worker.broken or f"exit code {worker.process.exitcode}"
+        for fut in list(worker.in_flight.values()):
+            if not fut.done():
+                fut.set_exception(WorkerDied(f"solver process {worker.name} exited ({why}) while solving this problem"))
+        if self.restarts_left > 0 and not worker.broken and not self._closing:
+            self.restarts_left -= 1
+            self._spawn()  # its problems are recorded as errors; the next ones go to the new worker
+
+    def close(self, grace_s: float = 2.0) -> None:
+        """End the workers (EOF, then SIGKILL for any that linger) and reap them."""
+        self._closing = True
+        for w in self.workers:
+            if w.wire is not None:
+                w.wire.close()
+            else:
+                hang_up(w.conn)
+        deadline = time.monotonic() + grace_s
+        for w in self.workers:
+            w.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+
+
+def solver_count(setting: Any, *, concurrency: int, n_problems: int) -> int:
+    """Worker processes for `processes=<setting>`: 0 = solve in the cell's own process.
+
+    `auto` = one per CPU this process may use (apps_bench.cpus), never more than problems in
+    flight or problems to run; a count of 1 (or one usable CPU) means no extra process."""
+    from apps_bench.cpus import usable_cpus
+    from apps_bench.solving import requested_processes
+
+    total = requested_processes(setting) or usable_cpus()
+    n = min(total, concurrency, n_problems)
+    return n if n > 1 else 0
+

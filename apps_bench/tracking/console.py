@@ -1,0 +1,93 @@
+"""What a cell prints: a progress bar while it runs, each problem's code and tests (demo,
+verbose), and the summary table at the end."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from apps_bench.cell import Cell
+
+
+def print_problem(rec: Mapping[str, Any], out: Any = None) -> None:
+    """A problem's extracted code and per-test results (demo / verbose)."""
+    out = out or sys.stdout
+    v = rec.get("verdict") or {}
+    state = "ERROR" if rec.get("error") else ("PASSED" if rec.get("passed") else "FAILED")
+    print(f"\n=== problem {rec['id']} ({rec.get('difficulty') or '?'}, {rec.get('mode', '?')}) : {state}", file=out)
+    if rec.get("error"):
+        print(f"error: {rec['error']}", file=out)
+    prog = rec.get("program")
+    if prog:
+        print("--- extracted code ---", file=out)
+        print(prog.rstrip("\n"), file=out)
+        print("--- end of code ---", file=out)
+    else:
+        print("(no program extracted from the final reply)", file=out)
+    results = v.get("results") or []
+    if v:
+        print(f"tests: {v.get('tests_passed', 0)}/{v.get('n_tests', 0)} passed ({v.get('tests_run', 0)} run)", file=out)
+    for t in results:
+        detail = f"  {t['detail']}" if t.get("detail") else ""
+        print(f"  test {t['index']}: {t['outcome']} ({t.get('seconds', 0):.3f} s){detail}", file=out)
+
+
+def print_summary(summary: Mapping[str, Any], cell: Cell, cell_dir: Path, run_id: str | None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from apps_bench.judge.summary import pass_table
+
+    console = Console(file=sys.stdout, width=max(100, Console().width))
+    ci = summary.get("pass_at_1_ci") or {}
+    interval = f"; pass@1 95% CI [{ci['low']:.4f}, {ci['high']:.4f}] (bootstrap over problems)" if ci.get("n") else ""
+    t = pass_table(summary, title=escape(f"{cell.name} [{cell.key}]"), caption=f"judge profile {summary.get('profile') or '?'}{interval}")
+    console.print(t)
+    u = summary["usage"]
+    lat = summary["latency_s"]
+    lines = [
+        f"errors (infrastructure, not scored): {summary['n_errors']}"
+        + (f"  ids: {', '.join(summary['error_ids'][:20])}" if summary["error_ids"] else ""),
+        f"tokens: {u['prompt_tokens']} prompt + {u['completion_tokens']} completion = {u['total_tokens']}",
+        f"calls: {u['model_calls']} model ({u['failed_calls']} failed after retries; {u.get('retries', 0)} retries, "
+        f"{u.get('cancelled_calls', 0)} cut unanswered), {u['tool_calls']} tool; "
+        f"{u.get('requests_with_tools', 0)} requests offered tools",
+        "finish reasons: " + (", ".join(f"{k}={v}" for k, v in sorted((summary.get("finish_reasons") or {}).items())) or "-")
+        + (f"  ({u['length_stops']} replies cut at model.max_tokens)" if u.get("length_stops") else ""),
+        f"latency per problem: mean {lat['mean']:.2f} s, p50 {lat['p50']:.2f} s, max {lat['max']:.2f} s"
+        + (f"; wall {summary['wall_s']:.2f} s" if summary.get("wall_s") is not None else ""),
+        "rows skipped: "
+        + (", ".join(f"{k}={v}" for k, v in sorted((summary.get("skipped") or {}).items())) or "0"),
+        f"outputs: {cell_dir}" + (f"   MLflow run: {run_id}" if run_id else ""),
+    ]
+    lines += [f"WARNING: {w}" for w in summary.get("warnings") or ()]
+    for line in lines:
+        print(line)
+    if not summary["complete"]:
+        print(
+            f"INCOMPLETE: {summary['n_errors']} problem(s) with errors, {summary['n_missing']} not recorded. "
+            "Rerun the same command to retry exactly those.",
+        )
+
+
+class Progress:
+    def __init__(self, total: int, done: int, enabled: bool, label: str):
+        self.passed = 0
+        self.errors = 0
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=done, desc=label, unit="problem", file=sys.stderr, dynamic_ncols=True)
+
+    def update(self, n: int, rec: Mapping[str, Any]) -> None:
+        self.passed += bool(rec.get("passed"))
+        self.errors += bool(rec.get("error"))
+        if self.bar is not None:
+            self.bar.set_postfix(passed=self.passed, errors=self.errors, refresh=False)
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,156 @@
+"""A cell's summary (summary.json), its MLflow metrics, tags and per-problem table, from its records.
+
+Shared by the cell's run (pipeline.py) and re-scoring (rescore.py): the same records give
+the same summary whichever command wrote them.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Any, Mapping
+
+# Per-problem usage counters, summed over a cell in summary.json and logged as MLflow metrics.
+USAGE_TOTALS = (
+    "prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "tool_calls", "failed_calls",
+    "failed_attempts", "retries", "retried_prompt_tokens", "retried_completion_tokens", "cancelled_calls",
+    "requests_with_tools", "length_stops",
+)  # fmt: skip
+
+
+def usage_record(usage: Any) -> dict[str, Any]:
+    """A problem's usage as recorded: the counters, finish reasons, and one entry per answered call."""
+    out: dict[str, Any] = {k: int(getattr(usage, k, 0) or 0) for k in USAGE_TOTALS}
+    out["tool_s"] = round(float(getattr(usage, "tool_s", 0.0) or 0.0), 4)
+    out["finish_reasons"] = dict(getattr(usage, "finish_reasons", None) or {})
+    out["calls"] = list(getattr(usage, "calls", None) or [])
+    return out
+
+
+def summarize_cell(
+    records: list[dict[str, Any]],
+    *,
+    n_selected: int,
+    skipped: Mapping[str, int],
+    profile: str,
+    wall_s: float | None = None,
+) -> dict[str, Any]:
+    """summary.json: the judge's pass@1 figures over judged problems, plus errors, usage, latency."""
+    from apps_bench.judge import summarize
+
+    judged = [r for r in records if not r.get("error")]
+    errors = [r for r in records if r.get("error")]
+    items = [
+        {
+            "difficulty": r.get("difficulty", ""),
+            "passed": r.get("passed", False),
+            "extracted": r.get("extracted", False),
+            "results": (r.get("verdict") or {}).get("results") or [],
+        }
+        for r in judged
+    ]
+    s = summarize(items, skipped=skipped, profile=profile)
+    out = s.to_dict()
+    out["metrics"] = s.metrics()
+    out["pass_at_1_ci"] = cell_interval([bool(it["passed"]) for it in items])
+    tot = {k: 0 for k in USAGE_TOTALS}
+    finish: dict[str, int] = {}
+    for r in records:
+        u = r.get("usage") or {}
+        for k in tot:
+            tot[k] += int(u.get(k, 0) or 0)
+        for reason, n in (u.get("finish_reasons") or {}).items():
+            finish[reason] = finish.get(reason, 0) + int(n)
+    lat = [float(r.get("latency_s", 0.0)) for r in judged]
+    stop: dict[str, int] = {}
+    for r in records:
+        stop[str(r.get("stop_reason"))] = stop.get(str(r.get("stop_reason")), 0) + 1
+    out.update(
+        n_selected=n_selected,
+        n_recorded=len(records),
+        n_errors=len(errors),
+        n_missing=max(0, n_selected - len(records)),
+        complete=len(records) >= n_selected and not errors,
+        error_ids=[r["id"] for r in errors],
+        usage=tot,
+        latency_s={
+            "mean": statistics.fmean(lat) if lat else 0.0,
+            "p50": statistics.median(lat) if lat else 0.0,
+            "max": max(lat) if lat else 0.0,
+        },
+        stop_reasons=stop,
+        finish_reasons=finish,
+        wall_s=wall_s,
+    )
+    return out
+
+
+def cell_interval(passed: list[bool]) -> dict[str, Any]:
+    """pass@1's 95% bootstrap interval over the judged problems (report.stats; fixed seed)."""
+    from apps_bench.report.stats import METHOD_CELL, N_BOOT, bootstrap_interval
+
+    iv = bootstrap_interval({str(i): [float(p)] for i, p in enumerate(passed)})
+    return {"low": iv.low, "high": iv.high, "n": iv.n_problems, "method": METHOD_CELL.format(b=N_BOOT)}
+
+
+def summary_tags(summary: Mapping[str, Any]) -> dict[str, str]:
+    """What a cell's MLflow run shows besides metrics: its warnings, finish reasons and tool protocol."""
+    proto = summary.get("tool_protocol") or {}
+    warnings = list(summary.get("warnings") or ())
+    return {
+        "warnings": " | ".join(warnings)[:5000] if warnings else "",
+        "n_warnings": str(len(warnings)),
+        "finish_reasons": json.dumps(summary.get("finish_reasons") or {}, sort_keys=True),
+        "tool_protocol": ("api" if proto.get("requests_with_tools") else "prompt_text") if proto.get("model_calls") else "none",
+    }
+
+
+def metrics_of(summary: Mapping[str, Any]) -> dict[str, float]:
+    m = dict(summary.get("metrics") or {})
+    ci = summary.get("pass_at_1_ci") or {}
+    if ci.get("n"):
+        m.update(pass_at_1_ci_low=ci["low"], pass_at_1_ci_high=ci["high"])
+    m.update(
+        n_selected=summary["n_selected"],
+        n_recorded=summary["n_recorded"],
+        n_errors=summary["n_errors"],
+        complete=1.0 if summary["complete"] else 0.0,
+        latency_mean_s=summary["latency_s"]["mean"],
+        latency_p50_s=summary["latency_s"]["p50"],
+        latency_max_s=summary["latency_s"]["max"],
+    )
+    for k, v in (summary.get("usage") or {}).items():
+        m[k] = v
+    if summary.get("wall_s") is not None:
+        m["wall_s"] = summary["wall_s"]
+    return {k: float(v) for k, v in m.items()}
+
+
+def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for r in records:
+        v = r.get("verdict") or {}
+        u = r.get("usage") or {}
+        rows.append(
+            {
+                "id": r["id"],
+                "split": r.get("split"),
+                "difficulty": r.get("difficulty"),
+                "passed": bool(r.get("passed")),
+                "extracted": bool(r.get("extracted")),
+                "error": r.get("error") or "",
+                "tests_passed": v.get("tests_passed", 0),
+                "tests_run": v.get("tests_run", 0),
+                "n_tests": v.get("n_tests", 0),
+                "prompt_tokens": u.get("prompt_tokens", 0),
+                "completion_tokens": u.get("completion_tokens", 0),
+                "model_calls": u.get("model_calls", 0),
+                "tool_calls": u.get("tool_calls", 0),
+                "latency_s": r.get("latency_s", 0.0),
+                "solve_s": r.get("solve_s", 0.0),
+                "judge_s": r.get("judge_s", 0.0),
+                "tool_s": u.get("tool_s", 0.0),
+                "stop_reason": r.get("stop_reason", ""),
+            }
+        )
+    return rows
