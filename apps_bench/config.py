@@ -109,8 +109,9 @@ class TrackingConfig:
     """Where a cell is logged. The store URI is not here: MLFLOW_TRACKING_URI (env) or the
     embedded default, an absolute-path SQLite file under the working directory's `outputs/`."""
 
-    experiment: str = "apps"  # MLflow experiment name (the study)
-    log_transcripts: bool = True  # transcripts.jsonl as a per-cell artifact
+    backend: str = MISSING  # mlflow | none (conf/tracking/)
+    experiment: str = MISSING  # MLflow experiment name (the study)
+    log_transcripts: bool = MISSING  # transcripts.jsonl as a per-cell artifact
 
 
 @dataclass
@@ -135,8 +136,8 @@ class Config:
     verbose: bool = MISSING  # print code and per-test results per problem
     # MLflow experiment name lives at `tracking.experiment`: a top-level `experiment` key
     # would collide with the `experiment` config group (`experiment=x` selects a group file).
-    tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    progress: bool = True  # progress bar on stderr
+    tracking: TrackingConfig = MISSING
+    progress: bool = MISSING  # progress bar on stderr
 
 
 SCHEMA_NAME = "apps_bench_schema"

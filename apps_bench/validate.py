@@ -166,6 +166,45 @@ def _apply(rules: tuple[Rule, ...], data: Mapping[str, Any], prefix: str) -> lis
     return bad
 
 
+# ----------------------------------------------------------------------------- optimizer params
+
+TRACKING_BACKENDS = ("mlflow", "none")
+# params whose value is free-form (a model name, or overrides of a conf/model file)
+FREE_FORM_PARAMS = frozenset({"optimizer_model"})
+
+
+def unknown_optimizer_params(method: str, params: Mapping[str, Any]) -> list[BadSetting]:
+    """Keys the method does not have. Its schema is its own file, conf/optimizer/<method>.yaml:
+    every parameter it reads is declared there with its default, so a misspelt key is refused
+    instead of silently dropped."""
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).resolve().parent / "conf" / "optimizer" / f"{method}.yaml"
+    if not path.is_file():
+        return []  # an unknown method is the optimizer registry's error to give
+    schema = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("params") or {}
+    return _unknown_keys(params, schema, "optimizer.params", method)
+
+
+def _unknown_keys(given: Mapping[str, Any], schema: Mapping[str, Any], prefix: str, method: str) -> list[BadSetting]:
+    import difflib
+
+    bad = []
+    for key, value in given.items():
+        where = f"{prefix}.{key}"
+        if key not in schema:
+            close = difflib.get_close_matches(str(key), [str(k) for k in schema], n=1)
+            bad.append(BadSetting(
+                where, value, f"a parameter of optimizer={method}: one of {', '.join(sorted(map(str, schema)))}",
+                f"{prefix}.{close[0]}=..." if close else f"drop {where} (see conf/optimizer/{method}.yaml)",
+            ))  # fmt: skip
+        elif isinstance(value, Mapping) and isinstance(schema[key], Mapping) and key not in FREE_FORM_PARAMS:
+            bad += _unknown_keys(value, schema[key], where, method)
+    return bad
+
+
 # ----------------------------------------------------------------------------- ignored settings
 
 
@@ -257,6 +296,11 @@ def check_settings(data: Mapping[str, Any]) -> None:
     opt = data.get("optimizer") or {}
     if opt.get("name") not in (None, "none"):
         bad += _apply(OPTIMIZER_RULES, opt.get("params") or {}, "optimizer.params")
+        bad += unknown_optimizer_params(str(opt["name"]), opt.get("params") or {})
+    tracking = data.get("tracking") or {}
+    if tracking.get("backend") not in TRACKING_BACKENDS:
+        bad.append(BadSetting("tracking.backend", tracking.get("backend"), f"one of {', '.join(TRACKING_BACKENDS)}",
+                              "tracking=mlflow, or tracking=none"))  # fmt: skip
     bad += _ignored(data)
     if not any(b.key.startswith("topology.") for b in bad):
         bad += _roles_and_prompts(data)
