@@ -52,7 +52,7 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="output folder (default: a temporary one)")
     args = ap.parse_args()
 
-    from apps_bench.optimizers.entry import run_optimizer_cell
+    from apps_bench.optimizers.entry import run_optimizer
 
     out_root = Path(args.out or tempfile.mkdtemp(prefix="optimizer_cost_"))
     # warm-up outside the timings: heavy imports (LangGraph, LangChain, OpenAI) happen once per process
@@ -82,7 +82,7 @@ def main() -> int:
             ]
         cfg = compose(over)
         t0 = time.perf_counter()
-        res = run_optimizer_cell(cfg, out_dir=out_root / method)
+        res = run_optimizer(cfg, out_dir=out_root / method)
         wall = time.perf_counter() - t0
         b = res.budget
         # per fresh batch: the time since the previous event (problem draws differ across methods; one slow

@@ -126,3 +126,23 @@ def fresh_store(template: Path, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(template, dest)
     return dest
+
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "apps_bench" / "conf"
+
+
+def compose_cell(*overrides: str, hydra_cfg: bool = False):
+    """The cell config `python -m apps_bench OVERRIDES` composes (schema checked; a fresh
+    object each call). The one compose helper of the suite."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from apps_bench.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+            return compose("config", overrides=list(overrides), return_hydra_config=hydra_cfg)
+    finally:
+        GlobalHydra.instance().clear()

@@ -6,14 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from conftest import compose_cell
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 import apps_bench
 from apps_bench.cell import CellRefused, guard, resolve_cell
-from apps_bench.config import register_configs
 
 CONF = Path(apps_bench.__file__).resolve().parent / "conf"
 
@@ -29,13 +27,7 @@ def _groups() -> list[tuple[str, str]]:
 
 
 def _compose(overrides: list[str], hydra_cfg: bool = False):
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-            return compose("config", overrides=overrides, return_hydra_config=hydra_cfg)
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_cell(*overrides, hydra_cfg=hydra_cfg)
 
 
 def test_every_group_has_options():

@@ -11,7 +11,16 @@ import pytest
 from omegaconf import OmegaConf
 
 from apps_bench.config import DatasetConfig
-from apps_bench.data import DEMO_PROBLEMS, SKIP_REASONS, RowError, eval_ids, eval_manifest, hub_data_files, load_problems, parse_row
+from apps_bench.data import (
+    DEMO_PROBLEMS,
+    SKIP_REASONS,
+    RowError,
+    eval_ids,
+    eval_manifest,
+    hub_data_files,
+    load_problems,
+    parse_row,
+)
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

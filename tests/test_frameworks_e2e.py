@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import compose_cell
 
 from apps_bench.types import Usage
 
@@ -33,19 +34,7 @@ def compose(*overrides: str) -> Any:
 
 
 def _compose(*overrides: str) -> Any:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from apps_bench.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-            return hydra_compose("config", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_cell(*overrides)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +73,6 @@ def gold_passes(problems, judge) -> dict[str, bool]:
 
 
 def _endpoint(problems, **gold: Any):
-    from omegaconf import OmegaConf
 
     from apps_bench.models import open_endpoint
 

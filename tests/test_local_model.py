@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import compose_cell
 
 from apps_bench.types import Usage
 
@@ -36,13 +37,7 @@ LONG = "Count from 1 to 500, one number per line, and say nothing else."
 
 @functools.lru_cache(maxsize=None)
 def _compose(overrides: tuple[str, ...]):
-    from hydra import compose, initialize_config_dir
-
-    from apps_bench.config import register_configs
-
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        return compose("config", overrides=["model=local", *overrides])
+    return compose_cell("model=local", *overrides)
 
 
 def cfg(*overrides: str):
@@ -105,7 +100,7 @@ def test_token_cap_reaches_the_server_the_same_way_from_every_framework(endpoint
 
 
 def test_finish_reasons_are_counted_in_the_cell_summary(endpoint):
-    from apps_bench.pipeline import summarize_cell, usage_record
+    from apps_bench.tracking.summary import summarize_cell, usage_record
 
     capped, free = Usage(), Usage()
     asyncio.run(_ask("openai", clients(endpoint, capped, max_tokens=8), LONG))
@@ -339,10 +334,10 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
     """Without chat_format the server renders SmolLM2's own template, which drops `tools`:
     the solver never calls python_exec, and the cell's summary warns about it."""
     from apps_bench.models import open_endpoint
-    from apps_bench.pipeline import usage_record
     from apps_bench.solving import solve_problem
     from apps_bench.topologies.registry import get_topology
     from apps_bench.topologies.tool_use import tool_calls_by_role, tool_warnings
+    from apps_bench.tracking.summary import usage_record
 
     c = cfg("model.chat_format=null", "model.max_tokens=48", "topology.max_steps=2")
     with open_endpoint(c.model) as ep:

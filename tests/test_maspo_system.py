@@ -19,7 +19,7 @@ from apps_bench.optimizers.maspo import Maspo, MaspoConfig, graph_for
 from apps_bench.optimizers.maspo_system import EvaluatorSystem, ModelTextJudge, symmetric_win
 from apps_bench.optimizers.proposals import CachedChat, ChatReply, ModelProposer
 from apps_bench.optimizers.protocol import Budget, EvalSet, ScoringGate, Splits
-from apps_bench.optimizers.scoring import ProtocolEvaluator, Rollout, RoleTrace
+from apps_bench.optimizers.scoring import ProtocolEvaluator, RoleTrace, Rollout
 
 TRAIN = [("train", str(i)) for i in range(100, 120)]
 VAL = [("train", str(i)) for i in range(200, 205)]

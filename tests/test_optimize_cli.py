@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from apps_bench.optimize import SeedFormError, to_overrides
-from conftest import run_cli
 
 
 def test_seed_form_maps_onto_overrides():

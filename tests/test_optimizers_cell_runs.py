@@ -3,14 +3,12 @@ final-eval child's tags, the metrics of the optimizer cell's own run."""
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
+from conftest import compose_cell
 
 from apps_bench.cell import resolve_cell
-from apps_bench.config import register_configs
 from apps_bench.optimizers import cell_runs
 from apps_bench.optimizers.run import OptimizeResult
 from apps_bench.optimizers.scoring import Objective
@@ -20,9 +18,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def _data(*overrides: str) -> dict:
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        return plain_config(copy.deepcopy(compose("config", overrides=["allow_any_cell=true", *overrides])))
+    return plain_config(compose_cell("allow_any_cell=true", *overrides))
 
 
 def test_seed_cell_is_the_same_cell_with_optimizer_none():

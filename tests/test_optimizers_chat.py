@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-
-from apps_bench.config import register_configs
+from conftest import compose_cell
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -19,9 +17,7 @@ def test_endpoint_chat_counts_tokens_per_call_and_feeds_the_cache(tmp_path):
     from apps_bench.optimizers.proposals import CachedChat
     from apps_bench.optimizers.protocol import Budget
 
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("config", overrides=["allow_any_cell=true", "model=gold"])
+    cfg = compose_cell("allow_any_cell=true", "model=gold")
     with open_endpoint(cfg.model, DEMO_PROBLEMS) as ep:
         chat = EndpointChat(ep, cfg.model)
         msgs = [{"role": "user", "content": "Rewrite <current_prompt>\nbe brief\n</current_prompt>"}]

@@ -7,15 +7,12 @@ graph, traces, comparisons and budget accounting work, not that optimization hel
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-
-from apps_bench.config import register_configs
+from conftest import compose_cell
 
 pytestmark = pytest.mark.slow
 
@@ -24,9 +21,7 @@ FAMILIES = ["single", "independent", "sequential_langgraph", "centralized_langgr
 
 
 def _cfg(*overrides):
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        return copy.deepcopy(compose("config", overrides=["allow_any_cell=true", "model=gold", *overrides]))
+    return compose_cell("allow_any_cell=true", "model=gold", *overrides)
 
 
 @pytest.fixture(scope="module")

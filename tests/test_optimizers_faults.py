@@ -7,16 +7,13 @@ ends (same chosen prompts, val scores and charged budget). Without retries it st
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-
-from apps_bench.config import register_configs
+from conftest import compose_cell
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("gepa")
@@ -24,9 +21,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def _cfg(*overrides):
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        return copy.deepcopy(compose("config", overrides=["allow_any_cell=true", "model=gold", *overrides]))
+    return compose_cell("allow_any_cell=true", "model=gold", *overrides)
 
 
 @pytest.fixture(scope="module")

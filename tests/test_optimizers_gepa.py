@@ -20,7 +20,7 @@ from apps_bench.optimizers.cache import RolloutCache  # noqa: E402
 from apps_bench.optimizers.gepa_adapter import GepaConfig, PipelineAdapter, run_gepa  # noqa: E402
 from apps_bench.optimizers.proposals import CachedChat, ChatReply  # noqa: E402
 from apps_bench.optimizers.protocol import Budget, EvalKeyError, EvalSet, ScoringGate, Splits  # noqa: E402
-from apps_bench.optimizers.scoring import PERFECT_SCORE, FailingTest, InfrastructureDown, ProtocolEvaluator, Rollout, RoleTrace  # noqa: E402
+from apps_bench.optimizers.scoring import PERFECT_SCORE, FailingTest, InfrastructureDown, ProtocolEvaluator, RoleTrace, Rollout  # noqa: E402
 from apps_bench.topologies.base import PromptSet  # noqa: E402
 
 TRAIN = [("train", str(i)) for i in range(1, 9)]

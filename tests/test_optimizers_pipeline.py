@@ -9,15 +9,12 @@ prompt file), not that optimization helps.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-
-from apps_bench.config import register_configs
+from conftest import compose_cell
 
 pytestmark = pytest.mark.slow
 
@@ -25,9 +22,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def _cfg(*overrides):
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        return copy.deepcopy(compose("config", overrides=["allow_any_cell=true", "model=gold", *overrides]))
+    return compose_cell("allow_any_cell=true", "model=gold", *overrides)
 
 
 def chat(messages, seed):
@@ -106,7 +101,7 @@ def test_run_optimizer_cell_from_composed_config(tmp_path, apps_data_dir, optimi
     as optimizer model (its deterministic tagged rewrite) -> prompts.yaml. Gold's answers do
     not depend on the prompt, so the child ties its parent and the seed stays chosen."""
     pytest.importorskip("apps_bench.sandbox.tool", reason="python_exec tool (sandbox engineer) not landed yet")
-    from apps_bench.optimizers.entry import run_optimizer_cell
+    from apps_bench.optimizers.entry import run_optimizer
 
     cfg = _cfg(
         "topology=single", "optimizer=maspo", "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
@@ -115,7 +110,7 @@ def test_run_optimizer_cell_from_composed_config(tmp_path, apps_data_dir, optimi
         "optimizer.params.pool.val_size=2", "optimizer.params.budget.rollouts=12", "optimizer.params.K=1",
         "optimizer.params.Ksub=1", "optimizer.params.T=1", "optimizer.params.D=1", "optimizer.params.minibatch=2",
     )  # fmt: skip
-    res = run_optimizer_cell(cfg, out_dir=tmp_path / "opt")
+    res = run_optimizer(cfg, out_dir=tmp_path / "opt")
     assert res.method == "maspo" and res.prompts_path.exists()
     man = json.loads((tmp_path / "opt" / "manifest.json").read_text())
     assert man["pool_source"] == "train" and len(man["train"]) == 4 and len(man["val"]) == 2

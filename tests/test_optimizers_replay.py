@@ -10,9 +10,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-
-from apps_bench.config import register_configs
+from conftest import compose_cell
 
 pytestmark = pytest.mark.slow
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -29,12 +27,10 @@ def test_chain_child_replays_upstream_stages(tmp_path, apps_data_dir):
     from apps_bench.sandbox import SandboxPool
     from apps_bench.topologies.prompts import load_prompts
 
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        cfg = compose("config", overrides=[
-            "allow_any_cell=true", "model=gold", "topology=sequential_langgraph", "topology.team_size=4",
-            "dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "tool.timeout_s=2",
-        ])  # fmt: skip
+    cfg = compose_cell(
+        "allow_any_cell=true", "model=gold", "topology=sequential_langgraph", "topology.team_size=4",
+        "dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "tool.timeout_s=2",
+    )  # fmt: skip
     loaded = load_problems(cfg.dataset, only=("1", "9"), max_tests_per_row=3)
     problems = {p.key: p for p in loaded.problems}
     jobs = [(k, 11) for k in problems]

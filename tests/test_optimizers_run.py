@@ -13,10 +13,10 @@ import re
 
 import pytest
 
-from apps_bench.optimizers.protocol import EvalSet, read_manifest_splits
 from apps_bench.optimizers.proposals import ChatReply
+from apps_bench.optimizers.protocol import EvalSet, read_manifest_splits
 from apps_bench.optimizers.run import optimize, write_prompt_set
-from apps_bench.optimizers.scoring import Rollout, RoleTrace
+from apps_bench.optimizers.scoring import RoleTrace, Rollout
 from apps_bench.topologies.base import PromptSet
 from apps_bench.topologies.prompts import read_prompt_file
 from apps_bench.types import Outcome, Problem, Verdict

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import cli_env, fresh_store, run_cli
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import cli_env, fresh_store, run_cli
 
 pytestmark = pytest.mark.slow

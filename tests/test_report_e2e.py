@@ -12,9 +12,9 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import cli_env, fresh_store, run_cli
 
 from apps_bench.report.stats import bootstrap_interval, holm, mcnemar_exact, paired_bootstrap
-from conftest import cli_env, fresh_store, run_cli
 
 # the module's sweep (6 cells, two commands) runs inside the first test's timeout; on 2 shared busy cores it
 # took over the default 300 s once

@@ -1,7 +1,6 @@
-"""Solving across forked helper processes (`processes=`): same records as one process,
-python_exec served by the main process's sandbox, a dead helper costs only its problems.
-Both ways helpers come to be are covered: forked by the preloader (a single-cell command)
-and forked by the main process itself (a sweep's cell, a library call)."""
+"""Solving in worker processes from the forkserver (`processes=`): the same records as one
+process on every path (a single cell, a sweep's cell), python_exec served by the cell's own
+sandbox, a dead worker costs only its problems and is replaced, no worker outlives its cell."""
 
 from __future__ import annotations
 
@@ -15,39 +14,47 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
-from apps_bench.solving import helper_count
 from conftest import cli_env, fresh_store, run_cli
 
-CORES = len(os.sched_getaffinity(0))
+from apps_bench.cpus import usable_cpus
+from apps_bench.solver_pool import solver_count
+
+CPUS = usable_cpus()
 
 
 # ------------------------------------------------------------------------------- how many
 
 
 @pytest.mark.parametrize(
-    ("setting", "concurrency", "n", "framework", "helpers"),
+    ("setting", "concurrency", "n", "workers"),
     [
-        ("1", 16, 100, "langgraph", 0),
-        (1, 16, 100, "langgraph", 0),
-        ("3", 16, 100, "langgraph", 2),
-        ("3", 2, 100, "langgraph", 1),  # never more solvers than problems in flight
-        ("3", 16, 2, "openai", 1),  # nor than problems to run
-        ("3", 16, 100, "crewai", 2),
-        ("3", 16, 100, "autogen", 2),
-        ("3", 16, 100, "some_new_framework", 0),  # not checked to be fork-safe: main process only
-        ("auto", 64, 100, "langgraph", CORES - 1),
-        ("AUTO", 1, 100, "langgraph", 0),
+        ("1", 16, 100, 0),  # 1: the cell's own process alone, no extra process
+        (1, 16, 100, 0),
+        ("3", 16, 100, 3),
+        ("3", 2, 100, 2),  # never more solvers than problems in flight
+        ("3", 16, 2, 2),  # nor than problems to run
+        ("3", 16, 1, 0),  # one problem: no process to start for it
+        ("auto", 64, 100, CPUS if CPUS > 1 else 0),
+        ("AUTO", 1, 100, 0),
     ],
 )
-def test_helper_count(setting, concurrency, n, framework, helpers):
-    assert helper_count(setting, concurrency=concurrency, n_problems=n, framework=framework) == helpers
+def test_solver_count(setting, concurrency, n, workers):
+    assert solver_count(setting, concurrency=concurrency, n_problems=n) == workers
 
 
 @pytest.mark.parametrize("bad", ["0", "-2", "many", "", None])
-def test_helper_count_rejects_bad_settings(bad):
+def test_solver_count_rejects_bad_settings(bad):
     with pytest.raises(ValueError, match="processes must be 'auto' or a positive integer"):
-        helper_count(bad, concurrency=4, n_problems=10, framework="langgraph")
+        solver_count(bad, concurrency=4, n_problems=10)
+
+
+def test_auto_follows_the_cpus_this_process_may_use():
+    """Under SLURM/Ray/taskset a cell is given fewer CPUs than the host has: `auto` counts those."""
+    code = ("import os; os.sched_setaffinity(0, {0}); from apps_bench.solver_pool import solver_count; "
+            "print(solver_count('auto', concurrency=64, n_problems=100))")  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"  # one CPU: solved in the cell's own process
 
 
 def test_bad_processes_setting_fails_the_cell_with_its_fix(tmp_path: Path, mlflow_template: Path):
@@ -58,28 +65,29 @@ def test_bad_processes_setting_fails_the_cell_with_its_fix(tmp_path: Path, mlflo
     assert not (tmp_path / "outputs" / "cells").exists()
 
 
-def test_a_helper_holds_no_pipe_of_the_main_process():
-    """A pipe the main process owns (e.g. the exec-status pipe of a subprocess another thread
-    is starting at the moment of the fork) reaches EOF when the main process closes it: the
-    helper dropped its copy. (Holding it deadlocked a cell: Popen waited for that EOF.)"""
+def test_a_worker_holds_no_pipe_of_the_cell_process():
+    """A pipe the cell's process owns (e.g. the exec-status pipe of a subprocess another
+    thread is starting) reaches EOF when the cell closes it: workers come from the
+    forkserver, never from the cell's process, so none holds a copy. (Holding one
+    deadlocked a cell: Popen waited for that EOF.)"""
     import select
 
-    from apps_bench.solving import SolverProcesses, Solved
-    from apps_bench.types import Usage
-
-    async def solve(problem, pool, connections):  # never called: no problem is handed over
-        return Solved(attempt=None, usage=Usage())
+    from apps_bench.solver_pool import SolverPool, start_forkserver
 
     r, w = os.pipe()
-    procs = SolverProcesses.fork(1, ["p"], solve, threads=2)
+    os.set_inheritable(w, True)
+    ctx = start_forkserver("single")
+    cfg = {"topology": {"name": "single", "framework": "langgraph"}}
+    workers = SolverPool.start(ctx, 1, cfg=cfg, prompts=None, threads=2, timeout_s=60)
     try:
-        time.sleep(0.5)  # the helper is up, and has had its chance to drop what it inherited
+        assert workers.workers[0].process.is_alive()
         os.close(w)
-        assert select.select([r], [], [], 10)[0], "no EOF: a helper still holds the pipe's write end"
+        assert select.select([r], [], [], 10)[0], "no EOF: a worker holds the pipe's write end"
         assert os.read(r, 1) == b""
     finally:
-        procs.close()
+        workers.close()
         os.close(r)
+    assert not workers.workers[0].process.is_alive()
 
 
 # ------------------------------------------------------------------------------- end to end
@@ -108,13 +116,13 @@ def _transcripts(cell: Path) -> dict[str, list[dict]]:
 
 
 @pytest.mark.slow
-def test_helpers_give_the_records_one_process_gives(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
+def test_workers_give_the_records_one_process_gives(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
     base = ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", "limit=12", "concurrency=4",
             "model.latency_ms=100", "model.wrong_fraction=0.3", "progress=false"]  # fmt: skip
     runs = {}
-    # one process; two preloaded helpers (the main process only coordinates); a sweep's cell:
-    # the main process imports the framework, solves, and forks one helper itself
-    for label, extra in (("one", ["processes=1"]), ("preloaded", ["processes=2"]), ("in-process", ["-m", "processes=2"])):
+    # one process; two workers (the cell's process only coordinates, judges and records);
+    # a sweep's cell (the same code: workers from the forkserver)
+    for label, extra in (("one", ["processes=1"]), ("workers", ["processes=2"]), ("sweep", ["-m", "processes=2"])):
         cwd = tmp_path / label
         cwd.mkdir()
         fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
@@ -124,19 +132,19 @@ def test_helpers_give_the_records_one_process_gives(tmp_path: Path, apps_data_di
     recs = {k: sorted(_records(v), key=lambda x: x["key"]) for k, v in runs.items()}
     assert len({v.name for v in runs.values()}) == 1  # `processes` is run-only: the same cell
     assert {x["solver"] for x in recs["one"]} == {"main"}
-    assert {x["solver"] for x in recs["preloaded"]} == {"helper-1", "helper-2"}
-    assert {x["solver"] for x in recs["in-process"]} == {"main", "helper-1"}
+    assert {x["solver"] for x in recs["workers"]} == {"solver-1", "solver-2"}
+    assert {x["solver"] for x in recs["sweep"]} == {"solver-1", "solver-2"}
     one = recs["one"]
     assert not any(x["error"] for v in recs.values() for x in v)
-    for label in ("preloaded", "in-process"):  # the same answers, verdicts and usage wherever solved
+    for label in ("workers", "sweep"):  # the same answers, verdicts and usage wherever solved
         for a, b in zip(one, recs[label], strict=True):
             assert a["key"] == b["key"] and a["program"] == b["program"] and a["passed"] == b["passed"]
             assert [t["outcome"] for t in a["verdict"]["results"]] == [t["outcome"] for t in b["verdict"]["results"]]
             counts = lambda u: {k: v for k, v in u.items() if k != "tool_s"}  # noqa: E731 - tool_s is a wall time
             assert counts(a["usage"]) == counts(b["usage"]) and b["usage"]["tool_s"] > 0
-        # the helpers' python_exec calls ran in the main process's sandbox and came back
+        # the workers' python_exec calls ran in the cell process's sandbox and came back
         trans = _transcripts(runs[label])
-        for key in (x["key"] for x in recs[label] if x["solver"].startswith("helper-")):
+        for key in (x["key"] for x in recs[label] if x["solver"].startswith("solver-")):
             results = [e["content"] for e in trans[key] if e["kind"] == "tool_result"]
             assert results and results[0].startswith("exit code: 0"), results
     assert 0 < sum(x["passed"] for x in one) < 12  # wrong_fraction: some answers are wrong, on purpose
@@ -159,7 +167,7 @@ def _children(pid: int) -> list[tuple[int, str]]:
 
 
 def _running(pid: int) -> bool:
-    """Alive and not a zombie (a dead helper of a killed parent is reaped by init)."""
+    """Alive and not a zombie (a dead worker of a killed parent is reaped by init)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
@@ -167,28 +175,27 @@ def _running(pid: int) -> bool:
 
 
 def _solver_pids(cli_pid: int) -> tuple[int, list[int]]:
-    """(the preloader, its helpers): processes running the CLI's own command line (sandbox
-    workers and the MLflow helper do not), a child of the CLI and the child's children."""
-    own = (Path(f"/proc/{cli_pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip())
-    [preloader] = [pid for pid, cmd in _children(cli_pid) if cmd == own]
-    return preloader, [pid for pid, cmd in _children(preloader) if cmd == own]
+    """(the forkserver, its workers): the CLI's child running multiprocessing's forkserver, and
+    its children (the sandbox workers are the CLI's own children, not the forkserver's)."""
+    [server] = [pid for pid, cmd in _children(cli_pid) if "multiprocessing.forkserver" in cmd]
+    return server, [pid for pid, _ in _children(server)]
 
 
-def _wait_for_helpers(cli_pid: int, n: int, timeout: float = 60) -> tuple[int, list[int]]:
+def _wait_for_workers(cli_pid: int, n: int, timeout: float = 60) -> tuple[int, list[int]]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            pre, helpers = _solver_pids(cli_pid)
+            server, workers = _solver_pids(cli_pid)
         except ValueError:
-            pre, helpers = 0, []
-        if len(helpers) == n:
-            return pre, helpers
+            server, workers = 0, []
+        if len(workers) == n:
+            return server, workers
         time.sleep(0.05)
-    pytest.fail(f"no {n} solver helpers appeared")
+    pytest.fail(f"no {n} solver workers appeared")
 
 
 def _two_process_cell(apps_data_dir: Path, n: int) -> list[str]:
-    """A cell of `n` real rows solved by two preloaded helpers."""
+    """A cell of `n` real rows solved by two workers."""
     return ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", f"limit={n}", "concurrency=4",
             "processes=2", "progress=false"]  # fmt: skip
 
@@ -215,36 +222,37 @@ def _wait_for_records(proc: subprocess.Popen, cwd: Path, n: int, timeout: float 
     pytest.fail("no records appeared")
 
 
-def _kill_helpers_mid_cell(
+def _kill_workers_mid_cell(
     cwd: Path, apps_data_dir: Path, mlflow_template: Path, n: int, which: Callable[[list[int]], list[int]]
 ) -> tuple[list[str], Path]:
-    """Run a two-helper cell of `n` rows, SIGKILL `which(helpers)` once 2 problems are
+    """Run a two-worker cell of `n` rows, SIGKILL `which(workers)` once 2 problems are
     recorded, and check the cell ends recorded but incomplete: (its args, its folder)."""
     args = _two_process_cell(apps_data_dir, n)
     fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
     proc = _start([*args, "model.latency_ms=700"], cwd)
-    _, helpers = _wait_for_helpers(proc.pid, 2)
+    _, workers = _wait_for_workers(proc.pid, 2)
     _wait_for_records(proc, cwd, 2)
-    for pid in which(helpers):
+    for pid in which(workers):
         os.kill(pid, signal.SIGKILL)
     out = proc.communicate(timeout=240)[0].decode()
-    assert proc.returncode == 3, out[-3000:]  # recorded, incomplete: the dead helpers' problems are errors
+    assert proc.returncode == 3, out[-3000:]  # recorded, incomplete: the dead workers' problems are errors
     return args, _cell(cwd)
 
 
 @pytest.mark.slow
-def test_a_dead_helper_costs_only_its_problems(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
+def test_a_dead_worker_costs_only_its_problems(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
     n = 16
-    args, cell = _kill_helpers_mid_cell(tmp_path, apps_data_dir, mlflow_template, n, lambda helpers: helpers[:1])
+    args, cell = _kill_workers_mid_cell(tmp_path, apps_data_dir, mlflow_template, n, lambda workers: workers[:1])
     recs = _records(cell)
     assert len(recs) == n and len({x["key"] for x in recs}) == n
     lost = [x for x in recs if x["error"]]
     [dead] = {x["solver"] for x in lost}
     assert lost and all(f"solver process {dead}" in x["error"] for x in lost)
-    assert len(lost) <= 2  # at most what the helper held (concurrency 4 over two solvers)
+    assert len(lost) <= 2  # at most what the worker held (concurrency 4 over two solvers)
     assert all(x["passed"] for x in recs if not x["error"])  # the rest was solved
     later = [x for x in recs if x["completed_at"] > max(y["completed_at"] for y in lost)]
-    assert later and {x["solver"] for x in later} == {"helper-1", "helper-2"} - {dead}  # by the other helper
+    # by the other worker, and by the one that replaced the dead one
+    assert later and {x["solver"] for x in later} <= {"solver-1", "solver-2", "solver-3"} - {dead}
 
     r = run_cli(args, tmp_path)  # the rerun retries exactly the lost problems
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -255,39 +263,35 @@ def test_a_dead_helper_costs_only_its_problems(tmp_path: Path, apps_data_dir: Pa
 
 
 @pytest.mark.slow
-def test_when_every_preloaded_helper_dies_the_main_process_solves_the_rest(
-    tmp_path: Path, apps_data_dir: Path, mlflow_template: Path
-):
-    """The main process has not imported the framework: it does so then, and goes on alone."""
+def test_when_every_worker_dies_new_ones_solve_the_rest(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
     n = 12
-    _, cell = _kill_helpers_mid_cell(tmp_path, apps_data_dir, mlflow_template, n, lambda helpers: helpers)
+    _, cell = _kill_workers_mid_cell(tmp_path, apps_data_dir, mlflow_template, n, lambda workers: workers)
     recs = _records(cell)
     assert len(recs) == n and len({x["key"] for x in recs}) == n
     lost = [x for x in recs if x["error"]]
-    # what the helpers held, plus what was handed to the second in the instant before its
-    # death was noticed; every other problem is solved
-    assert 1 <= len(lost) < n - 2 and all("solver process helper-" in x["error"] for x in lost)
+    # what the workers held; every other problem is solved by their replacements
+    assert 1 <= len(lost) <= 4 and all("solver process solver-" in x["error"] for x in lost)
     assert all(x["passed"] for x in recs if not x["error"])
     later = [x for x in recs if x["completed_at"] > max(y["completed_at"] for y in lost)]
-    assert later and {x["solver"] for x in later} == {"main"}
+    assert later and {x["solver"] for x in later} <= {"solver-3", "solver-4"}
 
 
 @pytest.mark.slow
-def test_helpers_die_with_a_killed_cell(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
+def test_workers_die_with_a_killed_cell(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
     args = [*_two_process_cell(apps_data_dir, 12), "model.latency_ms=700"]
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     proc = _start(args, tmp_path)
-    preloader, helpers = _wait_for_helpers(proc.pid, 2)
+    server, workers = _wait_for_workers(proc.pid, 2)
     _wait_for_records(proc, tmp_path, 1)
-    os.kill(proc.pid, signal.SIGKILL)  # only the main process: no solver process may outlive it
+    os.kill(proc.pid, signal.SIGKILL)  # only the cell's process: no solver process may outlive it
     proc.wait(timeout=30)
     proc.stdout.close()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_running(p) for p in (preloader, *helpers)):
+    while time.monotonic() < deadline and any(_running(p) for p in (server, *workers)):
         time.sleep(0.05)
-    alive = [p for p in (preloader, *helpers) if _running(p)]
-    os.killpg(proc.pid, signal.SIGKILL)  # clean up the rest of the group (sandbox, MLflow helper)
-    assert not alive, f"solver processes {alive} outlived their killed cell (preloader {preloader})"
+    alive = [p for p in (server, *workers) if _running(p)]
+    os.killpg(proc.pid, signal.SIGKILL)  # clean up the rest of the group (sandbox)
+    assert not alive, f"solver processes {alive} outlived their killed cell (forkserver {server})"
 
 
 @pytest.mark.slow

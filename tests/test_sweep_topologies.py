@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import cli_env, fresh_store, run_cli
 
 pytestmark = pytest.mark.slow

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from apps_bench.data import DEMO_PROBLEMS, load_problems
 from apps_bench import types as T
+from apps_bench.data import DEMO_PROBLEMS, load_problems
 from apps_bench.task import CALL_DIRECTIVE, STDIN_DIRECTIVE, frame
 
 

@@ -86,26 +86,30 @@ class Runs(list):
 
 
 def run_cell(cfg, problems, pool, judge, seed: int | None = None) -> Runs:
-    """What the pipeline does per problem, minus records: the one solve step, then the judge."""
+    """What the pipeline does per problem, minus records: the one per-problem step (step.py)."""
     from apps_bench.models import open_endpoint
     from apps_bench.solving import solve_problem
+    from apps_bench.step import solve_and_judge
     from apps_bench.topologies.registry import get_topology
 
     topology = get_topology(cfg.topology)
     seed = int(cfg.seed if seed is None else seed)
 
     async def one(problem, ep):
-        solved = await solve_problem(problem, cfg=cfg, topology=topology, endpoint=ep, pool=pool, seed=seed)
-        assert solved.attempt is not None, solved.error  # a bug of ours, not the runner's recorded error
-        return solved.attempt, solved.usage
+        async def solve(p):
+            return await solve_problem(p, cfg=cfg, topology=topology, endpoint=ep, pool=pool, seed=seed)
+
+        out = await solve_and_judge(problem, solve, judge)
+        assert out.solved.attempt is not None and out.verdict is not None, out.error  # a bug of ours
+        return out
 
     async def all_(ep):
         return await asyncio.gather(*(one(p, ep) for p in problems))
 
     with open_endpoint(cfg.model, problems) as ep:
-        results = asyncio.run(all_(ep))
+        outcomes = asyncio.run(all_(ep))
         stats = ep.server.stats
-    runs = Runs(Run(p, a, u, judge.score(p, a.program)) for p, (a, u) in zip(problems, results))
+    runs = Runs(Run(o.problem, o.solved.attempt, o.solved.usage, o.verdict) for o in outcomes)
     runs.stats = stats
     return runs
 

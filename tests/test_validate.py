@@ -8,8 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
-from conftest import APPS_DATA_DIR, cli_env, fresh_store, run_cli
+from conftest import APPS_DATA_DIR, cli_env, compose_cell, fresh_store, run_cli
 
 TRAIN = APPS_DATA_DIR / "train_mini150.jsonl"
 TEST_ROWS = APPS_DATA_DIR / "test_more.jsonl"
@@ -62,6 +61,14 @@ CASES = {
         ["model.latency_ms=50", "only model=gold", "would ignore it"],
     ),
     "rounds on a flow without rounds": (["topology.rounds=3"], ["topology.rounds=3", "only the decentralized"]),
+    "misspelt optimizer parameter": (
+        [*LOCAL, "optimizer=maspo", f"optimizer.params.pool.path={TRAIN}", "+optimizer.params.minibtch=4"],
+        ["optimizer.params.minibtch=4", "a parameter of optimizer=maspo", "Fix: optimizer.params.minibatch=..."],
+    ),
+    "misspelt nested optimizer parameter": (
+        [*LOCAL, "optimizer=gepa", f"optimizer.params.pool.path={TRAIN}", "+optimizer.params.budget.rolouts=5"],
+        ["optimizer.params.budget.rolouts=5", "Fix: optimizer.params.budget.rollouts=..."],
+    ),
     "team size without roles": (
         ["topology=independent", "topology.team_size=3"], ["topology.team_size=3", "2, 4, 8, 10", "Fix: topology.team_size=2"],
     ),
@@ -102,18 +109,9 @@ def test_some_ids_missing_still_runs_with_a_warning(tmp_path: Path):
 
 
 def _composed(*overrides: str) -> dict:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from apps_bench.__main__ import CONF_DIR
-    from apps_bench.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        cfg = compose("config", overrides=list(overrides))
-    GlobalHydra.instance().clear()
+    cfg = compose_cell(*overrides)
     data = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(data, dict)
     return data
@@ -143,6 +141,8 @@ def test_every_shipped_option_passes_the_checks():
         (["model.max_tokens=0"], "model.max_tokens"),
         (["model.wrong_fraction=1.5"], "model.wrong_fraction"),
         (["offset=-1"], "offset"),
+        (["optimizer=gepa", "dataset=apps", "+optimizer.params.K=2"], "optimizer.params.K"),  # MASPO's, not GEPA's
+        (["tracking.backend=wandb"], "tracking.backend"),
     ],
 )
 def test_rule_names_the_setting(overrides: list[str], key: str):
