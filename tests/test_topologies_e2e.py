@@ -100,7 +100,7 @@ def run_cell(cfg, problems, pool, judge, seed: int | None = None) -> Runs:
             return await solve_problem(p, cfg=cfg, topology=topology, endpoint=ep, pool=pool, seed=seed)
 
         out = await solve_and_judge(problem, solve, judge)
-        assert out.solved.attempt is not None and out.verdict is not None, out.error  # a bug of ours
+        assert out.solved.attempt is not None, out.error  # a bug of ours, not the runner's recorded error
         return out
 
     async def all_(ep):
