@@ -106,17 +106,26 @@ def cost_table(costs: list[CostRow]) -> str:
 
 
 def role_table(rows_in: list[RoleRow]) -> str:
+    def est(r: RoleRow, text: str) -> str:
+        return text if r.measured else f"≈{text}"
+
     rows = [
-        [r.label, r.model, r.role, _f(r.turns, 2), _f(r.replies, 2), _f(r.tool_calls, 2), _n(r.tokens),
-         _f(r.calls, 2), f"{100 * r.token_share:.0f}%" if not math.isnan(r.token_share) else "-"]
+        [r.label, r.model, r.role, _f(r.turns, 2), _f(r.replies, 2), _f(r.tool_calls, 2), est(r, _n(r.tokens)),
+         est(r, _f(r.calls, 2)), f"{100 * r.token_share:.0f}%" if not math.isnan(r.token_share) else "-"]
         for r in rows_in
     ]  # fmt: skip
-    head = ["topology", "model", "role", "turns", "replies", "tool calls", "≈ tokens", "≈ calls", "token share"]
+    head = ["topology", "model", "role", "turns", "replies", "tool calls", "tokens", "calls", "token share"]
     caption = (
-        "per problem with a transcript; turns, replies, tool calls counted from the transcripts; ≈ tokens/calls: each "
-        "problem's exact totals apportioned to its roles (prompt tokens by characters given, completion tokens by "
-        "characters produced, calls by the model steps the events show)"
+        "per problem; tokens and calls counted at the HTTP transport per role (each agent's client names its role; "
+        "selector = AutoGen's speaker-selection calls, made by no agent); turns, replies, tool calls counted from the "
+        "transcripts"
     )
+    if any(not r.measured for r in rows_in):
+        caption += (
+            "; ≈ estimated, for records from before calls named their role: each problem's exact totals apportioned "
+            "to its roles (prompt tokens by characters given, completion tokens by characters produced, calls by the "
+            "model steps the events show), per problem with a transcript"
+        )
     return text_table("cost per agent role", head, rows, caption)
 
 
