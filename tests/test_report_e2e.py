@@ -312,6 +312,17 @@ def test_framework_siblings_and_provenance_warnings(tmp_path: Path, mlflow_templ
     assert f"{cr - lg:+,.0f}" in row
     calls = per_problem("sequential_crewai", "model_calls") - per_problem("sequential_langgraph", "model_calls")
     assert f"{calls:+.2f}" in row
+    # ... and role by role, from the role of each recorded call: same four roles on both frameworks
+    per_role = [x.split() for x in rep.stdout.split("framework overhead per role")[1].splitlines()
+                if x.startswith("sequential ")]  # fmt: skip
+    assert [x[5] for x in per_role] == ["analyzer", "coder", "tester", "debugger"]
+    for x in per_role:
+        spent = {}
+        for topo in ("sequential_langgraph", "sequential_crewai"):
+            recs = [json.loads(y) for y in (cells[(topo, "0")] / "records.jsonl").read_text().splitlines()]
+            mine = [c for r in recs for c in r["usage"]["calls"] if c["role"] == x[5]]
+            spent[topo] = sum(c["prompt_tokens"] + c["completion_tokens"] for c in mine) / len(recs)
+        assert x[6:9] == [f"{spent['sequential_crewai']:,.0f}", "vs", f"{spent['sequential_langgraph']:,.0f}"], x
     assert "warning" not in rep.stdout  # same software on both sides: nothing to warn about
 
     crew = cells[("sequential_crewai", "0")]

@@ -181,6 +181,24 @@ def test_framework_row_pairs_siblings_of_one_flow():
     [row] = framework_rows(groups, cost_rows(groups))
     assert (row.flow, row.base, row.other) == ("sequential", "langgraph", "crewai")
     assert row.tokens == (1000, 1500) and row.calls == (4, 5) and row.pass_at_1 == (1.0, 0.5)
+    assert row.roles == ()  # no roles given (or estimated ones): no per-role split
+    # counted per role on both sides: role by role, a role only one side has is 0 on the other
+    for p in cells[0].problems:
+        p["role_calls"] = {"coder": (4, 900, 100)}
+    for p in cells[1].problems:
+        p["role_calls"] = {"coder": (4, 1000, 100), "selector": (1, 350, 50)}
+    roles = role_rows(groups)
+    [row] = framework_rows(groups, cost_rows(groups), roles)
+    assert row.roles == (("coder", (1000, 1100), (4, 4)), ("selector", (0.0, 400), (0.0, 1)))
+    from apps_bench.report.render import framework_table
+
+    text = framework_table([row])
+    line = next(x for x in text.splitlines() if "selector" in x)
+    assert line.split() == ["sequential", "m", "crewai", "vs", "langgraph", "selector", "400", "vs", "0", "+400",
+                            "1.00", "vs", "0.00", "+1.00"]  # fmt: skip
+    cells[1].problems[0]["role_calls"] = None  # one side estimated: no per-role comparison
+    [row] = framework_rows(group_cells(cells), cost_rows(group_cells(cells)), role_rows(group_cells(cells)))
+    assert row.roles == ()
 
 
 def test_pareto_front():

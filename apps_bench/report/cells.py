@@ -6,8 +6,8 @@ artifact of every cell run; the `problems.json` table when a run has no records 
 for per-role cost, the transcripts. A cell's *comparability class* is what must be equal
 for two cells to be compared problem by problem: dataset and problem selection, test cap,
 judge profile and the version of its rules (`judge.rules`: a profile whose verdicts changed
-is a new version, never compared with the old one). A re-scoring run (`run_kind=rescore`) is a cell like any other, under
-its own judge profile and cap.
+is a new version, never compared with the old one). A re-scoring run (`run_kind=rescore`)
+is a cell like any other, under its own judge profile and cap.
 """
 
 from __future__ import annotations

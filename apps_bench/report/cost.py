@@ -60,6 +60,9 @@ class FrameworkRow:
     tokens: tuple[float, float]  # per problem: base, other
     calls: tuple[float, float]
     pass_at_1: tuple[float, float]
+    # per role, counted on both sides: (role, (tokens base, other), (calls base, other)); a role one
+    # side lacks (AutoGen's selector) has 0 there. Empty when either side's roles are estimated.
+    roles: tuple[tuple[str, tuple[float, float], tuple[float, float]], ...] = ()
 
 
 def _avg(total: float, n: int) -> float:
@@ -172,10 +175,14 @@ def _estimated(g: Group, probs: list) -> list[RoleRow]:
     return out
 
 
-def framework_rows(groups: list[Group], costs: list[CostRow]) -> list[FrameworkRow]:
+def framework_rows(groups: list[Group], costs: list[CostRow], roles: list[RoleRow] | None = None) -> list[FrameworkRow]:
     """Sibling runners of one flow (same flow, model, optimizer and comparability class, two
-    frameworks): the difference is what the framework itself adds."""
+    frameworks): the difference is what the framework itself adds, in all and (with `roles`
+    counted on both sides) role by role."""
     by_name = {(c.label, c.model): c for c in costs}
+    role_map: dict[tuple[str, str], list[RoleRow]] = {}
+    for r in roles or ():
+        role_map.setdefault((r.label, r.model), []).append(r)
     buckets: dict[tuple, list[Group]] = {}
     for g in groups:
         first = g.cells[0]
@@ -190,12 +197,22 @@ def framework_rows(groups: list[Group], costs: list[CostRow]) -> list[FrameworkR
             if other.cells[0].framework == base.cells[0].framework:
                 continue
             a, b = by_name[(base.label, model)], by_name[(other.label, model)]
+            ra, rb = role_map.get((base.label, model), []), role_map.get((other.label, model), [])
+            both = bool(ra and rb) and all(r.measured for r in ra + rb)
             out.append(
                 FrameworkRow(
                     flow=flow, model=model, base=base.cells[0].framework, other=other.cells[0].framework,
                     base_label=base.label, other_label=other.label,
                     tokens=(a.tokens_per_problem, b.tokens_per_problem), calls=(a.calls_per_problem, b.calls_per_problem),
-                    pass_at_1=(a.pass_at_1, b.pass_at_1),
+                    pass_at_1=(a.pass_at_1, b.pass_at_1), roles=_role_pairs(ra, rb) if both else (),
                 )  # fmt: skip
             )
     return out
+
+
+def _role_pairs(base: list[RoleRow], other: list[RoleRow]) -> tuple:
+    """Each role of either side (base's order first): its tokens and calls per problem on both."""
+    a, b = {r.role: r for r in base}, {r.role: r for r in other}
+    names = list(a) + [r for r in b if r not in a]
+    get = lambda d, role, f: getattr(d[role], f) if role in d else 0.0  # noqa: E731
+    return tuple((r, (get(a, r, "tokens"), get(b, r, "tokens")), (get(a, r, "calls"), get(b, r, "calls"))) for r in names)

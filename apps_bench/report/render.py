@@ -143,4 +143,14 @@ def framework_table(rows_in: list[FrameworkRow]) -> str:
         ])  # fmt: skip
     head = ["flow", "model", "runners", "tokens/problem", "Δ tokens", "calls/problem", "Δ calls", "pass@1"]
     caption = "same flow, roles, prompts and limits on two frameworks: the difference is what the framework itself adds"
-    return text_table("framework overhead (sibling runners)", head, rows, caption)
+    text = text_table("framework overhead (sibling runners)", head, rows, caption)
+    per_role = [
+        [r.flow, r.model, f"{r.other} vs {r.base}", role, f"{_n(t[1])} vs {_n(t[0])}", f"{t[1] - t[0]:+,.0f}",
+         f"{_f(c[1], 2)} vs {_f(c[0], 2)}", f"{c[1] - c[0]:+.2f}"]
+        for r in rows_in for role, t, c in r.roles
+    ]  # fmt: skip
+    if per_role:
+        head = ["flow", "model", "frameworks", "role", "tokens/problem", "Δ tokens", "calls/problem", "Δ calls"]
+        caption = "per problem, counted per role on both sides; a role only one framework has (selector) is 0 on the other"
+        text += "\n\n" + text_table("framework overhead per role", head, per_role, caption)
+    return text
