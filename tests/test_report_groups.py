@@ -101,9 +101,11 @@ def test_cost_per_role_sums_the_roles_of_the_calls():
         {"role": "tester", "prompt_tokens": 300, "completion_tokens": 40},
         {"role": "tester", "prompt_tokens": 500, "completion_tokens": 50},
     ]
-    rec = lambda i, cs: {"id": str(i), "key": f"test/{i}", "passed": True, "error": "", "usage": {  # noqa: E731
-        "prompt_tokens": sum(c["prompt_tokens"] for c in cs), "completion_tokens": sum(c["completion_tokens"] for c in cs),
-        "model_calls": len(cs), "calls": cs}}  # fmt: skip
+    def rec(i: int, cs: list[dict]) -> dict:
+        return {"id": str(i), "key": f"test/{i}", "passed": True, "error": "", "usage": {
+            "prompt_tokens": sum(c["prompt_tokens"] for c in cs), "completion_tokens": sum(c["completion_tokens"] for c in cs),
+            "model_calls": len(cs), "calls": cs}}  # fmt: skip
+
     c = _cell("sequential", 0, [])
     c.problems = [problem_row(rec(0, calls)), problem_row(rec(1, calls[:1] + [{**calls[1], "role": "selector"}]))]
     assert c.problems[0]["role_calls"] == {"analyzer": (1, 100, 10), "tester": (2, 800, 90)}
@@ -116,7 +118,7 @@ def test_cost_per_role_sums_the_roles_of_the_calls():
     assert (rows["tester"].calls, rows["tester"].tokens) == (1.0, 890 / 2)
     assert (rows["selector"].calls, rows["selector"].tokens, rows["selector"].problems) == (0.5, 340 / 2, 1)
     assert rows["tester"].tool_calls == 1.0 and rows["tester"].turns == 1.0  # from the one transcript
-    assert list(rows)[0] == "tester"  # transcript order first
+    assert next(iter(rows)) == "tester"  # transcript order first
     total = sum(p["total_tokens"] for p in c.problems)
     assert sum(r.tokens for r in rows.values()) * 2 == total
     assert sum(r.calls for r in rows.values()) * 2 == sum(p["model_calls"] for p in c.problems)

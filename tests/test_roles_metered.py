@@ -35,7 +35,7 @@ SIBLINGS = (
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compose(overrides: tuple[str, ...]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

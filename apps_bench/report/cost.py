@@ -214,5 +214,8 @@ def _role_pairs(base: list[RoleRow], other: list[RoleRow]) -> tuple:
     """Each role of either side (base's order first): its tokens and calls per problem on both."""
     a, b = {r.role: r for r in base}, {r.role: r for r in other}
     names = list(a) + [r for r in b if r not in a]
-    get = lambda d, role, f: getattr(d[role], f) if role in d else 0.0  # noqa: E731
+
+    def get(rows: dict[str, RoleRow], role: str, measure: str) -> float:
+        return getattr(rows[role], measure) if role in rows else 0.0
+
     return tuple((r, (get(a, r, "tokens"), get(b, r, "tokens")), (get(a, r, "calls"), get(b, r, "calls"))) for r in names)

@@ -22,7 +22,6 @@ from apps_bench.topologies.messages import DELEGATE_TOOL, cap_note, delegate_des
 from apps_bench.topologies.team import _CONTEXT_HINTS, FlowRunner, StopFlow, Team, Turn
 from apps_bench.types import Attempt
 
-
 SELECTOR_ROLE = "selector"  # the role the selector model's calls are recorded under (no agent's)
 
 
