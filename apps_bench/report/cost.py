@@ -120,18 +120,18 @@ def _transcript_counts(g: Group, probs: list) -> tuple[dict[str, list[float]], i
 
 def _measured(g: Group, probs: list) -> list[RoleRow]:
     counts, covered = _transcript_counts(g, probs)
-    spent: dict[str, list[float]] = {role: [0.0, 0.0, 0.0] for role in counts}  # transcript order first
+    spent: dict[str, list[float]] = {role: [0.0, 0.0] for role in counts}  # role -> [calls, tokens]; transcript order
     seen: dict[str, set[str]] = {}
     for c, p in probs:
         for role, (n, prompt, completion) in p["role_calls"].items():
-            a = spent.setdefault(role, [0.0, 0.0, 0.0])
+            a = spent.setdefault(role, [0.0, 0.0])
             a[0] += n
             a[1] += prompt + completion
             seen.setdefault(role, set()).add(f"{c.source}|{p['key']}")
     n = len(probs)
     group_tokens = sum(p["total_tokens"] for _, p in probs)
     out = []
-    for role, (calls, tokens, _) in spent.items():
+    for role, (calls, tokens) in spent.items():
         t = counts.get(role, [0.0] * 4)
         out.append(
             RoleRow(
