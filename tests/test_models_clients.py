@@ -77,6 +77,31 @@ def test_request_params_carry_sampling_seed_and_extra_body(gold):
 # ------------------------------------------------------------------ OpenAI SDK
 
 
+def test_a_client_built_for_a_role_records_it_on_each_call_and_only_then(gold, rows):
+    """Streamed or not, sync or async: each call entry names the role its client was built for;
+    a client built for no role (e.g. an optimizer's) writes the entries as before, without one."""
+    ep, cfg = gold
+    usage = Usage()
+    mc = ModelClients(ep, cfg, usage)
+    msgs = [{"role": "user", "content": prompt(rows[0])}]
+
+    async def run() -> None:
+        coder, plain = mc.async_openai(role="coder"), mc.async_openai()
+        await coder.chat.completions.create(model=mc.model_id, messages=msgs, **mc.request_params(1))
+        stream = await coder.chat.completions.create(model=mc.model_id, messages=msgs, stream=True, **mc.request_params(2))
+        async for _ in stream:
+            pass
+        await plain.chat.completions.create(model=mc.model_id, messages=msgs, **mc.request_params(3))
+        await coder.close()
+        await plain.close()
+
+    asyncio.run(run())
+    mc.openai(role="tester").chat.completions.create(model=mc.model_id, messages=msgs, **mc.request_params(4))
+    assert [c.get("role") for c in usage.calls] == ["coder", "coder", None, "tester"]
+    assert set(usage.calls[2]) == {"prompt_tokens", "completion_tokens", "finish_reason", "retries", "tools"}
+    assert_counted_once(usage, ep.server, 4)
+
+
 @pytest.mark.parametrize("flavour", ["httpx2", "httpx"])
 def test_async_openai_streaming_and_not_counted_once(gold, rows, flavour):
     ep, cfg = gold

@@ -110,11 +110,17 @@ def test_report_on_a_sweep(sweep: dict, tmp_path: Path):
     notes = [x for x in text.splitlines() if x.startswith("note:")]
     assert notes == ["note: independent − single · gold: settings differ (independent vs single): model.wrong_fraction: 0.4 vs 0.0"]
 
-    # 3. cost per role: sequential_langgraph's four roles; their calls add up to the cell's calls per problem
-    role_rows = [x.split() for x in text.split("cost per agent role")[1].splitlines() if x.startswith("sequential_langgraph")]
+    # 3. cost per role: sequential_langgraph's four roles, counted from the role of every recorded call
+    role_part = text.split("cost per agent role")[1].split("framework overhead")[0]
+    assert "≈" not in role_part and "counted at the HTTP transport per role" in role_part
+    role_rows = [x.split() for x in role_part.splitlines() if x.startswith("sequential_langgraph")]
     assert [x[2] for x in role_rows] == ["analyzer", "coder", "tester", "debugger"]
     recs = [json.loads(x) for s in "01" for x in (cells[("sequential_langgraph", s)] / "records.jsonl").read_text().splitlines()]
     calls = sum(x["usage"]["model_calls"] for x in recs) / len(recs)
+    for x in role_rows:  # each role's calls and tokens per problem, as its calls in the records say
+        mine = [c for r in recs for c in r["usage"]["calls"] if c["role"] == x[2]]
+        assert float(x[7]) == pytest.approx(len(mine) / len(recs), abs=0.005), x
+        assert x[6] == f"{sum(c['prompt_tokens'] + c['completion_tokens'] for c in mine) / len(recs):,.0f}", x
     assert sum(float(x[7]) for x in role_rows) == pytest.approx(calls, abs=0.02)
     tokens = sum(x["usage"]["total_tokens"] for x in recs) / len(recs)
     cost_row = next(x for x in text.split("cost per problem")[1].splitlines() if x.startswith("sequential_langgraph"))
@@ -134,7 +140,7 @@ def test_report_on_a_sweep(sweep: dict, tmp_path: Path):
 
     pq = pd.read_parquet(out / "problems.parquet")
     assert len(pq) == 60 and int(pq["passed"].sum()) == n_passed and set(pq.columns) >= {
-        "cell_key", "problem_id", "difficulty", "passed", "error", "total_tokens", "model_calls", "latency_s"}
+        "cell_key", "problem_id", "difficulty", "passed", "error", "total_tokens", "model_calls", "latency_s", "judge_rules"}
 
 
 def test_cells_carry_intervals_and_provenance(sweep: dict):
@@ -156,6 +162,8 @@ def test_cells_carry_intervals_and_provenance(sweep: dict):
         assert t["prov.pkg.langgraph"] and t["prov.pkg.mlflow"] and t["prov.pkg.numpy"]
         assert t["prov.git_sha"] == t["git_sha"] and t["prov.sandbox"]
         assert t["max_tests_per_row"] == "20"
+        # the judge profile's rules version, a comparability key, is a tag like the profile
+        assert t["judge_rules"] == str(json.loads((d / "cell.json").read_text())["identity"]["judge"]["rules"])
         for name in ("summary.json", "cell.json"):
             prov = json.loads((d / name).read_text())["provenance"]
             assert prov["python"] == platform.python_version() and prov["host"] == platform.node()
@@ -176,7 +184,7 @@ def test_a_rescore_run_is_a_cell_of_its_own_profile_and_never_compared_across(sw
     d = _cells(sweep["cwd"])[("independent", "0")]
     tags = {k: orig.data.tags[k] for k in ("dataset", "topology", "model", "optimizer", "seed", "cell_key")}
     tags.update(run_kind="rescore", rescore_of=orig.info.run_id, judge_profile="reference", max_tests_per_row="0",
-                complete="true")  # fmt: skip
+                judge_rules="1", complete="true")  # fmt: skip
     tags["mlflow.parentRunId"] = orig.info.run_id
     run = c.create_run(exp.experiment_id, run_name="rescore", tags=tags)
     recs = [json.loads(x) for x in (d / "records.jsonl").read_text().splitlines()]
@@ -190,7 +198,7 @@ def test_a_rescore_run_is_a_cell_of_its_own_profile_and_never_compared_across(sw
         r = run_cli(["--experiment", EXPERIMENT, "--compare", "baseline=single", "--forest", str(tmp_path / "f.png")],
                     sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
         assert r.returncode == 0, r.stderr[-3000:]
-        assert "judge=reference cap=0" in r.stdout and "judge=seed cap=20" in r.stdout  # two classes, never pooled
+        assert "judge=reference rules=1 cap=0" in r.stdout and "judge=seed rules=2 cap=20" in r.stdout  # never pooled
         refused = next(x for x in r.stdout.splitlines() if "refused" in x)
         assert "independent − single · gold" in refused and "different judge profiles (reference vs seed)" in refused
         row = next(x for x in r.stdout.splitlines() if x.startswith("independent  [dataset=apps judge=reference"))
@@ -202,6 +210,64 @@ def test_a_rescore_run_is_a_cell_of_its_own_profile_and_never_compared_across(sw
         assert none.returncode == 2 and "judge profiles there: reference, seed" in none.stderr
     finally:
         c.delete_run(run.info.run_id)
+
+
+def test_a_cell_judged_under_other_rules_is_refused(sweep: dict, tmp_path: Path):
+    """A cell judged under an older version of its profile's rules (another `judge.rules`, so
+    another cell key): read from MLflow or from its folder, it is never compared with the
+    current rules' cells, and the refusal says why."""
+    import shutil
+
+    from apps_bench.tracking import mlflow as mlf
+
+    uri = f"sqlite:///{sweep['db']}"
+    c = mlf.client(uri)
+    exp = c.get_experiment_by_name(EXPERIMENT)
+    orig = next(r for r in c.search_runs([exp.experiment_id], "tags.topology = 'independent' and tags.seed = '0'"))
+    d = _cells(sweep["cwd"])[("independent", "0")]
+    tags = {k: v for k, v in orig.data.tags.items() if not k.startswith("mlflow.")}
+    tags.update(cell_key=orig.data.tags["cell_key"] + "-rules1", judge_rules="1")
+    run = c.create_run(exp.experiment_id, run_name="old rules", tags=tags)
+    from mlflow.entities import Param
+
+    params = [Param(k, "1" if k == "judge.rules" else v) for k, v in orig.data.params.items()]
+    for i in range(0, len(params), 100):
+        c.log_batch(run.info.run_id, params=params[i:i + 100])
+    c.log_artifact(run.info.run_id, str(d / "records.jsonl"))
+    c.log_metric(run.info.run_id, "latency_mean_s", orig.data.metrics["latency_mean_s"])
+    c.set_terminated(run.info.run_id)
+    want = "different judge rules (profile seed: rules 1 vs 2)"
+    try:
+        r = run_cli(["--experiment", EXPERIMENT, "--compare", "baseline=single", "--forest", str(tmp_path / "f.png")],
+                    sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        refused = [x for x in r.stdout.splitlines() if "refused, not compared" in x]
+        assert len(refused) == 1 and "independent − single · gold" in refused[0] and want in refused[0], r.stdout
+        assert "judge=seed rules=1 cap=20" in r.stdout and "judge=seed rules=2 cap=20" in r.stdout
+        # the current rules' independent cells are still compared with single
+        assert re.search(r"gold\s+independent\s+single\s+-", r.stdout), r.stdout
+        # any other metric: mean ± std over seeds, never pooled across rules versions
+        m = run_cli(["--experiment", EXPERIMENT, "--metric", "latency_mean_s"], sweep["cwd"], env=sweep["env"],
+                    module="apps_bench.report")  # fmt: skip
+        assert m.returncode == 2 and "judge=seed rules=1 cap=20, judge=seed rules=2 cap=20" in m.stderr, m.stderr
+    finally:
+        c.delete_run(run.info.run_id)
+
+    # the same from local folders: the cell's identity says its rules
+    root = tmp_path / "cells"
+    for (topo, seed), src in _cells(sweep["cwd"]).items():
+        if seed == "0" and topo in ("single", "independent"):
+            shutil.copytree(src, root / src.name)
+    info_path = next(p for p in root.glob("*/cell.json") if json.loads(p.read_text())["axes"]["topology"] == "independent")
+    info = json.loads(info_path.read_text())
+    info["identity"]["judge"]["rules"] = 1
+    info_path.write_text(json.dumps(info))
+    r = run_cli(["--cells-dir", str(root), "--compare", "baseline=single", "--forest", str(tmp_path / "g.png")],
+                sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    refused = [x for x in r.stdout.splitlines() if "refused, not compared" in x]
+    assert len(refused) == 1 and want in refused[0], r.stdout
+    assert "forest plot not written: every comparison was refused" in r.stdout
 
 
 def test_report_from_local_cell_folders(sweep: dict, tmp_path: Path):
@@ -246,6 +312,17 @@ def test_framework_siblings_and_provenance_warnings(tmp_path: Path, mlflow_templ
     assert f"{cr - lg:+,.0f}" in row
     calls = per_problem("sequential_crewai", "model_calls") - per_problem("sequential_langgraph", "model_calls")
     assert f"{calls:+.2f}" in row
+    # ... and role by role, from the role of each recorded call: same four roles on both frameworks
+    per_role = [x.split() for x in rep.stdout.split("framework overhead per role")[1].splitlines()
+                if x.startswith("sequential ")]  # fmt: skip
+    assert [x[5] for x in per_role] == ["analyzer", "coder", "tester", "debugger"]
+    for x in per_role:
+        spent = {}
+        for topo in ("sequential_langgraph", "sequential_crewai"):
+            recs = [json.loads(y) for y in (cells[(topo, "0")] / "records.jsonl").read_text().splitlines()]
+            mine = [c for r in recs for c in r["usage"]["calls"] if c["role"] == x[5]]
+            spent[topo] = sum(c["prompt_tokens"] + c["completion_tokens"] for c in mine) / len(recs)
+        assert x[6:9] == [f"{spent['sequential_crewai']:,.0f}", "vs", f"{spent['sequential_langgraph']:,.0f}"], x
     assert "warning" not in rep.stdout  # same software on both sides: nothing to warn about
 
     crew = cells[("sequential_crewai", "0")]

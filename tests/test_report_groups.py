@@ -16,7 +16,7 @@ SEL = {"dataset.name": "apps", "dataset.revision": "r1", "dataset.path": "", "da
 
 def _cell(topology: str, seed: int, passed: list[int], *, model: str = "m", profile: str = "seed", cap: str = "20",
           selection: dict | None = None, framework: str = "langgraph", flow: str = "", tokens: int = 100,
-          calls: int = 2, errors: tuple[int, ...] = ()) -> CellData:  # fmt: skip
+          calls: int = 2, errors: tuple[int, ...] = (), rules: str = "2") -> CellData:  # fmt: skip
     probs = [
         {"key": f"test/{i}", "id": str(i), "split": "test", "difficulty": "interview", "passed": bool(p),
          "error": "boom" if i in errors else "", "prompt_tokens": tokens - 20, "completion_tokens": 20,
@@ -27,7 +27,7 @@ def _cell(topology: str, seed: int, passed: list[int], *, model: str = "m", prof
     return CellData(
         dataset="apps", topology=topology, model=model, optimizer="none", seed=str(seed), key=f"{topology}{seed}{profile}{cap}",
         judge_profile=profile, max_tests_per_row=cap, selection=dict(selection or SEL), complete=True,
-        source="x", framework=framework, flow=flow or topology, problems=probs,
+        source="x", framework=framework, flow=flow or topology, problems=probs, judge_rules=rules,
     )  # fmt: skip
 
 
@@ -38,6 +38,8 @@ def test_reasons_name_what_differs():
     assert "test caps (max_tests_per_row 20 vs 0)" in incomparable_reason(a, _cell("x", 0, [1, 1, 1], cap="0"))
     why = incomparable_reason(a, _cell("x", 0, [1, 1, 1], selection={**SEL, "limit": "3"}))
     assert "problem selections" in why and "limit: 10 vs 3" in why
+    why = incomparable_reason(a, _cell("x", 0, [1, 1, 1], rules="1"))
+    assert "different judge rules (profile seed: rules 2 vs 1)" in why and "apps_bench.rescore" in why
     why = incomparable_reason(a, _cell("x", 0, [1, 1, 1], errors=(2,)))
     assert "different judged problems: 1 only in single s0" in why
 
@@ -66,6 +68,22 @@ def test_grid_comparison_with_holm_and_refusals():
     assert ("single", "other") not in comps  # the baseline itself is not compared
 
 
+def test_cells_judged_under_other_rules_are_refused_and_never_pooled():
+    from apps_bench.report.render import compare_table, pass_table
+
+    cells = [_cell("single", 0, [1, 1, 1]), _cell("single", 0, [1, 0, 1], rules="1"), _cell("independent", 0, [0, 0, 1], rules="1")]
+    groups = group_cells(cells)
+    assert len(groups) == 3  # the two single cells are two groups: one per rules version
+    [cmp] = compare_to_baseline([g for g in groups if g.label == "independent"], "single", all_groups=groups)
+    assert cmp.result is not None  # the rules-1 baseline is there: compared with it alone
+    assert cmp.pair[1].cells[0].judge_rules == "1"
+    [cmp] = compare_to_baseline(group_cells([cells[0], cells[2]]), "single")
+    assert cmp.result is None and "different judge rules (profile seed: rules 1 vs 2)" in cmp.refused
+    text = compare_table([cmp]) + pass_table(group_cells(cells))
+    assert "refused, not compared — different judge rules" in text
+    assert "judge=seed rules=1 cap=20" in text and "judge=seed rules=2 cap=20" in text
+
+
 def test_seeds_pool_into_one_interval_and_profiles_never_pool():
     cells = [_cell("single", 0, [1, 0]), _cell("single", 1, [1, 1]), _cell("single", 0, [1, 1], profile="reference")]
     groups = group_cells(cells)
@@ -75,8 +93,58 @@ def test_seeds_pool_into_one_interval_and_profiles_never_pool():
     assert [c.judge_profile for c in select(cells, judge="reference")] == ["reference"]
 
 
-def test_cost_per_role_apportions_exact_totals():
+def test_cost_per_role_sums_the_roles_of_the_calls():
+    from apps_bench.report.cells import problem_row
+
+    calls = [
+        {"role": "analyzer", "prompt_tokens": 100, "completion_tokens": 10},
+        {"role": "tester", "prompt_tokens": 300, "completion_tokens": 40},
+        {"role": "tester", "prompt_tokens": 500, "completion_tokens": 50},
+    ]
+    def rec(i: int, cs: list[dict]) -> dict:
+        return {"id": str(i), "key": f"test/{i}", "passed": True, "error": "", "usage": {
+            "prompt_tokens": sum(c["prompt_tokens"] for c in cs), "completion_tokens": sum(c["completion_tokens"] for c in cs),
+            "model_calls": len(cs), "calls": cs}}  # fmt: skip
+
+    c = _cell("sequential", 0, [])
+    c.problems = [problem_row(rec(0, calls)), problem_row(rec(1, calls[:1] + [{**calls[1], "role": "selector"}]))]
+    assert c.problems[0]["role_calls"] == {"analyzer": (1, 100, 10), "tester": (2, 800, 90)}
+    c.roles = {"test/0": role_uses([{"agent": "t", "role": "tester", "kind": "input", "content": "x"},
+                                    {"agent": "t", "role": "tester", "kind": "tool_call", "content": "y"}])}
+    rows = {r.role: r for r in role_rows(group_cells([c]))}
+    assert all(r.measured for r in rows.values())
+    # per problem over both problems: exact sums, not shares of characters
+    assert (rows["analyzer"].calls, rows["analyzer"].tokens) == (1.0, 110.0)
+    assert (rows["tester"].calls, rows["tester"].tokens) == (1.0, 890 / 2)
+    assert (rows["selector"].calls, rows["selector"].tokens, rows["selector"].problems) == (0.5, 340 / 2, 1)
+    assert rows["tester"].tool_calls == 1.0 and rows["tester"].turns == 1.0  # from the one transcript
+    assert next(iter(rows)) == "tester"  # transcript order first
+    total = sum(p["total_tokens"] for p in c.problems)
+    assert sum(r.tokens for r in rows.values()) * 2 == total
+    assert sum(r.calls for r in rows.values()) * 2 == sum(p["model_calls"] for p in c.problems)
+    assert sum(r.token_share for r in rows.values()) == pytest.approx(1.0)
+    from apps_bench.report.render import role_table
+
+    text = role_table(list(rows.values()))
+    assert "≈" not in text and "counted at the HTTP transport per role" in text
+
+
+def test_records_without_call_roles_are_not_counted_as_measured():
+    from apps_bench.report.cells import problem_row
+
+    old = {"id": "0", "passed": True, "usage": {"prompt_tokens": 5, "completion_tokens": 1, "model_calls": 1,
+                                                "calls": [{"prompt_tokens": 5, "completion_tokens": 1}]}}  # fmt: skip
+    assert problem_row(old)["role_calls"] is None
+    assert problem_row({"id": "0", "prompt_tokens": 5, "model_calls": 1})["role_calls"] is None  # problems.json row
+    short = {"id": "0", "usage": {"model_calls": 2, "calls": [{"role": "a", "prompt_tokens": 1}]}}
+    assert problem_row(short)["role_calls"] is None  # entries missing: the record cannot say
+    assert problem_row({"id": "0", "usage": {"model_calls": 0, "calls": []}})["role_calls"] == {}
+
+
+def test_cost_per_role_apportions_exact_totals_for_old_records():
     c = _cell("sequential", 0, [1, 0], tokens=1000, calls=3)
+    for p in c.problems:
+        p["role_calls"] = None  # records from before calls carried roles
     events = [
         {"agent": "a", "role": "analyzer", "kind": "input", "content": "x" * 100},
         {"agent": "a", "role": "analyzer", "kind": "reply", "content": "y" * 50},
@@ -96,6 +164,11 @@ def test_cost_per_role_apportions_exact_totals():
     assert rows["tester"].tokens == pytest.approx(980 * 400 / 500 + 20 * 150 / 200)
     assert rows["analyzer"].calls == pytest.approx(1.0) and rows["tester"].calls == pytest.approx(2.0)
     assert sum(r.token_share for r in rows.values()) == pytest.approx(1.0)
+    assert not any(r.measured for r in rows.values())
+    from apps_bench.report.render import role_table
+
+    text = role_table(list(rows.values()))
+    assert "≈" in text.split("\n")[3] and "estimated, for records from before calls named their role" in text
     [cost] = cost_rows(group_cells([c]))
     assert (cost.tokens_per_problem, cost.tokens_per_solved, cost.calls_per_problem) == (1000, 2000, 3)
 
@@ -110,6 +183,24 @@ def test_framework_row_pairs_siblings_of_one_flow():
     [row] = framework_rows(groups, cost_rows(groups))
     assert (row.flow, row.base, row.other) == ("sequential", "langgraph", "crewai")
     assert row.tokens == (1000, 1500) and row.calls == (4, 5) and row.pass_at_1 == (1.0, 0.5)
+    assert row.roles == ()  # no roles given (or estimated ones): no per-role split
+    # counted per role on both sides: role by role, a role only one side has is 0 on the other
+    for p in cells[0].problems:
+        p["role_calls"] = {"coder": (4, 900, 100)}
+    for p in cells[1].problems:
+        p["role_calls"] = {"coder": (4, 1000, 100), "selector": (1, 350, 50)}
+    roles = role_rows(groups)
+    [row] = framework_rows(groups, cost_rows(groups), roles)
+    assert row.roles == (("coder", (1000, 1100), (4, 4)), ("selector", (0.0, 400), (0.0, 1)))
+    from apps_bench.report.render import framework_table
+
+    text = framework_table([row])
+    line = next(x for x in text.splitlines() if "selector" in x)
+    assert line.split() == ["sequential", "m", "crewai", "vs", "langgraph", "selector", "400", "vs", "0", "+400",
+                            "1.00", "vs", "0.00", "+1.00"]  # fmt: skip
+    cells[1].problems[0]["role_calls"] = None  # one side estimated: no per-role comparison
+    [row] = framework_rows(group_cells(cells), cost_rows(group_cells(cells)), role_rows(group_cells(cells)))
+    assert row.roles == ()
 
 
 def test_pareto_front():

@@ -138,8 +138,10 @@ def metered_client(
     max_connections: int = 64,
     base_url: str | None = None,
     shared: SharedConnections | None = None,
+    role: str = "",
 ) -> Any:
-    """An httpx2 (or httpx) Client/AsyncClient whose model calls are retried and counted into `usage`.
+    """An httpx2 (or httpx) Client/AsyncClient whose model calls are retried and counted into `usage`
+    (each `calls` entry naming `role`, the agent role the client serves, when given).
 
     Give each SDK object its own client: closing an SDK client closes the one it was given
     (but never a `shared` pool). `base_url` picks the environment's proxy for that endpoint
@@ -158,6 +160,6 @@ def metered_client(
         cls = mod.AsyncHTTPTransport if asynchronous else mod.HTTPTransport
         pool = cls(limits=limits, verify=_ssl_context(mod), proxy=proxy)
     if asynchronous:
-        return mod.AsyncClient(transport=async_metered(async_retry(pool, policy, usage), usage), timeout=timeout, headers=headers)
-    return mod.Client(transport=sync_metered(sync_retry(pool, policy, usage), usage), timeout=timeout, headers=headers)
+        return mod.AsyncClient(transport=async_metered(async_retry(pool, policy, usage), usage, role), timeout=timeout, headers=headers)
+    return mod.Client(transport=sync_metered(sync_retry(pool, policy, usage), usage, role), timeout=timeout, headers=headers)
 

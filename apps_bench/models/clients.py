@@ -7,7 +7,10 @@ alike. The SDKs are therefore built with `max_retries=0`: retries happen once, a
 the transport, with `model.max_retries` and `model.retry_backoff_s`.
 
 Each method builds a fresh client (closing an SDK client closes its HTTP client),
-and imports its framework lazily; a missing framework names the pip extra.
+and imports its framework lazily; a missing framework names the pip extra. A runner
+builds one client per agent and names the agent's `role` (the role its transcript
+events carry): every call the client makes is recorded as that role's, so the cost
+per role is counted at the transport, like the totals.
 """
 
 from __future__ import annotations
@@ -96,8 +99,9 @@ class ModelClients:
 
     # ------------------------------------------------------------ building blocks
 
-    def http_client(self, asynchronous: bool = False, flavour: str | None = None) -> Any:
-        """A fresh metered + retrying httpx2 (default) client; openai 3.x accepts httpx2 and httpx."""
+    def http_client(self, asynchronous: bool = False, flavour: str | None = None, *, role: str = "") -> Any:
+        """A fresh metered + retrying httpx2 (default) client; openai 3.x accepts httpx2 and httpx.
+        `role`: the agent role whose calls these are (recorded in each `usage.calls` entry)."""
         from apps_bench.models.client_stack import metered_client
 
         client = metered_client(
@@ -109,6 +113,7 @@ class ModelClients:
             headers=self.headers or None,
             base_url=self.endpoint.base_url,
             shared=self.shared,
+            role=role,
         )
         self._opened.append(client)
         return client
@@ -160,25 +165,25 @@ class ModelClients:
 
     # ------------------------------------------------------------ OpenAI SDK
 
-    def async_openai(self) -> Any:
+    def async_openai(self, *, role: str = "") -> Any:
         """AsyncOpenAI on the endpoint; pass `**request_params(seed)` to each create() call."""
         openai = _require("openai", "all", "openai")
         return openai.AsyncOpenAI(
             base_url=self.endpoint.base_url,
             api_key=self.endpoint.api_key,
-            http_client=self.http_client(asynchronous=True),
+            http_client=self.http_client(asynchronous=True, role=role),
             max_retries=0,
             timeout=self.timeout_s,
             default_headers=self.headers or None,
         )
 
-    def openai(self) -> Any:
+    def openai(self, *, role: str = "") -> Any:
         """Synchronous OpenAI client (e.g. for an optimizer's reflection model)."""
         openai = _require("openai", "all", "openai")
         return openai.OpenAI(
             base_url=self.endpoint.base_url,
             api_key=self.endpoint.api_key,
-            http_client=self.http_client(),
+            http_client=self.http_client(role=role),
             max_retries=0,
             timeout=self.timeout_s,
             default_headers=self.headers or None,
@@ -186,7 +191,7 @@ class ModelClients:
 
     # ------------------------------------------------------------ LangChain / LangGraph
 
-    def langchain_chat(self, seed: int) -> Any:
+    def langchain_chat(self, seed: int, *, role: str = "") -> Any:
         """ChatOpenAI with both sync and async HTTP clients metered (else one side goes uncounted)."""
         mod = _require("langchain_openai", "all", "langchain-openai")
         kwargs: dict[str, Any] = dict(
@@ -199,8 +204,8 @@ class ModelClients:
             seed=int(seed),
             timeout=self.timeout_s,
             max_retries=0,  # retried at the transport (model.max_retries)
-            http_client=self.http_client(),
-            http_async_client=self.http_client(asynchronous=True),
+            http_client=self.http_client(role=role),
+            http_async_client=self.http_client(asynchronous=True, role=role),
             use_responses_api=False,
             stream_usage=True,
             # our clients choose the proxy (proxy_for); without this, langchain-openai warns on
@@ -220,7 +225,7 @@ class ModelClients:
 
     # ------------------------------------------------------------ AutoGen
 
-    def autogen_client(self, seed: int) -> Any:
+    def autogen_client(self, seed: int, *, role: str = "") -> Any:
         """OpenAIChatCompletionClient with a full model_info (AutoGen rejects unknown names without it)."""
         mod = _require("autogen_ext.models.openai", "autogen", "autogen-ext[openai]")
         kwargs: dict[str, Any] = dict(
@@ -234,14 +239,14 @@ class ModelClients:
             seed=int(seed),
             timeout=self.timeout_s,
             max_retries=0,
-            http_client=self.http_client(asynchronous=True),
+            http_client=self.http_client(asynchronous=True, role=role),
         )
         self._add_extras(kwargs)
         return mod.OpenAIChatCompletionClient(**kwargs)
 
     # ------------------------------------------------------------ CrewAI
 
-    def crewai_llm(self, seed: int) -> Any:
+    def crewai_llm(self, seed: int, *, role: str = "") -> Any:
         """crewai.LLM on the native OpenAI provider (no litellm), metered through client_params."""
         crewai = _require("crewai", "crewai", "crewai")
         kwargs: dict[str, Any] = dict(
@@ -255,7 +260,7 @@ class ModelClients:
             seed=int(seed),
             timeout=self.timeout_s,
             max_retries=0,
-            client_params={"http_client": self.http_client()},
+            client_params={"http_client": self.http_client(role=role)},
         )
         self._add_extras(kwargs)
         return crewai.LLM(**kwargs)

@@ -64,6 +64,7 @@ class GoldStats:
     seeds: list = field(default_factory=list)  # the `seed` of every answered request
     headers: list = field(default_factory=list)  # X-Apps-* headers of every answered request
     last_requests: deque = field(default_factory=lambda: deque(maxlen=64))  # recent request bodies
+    last_replies: deque = field(default_factory=lambda: deque(maxlen=64))  # their reply kind and usage, same order
 
 
 def usage_for(request: dict[str, Any], reply: Reply) -> dict[str, int]:
@@ -290,6 +291,7 @@ class _Handler(BaseHTTPRequestHandler):
             st.kinds[reply.kind] += 1
             st.seeds.append(request.get("seed"))
             st.last_requests.append(request)
+            st.last_replies.append({"kind": reply.kind, **usage})
             st.headers.append({k.lower(): v for k, v in self.headers.items() if k.lower().startswith("x-apps")})
         if request.get("stream"):
             self._send(200, self._sse(request, reply, usage), "text/event-stream")

@@ -21,6 +21,10 @@ types); LangChain, AutoGen and CrewAI pass the object through untouched. We buil
 `Usage.model_calls` counts successful model responses, `failed_calls` model calls
 that failed after all retries (an HTTP error status, a transport error, or a body
 that does not parse). Tool calls are counted by the tool, not here.
+
+A client built for one agent role (`metered_client(role=...)`) writes that role into
+each of its `usage.calls` entries: a client per agent is how the transport knows who
+sent a request, so the report's cost per role is counted, not estimated.
 """
 
 from __future__ import annotations
@@ -104,8 +108,10 @@ def record(
     retries: int = 0,
     has_tools: bool = False,
     cancelled: bool = False,
+    role: str = "",
 ) -> None:
-    """Count one logical model call (after its retries); ends its `in_flight` count."""
+    """Count one logical model call (after its retries); ends its `in_flight` count.
+    `role`: the agent role whose client made the call (kept in its `calls` entry)."""
     with _USAGE_LOCK:
         usage.in_flight = max(0, usage.in_flight - 1)
         if has_tools:
@@ -118,10 +124,13 @@ def record(
             usage.completion_tokens += completion_tokens
             reason = finish_reason or "unknown"
             usage.finish_reasons[reason] = usage.finish_reasons.get(reason, 0) + 1
-            usage.calls.append({
+            call = {
                 "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "finish_reason": reason,
                 "retries": retries, "tools": has_tools,
-            })  # fmt: skip
+            }  # fmt: skip
+            if role:
+                call["role"] = role
+            usage.calls.append(call)
         else:
             usage.failed_calls += 1
             usage.failed_attempts += 1  # the last attempt; retried ones are counted by record_retry
@@ -149,8 +158,8 @@ RETRIES_KEY = "apps_bench_retries"  # response extension: how many re-sends the 
 class _Counter:
     """Collects a response's bytes and records it exactly once, when the stream closes."""
 
-    def __init__(self, usage: Usage, response: Any, info: RequestInfo) -> None:
-        self.usage = usage
+    def __init__(self, usage: Usage, response: Any, info: RequestInfo, role: str = "") -> None:
+        self.usage, self.role = usage, role
         self.status = response.status_code
         self.content_type = response.headers.get("content-type", "")
         self.retries = int(response.extensions.get(RETRIES_KEY, 0) or 0)
@@ -166,7 +175,7 @@ class _Counter:
         if self.done:
             return
         self.done = True
-        common = dict(retries=self.retries, has_tools=self.info.has_tools)
+        common = dict(retries=self.retries, has_tools=self.info.has_tools, role=self.role)
         if self.status >= 400:
             record(self.usage, ok=False, **common)
             return
@@ -242,10 +251,10 @@ def transport_classes(mod: Any) -> tuple[type, type]:
                 self._counter.close()
 
     class MeteredTransport(mod.BaseTransport):
-        """Counts each model call once into `usage`; other requests pass untouched."""
+        """Counts each model call once into `usage` (as `role`'s, when given); other requests pass untouched."""
 
-        def __init__(self, inner: Any, usage: Usage) -> None:
-            self.inner, self.usage = inner, usage
+        def __init__(self, inner: Any, usage: Usage, role: str = "") -> None:
+            self.inner, self.usage, self.role = inner, usage, role
 
         def handle_request(self, request: Any) -> Any:
             if not is_model_call(request.method, request.url.path):
@@ -257,7 +266,7 @@ def transport_classes(mod: Any) -> tuple[type, type]:
             except BaseException as exc:
                 _failed(self.usage, exc, info)
                 raise
-            counter = _Counter(self.usage, response, info)
+            counter = _Counter(self.usage, response, info, self.role)
             return mod.Response(
                 response.status_code,
                 headers=response.headers,
@@ -271,8 +280,8 @@ def transport_classes(mod: Any) -> tuple[type, type]:
     class AsyncMeteredTransport(mod.AsyncBaseTransport):
         """Async twin of MeteredTransport."""
 
-        def __init__(self, inner: Any, usage: Usage) -> None:
-            self.inner, self.usage = inner, usage
+        def __init__(self, inner: Any, usage: Usage, role: str = "") -> None:
+            self.inner, self.usage, self.role = inner, usage, role
 
         async def handle_async_request(self, request: Any) -> Any:
             if not is_model_call(request.method, request.url.path):
@@ -284,7 +293,7 @@ def transport_classes(mod: Any) -> tuple[type, type]:
             except BaseException as exc:
                 _failed(self.usage, exc, info)
                 raise
-            counter = _Counter(self.usage, response, info)
+            counter = _Counter(self.usage, response, info, self.role)
             return mod.Response(
                 response.status_code,
                 headers=response.headers,

@@ -112,9 +112,9 @@ def _report(args: argparse.Namespace) -> int:
     print(render.cost_table(costs))
     roles = cost.role_rows(gs)
     print()
-    print(render.role_table(roles) if roles else "cost per agent role: no transcripts recorded for these cells")
+    print(render.role_table(roles) if roles else "cost per agent role: these cells recorded neither the role of each call nor transcripts")
     print()
-    print(render.framework_table(cost.framework_rows(gs, costs)))
+    print(render.framework_table(cost.framework_rows(gs, costs, roles)))
 
     charts = _chart_paths(args, compared=bool(comps))
     if "plot" in charts:

@@ -4,9 +4,10 @@ Everything the report computes (intervals, paired tests, cost, the tidy export) 
 each problem's outcome, not a cell's mean: the records (`records.jsonl`, logged as an
 artifact of every cell run; the `problems.json` table when a run has no records file) and,
 for per-role cost, the transcripts. A cell's *comparability class* is what must be equal
-for two cells to be compared problem by problem: dataset and problem selection, test cap
-and judge profile. A re-scoring run (`run_kind=rescore`) is a cell like any other, under
-its own judge profile and cap.
+for two cells to be compared problem by problem: dataset and problem selection, test cap,
+judge profile and the version of its rules (`judge.rules`: a profile whose verdicts changed
+is a new version, never compared with the old one). A re-scoring run (`run_kind=rescore`)
+is a cell like any other, under its own judge profile and cap.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class CellData:
     framework: str = ""
     flow: str = ""
     run_kind: str = "cell"
+    judge_rules: str = "?"  # the profile's rules version (conf/judge/*.yaml `rules`)
     provenance: dict[str, str] = field(default_factory=dict)
     settings: dict[str, str] = field(default_factory=dict)  # model/judge/tool settings from the cell's identity
     problems: list[dict[str, Any]] = field(default_factory=list)  # one row per recorded problem
@@ -62,8 +64,9 @@ class CellData:
         return self.topology if self.optimizer in ("none", "", "?") else f"{self.topology}+{self.optimizer}"
 
     @property
-    def comparability(self) -> tuple[str, str, str, str]:
-        return (self.dataset, json.dumps(self.selection, sort_keys=True), self.max_tests_per_row, self.judge_profile)
+    def comparability(self) -> tuple[str, str, str, str, str]:
+        return (self.dataset, json.dumps(self.selection, sort_keys=True), self.max_tests_per_row, self.judge_profile,
+                self.judge_rules)  # fmt: skip
 
     def judged(self) -> list[dict[str, Any]]:
         """Problems with a verdict (an infrastructure error is not a wrong answer: left out)."""
@@ -77,7 +80,10 @@ SETTING_SECTIONS = ("model.", "judge.", "tool.")
 
 
 def _settings(flat: Mapping[str, str]) -> dict[str, str]:
-    return {k: str(v) for k, v in flat.items() if k.startswith(SETTING_SECTIONS) and k not in ("model.name", "judge.profile")}
+    return {k: str(v) for k, v in flat.items() if k.startswith(SETTING_SECTIONS) and k not in KEY_SETTINGS}
+
+
+KEY_SETTINGS = ("model.name", "judge.profile", "judge.rules")  # axes or comparability keys, not settings
 
 
 def setting_differences(a: CellData, b: CellData) -> list[str]:
@@ -90,7 +96,7 @@ def setting_differences(a: CellData, b: CellData) -> list[str]:
 
 def comparability_label(c: CellData) -> str:
     sel = ", ".join(f"{k}={v}" for k, v in c.selection.items() if v not in ("", "None", "[]", "0", "null") and k != "dataset.name")
-    return f"dataset={c.dataset} judge={c.judge_profile} cap={c.max_tests_per_row}" + (f" [{sel}]" if sel else "")
+    return f"dataset={c.dataset} judge={c.judge_profile} rules={c.judge_rules} cap={c.max_tests_per_row}" + (f" [{sel}]" if sel else "")
 
 
 def incomparable_reason(a: CellData, b: CellData) -> str | None:
@@ -99,6 +105,11 @@ def incomparable_reason(a: CellData, b: CellData) -> str | None:
         return f"different datasets ({a.dataset} vs {b.dataset})"
     if a.judge_profile != b.judge_profile:
         return f"different judge profiles ({a.judge_profile} vs {b.judge_profile}): verdicts of two profiles are never compared"
+    if a.judge_rules != b.judge_rules:
+        return (
+            f"different judge rules (profile {a.judge_profile}: rules {a.judge_rules} vs {b.judge_rules}): the profile's "
+            "verdicts changed between the two; re-score the older cell under the current rules (python -m apps_bench.rescore CELL judge=PROFILE)"
+        )
     if a.max_tests_per_row != b.max_tests_per_row:
         return f"different test caps (max_tests_per_row {a.max_tests_per_row} vs {b.max_tests_per_row}): the cap changes the score"
     diff = [f"{k}: {a.selection.get(k)} vs {b.selection.get(k)}" for k in SELECTION_PARAMS if a.selection.get(k) != b.selection.get(k)]
@@ -122,6 +133,8 @@ def problem_row(rec: Mapping[str, Any]) -> dict[str, Any]:
     split = str(rec.get("split") or "test")
     pid = str(rec.get("id"))
     prompt, completion = int(u.get("prompt_tokens", 0) or 0), int(u.get("completion_tokens", 0) or 0)
+    calls = u.get("calls")
+    n_calls = int(u.get("model_calls", 0) or 0)
     return {
         "key": str(rec.get("key") or f"{split}/{pid}"),
         "id": pid,
@@ -132,13 +145,27 @@ def problem_row(rec: Mapping[str, Any]) -> dict[str, Any]:
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "model_calls": int(u.get("model_calls", 0) or 0),
+        "model_calls": n_calls,
         "tool_calls": int(u.get("tool_calls", 0) or 0),
         "latency_s": float(rec.get("latency_s", 0.0) or 0.0),
         "solve_s": float(rec.get("solve_s", 0.0) or 0.0),
         "judge_s": float(rec.get("judge_s", 0.0) or 0.0),
         "tool_s": float(u.get("tool_s", 0.0) or 0.0),
+        "role_calls": role_calls(calls) if isinstance(calls, list) and len(calls) == n_calls else None,
     }
+
+
+def role_calls(calls: Any) -> dict[str, tuple[int, int, int]] | None:
+    """Role -> (calls, prompt tokens, completion tokens) from a record's per-call entries, each
+    naming the agent role whose client made it; None when the record cannot say (no entries,
+    as in problems.json rows, or entries from before calls carried roles)."""
+    if not isinstance(calls, list) or any(not isinstance(c, dict) or not c.get("role") for c in calls):
+        return None
+    out: dict[str, tuple[int, int, int]] = {}
+    for c in calls:
+        n, p, q = out.get(str(c["role"]), (0, 0, 0))
+        out[str(c["role"])] = (n + 1, p + int(c.get("prompt_tokens", 0) or 0), q + int(c.get("completion_tokens", 0) or 0))
+    return out
 
 
 def role_uses(events: Iterable[Mapping[str, Any]]) -> dict[str, RoleUse]:
@@ -218,6 +245,7 @@ def from_dirs(root: Path | str, *, with_roles: bool = True) -> list[CellData]:
             dataset=str(axes.get("dataset", "?")), topology=str(axes.get("topology", "?")), model=str(axes.get("model", "?")),
             optimizer=str(axes.get("optimizer", "?")), seed=str(axes.get("seed", "?")), key=str(info.get("key", "")),
             judge_profile=ident.get("judge.profile", "?"), max_tests_per_row=ident.get("max_tests_per_row", "?"),
+            judge_rules=ident.get("judge.rules", "?"),
             selection={k: ident.get(k, "") for k in SELECTION_PARAMS}, complete=bool(summary.get("complete")),
             settings=_settings(ident),
             source=str(d), framework=ident.get("topology.framework", ""), flow=ident.get("topology.flow", ""),
@@ -321,6 +349,7 @@ def from_mlflow(
                 optimizer=t.get("optimizer", "?"), seed=t.get("seed", "?"), key=t.get("cell_key", ""),
                 judge_profile=t.get("judge_profile") or p.get("judge.profile", "?"),
                 max_tests_per_row=t.get("max_tests_per_row") or p.get("max_tests_per_row", "?"),
+                judge_rules=t.get("judge_rules") or p.get("judge.rules", "?"),
                 selection={k: p.get(k, "") for k in SELECTION_PARAMS}, complete=t.get("complete") == "true",
                 settings=_settings(p),
                 source=r.info.run_id, framework=t.get("framework") or p.get("topology.framework", ""),

@@ -1,13 +1,14 @@
 """Cost per cell group, per agent role, and what a framework adds over its sibling runner.
 
 Tokens and calls per problem are exact (counted at the HTTP transport, apps_bench.models.
-metering). The transport does not know which agent sent a request, so the per-role split
-comes from the transcripts: turns, replies and tool calls per role are counted exactly;
-a problem's prompt tokens are apportioned to its roles by the characters each role was
-given (inputs, tool results), its completion tokens by the characters each produced
-(replies, tool-call arguments), its model calls by the model steps each role's events show (a reply, or a tool call not
-right after one, starts a step).
-The role table says so in its caption.
+metering), and so are they per role: each agent's client names its role, and every call
+entry of a record (`usage.calls`) carries it, so a role's tokens and calls are summed from
+the calls it made. Turns, replies and tool calls per role are counted from the transcripts.
+Records written before calls carried roles fall back to an estimate, marked as such (≈):
+a problem's prompt tokens apportioned to its roles by the characters each role was given
+(inputs, tool results), its completion tokens by the characters each produced (replies,
+tool-call arguments), its model calls by the model steps each role's events show (a
+reply, or a tool call not right after one, starts a step).
 """
 
 from __future__ import annotations
@@ -38,13 +39,14 @@ class RoleRow:
     label: str
     model: str
     role: str
-    problems: int  # problems with a transcript that the role appears in
-    turns: float  # per problem
+    problems: int  # problems the role made calls in or appears in the transcript of
+    turns: float  # per problem with a transcript
     replies: float
     tool_calls: float
-    tokens: float  # apportioned, per problem
-    calls: float  # apportioned, per problem
-    token_share: float  # of the group's tokens on problems with transcripts
+    tokens: float  # per problem: counted (measured) or apportioned (not measured)
+    calls: float
+    token_share: float  # of the group's tokens
+    measured: bool = True  # False: the group's records do not say who made each call; tokens/calls estimated
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ class FrameworkRow:
     tokens: tuple[float, float]  # per problem: base, other
     calls: tuple[float, float]
     pass_at_1: tuple[float, float]
+    # per role, counted on both sides: (role, (tokens base, other), (calls base, other)); a role one
+    # side lacks (AutoGen's selector) has 0 there. Empty when either side's roles are estimated.
+    roles: tuple[tuple[str, tuple[float, float], tuple[float, float]], ...] = ()
 
 
 def _avg(total: float, n: int) -> float:
@@ -86,45 +91,98 @@ def cost_rows(groups: list[Group]) -> list[CostRow]:
 
 
 def role_rows(groups: list[Group]) -> list[RoleRow]:
+    """Per role of each group: counted from the calls' roles when every record names them, else estimated."""
     out = []
     for g in groups:
-        acc: dict[str, list[float]] = {}  # role -> [problems, turns, replies, tool_calls, tokens, calls]
-        covered = 0
-        group_tokens = 0.0
-        for c in g.cells:
-            for p in c.problems:
-                uses = c.roles.get(p["key"])
-                if not uses:
-                    continue
-                covered += 1
-                group_tokens += p["total_tokens"]
-                cin = sum(u.chars_in for u in uses.values()) or 1
-                cout = sum(u.chars_out for u in uses.values()) or 1
-                steps = sum(u.steps for u in uses.values()) or 1
-                for role, u in uses.items():
-                    a = acc.setdefault(role, [0.0] * 6)
-                    a[0] += 1
-                    a[1] += u.turns
-                    a[2] += u.replies
-                    a[3] += u.tool_calls
-                    a[4] += p["prompt_tokens"] * u.chars_in / cin + p["completion_tokens"] * u.chars_out / cout
-                    a[5] += p["model_calls"] * u.steps / steps
-        for role, a in acc.items():
-            out.append(
-                RoleRow(
-                    label=g.label, model=g.model, role=role, problems=int(a[0]),
-                    turns=_avg(a[1], covered), replies=_avg(a[2], covered), tool_calls=_avg(a[3], covered),
-                    tokens=_avg(a[4], covered), calls=_avg(a[5], covered),
-                    token_share=a[4] / group_tokens if group_tokens else float("nan"),
-                )  # fmt: skip
-            )
+        probs = [(c, p) for c in g.cells for p in c.problems]
+        measured = bool(probs) and all(p.get("role_calls") is not None for _, p in probs)
+        out += _measured(g, probs) if measured else _estimated(g, probs)
     return out
 
 
-def framework_rows(groups: list[Group], costs: list[CostRow]) -> list[FrameworkRow]:
+def _transcript_counts(g: Group, probs: list) -> tuple[dict[str, list[float]], int]:
+    """Role -> [problems, turns, replies, tool_calls] from the transcripts; problems with one."""
+    acc: dict[str, list[float]] = {}
+    covered = 0
+    for c, p in probs:
+        uses = c.roles.get(p["key"])
+        if not uses:
+            continue
+        covered += 1
+        for role, u in uses.items():
+            a = acc.setdefault(role, [0.0] * 4)
+            a[0] += 1
+            a[1] += u.turns
+            a[2] += u.replies
+            a[3] += u.tool_calls
+    return acc, covered
+
+
+def _measured(g: Group, probs: list) -> list[RoleRow]:
+    counts, covered = _transcript_counts(g, probs)
+    spent: dict[str, list[float]] = {role: [0.0, 0.0] for role in counts}  # role -> [calls, tokens]; transcript order
+    seen: dict[str, set[str]] = {}
+    for c, p in probs:
+        for role, (n, prompt, completion) in p["role_calls"].items():
+            a = spent.setdefault(role, [0.0, 0.0])
+            a[0] += n
+            a[1] += prompt + completion
+            seen.setdefault(role, set()).add(f"{c.source}|{p['key']}")
+    n = len(probs)
+    group_tokens = sum(p["total_tokens"] for _, p in probs)
+    out = []
+    for role, (calls, tokens) in spent.items():
+        t = counts.get(role, [0.0] * 4)
+        out.append(
+            RoleRow(
+                label=g.label, model=g.model, role=role, problems=max(int(t[0]), len(seen.get(role, ()))),
+                turns=_avg(t[1], covered), replies=_avg(t[2], covered), tool_calls=_avg(t[3], covered),
+                tokens=_avg(tokens, n), calls=_avg(calls, n),
+                token_share=tokens / group_tokens if group_tokens else float("nan"), measured=True,
+            )  # fmt: skip
+        )
+    return out
+
+
+def _estimated(g: Group, probs: list) -> list[RoleRow]:
+    """Older records: each problem's exact totals apportioned to the roles its transcript shows."""
+    counts, covered = _transcript_counts(g, probs)
+    spent: dict[str, list[float]] = {}  # role -> [tokens, calls]
+    group_tokens = 0.0
+    for c, p in probs:
+        uses = c.roles.get(p["key"])
+        if not uses:
+            continue
+        group_tokens += p["total_tokens"]
+        cin = sum(u.chars_in for u in uses.values()) or 1
+        cout = sum(u.chars_out for u in uses.values()) or 1
+        steps = sum(u.steps for u in uses.values()) or 1
+        for role, u in uses.items():
+            a = spent.setdefault(role, [0.0, 0.0])
+            a[0] += p["prompt_tokens"] * u.chars_in / cin + p["completion_tokens"] * u.chars_out / cout
+            a[1] += p["model_calls"] * u.steps / steps
+    out = []
+    for role, (tokens, calls) in spent.items():
+        t = counts[role]
+        out.append(
+            RoleRow(
+                label=g.label, model=g.model, role=role, problems=int(t[0]),
+                turns=_avg(t[1], covered), replies=_avg(t[2], covered), tool_calls=_avg(t[3], covered),
+                tokens=_avg(tokens, covered), calls=_avg(calls, covered),
+                token_share=tokens / group_tokens if group_tokens else float("nan"), measured=False,
+            )  # fmt: skip
+        )
+    return out
+
+
+def framework_rows(groups: list[Group], costs: list[CostRow], roles: list[RoleRow] | None = None) -> list[FrameworkRow]:
     """Sibling runners of one flow (same flow, model, optimizer and comparability class, two
-    frameworks): the difference is what the framework itself adds."""
+    frameworks): the difference is what the framework itself adds, in all and (with `roles`
+    counted on both sides) role by role."""
     by_name = {(c.label, c.model): c for c in costs}
+    role_map: dict[tuple[str, str], list[RoleRow]] = {}
+    for r in roles or ():
+        role_map.setdefault((r.label, r.model), []).append(r)
     buckets: dict[tuple, list[Group]] = {}
     for g in groups:
         first = g.cells[0]
@@ -139,12 +197,25 @@ def framework_rows(groups: list[Group], costs: list[CostRow]) -> list[FrameworkR
             if other.cells[0].framework == base.cells[0].framework:
                 continue
             a, b = by_name[(base.label, model)], by_name[(other.label, model)]
+            ra, rb = role_map.get((base.label, model), []), role_map.get((other.label, model), [])
+            both = bool(ra and rb) and all(r.measured for r in ra + rb)
             out.append(
                 FrameworkRow(
                     flow=flow, model=model, base=base.cells[0].framework, other=other.cells[0].framework,
                     base_label=base.label, other_label=other.label,
                     tokens=(a.tokens_per_problem, b.tokens_per_problem), calls=(a.calls_per_problem, b.calls_per_problem),
-                    pass_at_1=(a.pass_at_1, b.pass_at_1),
+                    pass_at_1=(a.pass_at_1, b.pass_at_1), roles=_role_pairs(ra, rb) if both else (),
                 )  # fmt: skip
             )
     return out
+
+
+def _role_pairs(base: list[RoleRow], other: list[RoleRow]) -> tuple:
+    """Each role of either side (base's order first): its tokens and calls per problem on both."""
+    a, b = {r.role: r for r in base}, {r.role: r for r in other}
+    names = list(a) + [r for r in b if r not in a]
+
+    def get(rows: dict[str, RoleRow], role: str, measure: str) -> float:
+        return getattr(rows[role], measure) if role in rows else 0.0
+
+    return tuple((r, (get(a, r, "tokens"), get(b, r, "tokens")), (get(a, r, "calls"), get(b, r, "calls"))) for r in names)

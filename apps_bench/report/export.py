@@ -11,7 +11,7 @@ from apps_bench.report.table import ReportError
 MEASURES = ("prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "tool_calls",
             "latency_s", "solve_s", "judge_s", "tool_s")  # fmt: skip
 COLUMNS = (
-    "dataset", "topology", "model", "optimizer", "seed", "cell_key", "judge_profile", "max_tests_per_row",
+    "dataset", "topology", "model", "optimizer", "seed", "cell_key", "judge_profile", "judge_rules", "max_tests_per_row",
     "framework", "run_kind", "source", "problem_id", "split", "difficulty", "passed", "error", *MEASURES,
 )  # fmt: skip
 
@@ -23,7 +23,8 @@ def tidy_rows(cells: list[CellData]) -> list[dict[str, Any]]:
             rows.append({
                 "dataset": c.dataset, "topology": c.topology, "model": c.model, "optimizer": c.optimizer,
                 "seed": int(c.seed) if c.seed.lstrip("-").isdigit() else c.seed, "cell_key": c.key,
-                "judge_profile": c.judge_profile, "max_tests_per_row": c.max_tests_per_row, "framework": c.framework,
+                "judge_profile": c.judge_profile, "judge_rules": c.judge_rules, "max_tests_per_row": c.max_tests_per_row,
+                "framework": c.framework,
                 "run_kind": c.run_kind, "source": c.source, "problem_id": p["id"], "split": p["split"],
                 "difficulty": p["difficulty"], "passed": p["passed"], "error": p["error"],
                 **{k: p[k] for k in MEASURES},

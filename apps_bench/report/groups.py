@@ -17,7 +17,7 @@ from apps_bench.report.cells import CellData, comparability_label, incomparable_
 class Group:
     label: str
     model: str
-    comparability: tuple[str, str, str, str]
+    comparability: tuple[str, ...]  # CellData.comparability
     cells: list[CellData] = field(default_factory=list)
     interval: stats.Interval | None = None
 

@@ -106,17 +106,26 @@ def cost_table(costs: list[CostRow]) -> str:
 
 
 def role_table(rows_in: list[RoleRow]) -> str:
+    def est(r: RoleRow, text: str) -> str:
+        return text if r.measured else f"≈{text}"
+
     rows = [
-        [r.label, r.model, r.role, _f(r.turns, 2), _f(r.replies, 2), _f(r.tool_calls, 2), _n(r.tokens),
-         _f(r.calls, 2), f"{100 * r.token_share:.0f}%" if not math.isnan(r.token_share) else "-"]
+        [r.label, r.model, r.role, _f(r.turns, 2), _f(r.replies, 2), _f(r.tool_calls, 2), est(r, _n(r.tokens)),
+         est(r, _f(r.calls, 2)), f"{100 * r.token_share:.0f}%" if not math.isnan(r.token_share) else "-"]
         for r in rows_in
     ]  # fmt: skip
-    head = ["topology", "model", "role", "turns", "replies", "tool calls", "≈ tokens", "≈ calls", "token share"]
+    head = ["topology", "model", "role", "turns", "replies", "tool calls", "tokens", "calls", "token share"]
     caption = (
-        "per problem with a transcript; turns, replies, tool calls counted from the transcripts; ≈ tokens/calls: each "
-        "problem's exact totals apportioned to its roles (prompt tokens by characters given, completion tokens by "
-        "characters produced, calls by the model steps the events show)"
+        "per problem; tokens and calls counted at the HTTP transport per role (each agent's client names its role; "
+        "selector = AutoGen's speaker-selection calls, made by no agent); turns, replies, tool calls counted from the "
+        "transcripts"
     )
+    if any(not r.measured for r in rows_in):
+        caption += (
+            "; ≈ estimated, for records from before calls named their role: each problem's exact totals apportioned "
+            "to its roles (prompt tokens by characters given, completion tokens by characters produced, calls by the "
+            "model steps the events show), per problem with a transcript"
+        )
     return text_table("cost per agent role", head, rows, caption)
 
 
@@ -134,4 +143,14 @@ def framework_table(rows_in: list[FrameworkRow]) -> str:
         ])  # fmt: skip
     head = ["flow", "model", "runners", "tokens/problem", "Δ tokens", "calls/problem", "Δ calls", "pass@1"]
     caption = "same flow, roles, prompts and limits on two frameworks: the difference is what the framework itself adds"
-    return text_table("framework overhead (sibling runners)", head, rows, caption)
+    text = text_table("framework overhead (sibling runners)", head, rows, caption)
+    per_role = [
+        [r.flow, r.model, f"{r.other} vs {r.base}", role, f"{_n(t[1])} vs {_n(t[0])}", f"{t[1] - t[0]:+,.0f}",
+         f"{_f(c[1], 2)} vs {_f(c[0], 2)}", f"{c[1] - c[0]:+.2f}"]
+        for r in rows_in for role, t, c in r.roles
+    ]  # fmt: skip
+    if per_role:
+        head = ["flow", "model", "frameworks", "role", "tokens/problem", "Δ tokens", "calls/problem", "Δ calls"]
+        caption = "per problem, counted per role on both sides; a role only one framework has (selector) is 0 on the other"
+        text += "\n\n" + text_table("framework overhead per role", head, per_role, caption)
+    return text

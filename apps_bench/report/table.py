@@ -44,15 +44,15 @@ def collect(
     include_incomplete: bool = False,
     judge: str | None = None,
 ) -> list[RunPoint]:
-    """One point per cell run; runs of several judge profiles or test caps are refused
-    unless `judge` picks one profile (they are never pooled into one mean)."""
+    """One point per cell run; runs of several judge profiles, rules versions or test caps are
+    refused unless `judge` picks one profile (they are never pooled into one mean)."""
     from apps_bench.report.cells import find_runs
     from apps_bench.tracking import mlflow as mlf
 
     uri = mlf.tracking_uri() if uri is None else uri
     runs = find_runs(mlf.client(uri), uri, experiment=experiment, sweep=sweep)
     points = []
-    classes: set[tuple[str, str]] = set()
+    classes: set[tuple[str, str, str]] = set()
     for r in runs:
         t = r.data.tags
         if "cell_key" not in t:
@@ -81,10 +81,15 @@ def collect(
                 run_id=r.info.run_id,
             )
         )
-        classes.add((t.get("judge_profile", "?"), t.get("max_tests_per_row") or r.data.params.get("max_tests_per_row", "?")))
+        p = r.data.params
+        classes.add((t.get("judge_profile", "?"), t.get("judge_rules") or p.get("judge.rules", "?"),
+                     t.get("max_tests_per_row") or p.get("max_tests_per_row", "?")))  # fmt: skip
     if len(classes) > 1:
-        shown = ", ".join(f"judge={j} cap={c}" for j, c in sorted(classes))
-        raise ReportError(f"runs of several judge profiles / test caps ({shown}) are never pooled: pick one with --judge PROFILE")
+        shown = ", ".join(f"judge={j} rules={v} cap={c}" for j, v, c in sorted(classes))
+        raise ReportError(
+            f"runs of several judge profiles / rules versions / test caps ({shown}) are never pooled: pick one with "
+            "--judge PROFILE (re-score cells judged under older rules: python -m apps_bench.rescore)"
+        )
     if not points:
         where = f"sweep {sweep}" if sweep else f"experiment {experiment!r}"
         hint = "" if include_incomplete else " (incomplete cells are left out; --include-incomplete counts them)"

@@ -4,7 +4,8 @@ A `SelectorGroupChat` of a manager and its workers (analyzer, coder, tester for 
 size 4). The manager speaks first and after every worker; it delegates with the same
 `delegate(worker, instruction)` tool as the LangGraph sibling, and after each manager
 message the selector model picks the worker who speaks next (its calls go through their
-own metered client, so they are counted like every other call). The chat ends when the
+own metered client, so they are counted like every other call, as role `selector`: calls the
+LangGraph sibling never makes, part of what the framework adds). The chat ends when the
 manager replies without delegating (a plain text message from the manager) or at the
 message cap: `max_turns` delegations, i.e. 2 * max_turns + 1 speaker turns. Final
 program: the manager's final program, else the last program a worker produced.
@@ -20,6 +21,8 @@ from apps_bench.topologies.base import SolveContext, agent_seed
 from apps_bench.topologies.messages import DELEGATE_TOOL, cap_note, delegate_description, delegate_parameters
 from apps_bench.topologies.team import _CONTEXT_HINTS, FlowRunner, StopFlow, Team, Turn
 from apps_bench.types import Attempt
+
+SELECTOR_ROLE = "selector"  # the role the selector model's calls are recorded under (no agent's)
 
 
 class CentralizedAutoGen(FlowRunner):
@@ -47,15 +50,15 @@ class CentralizedAutoGen(FlowRunner):
         cap = int(ctx.config.max_turns)  # delegations, as in the LangGraph sibling
         clients: list[Any] = []
 
-        def client(index: int) -> Any:
-            c = ctx.models.autogen_client(agent_seed(ctx.seed, index))
+        def client(index: int, role: str) -> Any:
+            c = ctx.models.autogen_client(agent_seed(ctx.seed, index), role=role)
             clients.append(c)
             return c
 
         agents = [
             AssistantAgent(
                 manager,
-                client(0),
+                client(0, manager),
                 tools=[_delegate_tool(workers)],
                 system_message=ctx.prompts[manager],
                 description=f"the {manager}: delegates to the workers and submits the final program",
@@ -72,7 +75,7 @@ class CentralizedAutoGen(FlowRunner):
             agents.append(
                 AssistantAgent(
                     role,
-                    client(i),
+                    client(i, role),
                     tools=tools,
                     system_message=ctx.prompts[role],
                     description=f"the {role}",
@@ -92,7 +95,7 @@ class CentralizedAutoGen(FlowRunner):
 
         chat_team = SelectorGroupChat(
             agents,
-            model_client=client(len(ctx.roles)),  # the selector's own metered client
+            model_client=client(len(ctx.roles), SELECTOR_ROLE),  # the selector's own metered client
             termination_condition=TextMessageTermination(source=manager),
             max_turns=2 * cap + 1,
             allow_repeated_speaker=True,

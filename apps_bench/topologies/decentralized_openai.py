@@ -36,13 +36,14 @@ class DecentralizedOpenAI(FlowRunner):
         agents = [(name, role, agent_seed(ctx.seed, i)) for i, (name, role) in enumerate(zip(names, ctx.roles))]
         team.data["agents"] = names
         team.data["rounds"] = 0
-        client = ctx.models.async_openai()
+        # a client per debater: each call is recorded as its debater's role
+        clients = {name: ctx.models.async_openai(role=role) for name, role, _ in agents}
         try:
             previous: dict[str, str] = {}
             for rnd in range(max(1, int(ctx.config.rounds))):
                 turns = [
                     self._turn(
-                        ctx, team, client, name, role, seed, rnd,
+                        ctx, team, clients[name], name, role, seed, rnd,
                         debate_input(
                             ctx.prompt,
                             rnd,
@@ -55,7 +56,8 @@ class DecentralizedOpenAI(FlowRunner):
                 previous = {turn.agent: turn.reply for turn in await _all_or_none(turns)}
                 team.data["rounds"] = rnd + 1
         finally:
-            await client.close()
+            for client in clients.values():
+                await client.close()
 
     def finish(self, ctx: SolveContext, team: Team) -> Attempt:
         # Each agent's candidate: its latest program, from any round (a round cut by the clock keeps what exists).

@@ -146,7 +146,7 @@ class SequentialCrewAI(FlowRunner):
                 role=role,
                 goal=f"Do the {role} stage of solving the programming problem, as your instructions say.",
                 backstory=ctx.prompts[role],
-                llm=ctx.models.crewai_llm(agent_seed(ctx.seed, i)),
+                llm=ctx.models.crewai_llm(agent_seed(ctx.seed, i), role=role),
                 tools=tools,
                 allow_delegation=False,
                 max_iter=max_iter,

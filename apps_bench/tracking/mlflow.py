@@ -152,6 +152,16 @@ def _batched(items: list[Any], n: int) -> Iterable[list[Any]]:
         yield items[i : i + n]
 
 
+# identity params that are also tags: what the report must compare on without reading params
+IDENTITY_TAGS = {"judge.rules": "judge_rules"}
+
+
+def identity_tags(params: Mapping[str, Any]) -> dict[str, str]:
+    """The tags a cell's identity implies, e.g. `judge_rules` (its judge profile's rules version)."""
+    flat = flatten(params)
+    return {tag: flat[key] for key, tag in IDENTITY_TAGS.items() if key in flat}
+
+
 @dataclass
 class CellRun:
     """The MLflow run of one cell: created, or found again by its cell key on resume."""
@@ -176,7 +186,9 @@ class CellRun:
     ) -> CellRun:
         """`key_tag`: the tag that finds the run again (an optimizer cell's final-eval child uses
         its own, so it never shadows the cell's run); `parent_run_id`: nest under this run
-        instead of the sweep's."""
+        instead of the sweep's. Tags the identity implies (`identity_tags`) are added here, so every
+        kind of cell run (cell, final eval, re-scoring) carries them."""
+        tags = {**identity_tags(params), **tags}
         uri = uri or tracking_uri()
         c = client(uri)
         exp_id = experiment_id(c, experiment, uri)

@@ -43,7 +43,6 @@ def cell_tags(data: Mapping[str, Any], cell: Cell, loaded: Any) -> dict[str, str
         "cell_name": cell.name,
         "framework": str(data["topology"].get("framework", "")),
         "judge_profile": str(data["judge"]["profile"]),
-        "judge_rules": str(data["judge"].get("rules", "")),
         "max_tests_per_row": str(data["max_tests_per_row"]),
         "dataset_revision": str(loaded.revision),
         "dataset_source": str(loaded.source),
