@@ -139,7 +139,7 @@ def test_sibling_runners_record_the_same_roles(solved, a, b):
 
 def test_records_carry_the_role_per_call(solved):
     """What lands in records.jsonl (pipeline.usage_record) keeps each call's role."""
-    from apps_bench.pipeline import usage_record
+    from apps_bench.tracking.summary import usage_record
 
     usage = solved["sequential_crewai"][0]
     rec = json.loads(json.dumps(usage_record(usage)))
