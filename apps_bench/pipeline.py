@@ -636,7 +636,7 @@ def run_cell(cfg: Any) -> CellResult:
         try:
             helpers, topology = _start_solvers(data, node, todo, endpoint=endpoint, prompts=prompts)
             solvers = (len(helpers.helpers) if helpers is not None else 0) + (topology is not None)
-            with SandboxPool(workers=int(data["judge"].get("workers") or 0)) as pool:
+            with SandboxPool.from_config(data["judge"]) as pool:
                 progress = _Progress(len(problems), n_done, bool(data.get("progress", True)), cell.name)
                 try:
                     phases["setup_s"] = time.perf_counter() - t_start

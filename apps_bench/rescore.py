@@ -111,28 +111,36 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
 
 
 def rescored_config(data: Mapping[str, Any], overrides: Mapping[str, str]) -> dict[str, Any]:
-    """The cell's resolved config with the judge and test cap replaced (validated by the schema)."""
+    """The cell's resolved config with the judge and test cap replaced (validated by the schema).
+
+    `judge=PROFILE` starts from conf/judge/PROFILE.yaml, else from the cell's own judge settings;
+    `judge.KEY=VALUE` (dotted keys too: judge.sandbox.output_cap_bytes=...) is applied on top."""
     import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from apps_bench.config import JudgeConfig
-    from apps_bench.judge.cli import UsageError, judge_config
+    from apps_bench.judge.profiles import JudgeConfigError, judge_config
 
     new = copy.deepcopy(dict(data))
     if "judge" in overrides:
         try:
             new["judge"] = OmegaConf.to_container(judge_config(overrides["judge"]), resolve=True)
-        except UsageError as e:
+        except JudgeConfigError as e:
             raise RescoreError(str(e)) from None
-    judge = dict(new.get("judge") or {})
-    for key, value in overrides.items():
-        if key.startswith("judge."):
-            judge[key.split(".", 1)[1]] = yaml.safe_load(value)
+    judge = OmegaConf.create(dict(new.get("judge") or {}))
     try:
+        for key, value in overrides.items():
+            if key.startswith("judge."):
+                OmegaConf.update(judge, key.split(".", 1)[1], yaml.safe_load(value), merge=True)
         checked = OmegaConf.merge(OmegaConf.structured(JudgeConfig), judge)
     except OmegaConfBaseException as e:
         raise RescoreError(f"bad judge setting: {e}".splitlines()[0]) from None
+    missing = sorted(OmegaConf.missing_keys(checked))
+    if missing:
+        raise RescoreError(
+            f"the cell's judge settings lack {', '.join('judge.' + m for m in missing)} (recorded before they were "
+            f"settings); pass judge={checked.profile} to re-score with conf/judge/{checked.profile}.yaml's values")
     new["judge"] = OmegaConf.to_container(checked, resolve=True)
     if "max_tests_per_row" in overrides:
         try:
@@ -300,7 +308,7 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
         from apps_bench.judge import Judge
         from apps_bench.sandbox import SandboxPool
 
-        with SandboxPool(workers=int(new["judge"].get("workers") or 0)) as pool:
+        with SandboxPool.from_config(new["judge"]) as pool:
             judge = Judge.from_config(pool, node.judge)
             judge_records(store, answered, problems, judge, workers=pool.workers, new_key=new_key, old_key=old_key,
                           old_cap=data.get("max_tests_per_row"), progress=bool(new.get("progress", True)))

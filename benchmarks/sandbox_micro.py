@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from apps_bench.sandbox import RunRequest, SandboxPool
 from apps_bench.sandbox.harness import PRELUDE
+from apps_bench.judge.profiles import judge_config
 
 PROGRAM = "n = int(input())\nprint(n + 1)\n"
 
@@ -63,11 +64,11 @@ def main() -> None:
     args = ap.parse_args()
     cores = os.cpu_count() or 1
 
-    with SandboxPool(1) as one:
+    with SandboxPool.from_config(judge_config("seed"), workers=1) as one:
         feats = one.features
         single = bench_pool(one, args.programs, args.tests_per_program, threads=1)
         per_prog = bench_pool(one, max(10, args.programs // 2), 1, threads=1)
-    with SandboxPool(0) as full:
+    with SandboxPool.from_config(judge_config("seed"), workers=0) as full:
         full.features
         parallel = bench_pool(full, args.programs, args.tests_per_program, threads=cores)
     fresh = bench_fresh(args.baseline_tests, prelude=False)
