@@ -59,6 +59,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    'or "reply": a raw model reply, extracted with the APPS rule)')
     p.add_argument("--gold", action="store_true", help="judge each problem's first reference solution (harness self-check)")
     p.add_argument("--out", help="write one verdict per problem here (JSONL, in problem order)")
+    p.add_argument("--summary", help="write the summary here (JSON: pass@1 by tier, the judge settings, the sandbox's features)")
     p.add_argument("--max-tests-per-row", type=int, default=None, help="keep the first N tests per problem; <= 0 keeps all (default: conf/config.yaml)")
     p.add_argument("--only", action="append", default=[], help="problem IDs, comma-separated; repeatable")
     p.add_argument("--limit", type=int, default=None, help="first N problems (after --offset)")
@@ -243,6 +244,14 @@ def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: floa
     seconds = time.perf_counter() - t0
     summary = summarize(pairs, skipped=loaded.skipped, profile=judge.profile, seconds=seconds, sandbox=pool.features)
     summary.print()
+    from apps_bench.provenance import sandbox_summary
+
+    print(f"sandbox: {sandbox_summary(summary.sandbox)}; workers: {pool.workers}")
+    if args.summary:
+        from omegaconf import OmegaConf
+
+        data = {**summary.to_dict(), "judge": OmegaConf.to_container(jcfg, resolve=True), "max_tests_per_row": max_tests}
+        Path(args.summary).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     if summary.n_sandbox_errors:
         print(f"warning: {summary.n_sandbox_errors} problem(s) hit sandbox errors (infrastructure, not scored)", file=err)
     print(f"seconds: {seconds:.2f}")

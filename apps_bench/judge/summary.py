@@ -91,10 +91,7 @@ class Summary:
             notes.append("rows skipped: 0")
         if self.seconds is not None:
             notes.append(f"{self.seconds:.2f} s")
-        if self.sandbox is not None:
-            from apps_bench.provenance import sandbox_summary
 
-            notes.append(f"sandbox: {sandbox_summary(self.sandbox)}")
         t.caption = "; ".join(notes)
         return t
 
