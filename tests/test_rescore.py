@@ -162,3 +162,33 @@ def test_bad_input_is_refused_with_a_clear_message(workdir, cell_dir, tmp_path, 
     proc = rescore([str(source), *args, "--no-mlflow"], workdir)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+
+
+def test_a_sandbox_limit_is_rescored_like_any_judge_setting(workdir, cell_dir) -> None:
+    """judge.sandbox.<limit> (a dotted judge setting) re-judges the programs under the new limit."""
+    proc = rescore([str(cell_dir), "judge.sandbox.output_cap_bytes=1", "--no-mlflow"], workdir)
+    assert proc.returncode == 0, proc.stderr
+    (out,) = [d for d in (cell_dir / "rescore").iterdir()
+              if (d / "config.yaml").is_file() and "output_cap_bytes: 1\n" in (d / "config.yaml").read_text()]
+    new = lines(out / "records.jsonl")
+    assert len(new) == 8 and not any(r["passed"] for r in new)
+    assert all(r["verdict"]["results"][0]["outcome"] == "output_limit" for r in new if not r.get("error"))
+    assert json.loads((out / "cell.json").read_text())["identity"]["judge"]["sandbox"]["output_cap_bytes"] == 1
+
+
+def test_a_cell_recorded_before_the_sandbox_limits_were_config_is_told_how_to_rescore(workdir, cell_dir, tmp_path) -> None:
+    import yaml
+
+    old = workdir / "outputs" / "cells" / "before-limits"
+    shutil.copytree(cell_dir, old, ignore=shutil.ignore_patterns("rescore"))
+    cfg = yaml.safe_load((old / "config.yaml").read_text())
+    del cfg["judge"]["sandbox"]
+    (old / "config.yaml").write_text(yaml.safe_dump(cfg))
+    from apps_bench.cell import cell_key, identity_of
+
+    info = json.loads((old / "cell.json").read_text())
+    (old / "cell.json").write_text(json.dumps({**info, "key": cell_key(identity_of(cfg))}))  # the key it had then
+    proc = rescore([str(old), "max_tests_per_row=0", "--no-mlflow"], workdir)
+    assert proc.returncode == 2 and "judge.sandbox" in proc.stderr and "pass judge=seed" in proc.stderr, proc.stderr
+    proc = rescore([str(old), "judge=seed", "--no-mlflow"], workdir)
+    assert proc.returncode == 0, proc.stderr
