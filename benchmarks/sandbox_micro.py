@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from apps_bench.sandbox import RunRequest, SandboxPool
 from apps_bench.sandbox.harness import PRELUDE
+from apps_bench.cpus import usable_cpus
 from apps_bench.judge.profiles import judge_config
 
 PROGRAM = "n = int(input())\nprint(n + 1)\n"
@@ -62,7 +63,7 @@ def main() -> None:
     ap.add_argument("--baseline-tests", type=int, default=60)
     ap.add_argument("--baseline-prelude", action="store_true", help="also time a fresh python + the prelude")
     args = ap.parse_args()
-    cores = os.cpu_count() or 1
+    cores = usable_cpus()
 
     with SandboxPool.from_config(judge_config("seed"), workers=1) as one:
         feats = one.features
