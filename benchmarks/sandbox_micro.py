@@ -19,10 +19,10 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from apps_bench.sandbox import RunRequest, SandboxPool
-from apps_bench.sandbox.harness import PRELUDE
 from apps_bench.cpus import usable_cpus
 from apps_bench.judge.profiles import judge_config
+from apps_bench.sandbox import RunRequest, SandboxPool
+from apps_bench.sandbox.harness import PRELUDE
 
 PROGRAM = "n = int(input())\nprint(n + 1)\n"
 

@@ -21,9 +21,9 @@ from typing import Callable
 import pytest
 
 import apps_bench
+from apps_bench.judge.profiles import judge_config
 from apps_bench.sandbox import RawRun, RunRequest, SandboxPool, decode_value
 from apps_bench.sandbox.contain import _descendants
-from apps_bench.judge.profiles import judge_config
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not Path("/proc/self/ns/pid").exists(),

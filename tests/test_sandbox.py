@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from apps_bench.judge.profiles import judge_config
 from apps_bench.sandbox import RawRun, RunRequest, SandboxPool, decode_value
 from apps_bench.sandbox.harness import NotPlainData, to_plain
 from apps_bench.sandbox.tool import PythonExecTool
 from apps_bench.types import Usage
-from apps_bench.judge.profiles import judge_config
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from apps_bench.config import register_configs
-from apps_bench.types import Attempt, Problem, Usage, Verdict
 from apps_bench.judge.profiles import judge_config
+from apps_bench.types import Attempt, Problem, Usage, Verdict
 
 pytestmark = pytest.mark.slow
 

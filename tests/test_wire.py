@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from apps_bench.models.wire import finish_reason, normalize_reply, prepare_request, strict_arguments
 from apps_bench.judge.profiles import judge_config
+from apps_bench.models.wire import finish_reason, normalize_reply, prepare_request, strict_arguments
 
 CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf"
 
