@@ -27,6 +27,8 @@ def framework_packages(framework: str) -> list[str]:
     A top-level module is named like its distribution with `_` for `-` for every framework
     there (langchain_core -> langchain-core, autogen_ext -> autogen-ext); asking
     importlib.metadata for the whole module -> distribution map instead costs ~1 s."""
+    if not framework:  # re-scoring: no framework ran (and none is imported)
+        return []
     from apps_bench.topologies.registry import FIRST_PROBLEM, FRAMEWORKS
 
     modules = [m for m in FRAMEWORKS.get(framework, ((), ""))[0] if m not in FIRST_PROBLEM]

@@ -225,6 +225,7 @@ def source_run_id(experiment: str, cell_key: str) -> str | None:
 def log_rescore(data: Mapping[str, Any], cell_info: Mapping[str, Any], new_identity: Mapping[str, Any], new_key: str,
                 out_dir: Path, summary: Mapping[str, Any], records: list[dict[str, Any]]) -> tuple[str, str | None]:
     """A child run of the cell's run that reads like a cell run: (run id, parent run id)."""
+    from apps_bench import provenance
     from apps_bench.pipeline import metrics_of, table_rows
     from apps_bench.tracking import mlflow as mlf
 
@@ -245,6 +246,7 @@ def log_rescore(data: Mapping[str, Any], cell_info: Mapping[str, Any], new_ident
         "rescore_key": rescore_key,
         "package_version": mlf.package_version(),
         **mlf.git_info(),
+        **provenance.as_tags(summary["provenance"]),
     }
     run = mlf.CellRun.open(
         experiment=experiment, cell_key=rescore_key, key_tag="rescore_key",
@@ -304,6 +306,10 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
     except (ValueError, OSError) as e:
         raise RescoreError(f"cannot load the cell's dataset {new['dataset'].get('name', '')}: {e}") from None
     problems = {record_key(p.split, p.id): p for p in loaded.problems}
+    sandbox_features = None  # a rerun with nothing left to judge starts no sandbox: the earlier run's
+    if (out_dir / SUMMARY).is_file():
+        prev = json.loads((out_dir / SUMMARY).read_text(encoding="utf-8"))
+        sandbox_features = (prev.get("provenance") or {}).get("sandbox")
     if answered:
         from apps_bench.judge import Judge
         from apps_bench.sandbox import SandboxPool
@@ -312,6 +318,7 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
             judge = Judge.from_config(pool, node.judge)
             judge_records(store, answered, problems, judge, workers=pool.workers, new_key=new_key, old_key=old_key,
                           old_cap=data.get("max_tests_per_row"), progress=bool(new.get("progress", True)))
+            sandbox_features = pool.features
     store.close()
     old_summary = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8")) if (cell_dir / SUMMARY).is_file() else {}
     order = {k: i for i, k in enumerate(problems)}
@@ -323,6 +330,9 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
                              "max_tests_per_row": data.get("max_tests_per_row"),
                              "pass_at_1": old_summary.get("pass_at_1"), "complete": old_summary.get("complete")}
     summary["dir"] = str(out_dir)
+    from apps_bench import provenance
+
+    summary["provenance"] = provenance.collect("", sandbox_features)  # what the new verdicts ran on
     if track:
         run_id, parent = log_rescore(new, info, new_identity, new_key, out_dir, summary, new_records)
         summary["mlflow"] = {"run_id": run_id, "parent_run_id": parent}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -99,6 +100,7 @@ def test_finished_cell_is_rescored_beside_its_records_and_logged_as_a_child_run(
     assert {a: tags[a] for a in ("dataset", "topology", "model", "optimizer", "seed")} == {
         a: parent.data.tags[a] for a in ("dataset", "topology", "model", "optimizer", "seed")}
     assert (tags["judge_profile"], tags["max_tests_per_row"], tags["cell_key"], tags["complete"]) == ("reference", "0", new_key, "true")
+    assert tags["prov.sandbox.nice"] == str(os.nice(0)) and tags["prov.sandbox"].endswith(f"nice={os.nice(0)}")
     assert run.data.metrics["pass_at_1"] == pytest.approx(summary["pass_at_1"])
     assert run.info.status == "FINISHED"
     assert summary["mlflow"] == {"run_id": run.info.run_id, "parent_run_id": parent.info.run_id}
@@ -174,6 +176,8 @@ def test_a_sandbox_limit_is_rescored_like_any_judge_setting(workdir, cell_dir) -
     assert len(new) == 8 and not any(r["passed"] for r in new)
     assert all(r["verdict"]["results"][0]["outcome"] == "output_limit" for r in new if not r.get("error"))
     assert json.loads((out / "cell.json").read_text())["identity"]["judge"]["sandbox"]["output_cap_bytes"] == 1
+    feats = json.loads((out / "summary.json").read_text())["provenance"]["sandbox"]  # what the new verdicts ran on
+    assert feats["nice"] == os.nice(0) and feats["workers"] >= 1
 
 
 def test_a_cell_recorded_before_the_sandbox_limits_were_config_is_told_how_to_rescore(workdir, cell_dir, tmp_path) -> None:
