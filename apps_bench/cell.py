@@ -1,8 +1,8 @@
 """A cell: one point of the experiment grid, its stable key, and the grid guard.
 
 The key is a hash of everything that changes a cell's results (the five axes, the
-dataset revision/path, problem selection, test cap, judge profile and settings, tool
-limits, prompts, team size/rounds/limits, model sampling). Run-only settings
+dataset revision/path, problem selection, test cap, judge profile and settings (its
+sandbox limits included: `judge.sandbox`), tool limits, prompts, team size/rounds/limits, model sampling). Run-only settings
 (concurrency, paths, verbosity, endpoint location, retries, injected latency/faults)
 are left out, so changing them resumes the same cell instead of starting a new one.
 Anything not listed as run-only is part of the key: a new setting is safe by default.

@@ -12,6 +12,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+from apps_bench.sandbox.limits import SandboxLimits
+
 
 @dataclass
 class DatasetConfig:
@@ -93,9 +95,10 @@ class JudgeConfig:
     stop_on_first_failure: bool = MISSING
     call_memory_bytes: int = MISSING  # APPS_CALL_BASED_MEMORY_BYTES; 0 disables
     stdin_memory_bytes: int = MISSING
-    workers: int = MISSING  # sandbox workers; 0 = one per core
+    workers: int = MISSING  # sandbox workers; 0 = one per usable CPU (apps_bench.cpus)
     # reference: the whole program's limit (the original's TIMEOUT + 1 s); unset for seed
     program_timeout_s: Optional[float] = None
+    sandbox: SandboxLimits = MISSING  # the limits that can change a verdict (conf/judge/*.yaml `sandbox:`)
 
 
 @dataclass

@@ -328,7 +328,7 @@ def _solver(stack: ExitStack, prep: Prepared, ctx: Any, n_workers: int, *, endpo
 def _sandbox_pool(data: Mapping[str, Any]) -> Any:
     from apps_bench.sandbox import SandboxPool
 
-    return SandboxPool(workers=int(data["judge"]["workers"]))
+    return SandboxPool.from_config(data["judge"])
 
 
 def _fail_runs(exc: BaseException, tracker_future: Any, final_eval_of: Any) -> None:

@@ -9,6 +9,7 @@ immutable in MLflow and would clash).
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import sys
@@ -26,6 +27,8 @@ def framework_packages(framework: str) -> list[str]:
     A top-level module is named like its distribution with `_` for `-` for every framework
     there (langchain_core -> langchain-core, autogen_ext -> autogen-ext); asking
     importlib.metadata for the whole module -> distribution map instead costs ~1 s."""
+    if not framework:  # re-scoring: no framework ran (and none is imported)
+        return []
     from apps_bench.topologies.registry import FIRST_PROBLEM, FRAMEWORKS
 
     modules = [m for m in FRAMEWORKS.get(framework, ((), ""))[0] if m not in FIRST_PROBLEM]
@@ -47,6 +50,7 @@ def package_versions(names: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 def collect(framework: str, sandbox_features: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The provenance of a cell run now, by this process."""
+    from apps_bench.cpus import usable_cpus
     from apps_bench.tracking.mlflow import git_info
 
     names = [*CORE_PACKAGES, *(p for p in framework_packages(framework) if p not in CORE_PACKAGES)]
@@ -61,26 +65,44 @@ def collect(framework: str, sandbox_features: Mapping[str, Any] | None = None) -
         "host": platform.node(),
         "platform": platform.platform(),
         "cpus": os.cpu_count() or 0,
+        "usable_cpus": usable_cpus(),
         "sandbox": dict(sandbox_features) if sandbox_features is not None else None,
     }
 
 
+SANDBOX_FLAGS = ("contained", "user_namespace", "pid_namespace", "net_namespace", "ipc_namespace", "uts_namespace",
+                 "mount_namespace", "readonly_root", "pids_cgroup", "uid_switch", "subreaper")
+
+
 def sandbox_summary(features: Mapping[str, Any] | None) -> str:
-    """The containment features that change what programs may do, as one comparable string."""
+    """The containment features that change what programs may do, as one comparable string
+    (e.g. `contained,pid_namespace,...,uid_switch,nice=0`); a feature the workers disagree on
+    shows as `<name>=mixed`."""
     if not features:
         return "unknown"
-    keys = ("contained", "pid_namespace", "net_namespace", "mount_namespace", "readonly_root", "subreaper",
-            "priority_boost")  # fmt: skip
-    on = [k for k in keys if features.get(k)]
-    if features.get("pids_cgroup"):
-        on.append("pids_cgroup")
-    if features.get("uid") is not None:
-        on.append("uid_switch")
-    return ",".join(on) or "rlimits_only"
+    on = [f"{k}=mixed" if features.get(k) == "mixed" else k for k in SANDBOX_FLAGS if features.get(k)]
+    if not any(features.get(k) for k in ("contained", "pid_namespace", "pids_cgroup", "uid_switch")):
+        on.insert(0, "rlimits_only")
+    if "nice" in features:
+        on.append(f"nice={features['nice']}")
+    return ",".join(on)
+
+
+def sandbox_tags(features: Mapping[str, Any] | None) -> dict[str, str]:
+    """One MLflow tag per sandbox feature (`prov.sandbox.<feature>`), plus `prov.sandbox`, the summary.
+
+    Tags, not params: a resumed cell on another host may run under other containment."""
+    if features is None:
+        return {}
+    tags = {f"{TAG_PREFIX}sandbox": sandbox_summary(features)}
+    for k, v in features.items():
+        text = v if isinstance(v, str) else json.dumps(v)
+        tags[f"{TAG_PREFIX}sandbox.{k}"] = text[:5000]
+    return tags
 
 
 def as_tags(prov: Mapping[str, Any]) -> dict[str, str]:
-    """Flat MLflow tags: prov.python, prov.pkg.<name>, prov.git_sha, prov.git_dirty, prov.host, prov.sandbox."""
+    """Flat MLflow tags: prov.python, prov.pkg.<name>, prov.git_sha, prov.git_dirty, prov.host, prov.sandbox[.<feature>]."""
     tags = {
         f"{TAG_PREFIX}python": str(prov.get("python", "")),
         f"{TAG_PREFIX}git_sha": str(prov.get("git_sha", "")),
@@ -90,8 +112,7 @@ def as_tags(prov: Mapping[str, Any]) -> dict[str, str]:
     }
     for name, ver in (prov.get("packages") or {}).items():
         tags[f"{TAG_PREFIX}pkg.{name}"] = str(ver)
-    if prov.get("sandbox") is not None:
-        tags[f"{TAG_PREFIX}sandbox"] = sandbox_summary(prov["sandbox"])
+    tags.update(sandbox_tags(prov.get("sandbox")))
     return tags
 
 

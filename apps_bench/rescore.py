@@ -111,28 +111,36 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
 
 
 def rescored_config(data: Mapping[str, Any], overrides: Mapping[str, str]) -> dict[str, Any]:
-    """The cell's resolved config with the judge and test cap replaced (validated by the schema)."""
+    """The cell's resolved config with the judge and test cap replaced (validated by the schema).
+
+    `judge=PROFILE` starts from conf/judge/PROFILE.yaml, else from the cell's own judge settings;
+    `judge.KEY=VALUE` (dotted keys too: judge.sandbox.output_cap_bytes=...) is applied on top."""
     import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from apps_bench.config import JudgeConfig
-    from apps_bench.judge.cli import UsageError, judge_config
+    from apps_bench.judge.profiles import JudgeConfigError, judge_config
 
     new = copy.deepcopy(dict(data))
     if "judge" in overrides:
         try:
             new["judge"] = OmegaConf.to_container(judge_config(overrides["judge"]), resolve=True)
-        except UsageError as e:
+        except JudgeConfigError as e:
             raise RescoreError(str(e)) from None
-    judge = dict(new.get("judge") or {})
-    for key, value in overrides.items():
-        if key.startswith("judge."):
-            judge[key.split(".", 1)[1]] = yaml.safe_load(value)
+    judge = OmegaConf.create(dict(new.get("judge") or {}))
     try:
+        for key, value in overrides.items():
+            if key.startswith("judge."):
+                OmegaConf.update(judge, key.split(".", 1)[1], yaml.safe_load(value), merge=True)
         checked = OmegaConf.merge(OmegaConf.structured(JudgeConfig), judge)
     except OmegaConfBaseException as e:
         raise RescoreError(f"bad judge setting: {e}".splitlines()[0]) from None
+    missing = sorted(OmegaConf.missing_keys(checked))
+    if missing:
+        raise RescoreError(
+            f"the cell's judge settings lack {', '.join('judge.' + m for m in missing)} (recorded before they were "
+            f"settings); pass judge={checked.profile} to re-score with conf/judge/{checked.profile}.yaml's values")
     new["judge"] = OmegaConf.to_container(checked, resolve=True)
     if "max_tests_per_row" in overrides:
         try:
@@ -217,6 +225,7 @@ def source_run_id(experiment: str, cell_key: str) -> str | None:
 def log_rescore(data: Mapping[str, Any], cell_info: Mapping[str, Any], new_identity: Mapping[str, Any], new_key: str,
                 out_dir: Path, summary: Mapping[str, Any], records: list[dict[str, Any]]) -> tuple[str, str | None]:
     """A child run of the cell's run that reads like a cell run: (run id, parent run id)."""
+    from apps_bench import provenance
     from apps_bench.tracking.summary import metrics_of, table_rows
     from apps_bench.tracking import mlflow as mlf
 
@@ -237,6 +246,7 @@ def log_rescore(data: Mapping[str, Any], cell_info: Mapping[str, Any], new_ident
         "rescore_key": rescore_key,
         "package_version": mlf.package_version(),
         **mlf.git_info(),
+        **provenance.as_tags(summary["provenance"]),
     }
     run = mlf.CellRun.open(
         experiment=experiment, cell_key=rescore_key, key_tag="rescore_key",
@@ -296,14 +306,19 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
     except (ValueError, OSError) as e:
         raise RescoreError(f"cannot load the cell's dataset {new['dataset'].get('name', '')}: {e}") from None
     problems = {record_key(p.split, p.id): p for p in loaded.problems}
+    sandbox_features = None  # a rerun with nothing left to judge starts no sandbox: the earlier run's
+    if (out_dir / SUMMARY).is_file():
+        prev = json.loads((out_dir / SUMMARY).read_text(encoding="utf-8"))
+        sandbox_features = (prev.get("provenance") or {}).get("sandbox")
     if answered:
         from apps_bench.judge import Judge
         from apps_bench.sandbox import SandboxPool
 
-        with SandboxPool(workers=int(new["judge"].get("workers") or 0)) as pool:
+        with SandboxPool.from_config(new["judge"]) as pool:
             judge = Judge.from_config(pool, node.judge)
             judge_records(store, answered, problems, judge, workers=pool.workers, new_key=new_key, old_key=old_key,
                           old_cap=data.get("max_tests_per_row"), progress=bool(new.get("progress", True)))
+            sandbox_features = pool.features
     store.close()
     old_summary = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8")) if (cell_dir / SUMMARY).is_file() else {}
     order = {k: i for i, k in enumerate(problems)}
@@ -315,6 +330,9 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
                              "max_tests_per_row": data.get("max_tests_per_row"),
                              "pass_at_1": old_summary.get("pass_at_1"), "complete": old_summary.get("complete")}
     summary["dir"] = str(out_dir)
+    from apps_bench import provenance
+
+    summary["provenance"] = provenance.collect("", sandbox_features)  # what the new verdicts ran on
     if track:
         run_id, parent = log_rescore(new, info, new_identity, new_key, out_dir, summary, new_records)
         summary["mlflow"] = {"run_id": run_id, "parent_run_id": parent}

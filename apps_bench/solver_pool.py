@@ -148,7 +148,7 @@ class ExecProxy:
         self._pending: dict[int, Future[Any]] = {}
         self._lock = threading.Lock()
 
-    def python_exec(self, code: str, stdin: str = "", timeout_s: float = 10.0, output_chars: int = 4000) -> Any:
+    def python_exec(self, code: str, stdin: str = "", *, timeout_s: float, output_chars: int) -> Any:
         fut: Future[Any] = Future()
         with self._lock:
             rid = next(self._ids)

@@ -106,7 +106,7 @@ RULES: tuple[Rule, ...] = (
     ("tool", "timeout_s", _positive, "seconds > 0", "tool.timeout_s=10"),
     ("tool", "output_chars", _int_min(1), "a whole number >= 1 (characters of stdout/stderr shown)", "tool.output_chars=4000"),
     ("judge", "timeout_s", _positive, "seconds > 0 (per test)", "judge.timeout_s=4"),
-    ("judge", "workers", _int_min(0), "a whole number >= 0 (0 = one per core)", "judge.workers=0"),
+    ("judge", "workers", _int_min(0), "a whole number >= 0 (0 = one per usable CPU)", "judge.workers=0"),
     ("judge", "call_memory_bytes", _int_min(0), "bytes >= 0 (0 disables the cap)", "judge.call_memory_bytes=4000000000"),
     ("judge", "stdin_memory_bytes", _int_min(0), "bytes >= 0 (0 disables the cap)", "judge.stdin_memory_bytes=4000000000"),
     ("model", "temperature", lambda v: _is_num(v) and 0 <= v <= 2, "a number from 0 to 2", "model.temperature=0.2"),
@@ -290,6 +290,22 @@ def _roles_and_prompts(data: Mapping[str, Any]) -> list[BadSetting]:
     return []
 
 
+def _sandbox_limits(data: Mapping[str, Any]) -> list[BadSetting]:
+    """The judge's sandbox limits, checked as the pool will read them (SandboxLimits)."""
+    from apps_bench.sandbox.limits import SandboxLimits
+
+    sandbox = _section(data, "judge.sandbox")
+    if sandbox is None:
+        return []
+    try:
+        SandboxLimits.from_config(sandbox)
+    except (TypeError, ValueError) as e:
+        key = next((f"judge.sandbox.{k}" for k in sandbox if f"judge.sandbox.{k} " in str(e)), "judge.sandbox")
+        return [BadSetting(key, sandbox.get(key.rsplit(".", 1)[-1]) if key != "judge.sandbox" else "...", str(e),
+                           "see conf/judge/seed.yaml's sandbox: block for each limit's meaning and value")]
+    return []
+
+
 def check_settings(data: Mapping[str, Any]) -> None:
     """Raise InvalidSettings naming every bad setting of a composed (plain) cell config."""
     bad = _apply(RULES, data, "")
@@ -302,6 +318,7 @@ def check_settings(data: Mapping[str, Any]) -> None:
         bad.append(BadSetting("tracking.backend", tracking.get("backend"), f"one of {', '.join(TRACKING_BACKENDS)}",
                               "tracking=mlflow, or tracking=none"))  # fmt: skip
     bad += _ignored(data)
+    bad += _sandbox_limits(data)
     if not any(b.key.startswith("topology.") for b in bad):
         bad += _roles_and_prompts(data)
     if bad:

@@ -85,7 +85,7 @@ def corpus_side_by_side(max_tests: int, tmp: Path) -> dict:
     t_ref = timed([sys.executable, str(corpus.REF_JUDGE), str(rows_file), "--programs", str(prog_file),
                    "--max-tests", str(max_tests), "--out", str(ref_out)])
     t0 = time.perf_counter()
-    with SandboxPool(workers=0) as pool:
+    with SandboxPool.from_config(judge_config("seed"), workers=0) as pool:
         judge = Judge.from_config(pool, judge_config("reference"))
         problems = {k: parse_row(r, split=r["split"], max_tests_per_row=max_tests) for k, r in rows.items()}
         with ThreadPoolExecutor(max_workers=pool.workers) as ex:

@@ -19,6 +19,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from apps_bench.cpus import usable_cpus
+from apps_bench.judge.profiles import judge_config
 from apps_bench.sandbox import RunRequest, SandboxPool
 from apps_bench.sandbox.harness import PRELUDE
 
@@ -61,13 +63,13 @@ def main() -> None:
     ap.add_argument("--baseline-tests", type=int, default=60)
     ap.add_argument("--baseline-prelude", action="store_true", help="also time a fresh python + the prelude")
     args = ap.parse_args()
-    cores = os.cpu_count() or 1
+    cores = usable_cpus()
 
-    with SandboxPool(1) as one:
+    with SandboxPool.from_config(judge_config("seed"), workers=1) as one:
         feats = one.features
         single = bench_pool(one, args.programs, args.tests_per_program, threads=1)
         per_prog = bench_pool(one, max(10, args.programs // 2), 1, threads=1)
-    with SandboxPool(0) as full:
+    with SandboxPool.from_config(judge_config("seed"), workers=0) as full:
         full.features
         parallel = bench_pool(full, args.programs, args.tests_per_program, threads=cores)
     fresh = bench_fresh(args.baseline_tests, prelude=False)

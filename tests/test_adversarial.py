@@ -21,6 +21,7 @@ from typing import Callable
 import pytest
 
 import apps_bench
+from apps_bench.judge.profiles import judge_config
 from apps_bench.sandbox import RawRun, RunRequest, SandboxPool, decode_value
 from apps_bench.sandbox.contain import _descendants
 
@@ -230,7 +231,7 @@ def env_secrets():
 
 @pytest.fixture(scope="module")
 def pool(env_secrets):
-    with SandboxPool(1, contain=True) as p:
+    with SandboxPool.from_config(judge_config("seed"), workers=1, contain=True) as p:
         try:
             features = p.features
         except RuntimeError as e:  # root, but namespaces refused (e.g. an unprivileged container)

@@ -179,7 +179,12 @@ def test_run_only_settings_keep_the_cell(base: dict, override: str):
     ["seed=1", "max_tests_per_row=5", "limit=1", "offset=3", "judge.timeout_s=2", "judge.profile=reference",
      "model.temperature=0.7", "model.top_p=0.5", "model.model_id=other", "topology.prompts.solver=hello",
      "topology.max_steps=3", "topology.team_size=2", "tool.timeout_s=5", "model.wrong_fraction=0.5",
-     "dataset.revision=abc", "dataset.path=/data/x.jsonl"],
+     "dataset.revision=abc", "dataset.path=/data/x.jsonl",
+     # every sandbox limit that can change a verdict
+     "judge.sandbox.output_cap_bytes=1000", "judge.sandbox.pids_max=64", "judge.sandbox.nproc=32",
+     "judge.sandbox.nofile=64", "judge.sandbox.tmp_size=64m", "judge.sandbox.shm_size=16m", "judge.sandbox.grace_s=1",
+     "judge.sandbox.first_test_slack_s=1", "judge.sandbox.cpu_slack_s=5", "judge.sandbox.exec_memory_bytes=1000000",
+     "judge.sandbox.stderr_chars=100"],
 )
 def test_result_settings_change_the_cell(base: dict, override: str):
     assert _key_with(base, override) != resolve_cell(base).key
@@ -187,7 +192,7 @@ def test_result_settings_change_the_cell(base: dict, override: str):
 
 def test_composed_overrides_change_the_cell(base: dict):
     ref = resolve_cell(base).key
-    for override in ("dataset=apps", "model=qwen", "topology=independent"):
+    for override in ("dataset=apps", "model=qwen", "topology=independent", "judge.sandbox.output_cap_bytes=1000"):
         assert resolve_cell(_compose([override])).key != ref, override
     assert resolve_cell(_compose(["concurrency=2", "verbose=true"])).key == ref
 
@@ -200,3 +205,25 @@ def test_experiment_files_are_global_deltas():
     topos = str(study.hydra.sweeper.params.topology).split(",")
     assert sorted(topos) == sorted(STUDY_TOPOLOGIES)
     assert study.dataset.name == "apps" and study.limit == 50
+
+
+def test_sandbox_limits_are_the_values_the_code_had_before_they_were_config():
+    """Moving the limits into conf/judge kept each value: verdicts of a cell do not change."""
+    from apps_bench.sandbox.limits import SandboxLimits
+
+    was = {"output_cap_bytes": 8 << 20, "pids_max": 128, "nproc": 64, "nofile": 256, "tmp_size": "256m",
+           "shm_size": "64m", "grace_s": 0.25, "first_test_slack_s": 0.5, "cpu_slack_s": 2,
+           "exec_memory_bytes": 2 << 30, "stderr_chars": 2000}
+    for profile in ("seed", "reference"):
+        cfg = _compose([f"judge={profile}"])
+        assert SandboxLimits.from_config(cfg.judge.sandbox).to_dict() == was, profile
+        assert resolve_cell(cfg).identity["judge"]["sandbox"] == was
+
+
+def test_a_misspelt_or_bad_sandbox_limit_fails_at_compose_or_guard():
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="output_cap"):
+        _compose(["judge.sandbox.output_cap=1"])
+    with pytest.raises(CellRefused, match=r"judge\.sandbox\.nproc=0: .*must be > 0"):
+        guard(_compose(["judge.sandbox.nproc=0"]))

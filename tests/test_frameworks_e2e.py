@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from conftest import compose_cell
 
+from apps_bench.judge.profiles import judge_config
 from apps_bench.types import Usage
 
 CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf"
@@ -53,7 +54,7 @@ def problems(apps_data_dir: Path) -> list:
 def pool():
     from apps_bench.sandbox import SandboxPool
 
-    with SandboxPool(workers=2) as p:
+    with SandboxPool.from_config(judge_config("seed"), workers=2) as p:
         yield p
 
 

@@ -19,7 +19,7 @@ O = T.Outcome
 def pool():
     from apps_bench.sandbox import SandboxPool
 
-    with SandboxPool(workers=2) as p:
+    with SandboxPool.from_config(judge_config("seed"), workers=2) as p:
         yield p
 
 
@@ -140,7 +140,7 @@ def test_huge_integer_output(judge):
 def test_pool_failure_is_sandbox_error_not_wrong_answer():
     from apps_bench.sandbox import SandboxPool
 
-    closed = SandboxPool(workers=1)
+    closed = SandboxPool.from_config(judge_config("seed"), workers=1)
     closed.close()
     v = Judge(closed).score(stdin_problem(2), "print(2 * int(input()))\n")
     assert has_sandbox_error(v) and not v.passed

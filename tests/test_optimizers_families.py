@@ -42,7 +42,7 @@ def shared(apps_data_dir, tmp_path_factory):
     from apps_bench.optimizers.replay import ReplayProxy
 
     cache = RolloutCache(tmp_path_factory.mktemp("replay") / "cache.sqlite")
-    with open_endpoint(base.model, loaded.problems) as ep, SandboxPool(workers=2) as pool:
+    with open_endpoint(base.model, loaded.problems) as ep, SandboxPool.from_config(base.judge, workers=2) as pool:
         # every framework's model traffic goes through the replay proxy, as in an optimizer cell
         with ReplayProxy(ep.base_url, cache) as url:
             yield loaded, dataclasses.replace(ep, base_url=url), pool

@@ -59,7 +59,7 @@ def _gepa(out: Path, rows, fault_fraction: float, infra_retries: int):
         ep.server.fault_kinds = ("http_500", "http_503", "malformed")  # no stalls: keeps the test fast
         opt_cfg = _cfg("model.wrong_fraction=0.5").model
         opt_ep = stack.enter_context(open_endpoint(opt_cfg, rows))
-        pool = stack.enter_context(SandboxPool(workers=2))
+        pool = stack.enter_context(SandboxPool.from_config(cfg.judge, workers=2))
         proxy = ReplayProxy(ep.base_url, stack.enter_context(RolloutCache(out / "cache.sqlite")))
         url = stack.enter_context(proxy)
         runner = PipelineRunner(cfg, endpoint=dataclasses.replace(ep, base_url=url), pool=pool,

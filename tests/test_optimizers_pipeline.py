@@ -52,7 +52,7 @@ def test_maspo_over_real_single_runner_with_gold(tmp_path, apps_data_dir):
               "K": 1, "Ksub": 1, "T": 2, "D": 1, "minibatch": 3}  # fmt: skip
     out = tmp_path / "opt"
     seed_prompts = load_prompts(cfg.topology)
-    with open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool(workers=2) as pool:
+    with open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool.from_config(cfg.judge, workers=2) as pool:
         runner = PipelineRunner(cfg, endpoint=ep, pool=pool, judge=Judge.from_config(pool, cfg.judge), problems=problems)
 
         def run_once():

@@ -37,7 +37,7 @@ def test_chain_child_replays_upstream_stages(tmp_path, apps_data_dir):
     seed_ps = load_prompts(cfg.topology)
     cache = RolloutCache(tmp_path / "cache.sqlite")
     proxy = ReplayProxy("unused", cache)
-    with open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool(workers=2) as pool:
+    with open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool.from_config(cfg.judge, workers=2) as pool:
         proxy.upstream = ep.base_url
         with proxy as url:
             runner = PipelineRunner(cfg, endpoint=dataclasses.replace(ep, base_url=url), pool=pool,

@@ -8,13 +8,20 @@ from apps_bench import provenance
 
 
 def test_collect_names_the_framework_packages_and_the_interpreter():
-    prov = provenance.collect("langgraph", {"contained": True, "pid_namespace": True, "pids_cgroup": "/x", "uid": 5})
+    feats = {"contained": True, "pid_namespace": True, "pids_cgroup": True, "uid_switch": True, "nice": 0,
+             "rlimits": ["AS", "CPU"], "workers": 2}
+    prov = provenance.collect("langgraph", feats)
     assert prov["python"] == platform.python_version() and prov["host"] == platform.node()
     assert {"langgraph", "langchain-core", "langchain-openai", "openai", "mlflow", "hydra-core", "datasets", "numpy"} <= set(prov["packages"])
     assert "crewai" in provenance.collect("crewai")["packages"] and "autogen-ext" in provenance.collect("autogen")["packages"]
     assert all(v for v in prov["packages"].values())
     tags = provenance.as_tags(prov)
-    assert tags["prov.sandbox"] == "contained,pid_namespace,pids_cgroup,uid_switch"
+    assert tags["prov.sandbox"] == "contained,pid_namespace,pids_cgroup,uid_switch,nice=0"
+    assert tags["prov.sandbox.uid_switch"] == "true" and tags["prov.sandbox.nice"] == "0"
+    assert tags["prov.sandbox.rlimits"] == '["AS", "CPU"]' and tags["prov.sandbox.workers"] == "2"
+    weak = provenance.sandbox_summary({"contained": False, "uid_switch": False, "subreaper": True, "nice": 5})
+    assert weak == "rlimits_only,subreaper,nice=5"
+    assert provenance.sandbox_summary({"contained": "mixed", "uid_switch": True}) == "contained=mixed,uid_switch"
     assert tags["prov.pkg.numpy"] == prov["packages"]["numpy"]
     assert provenance.from_tags({**tags, "other": "x"}) == provenance.comparable(prov)
     assert provenance.package_versions(["surely-not-a-package-x"]) == {"surely-not-a-package-x": "not installed"}

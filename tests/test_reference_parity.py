@@ -66,7 +66,7 @@ def programs(rows) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def pool():
-    with SandboxPool(workers=0) as p:
+    with SandboxPool.from_config(judge_config("seed"), workers=0) as p:
         yield p
 
 
@@ -160,7 +160,7 @@ def test_judge_cli_gives_the_original_verdicts_on_every_program(tmp_path, rows, 
 if __name__ == "__main__":  # regenerate seed_verdicts.jsonl (the seed profile's own verdicts on the corpus)
     rows_ = corpus.corpus_rows()
     progs = corpus.corpus_programs(rows_)
-    with SandboxPool(workers=0) as p:
+    with SandboxPool.from_config(judge_config("seed"), workers=0) as p:
         lines = []
         for cap in CAPS:
             for pid, v in judge_corpus(p, rows_, progs, "seed", cap).items():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -99,6 +100,7 @@ def test_finished_cell_is_rescored_beside_its_records_and_logged_as_a_child_run(
     assert {a: tags[a] for a in ("dataset", "topology", "model", "optimizer", "seed")} == {
         a: parent.data.tags[a] for a in ("dataset", "topology", "model", "optimizer", "seed")}
     assert (tags["judge_profile"], tags["max_tests_per_row"], tags["cell_key"], tags["complete"]) == ("reference", "0", new_key, "true")
+    assert tags["prov.sandbox.nice"] == str(os.nice(0)) and tags["prov.sandbox"].endswith(f"nice={os.nice(0)}")
     assert run.data.metrics["pass_at_1"] == pytest.approx(summary["pass_at_1"])
     assert run.info.status == "FINISHED"
     assert summary["mlflow"] == {"run_id": run.info.run_id, "parent_run_id": parent.info.run_id}
@@ -162,3 +164,35 @@ def test_bad_input_is_refused_with_a_clear_message(workdir, cell_dir, tmp_path, 
     proc = rescore([str(source), *args, "--no-mlflow"], workdir)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+
+
+def test_a_sandbox_limit_is_rescored_like_any_judge_setting(workdir, cell_dir) -> None:
+    """judge.sandbox.<limit> (a dotted judge setting) re-judges the programs under the new limit."""
+    proc = rescore([str(cell_dir), "judge.sandbox.output_cap_bytes=1", "--no-mlflow"], workdir)
+    assert proc.returncode == 0, proc.stderr
+    (out,) = [d for d in (cell_dir / "rescore").iterdir()
+              if (d / "config.yaml").is_file() and "output_cap_bytes: 1\n" in (d / "config.yaml").read_text()]
+    new = lines(out / "records.jsonl")
+    assert len(new) == 8 and not any(r["passed"] for r in new)
+    assert all(r["verdict"]["results"][0]["outcome"] == "output_limit" for r in new if not r.get("error"))
+    assert json.loads((out / "cell.json").read_text())["identity"]["judge"]["sandbox"]["output_cap_bytes"] == 1
+    feats = json.loads((out / "summary.json").read_text())["provenance"]["sandbox"]  # what the new verdicts ran on
+    assert feats["nice"] == os.nice(0) and feats["workers"] >= 1
+
+
+def test_a_cell_recorded_before_the_sandbox_limits_were_config_is_told_how_to_rescore(workdir, cell_dir, tmp_path) -> None:
+    import yaml
+
+    old = workdir / "outputs" / "cells" / "before-limits"
+    shutil.copytree(cell_dir, old, ignore=shutil.ignore_patterns("rescore"))
+    cfg = yaml.safe_load((old / "config.yaml").read_text())
+    del cfg["judge"]["sandbox"]
+    (old / "config.yaml").write_text(yaml.safe_dump(cfg))
+    from apps_bench.cell import cell_key, identity_of
+
+    info = json.loads((old / "cell.json").read_text())
+    (old / "cell.json").write_text(json.dumps({**info, "key": cell_key(identity_of(cfg))}))  # the key it had then
+    proc = rescore([str(old), "max_tests_per_row=0", "--no-mlflow"], workdir)
+    assert proc.returncode == 2 and "judge.sandbox" in proc.stderr and "pass judge=seed" in proc.stderr, proc.stderr
+    proc = rescore([str(old), "judge=seed", "--no-mlflow"], workdir)
+    assert proc.returncode == 0, proc.stderr

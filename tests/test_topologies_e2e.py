@@ -17,6 +17,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from apps_bench.config import register_configs
+from apps_bench.judge.profiles import judge_config
 from apps_bench.types import Attempt, Problem, Usage, Verdict
 
 pytestmark = pytest.mark.slow
@@ -42,7 +43,7 @@ def cell(topology: str, *overrides: str):
 def pool():
     from apps_bench.sandbox import SandboxPool
 
-    with SandboxPool(workers=2) as p:
+    with SandboxPool.from_config(judge_config("seed"), workers=2) as p:
         yield p
 
 

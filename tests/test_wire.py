@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from apps_bench.judge.profiles import judge_config
 from apps_bench.models.wire import finish_reason, normalize_reply, prepare_request, strict_arguments
 
 CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf"
@@ -168,6 +169,6 @@ def test_python_exec_shows_the_syntax_error():
     from apps_bench.sandbox import SandboxPool
     from apps_bench.sandbox.tool import PythonExecTool
 
-    with SandboxPool(workers=1) as pool:
+    with SandboxPool.from_config(judge_config("seed"), workers=1) as pool:
         out = PythonExecTool(pool, 5, 4000)("def f(:\n    pass\n")
     assert out.startswith("exit code: 1") and "SyntaxError: invalid syntax" in out and "line 1" in out

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import threading
 import time
@@ -32,32 +31,15 @@ def _load_conf(*parts: str) -> Any:
     return OmegaConf.load(path)
 
 
-def judge_config(profile: str) -> Any:
-    from omegaconf import OmegaConf
-
-    from apps_bench.config import JudgeConfig
-
-    path = CONF_DIR / "judge" / f"{profile}.yaml"
-    if not path.is_file():
-        have = sorted(p.stem for p in (CONF_DIR / "judge").glob("*.yaml"))
-        raise UsageError(f"no judge profile {profile!r} (conf/judge/{profile}.yaml); available: {', '.join(have)}")
-    return OmegaConf.merge(OmegaConf.structured(JudgeConfig), OmegaConf.load(path))
-
-
-def _plain_workers(profile: str) -> int | None:
-    """conf/judge/<profile>.yaml's `workers` when it is a plain integer, read without OmegaConf.
-
-    Lets the sandbox workers start warming up ~0.2 s earlier (before OmegaConf is imported);
-    anything unusual (missing file, an interpolation) returns None and the full config decides.
-    """
-    import re  # a line `workers: <int>` read without a YAML parser (importing one takes ~30 ms)
+def judge_config(profile: str, overrides: Sequence[str] = ()) -> Any:
+    """conf/judge/<profile>.yaml, checked (apps_bench.judge.profiles); a bad profile or setting is a UsageError."""
+    from apps_bench.judge.profiles import JudgeConfigError
+    from apps_bench.judge.profiles import judge_config as load
 
     try:
-        text = (CONF_DIR / "judge" / f"{profile}.yaml").read_text(encoding="utf-8")
-    except Exception:
-        return None
-    found = re.findall(r"^workers:[ \t]*(\d+)[ \t]*(?:#.*)?$", text, re.M)
-    return int(found[0]) if len(found) == 1 else None
+        return load(profile, overrides)
+    except JudgeConfigError as e:
+        raise UsageError(str(e)) from None
 
 
 def default_max_tests_per_row() -> int:
@@ -77,15 +59,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    'or "reply": a raw model reply, extracted with the APPS rule)')
     p.add_argument("--gold", action="store_true", help="judge each problem's first reference solution (harness self-check)")
     p.add_argument("--out", help="write one verdict per problem here (JSONL, in problem order)")
+    p.add_argument("--summary", help="write the summary here (JSON: pass@1 by tier, the judge settings, the sandbox's features)")
     p.add_argument("--max-tests-per-row", type=int, default=None, help="keep the first N tests per problem; <= 0 keeps all (default: conf/config.yaml)")
     p.add_argument("--only", action="append", default=[], help="problem IDs, comma-separated; repeatable")
     p.add_argument("--limit", type=int, default=None, help="first N problems (after --offset)")
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--difficulty", choices=("introductory", "interview", "competition"))
     p.add_argument("--split", default=None, help="split name recorded for a ROWS file (default: the dataset config's)")
-    p.add_argument("--workers", type=int, default=None, help="sandbox workers; 0 = one per core (default: conf/judge/<profile>.yaml)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="sandbox workers; 0 = one per CPU this process may use (default: conf/judge/<profile>.yaml)")
     p.add_argument("--profile", default="seed", help="judge profile: conf/judge/<profile>.yaml (default: seed)")
     p.add_argument("--timeout-s", type=float, default=None, help="per-test limit (default: the profile's)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="a setting of the judge profile, e.g. --set sandbox.output_cap_bytes=1000000; repeatable")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return p.parse_args(argv)
 
@@ -153,19 +139,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give --predictions PRED.jsonl, or --gold to judge the reference solutions")
     if args.gold and args.predictions:
         raise UsageError("--gold and --predictions are exclusive")
-    from apps_bench.sandbox import SandboxPool
-
-    # Start the workers first: they warm up (interpreter, prelude imports) while we import and load.
-    early = args.workers if args.workers is not None and args.workers >= 0 else _plain_workers(args.profile)
-    pool = SandboxPool(workers=early) if early is not None else None
-    try:
-        return _run(args, t0, pool)
-    finally:
-        if pool is not None:
-            pool.close()
+    return _run(args, t0)
 
 
-def _run(args: argparse.Namespace, t0: float, early_pool: Any) -> int:
+def _run(args: argparse.Namespace, t0: float) -> int:
     from omegaconf import OmegaConf
 
     from apps_bench.config import DatasetConfig
@@ -176,19 +153,22 @@ def _run(args: argparse.Namespace, t0: float, early_pool: Any) -> int:
         check_profile(args.profile)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    jcfg = judge_config(args.profile)
-    workers = int(args.workers if args.workers is not None else jcfg.workers)
-    if workers < 0:
-        raise UsageError(f"--workers must be >= 0 (0 = one per core), got {workers}")
+    overrides = list(args.overrides)
     if args.timeout_s is not None:
         if args.timeout_s <= 0:
             raise UsageError(f"--timeout-s must be > 0, got {args.timeout_s}")
-        jcfg.timeout_s = args.timeout_s
-    preds = read_predictions(args.predictions) if args.predictions else {}
-    if early_pool is not None and early_pool.workers != (workers or os.cpu_count() or 1):
-        early_pool.close()  # the full config disagrees with the fast read: start the right pool
-        early_pool = None
-    with early_pool if early_pool is not None else SandboxPool(workers=workers) as pool:
+        overrides.append(f"timeout_s={args.timeout_s}")
+    if args.workers is not None:
+        if args.workers < 0:
+            raise UsageError(f"--workers must be >= 0 (0 = one per usable CPU), got {args.workers}")
+        overrides.append(f"workers={args.workers}")
+    jcfg = judge_config(args.profile, overrides)
+    try:
+        pool = SandboxPool.from_config(jcfg)  # workers warm up while the data loads
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    with pool:
+        preds = read_predictions(args.predictions) if args.predictions else {}
         ds = OmegaConf.merge(OmegaConf.structured(DatasetConfig), _load_conf("dataset", "apps.yaml"))
         if args.rows:
             ds.path = args.rows
@@ -196,11 +176,11 @@ def _run(args: argparse.Namespace, t0: float, early_pool: Any) -> int:
             ds.split = args.split
         max_tests = args.max_tests_per_row if args.max_tests_per_row is not None else default_max_tests_per_row()
         only = _split_only(args.only)
-        return _judge_all(args, pool, jcfg, ds, t0, max_tests=max_tests, only=only, preds=preds, workers=workers)
+        return _judge_all(args, pool, jcfg, ds, t0, max_tests=max_tests, only=only, preds=preds)
 
 
 def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: float, *, max_tests: int, only: list[str],
-               preds: dict[str, str | None], workers: int) -> int:
+               preds: dict[str, str | None]) -> int:
     from apps_bench.data import load_problems
     from apps_bench.judge.core import Judge
     from apps_bench.judge.summary import summarize
@@ -228,7 +208,7 @@ def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: floa
         return preds.get(p.id)
 
     # One thread per sandbox worker: a thread never waits for a worker, so problems start in order.
-    n_threads = int(getattr(pool, "workers", 0) or workers or os.cpu_count() or 1)
+    n_threads = pool.workers
     writer = _OrderedWriter(args.out)
     pairs: list[Any] = [None] * len(problems)
     judge = Judge.from_config(pool, jcfg)
@@ -262,8 +242,16 @@ def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: floa
         bar.close()
         writer.close()
     seconds = time.perf_counter() - t0
-    summary = summarize(pairs, skipped=loaded.skipped, profile=judge.profile, seconds=seconds)
+    summary = summarize(pairs, skipped=loaded.skipped, profile=judge.profile, seconds=seconds, sandbox=pool.features)
     summary.print()
+    from apps_bench.provenance import sandbox_summary
+
+    print(f"sandbox: {sandbox_summary(summary.sandbox)}; workers: {pool.workers}")
+    if args.summary:
+        from omegaconf import OmegaConf
+
+        data = {**summary.to_dict(), "judge": OmegaConf.to_container(jcfg, resolve=True), "max_tests_per_row": max_tests}
+        Path(args.summary).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     if summary.n_sandbox_errors:
         print(f"warning: {summary.n_sandbox_errors} problem(s) hit sandbox errors (infrastructure, not scored)", file=err)
     print(f"seconds: {seconds:.2f}")

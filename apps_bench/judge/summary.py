@@ -35,6 +35,7 @@ class Summary:
     skipped: dict[str, int] = field(default_factory=dict)  # dataset rows skipped, by reason
     profile: str = ""
     seconds: float | None = None
+    sandbox: dict[str, Any] | None = None  # SandboxPool.features: the containment the verdicts ran under
 
     @property
     def pass_at_1(self) -> float:
@@ -118,10 +119,13 @@ def _unpack(item: Any) -> tuple[str, bool, bool, bool]:
     raise TypeError(f"summarize() takes (Problem, Verdict) pairs or verdict records (dicts), got {type(item).__name__}")
 
 
-def summarize(items: Iterable[Any], *, skipped: Mapping[str, int] | None = None, profile: str = "", seconds: float | None = None) -> Summary:
+def summarize(items: Iterable[Any], *, skipped: Mapping[str, int] | None = None, profile: str = "", seconds: float | None = None,
+              sandbox: Mapping[str, Any] | None = None) -> Summary:
     """Aggregate verdicts. Items: (Problem, Verdict) or (difficulty, Verdict) pairs, or records with
-    `passed`, `extracted`, `difficulty` and optionally `results`/`sandbox_error` (e.g. VERDICTS.jsonl lines)."""
-    s = Summary(skipped=dict(skipped or {}), profile=profile, seconds=seconds)
+    `passed`, `extracted`, `difficulty` and optionally `results`/`sandbox_error` (e.g. VERDICTS.jsonl lines).
+    `sandbox`: the pool's features, recorded with the summary."""
+    s = Summary(skipped=dict(skipped or {}), profile=profile, seconds=seconds,
+                sandbox=dict(sandbox) if sandbox is not None else None)
     tiers: dict[str, TierStats] = {}
     for item in items:
         if not profile and isinstance(item, tuple) and isinstance(item[1], Verdict):

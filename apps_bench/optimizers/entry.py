@@ -116,7 +116,7 @@ def run_optimizer(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[st
             opt_ep = ep  # the task model's endpoint (one gold server, one vLLM connection)
         else:
             opt_ep = stack.enter_context(open_endpoint(opt_cfg, loaded.problems))
-        pool = stack.enter_context(SandboxPool(workers=int(cfg.judge.workers)))
+        pool = stack.enter_context(SandboxPool.from_config(cfg.judge))
         runner = PipelineRunner(cfg, endpoint=task_ep, pool=pool, judge=Judge.from_config(pool, cfg.judge), problems=problems,
                                 replayed=proxy.pop_replayed if proxy is not None else None)  # fmt: skip
         chat = EndpointChat(opt_ep, opt_cfg) if method != "none" else None

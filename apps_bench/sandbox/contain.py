@@ -126,7 +126,7 @@ def _under(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
-def setup_worker_namespace(keep: Iterable[str], work: str, tmp_size: str) -> list[str]:
+def setup_worker_namespace(keep: Iterable[str], work: str, tmp_size: str, shm_size: str) -> list[str]:
     """Hide the host filesystem, make / read-only, give the worker private tmpfs.
 
     `keep` are directories (the interpreter prefixes, site-packages) that stay
@@ -172,7 +172,7 @@ def setup_worker_namespace(keep: Iterable[str], work: str, tmp_size: str) -> lis
         remount_readonly_recursive(k)
     for s, _ in stash:
         umount(s)
-    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
+    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={shm_size},mode=1777")
     os.makedirs(work, mode=0o755, exist_ok=True)
     return hidden
 

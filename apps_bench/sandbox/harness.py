@@ -189,11 +189,12 @@ class ChildSpec:
     out_fd: int
     err_fd: int
     guard: bool
-    start: int = 0  # first test this child runs (a fresh child resumes after a timeout/crash)
-    stderr_chars: int = 2000
-    nonce: str = ""  # echoed in every result frame: blind writes to the channel are rejected
-    reference: bool = False  # run as the original APPS harness does (reference.py)
-    alarm_s: float = 4.0  # reference mode: the per-test alarm (the program-wide limit is the worker's)
+    start: int  # first test this child runs (a fresh child resumes after a timeout/crash)
+    stderr_chars: int  # stderr tail kept per test
+    cpu_slack_s: int  # RLIMIT_CPU backstop: CPU seconds past timeout_s (judge.sandbox.cpu_slack_s)
+    nonce: str  # echoed in every result frame: blind writes to the channel are rejected
+    reference: bool  # run as the original APPS harness does (reference.py)
+    alarm_s: float  # reference mode: the per-test alarm (the program-wide limit is the worker's)
 
 
 def stdin_bytes(value: Any) -> bytes:
@@ -258,7 +259,7 @@ class Runner:
         t = _times()
         used = t.user + t.system
         soft, hard_cpu = _getrlimit(resource.RLIMIT_CPU)
-        want = _int(used + self.spec.timeout_s + 2)
+        want = _int(used + self.spec.timeout_s + self.spec.cpu_slack_s)
         if hard_cpu == resource.RLIM_INFINITY or want <= hard_cpu:
             try:
                 _setrlimit(resource.RLIMIT_CPU, (want, hard_cpu))

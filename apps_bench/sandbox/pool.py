@@ -1,6 +1,6 @@
 """SandboxPool: warm, contained workers shared by the judge and the agents' tool.
 
-One worker per core by default. `run()` is thread-safe: each call takes a free worker
+One worker per usable CPU by default (apps_bench.cpus). `run()` is thread-safe: each call takes a free worker
 (blocking until one is), runs one program's tests on it in one contained child, and
 calls `keep_going(raw)` in the caller's thread after every test so the judge can
 compare there and stop early. Only JSON crosses back from a worker.
@@ -30,9 +30,11 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
+from ..cpus import usable_cpus
 from .api import RAW_STATUSES, ExecResult, RawRun, RunRequest
+from .limits import SandboxLimits
 from .protocol import ChannelClosed, ChannelCorrupt, ChannelTimeout, FrameReader, send_frame
 
 log = logging.getLogger(__name__)
@@ -120,22 +122,23 @@ class _Worker:
         path = PIDS_CGROUP_ROOT / "apps-bench" / f"{os.getpid()}-{self.pool._serial}-{self.index}"
         try:
             path.mkdir(parents=True, exist_ok=True)
-            (path / "pids.max").write_text(str(self.pool.pids_max))
+            (path / "pids.max").write_text(str(self.pool.limits.pids_max))
         except OSError:
             return None
         return str(path)
 
     def start(self) -> None:
         self.cgroup = self._make_cgroup()
+        limits = self.pool.limits.to_dict()
+        # RLIMIT_NPROC counts every process of the uid: without our own uid, leave
+        # room for this user's other processes.
+        limits["nproc"] += _count_processes_of(os.getuid()) if os.geteuid() != 0 else 0
         cfg = {
             "contained": self.contained,
+            "user_namespace": os.geteuid() != 0,
             "uid": self.uid,
             "cgroup": self.cgroup,
-            "output_cap": self.pool.output_limit_bytes,
-            # RLIMIT_NPROC counts every process of the uid: without our own uid, leave
-            # room for this user's other processes.
-            "nproc": self.pool.nproc + (_count_processes_of(os.getuid()) if os.geteuid() != 0 else 0),
-            "tmp_size": self.pool.tmp_size,
+            "limits": limits,
         }
         from .env import CLEAN_ENV  # not .contain: ctypes is not needed in this process
 
@@ -234,32 +237,20 @@ class _Worker:
 class SandboxPool:
     """Warm contained workers; thread-safe `run()` and `python_exec()`.
 
-    workers: 0 = one per core. contain: None = contained when possible (root and
-    `unshare`), else a loud fallback; False = force the weak fallback; True = refuse
-    to run without containment.
+    workers: 0 = one per CPU this process may use. limits: the judge config's `sandbox`
+    block (no limit has a default here). contain: None = contained when possible (root and
+    `unshare`), else a loud fallback; False = force the weak fallback; True = refuse to run
+    without containment.
     """
 
-    def __init__(
-        self,
-        workers: int = 0,
-        *,
-        contain: bool | None = None,
-        output_limit_bytes: int = 8 << 20,
-        exec_memory_bytes: int = 2 << 30,
-        pids_max: int = 128,
-        nproc: int = 64,
-        tmp_size: str = "256m",
-        stderr_chars: int = 2000,
-    ) -> None:
-        if workers < 0:
-            raise ValueError(f"workers must be >= 0 (0 = one per core), got {workers}")
-        self.workers = workers or os.cpu_count() or 1
-        self.output_limit_bytes = int(output_limit_bytes)
-        self.exec_memory_bytes = int(exec_memory_bytes)
-        self.pids_max = pids_max
-        self.nproc = nproc
-        self.tmp_size = tmp_size
-        self.stderr_chars = stderr_chars
+    def __init__(self, workers: int, limits: SandboxLimits, *, contain: bool | None = None) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"workers must be an integer >= 0 (0 = one per usable CPU), got {workers!r}")
+        if not isinstance(limits, SandboxLimits):
+            raise TypeError(f"SandboxPool needs SandboxLimits (SandboxLimits.from_config(judge_cfg.sandbox)), "
+                            f"got {type(limits).__name__}")
+        self.workers = workers or usable_cpus()
+        self.limits = limits
         possible, why = namespaces_possible()
         if contain is True and not possible:
             raise RuntimeError(f"contained sandbox requested but unavailable: {why}")
@@ -283,6 +274,17 @@ class SandboxPool:
             self._all.append(w)
             self._free.put(w)
         self._finalizer = weakref.finalize(self, SandboxPool._shutdown, list(self._all))
+
+    @classmethod
+    def from_config(cls, judge_cfg: Any, *, workers: int | None = None, contain: bool | None = None) -> SandboxPool:
+        """The pool a judge config (conf/judge/<profile>.yaml) declares: its `workers` (unless
+        `workers` is given) and its `sandbox` limits. A missing key is an error naming it."""
+        get = judge_cfg.get if isinstance(judge_cfg, Mapping) else lambda k, d=None: getattr(judge_cfg, k, d)
+        if workers is None:
+            workers = get("workers")
+            if workers is None:
+                raise ValueError("the judge config has no `workers` (sandbox workers; 0 = one per usable CPU)")
+        return cls(int(workers), SandboxLimits.from_config(get("sandbox")), contain=contain)
 
     # -- worker management ----------------------------------------------------------
     def _ensure_ready(self, w: _Worker) -> None:
@@ -321,12 +323,27 @@ class SandboxPool:
 
     @property
     def features(self) -> dict[str, Any]:
-        """Containment features active on one (ready) worker."""
-        w = self._acquire()
-        try:
-            return dict(w.features)
-        finally:
-            self._release(w)
+        """The containment the workers actually have, as they reported it when they started.
+
+        Plain JSON data, stable across runs on one host (no pids, uids or paths of a run):
+        `contained`, the namespaces, `readonly_root`, `pids_cgroup`, `uid_switch`, `nice`
+        (the programs' priority: the pool's own, never raised), `rlimits`, `hidden`, plus
+        `workers`. A feature on which the ready workers disagree (one fell back to the weak
+        mode) is "mixed". Waits for one worker to be ready when none is yet."""
+        reports = [dict(w.features) for w in self._all if w.ready and w.proc is not None]
+        if not reports:
+            w = self._acquire()
+            try:
+                reports = [dict(w.features)]
+            finally:
+                self._release(w)
+        keys = list(dict.fromkeys(k for r in reports for k in r))
+        out: dict[str, Any] = {}
+        for k in keys:
+            values = [r.get(k) for r in reports]
+            out[k] = values[0] if all(v == values[0] for v in values) else "mixed"
+        out["workers"] = self.workers
+        return out
 
     def worker_pids(self) -> list[int]:
         """PIDs of the worker processes (and their `unshare` launchers) as seen from here."""
@@ -353,7 +370,7 @@ class SandboxPool:
         job = {
             "code": req.code, "mode": req.mode, "fn_name": req.fn_name, "inputs": list(req.inputs),
             "timeout_s": float(req.timeout_s), "memory_bytes": int(req.memory_bytes),
-            "stderr_chars": int(stderr_chars if stderr_chars is not None else self.stderr_chars),
+            "stderr_chars": int(stderr_chars if stderr_chars is not None else self.limits.stderr_chars),
             "reference": bool(req.reference), "alarm_s": float(req.alarm_s),
         }
         w = self._acquire()
@@ -420,22 +437,23 @@ class SandboxPool:
                     break
         return results
 
-    def python_exec(self, code: str, stdin: str = "", timeout_s: float = 10.0,
-                    output_chars: int = 4000) -> ExecResult:
-        """Run a script once in a fresh child (the agents' tool); output clipped."""
+    def python_exec(self, code: str, stdin: str = "", *, timeout_s: float, output_chars: int) -> ExecResult:
+        """Run a script once in a fresh child (the agents' tool); output clipped.
+
+        The limit and the clip are the `tool:` config's; memory and the rest are the pool's."""
         if not isinstance(code, str):
             raise TypeError("python_exec: code must be a string")
         if not isinstance(stdin, str):
             raise TypeError("python_exec: stdin must be a string")
         req = RunRequest(code=code, mode="stdin", inputs=[stdin], timeout_s=timeout_s,
-                         memory_bytes=self.exec_memory_bytes)
+                         memory_bytes=self.limits.exec_memory_bytes)
         (raw,) = self.run(req, stderr_chars=output_chars)[:1]
         stdout = raw.stdout
         if len(stdout) > output_chars:
             stdout = stdout[:output_chars] + f"\n[... stdout clipped: {len(raw.stdout) - output_chars} more characters]"
         stderr = raw.stderr
         if raw.status == "output_limit":
-            stderr = (stderr + f"\n[output limit of {self.output_limit_bytes} bytes exceeded]").lstrip("\n")
+            stderr = (stderr + f"\n[output limit of {self.limits.output_cap_bytes} bytes exceeded]").lstrip("\n")
         elif raw.status == "memory_limit" and "MemoryError" not in stderr:
             stderr = (stderr + "\n[memory limit exceeded]").lstrip("\n")
         elif raw.status == "sandbox_error":

@@ -65,14 +65,6 @@ prelude_namespace()
 gc.collect()
 gc.freeze()  # children's collections skip everything loaded above: no copy-on-write storm
 
-GRACE_S = 0.25  # wall-clock slack before the worker kills a test (the child times itself)
-# Programs are timed by the wall clock, and a cell's own processes (agents in flight, the
-# judge's bookkeeping) compete with them for the cores: a 2 s program measured 3.5-4.8 s
-# with 64 problems in flight on 2 cores, near the 4 s limit. Where the OS allows it
-# (root: CAP_SYS_NICE), workers and the programs they fork run this many nice steps above
-# the harness; without it they run at the harness's own priority.
-PRIORITY_BOOST = 5
-FIRST_TEST_SLACK_S = 0.5  # extra for a fresh child's fork, set-up and compile
 CHILD_STATUSES = frozenset(("ok", "runtime_error", "memory_limit", "compile_error", "output_limit", "timeout"))
 
 
@@ -130,11 +122,20 @@ class Worker:
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.cfg = cfg
         self.contained = bool(cfg.get("contained"))
-        self.uid: int | None = cfg.get("uid") if os.geteuid() == 0 else None
-        self.features: dict[str, Any] = {"contained": False, "uid": self.uid, "pid": os.getpid()}
-        self.output_cap = int(cfg.get("output_cap", 8 << 20))
-        self.nproc = int(cfg.get("nproc", 64))
-        self.nofile = int(cfg.get("nofile", 256))
+        self.uid: int | None = cfg["uid"] if os.geteuid() == 0 else None
+        # What this worker's programs actually get; stable across runs on one host (no pids,
+        # uids or paths that change per run), so cells can be compared on it.
+        self.features: dict[str, Any] = {"contained": False}
+        # The judge config's sandbox limits (apps_bench/sandbox/limits.py): every key is required.
+        lim = cfg["limits"]
+        self.output_cap = int(lim["output_cap_bytes"])
+        self.nproc = int(lim["nproc"])
+        self.nofile = int(lim["nofile"])
+        self.tmp_size = str(lim["tmp_size"])
+        self.shm_size = str(lim["shm_size"])
+        self.grace_s = float(lim["grace_s"])
+        self.first_test_slack_s = float(lim["first_test_slack_s"])
+        self.cpu_slack_s = int(lim["cpu_slack_s"])
         # The pool's link: move it off 0/1 so nothing stray can write into it.
         self.rfd = os.dup(0)
         self.wfd = os.dup(1)
@@ -147,10 +148,11 @@ class Worker:
     # -- start-up -----------------------------------------------------------------
     def setup(self) -> None:
         cg = self.cfg.get("cgroup")
+        self.features["pids_cgroup"] = False
         if cg:
             try:
                 contain.join_cgroup(cg)
-                self.features["pids_cgroup"] = cg
+                self.features["pids_cgroup"] = True
             except OSError as e:
                 self.features["pids_cgroup_error"] = str(e)
         if self.contained:
@@ -158,11 +160,12 @@ class Worker:
                 raise RuntimeError("contained worker is not PID 1 of a new PID namespace")
             keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *self.cfg.get("keep", [])]
             keep += [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
-            hidden = contain.setup_worker_namespace(keep, "/tmp", self.cfg.get("tmp_size", "256m"))
+            hidden = contain.setup_worker_namespace(keep, "/tmp", self.tmp_size, self.shm_size)
             self.root = "/tmp"
             self.features.update(
-                contained=True, pid_namespace=True, net_namespace=True, ipc_namespace=True,
-                mount_namespace=True, readonly_root=True, hidden=hidden,
+                contained=True, pid_namespace=True, net_namespace=True, ipc_namespace=True, uts_namespace=True,
+                mount_namespace=True, user_namespace=bool(self.cfg["user_namespace"]), readonly_root=True,
+                hidden=hidden,
             )
         else:
             contain.prctl(contain.PR_SET_CHILD_SUBREAPER, 1)
@@ -200,11 +203,9 @@ class Worker:
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         self.features["uid_switch"] = self.uid is not None
         self.features["rlimits"] = ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"]
-        try:
-            os.nice(-PRIORITY_BOOST)  # inherited by every program this worker forks
-            self.features["priority_boost"] = PRIORITY_BOOST
-        except OSError:
-            self.features["priority_boost"] = 0
+        # Programs run at the priority of the process that started the pool (never raised,
+        # whatever the privilege): a verdict near the time limit must not depend on root.
+        self.features["nice"] = os.nice(0)
 
     def send(self, msg: dict[str, Any]) -> None:
         send_frame(self.wfd, json.dumps(msg, ensure_ascii=True).encode("ascii"))
@@ -228,8 +229,8 @@ class Worker:
             timeout_s=float(job["timeout_s"]), output_cap=self.output_cap, fsize_hard=fsize_hard,
             res_fd=3, in_fd=4, out_fd=5, err_fd=6,
             guard=job["mode"] == "call", nonce=nonce, start=start,
-            stderr_chars=int(job.get("stderr_chars", 2000)),
-            reference=bool(job.get("reference")), alarm_s=float(job.get("alarm_s") or 4.0),
+            stderr_chars=int(job["stderr_chars"]), cpu_slack_s=self.cpu_slack_s,
+            reference=bool(job["reference"]), alarm_s=float(job["alarm_s"]),
         )
         main = reference_child_main if spec.reference else child_main
         pid = os.fork()
@@ -243,9 +244,10 @@ class Worker:
                 os.dup2(6, 2)
                 # Signal dispositions and the environment are the worker's, set for programs in setup().
                 contain.set_rlimits(
-                    memory_bytes=int(job.get("memory_bytes") or 0),
+                    memory_bytes=int(job["memory_bytes"]),
                     # reference: timeout_s is the whole program's limit, not a test's
-                    cpu_s=int(job["timeout_s"]) + 2 if spec.reference else int(n_left * (job["timeout_s"] + 2)) + 2,
+                    cpu_s=(int(job["timeout_s"]) + self.cpu_slack_s if spec.reference
+                           else int(n_left * (job["timeout_s"] + self.cpu_slack_s)) + self.cpu_slack_s),
                     fsize=fsize_hard,
                     nofile=self.nofile,
                     nproc=self.nproc,
@@ -260,7 +262,7 @@ class Worker:
             finally:
                 os._exit(5)
         os.close(res_w)
-        max_frame = 2 * self.output_cap + 4 * max(1024, int(job.get("stderr_chars", 2000))) + (1 << 20)
+        max_frame = 2 * self.output_cap + 4 * max(1024, int(job["stderr_chars"])) + (1 << 20)
         return Child(pid, _pidfd(pid), res_r, FrameReader(res_r, max_frame=max_frame),
                      in_fd, out_fd, err_fd, nonce)
 
@@ -361,7 +363,7 @@ class Worker:
                 timed_out: bool) -> tuple[dict[str, Any], bool]:
         """Read test i's result from child c (or classify its death). Returns (raw, child usable)."""
         timeout = float(job["timeout_s"])
-        stderr_chars = int(job.get("stderr_chars", 2000))
+        stderr_chars = int(job["stderr_chars"])
         parsed = None
         reason = "timeout" if timed_out else ""
         if not timed_out:
@@ -481,15 +483,15 @@ class Worker:
         timeout = float(job["timeout_s"])
         # reference: one process runs every test (no fresh child after a death) within one
         # program-wide deadline (the original's global limit); the child times each test itself.
-        one_process = bool(job.get("reference"))
+        one_process = bool(job["reference"])
         i = 0
         pending = 0  # results sent that still owe a reply
         stop = False
         while i < n and not stop:
             c = self.spawn(job, fsize_hard, i)
             t0 = time.monotonic()
-            program_deadline = t0 + timeout + GRACE_S
-            slack = GRACE_S + FIRST_TEST_SLACK_S  # fork, set-up and compile count against test `i`
+            program_deadline = t0 + timeout + self.grace_s
+            slack = self.grace_s + self.first_test_slack_s  # fork, set-up and compile count against test `i`
             try:
                 while i < n and not stop:
                     deadline = program_deadline if one_process else t0 + timeout + slack
@@ -503,7 +505,7 @@ class Worker:
                     self.send({"t": "raw", **raw})
                     i += 1
                     t0 = time.monotonic()
-                    slack = GRACE_S
+                    slack = self.grace_s
                     if raw["status"] == "compile_error":
                         stop = True
                     elif i < n:

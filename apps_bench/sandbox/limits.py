@@ -1,0 +1,75 @@
+"""The sandbox limits that can change a verdict, as the judge config declares them.
+
+Values live in `conf/judge/<profile>.yaml` (its `sandbox:` block, which is part of the cell
+key); this class only names and types them. It is also the structured-config schema of that
+block (every field required: a missing key fails at compose time), and what the pool, its
+workers and the program children are built from. Nothing here has a default on purpose.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+
+@dataclass
+class SandboxLimits:
+    output_cap_bytes: int  # a test's stdout (or JSON return value) above this is output_limit
+    pids_max: int  # pids cgroup limit per worker (root only): processes alive at once in a worker
+    nproc: int  # RLIMIT_NPROC of a program's uid
+    nofile: int  # RLIMIT_NOFILE: open files per program process
+    tmp_size: str  # tmpfs size of the worker's /tmp (the program's working directory)
+    shm_size: str  # tmpfs size of the worker's /dev/shm
+    grace_s: float  # wall-clock slack past timeout_s before the worker kills a test
+    first_test_slack_s: float  # extra wall clock for a fresh child's fork, set-up and compile
+    cpu_slack_s: int  # RLIMIT_CPU backstop: seconds of CPU past timeout_s before SIGXCPU
+    exec_memory_bytes: int  # RLIMIT_AS of the agents' python_exec programs (they share this sandbox)
+    stderr_chars: int  # stderr tail kept per test (verdict details, python_exec's stderr)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            want = {"int": int, "float": (int, float), "str": str}[str(f.type)]
+            if isinstance(v, bool) or not isinstance(v, want):
+                raise ValueError(f"judge.sandbox.{f.name} must be {f.type}, got {v!r}")
+            if f.type != "str" and v < 0:
+                raise ValueError(f"judge.sandbox.{f.name} must be >= 0, got {v!r}")
+        for name in ("tmp_size", "shm_size"):
+            if not re.fullmatch(r"[1-9][0-9]*[kmg]?", getattr(self, name)):
+                raise ValueError(f"judge.sandbox.{name} must be a tmpfs size such as 256m (digits, then k, m or g), "
+                                 f"got {getattr(self, name)!r}")
+        for name in ("output_cap_bytes", "pids_max", "nproc", "nofile", "stderr_chars"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"judge.sandbox.{name} must be > 0, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_config(cls, node: Any) -> SandboxLimits:
+        """From a judge config's `sandbox` block (a mapping, DictConfig or SandboxLimits).
+
+        A missing or unknown key is an error naming it: no limit is defaulted in code."""
+        if isinstance(node, SandboxLimits):
+            return node
+        if node is None:
+            raise ValueError("the judge config has no `sandbox:` block; conf/judge/<profile>.yaml must declare the "
+                             "sandbox limits (see conf/judge/seed.yaml)")
+        data = _plain(node)
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in data]
+        unknown = sorted(set(data) - set(names))
+        if missing or unknown:
+            parts = ([f"missing {', '.join('judge.sandbox.' + n for n in missing)}"] if missing else []) + (
+                [f"unknown {', '.join('judge.sandbox.' + n for n in unknown)}"] if unknown else [])
+            raise ValueError(f"judge sandbox limits: {'; '.join(parts)} (the keys are those of conf/judge/seed.yaml's "
+                             f"`sandbox:` block: {', '.join(names)})")
+        floats = {f.name for f in fields(cls) if f.type == "float"}
+        return cls(**{n: float(data[n]) if n in floats and type(data[n]) is int else data[n] for n in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _plain(node: Any) -> dict[str, Any]:
+    if isinstance(node, Mapping):  # a dict or an OmegaConf DictConfig (values resolved on access)
+        return {str(k): node[k] for k in node}
+    raise TypeError(f"judge.sandbox must be a mapping of limits, got {type(node).__name__}")
