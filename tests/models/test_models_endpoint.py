@@ -16,7 +16,7 @@ from apps_bench.models import ModelEndpointError, open_endpoint
 from apps_bench.models.gold import GoldServer
 from apps_bench.models.gold_policy import GoldProblem
 
-CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf" / "model"
+CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf" / "model"
 PROBLEM = GoldProblem("test/1", "Print the sum of two integers a and b.", "a, b = map(int, input().split())\nprint(a + b)\n", "1 2\n")
 
 

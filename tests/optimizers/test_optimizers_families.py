@@ -16,7 +16,7 @@ from conftest import compose_cell
 
 pytestmark = pytest.mark.slow
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 FAMILIES = ["single", "independent", "sequential_langgraph", "centralized_langgraph", "decentralized_langgraph"]
 
 

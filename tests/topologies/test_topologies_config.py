@@ -18,7 +18,7 @@ from apps_bench.topologies.context import as_topology_config
 from apps_bench.topologies.prompts import TopologyConfigError, declared_roles, load_prompts, roles_for
 from apps_bench.topologies.registry import RUNNERS, get_topology
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 LANGGRAPH = ["single", "independent", "sequential_langgraph", "centralized_langgraph", "decentralized_langgraph"]
 SIBLINGS = {
     "sequential": ("sequential_langgraph", "sequential_crewai"),

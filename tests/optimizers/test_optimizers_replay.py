@@ -13,7 +13,7 @@ import pytest
 from conftest import compose_cell
 
 pytestmark = pytest.mark.slow
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def test_chain_child_replays_upstream_stages(tmp_path, apps_data_dir):

@@ -24,7 +24,7 @@ from conftest import compose_cell
 from apps_bench.judge.profiles import judge_config
 from apps_bench.types import Usage
 
-CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf"
+CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf"
 IDS = ("8", "9", "4655")  # real APPS test rows whose reference solutions pass strictly
 
 

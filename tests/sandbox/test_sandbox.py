@@ -431,7 +431,7 @@ def test_interpreter_in_a_virtualenv_under_tmp_stays_usable(tmp_path):
     base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
     subprocess.run([str(base), "-m", "venv", "--without-pip", str(venv)], check=True)
     site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     (site / "deps.pth").write_text(f"{sysconfig.get_paths()['purelib']}\n{repo}\n")
     (tmp_path / "host-secret.txt").write_text("x")
     probe = (

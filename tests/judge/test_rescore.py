@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import cli_env, fresh_store, run_cli
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "apps" / "train_mini150.jsonl"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "apps" / "train_mini150.jsonl"
 pytestmark = pytest.mark.skipif(not DATA.is_file(), reason=f"real APPS rows not found at {DATA}")
 CELL_ARGS = ["dataset=apps", f"dataset.path={DATA}", "dataset.split=train", "offset=36", "limit=8", "model=gold", "progress=false"]
 # An import hook that fails the command if re-scoring reached for a model or an agent runner.

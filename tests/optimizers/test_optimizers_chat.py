@@ -6,7 +6,7 @@ from pathlib import Path
 
 from conftest import compose_cell
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def test_endpoint_chat_counts_tokens_per_call_and_feeds_the_cache(tmp_path):

@@ -27,7 +27,7 @@ from apps_bench.judge.cli import judge_config
 from apps_bench.judge.core import Judge
 from apps_bench.sandbox import SandboxPool
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "reference"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reference"
 _spec = importlib.util.spec_from_file_location("reference_corpus", FIXTURES / "record.py")
 corpus = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(corpus)  # type: ignore[union-attr]

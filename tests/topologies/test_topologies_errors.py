@@ -21,7 +21,7 @@ from apps_bench.config import register_configs
 from apps_bench.types import Problem, Usage
 from apps_bench.types import TestSuite as Suite  # not "Test*": pytest would try to collect it
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 PROBLEM = Problem(id="e1", question="Print the sum of two integers.", tests=Suite(("1 2\n",), ("3\n",)))
 
 

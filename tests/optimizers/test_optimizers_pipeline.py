@@ -18,7 +18,7 @@ from conftest import compose_cell
 
 pytestmark = pytest.mark.slow
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def _cfg(*overrides):

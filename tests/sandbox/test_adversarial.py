@@ -38,7 +38,7 @@ SECRETS = {
 }
 CANARY_TEXT = "canary intact 7f3a"
 REPO_FILE = Path(apps_bench.__file__).resolve().parent / "types.py"
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "apps"
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "apps"
 DATA_FILE = next(iter(sorted(DATA_DIR.glob("*"))), REPO_FILE) if DATA_DIR.is_dir() else REPO_FILE
 HOST_TMP_MARK = Path("/tmp/apps-bench-adversarial-escape-7f3a")
 FAIL = {"timeout", "runtime_error", "memory_limit", "output_limit"}

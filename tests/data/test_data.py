@@ -22,7 +22,7 @@ from apps_bench.data import (
     parse_row,
 )
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def local(path, split="test"):

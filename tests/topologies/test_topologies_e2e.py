@@ -22,7 +22,7 @@ from apps_bench.types import Attempt, Problem, Usage, Verdict
 
 pytestmark = pytest.mark.slow
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 # train_mini150 rows: stdin interview (1, 9), a competition row whose reference solution fails
 # the judge (2029: the gold pass rate is not 100%), and a call-based row (2402).
 IDS = ("1", "9", "2029", "2402")

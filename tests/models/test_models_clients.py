@@ -22,7 +22,7 @@ from apps_bench.models.gold import GoldServer, load_rows
 from apps_bench.models.gold_policy import GoldProblem
 from apps_bench.types import Usage
 
-CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf" / "model"
+CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf" / "model"
 HEADERS = {"X-Apps-Bench-Run": "run-7"}
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def judge_cmd(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:

@@ -20,7 +20,7 @@ from apps_bench.sandbox import SandboxPool
 from apps_bench.sandbox.limits import SandboxLimits
 from conftest import cli_env, fresh_store, run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ROOT = os.geteuid() == 0
 
 

@@ -11,7 +11,7 @@ import pytest
 from apps_bench.judge.compare import compare_call, compare_stdin, equal, hashable, set_equal
 
 sys.set_int_max_str_digits(0)
-CASES = json.loads((Path(__file__).parent / "judge_cases.json").read_text())
+CASES = json.loads((Path(__file__).parents[1] / "judge_cases.json").read_text())
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c['mode']}-{i}-{c['why'][:40]}" for i, c in enumerate(CASES)])

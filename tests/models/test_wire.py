@@ -12,7 +12,7 @@ import pytest
 from apps_bench.judge.profiles import judge_config
 from apps_bench.models.wire import finish_reason, normalize_reply, prepare_request, strict_arguments
 
-CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf"
+CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf"
 
 
 def test_request_token_cap_goes_as_max_tokens():

@@ -69,4 +69,4 @@ def test_help_imports_nothing_heavy():
         "heavy = [m for m in ('hydra', 'omegaconf', 'mlflow', 'langchain_core', 'openai') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])

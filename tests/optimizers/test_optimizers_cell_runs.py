@@ -14,7 +14,7 @@ from apps_bench.optimizers.run import OptimizeResult
 from apps_bench.optimizers.scoring import Objective
 from apps_bench.pipeline import plain_config
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def _data(*overrides: str) -> dict:

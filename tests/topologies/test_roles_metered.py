@@ -22,7 +22,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-CONF = Path(__file__).resolve().parents[1] / "apps_bench" / "conf"
+CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf"
 ROW = "1"  # a train_mini150 stdin row whose reference solution passes
 RUNNERS = (
     "single", "independent", "sequential_langgraph", "sequential_crewai", "centralized_langgraph",
