@@ -146,3 +146,23 @@ def compose_cell(*overrides: str, hydra_cfg: bool = False):
             return compose("config", overrides=list(overrides), return_hydra_config=hydra_cfg)
     finally:
         GlobalHydra.instance().clear()
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """A sandbox pool with the `seed` judge profile's limits (2 workers), one per test module;
+    a module that needs other limits defines its own."""
+    from apps_bench.judge.profiles import judge_config
+    from apps_bench.sandbox import SandboxPool
+
+    with SandboxPool.from_config(judge_config("seed"), workers=2) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def judge(pool):
+    """The `seed` profile's judge on the module's pool."""
+    from apps_bench.judge import Judge
+    from apps_bench.judge.profiles import judge_config
+
+    return Judge.from_config(pool, judge_config("seed"))

@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import cli_env, fresh_store, run_cli
 
 from apps_bench.judge.profiles import judge_config
-
-from conftest import cli_env, fresh_store, run_cli
 
 pytestmark = pytest.mark.slow
 

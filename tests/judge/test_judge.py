@@ -16,19 +16,6 @@ O = T.Outcome
 
 
 @pytest.fixture(scope="module")
-def pool():
-    from apps_bench.sandbox import SandboxPool
-
-    with SandboxPool.from_config(judge_config("seed"), workers=2) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
-def judge(pool):
-    return Judge.from_config(pool, judge_config("seed"))
-
-
-@pytest.fixture(scope="module")
 def mini150(apps_data_dir):
     return load_problems({"source": "file", "path": str(apps_data_dir / "train_mini150.jsonl"), "split": "train"}, max_tests_per_row=0)
 

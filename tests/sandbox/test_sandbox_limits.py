@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli_env, fresh_store, run_cli
 
 from apps_bench.cpus import cgroup_cpu_quota, usable_cpus
 from apps_bench.judge.profiles import judge_config
 from apps_bench.sandbox import SandboxPool
 from apps_bench.sandbox.limits import SandboxLimits
-from conftest import cli_env, fresh_store, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = os.geteuid() == 0

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from conftest import compose_cell
 
-from apps_bench.judge.profiles import judge_config
 from apps_bench.types import Usage
 
 CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf"
@@ -48,14 +47,6 @@ def problems(apps_data_dir: Path) -> list:
         found += load_problems(cfg, only=IDS).problems
     assert sorted(p.id for p in found) == sorted(IDS)
     return sorted(found, key=lambda p: IDS.index(p.id))
-
-
-@pytest.fixture(scope="module")
-def pool():
-    from apps_bench.sandbox import SandboxPool
-
-    with SandboxPool.from_config(judge_config("seed"), workers=2) as p:
-        yield p
 
 
 @pytest.fixture(scope="module")

@@ -60,12 +60,6 @@ def problem(apps_data_dir):
     return p
 
 
-@pytest.fixture(scope="module")
-def pool():
-    from apps_bench.sandbox import SandboxPool
-
-    with SandboxPool(workers=2) as p:
-        yield p
 
 
 def _server_role(request: dict, reply: dict, prompts: dict[str, str]) -> str:

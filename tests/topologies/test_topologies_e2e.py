@@ -17,7 +17,6 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from apps_bench.config import register_configs
-from apps_bench.judge.profiles import judge_config
 from apps_bench.types import Attempt, Problem, Usage, Verdict
 
 pytestmark = pytest.mark.slow
@@ -37,14 +36,6 @@ def _compose(overrides: tuple[str, ...]):
 
 def cell(topology: str, *overrides: str):
     return copy.deepcopy(_compose((f"topology={topology}", "model=gold", *overrides)))
-
-
-@pytest.fixture(scope="module")
-def pool():
-    from apps_bench.sandbox import SandboxPool
-
-    with SandboxPool.from_config(judge_config("seed"), workers=2) as p:
-        yield p
 
 
 @pytest.fixture(scope="module")
