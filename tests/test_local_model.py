@@ -215,7 +215,7 @@ def _server_generated(endpoint, since: int) -> list[int]:
     """Tokens the server generated, per internal completion, since byte `since` of its log
     (llama.cpp prints `eval time = ... / N runs` after each completion it runs)."""
     text = endpoint.server.log_path.read_bytes()[since:].decode(errors="replace")
-    return [int(n) for n in re.findall(r"^llama_perf_context_print:\s+eval time =.*/\s*(\d+) runs", text, re.M)]
+    return [int(n) for n in re.findall(r"^llama_perf_context_print:\s+eval time =.*/\s*(\d+) runs", text, re.MULTILINE)]
 
 
 @pytest.mark.parametrize(("framework", "choice"), [("autogen", None), ("openai", "auto"), ("langgraph", "auto")])
@@ -401,14 +401,16 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
 # ----------------------------------------------------------------------------- the whole cell, per topology
 
 
-# Known open: a centralized AutoGen tester offered python_exec makes llama-cpp-python generate the
-# call's arguments under a JSON-schema grammar, >5 min for one request on a loaded core (README,
-# "model=local, per topology"). Known to fail until that is solved: listed, not run (a run costs CI
-# up to 20 minutes to learn what is already known); run it by hand with `--runxfail`.
+# Known open: every request of a centralized AutoGen cell is bounded by max_tokens now (local_server.py;
+# test_a_tool_offering_request_is_bounded_by_the_token_cap), but its tools really reach the model
+# (it is the one runner sending tool_choice "auto"), so its conversation (12 delegations, tool loops of
+# 8 steps) outlasts the 1200 s time cap on one shared core, and a cap that falls while a call is in
+# flight is infrastructure (README, "model=local, per topology"). Listed, not run (it costs CI 20+
+# minutes to learn what is known); run it by hand with `--runxfail`.
 AUTOGEN_OPEN = pytest.param(
     "centralized_autogen",
-    marks=[pytest.mark.xfail(reason="grammar-constrained tool-call arguments too slow on one core (open)", run=False),
-           pytest.mark.timeout(1300)],
+    marks=[pytest.mark.xfail(reason="conversation outlasts the 1200 s time cap on one core; the cap mid-call is infrastructure (open)", run=False),
+           pytest.mark.timeout(2700)],
 )
 
 
@@ -422,7 +424,7 @@ def test_cli_cell_on_two_real_rows(tmp_path, apps_data_dir, topology):
     out = run_cli(
         ["model=local", f"topology={topology}", "dataset=apps", f"dataset.path={apps_data_dir / 'test_more.jsonl'}",
          "limit=2", "progress=false"],
-        tmp_path, env=cli_env(tmp_path), timeout=1200 if topology == "centralized_autogen" else 2600,
+        tmp_path, env=cli_env(tmp_path), timeout=2600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     (summary_path,) = (tmp_path / "outputs" / "cells").glob("*/summary.json")
