@@ -222,7 +222,7 @@ def _server_generated(endpoint, since: int) -> list[int]:
 def test_a_tool_offering_request_is_bounded_by_the_token_cap(endpoint, framework, choice):
     """With tool_choice "auto" (AutoGen's default) llama-cpp-python's chatml-function-calling ran
     every internal completion with max_tokens=None: a cap of 16 came back as 23 tokens and
-    `tool_calls`, and a tester's unclosed code string ran past the 900 s request timeout. The
+    `tool_calls`, and a tester's tool-call arguments ran past the 900 s request timeout. The
     server (local_server.py) now generates at most max_tokens per request on this path too."""
     usage = Usage()
     since = endpoint.server.log_path.stat().st_size

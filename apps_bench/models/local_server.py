@@ -7,9 +7,9 @@ llama-cpp-python 0.3.36 (pinned in the `local` extra) mishandles the requests ou
 
 - `tool_choice: "auto"` (AutoGen sends it): each of the handler's internal completions (the
   choice between a message and a call, the call's arguments, the check for a further call, the
-  message) runs with `max_tokens=None`, i.e. until the context is full. A tester whose
-  `python_exec` code string never closed generated thousands of tokens under the JSON-schema
-  grammar and ran past the 900 s request timeout. Here every completion gets what is left of
+  message) runs with `max_tokens=None`, i.e. until the context is full: a centralized AutoGen
+  tester's `python_exec` arguments, generated under the JSON-schema grammar, kept one request
+  running for 17 minutes (past the 900 s request timeout) without closing the JSON. Here every completion gets what is left of
   the request's `max_tokens`: the server generates at most `max_tokens` tokens per request,
   whatever the path, as it does for a plain request.
 - the text reply of `"auto"` is generated under the grammar meant for the check for a further
