@@ -438,7 +438,9 @@ def test_cli_cell_on_two_real_rows(tmp_path, apps_data_dir, topology):
         assert u["model_calls"] >= 1 and u["failed_calls"] == 0
         assert u["completion_tokens"] == sum(c["completion_tokens"] for c in u["calls"])
         assert u["prompt_tokens"] == sum(c["prompt_tokens"] for c in u["calls"])
-        assert all(c["completion_tokens"] <= cap for c in u["calls"]), "the token cap was not honoured"
+        # llama-cpp-python does not stop inside a UTF-8 character: a reply cut there runs on to the
+        # character's end (up to 3 tokens; 257 for a cap of 256 seen on centralized_autogen)
+        assert all(c["completion_tokens"] <= cap + 3 for c in u["calls"]), "the token cap was not honoured"
         assert r["solve_s"] <= float(cfg(f"topology={topology}").topology.time_limit_s) + 5
     assert "SmolLM2-135M-Instruct" in summary["cell"]["name"]
     # how tools reached the model (defect 10): CrewAI describes them in the prompt, the others send `tools`
