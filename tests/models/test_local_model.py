@@ -14,6 +14,7 @@ import copy
 import functools
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -163,41 +164,82 @@ TOOL = {"type": "function", "function": {"name": "python_exec", "description": "
 FORCE = {"type": "function", "function": {"name": "python_exec"}}
 
 
+async def _offer_tool(framework: str, mc, text: str, tool_choice) -> tuple[list[str], str]:
+    """One request offering python_exec the way `framework` sends it: (tools called, reply text).
+    tool_choice None: the framework's own default (AutoGen sends "auto", the others send none)."""
+    ask = [{"role": "user", "content": text}]
+    if framework == "langgraph":
+        chat = mc.langchain_chat(0)
+        ai = await (chat.bind_tools([TOOL], tool_choice=tool_choice) if tool_choice else chat.bind_tools([TOOL])).ainvoke(ask)
+        # (a call whose arguments the cap cut off is filed by LangChain as invalid)
+        names, reply = [c["name"] for c in [*ai.tool_calls, *ai.invalid_tool_calls]], str(ai.content or "")
+    elif framework == "autogen":
+        from autogen_core.models import UserMessage
+        from autogen_core.tools import ToolSchema
+
+        c = mc.autogen_client(0)
+        schema = ToolSchema(name="python_exec", description="Run a Python 3 program.", parameters=TOOL["function"]["parameters"])
+        res = await c.create([UserMessage(content=text, source="user")], tools=[schema],
+                             extra_create_args={"tool_choice": tool_choice} if tool_choice else {})
+        await c.close()
+        calls = isinstance(res.content, list)
+        names, reply = ([f.name for f in res.content] if calls else []), ("" if calls else str(res.content))
+    else:
+        c = mc.async_openai()
+        extra = {"tool_choice": tool_choice} if tool_choice else {}
+        r = await c.chat.completions.create(model=mc.model_id, messages=ask, tools=[TOOL], **extra, **mc.request_params(0))
+        await c.close()
+        msg = r.choices[0].message
+        names, reply = [t.function.name for t in msg.tool_calls or []], msg.content or ""
+    await mc.aclose()
+    return names, reply
+
+
 @pytest.mark.parametrize("framework", ["langgraph", "autogen", "openai"])
 def test_a_tool_call_reply_reads_as_a_tool_call_in_every_framework(endpoint, framework):
     """llama-cpp-python answers a tool call with the deprecated `function_call` beside `tool_calls`;
     AutoGen refused such a reply (ValueError), so the wire form keeps `tool_calls` only."""
     usage = Usage()
-    mc = clients(endpoint, usage, max_tokens=64)
-    ask = [{"role": "user", "content": "Print 2+2 with python_exec."}]
-
-    async def go() -> list:
-        if framework == "langgraph":
-            ai = await mc.langchain_chat(0).bind_tools([TOOL], tool_choice=FORCE).ainvoke(ask)
-            # (a 135M model often runs its arguments past max_tokens: then LangChain files the call as invalid)
-            names = [c["name"] for c in [*ai.tool_calls, *ai.invalid_tool_calls]]
-        elif framework == "autogen":
-            from autogen_core.models import UserMessage
-            from autogen_core.tools import ToolSchema
-
-            c = mc.autogen_client(0)
-            schema = ToolSchema(name="python_exec", description="Run a Python 3 program.", parameters=TOOL["function"]["parameters"])
-            res = await c.create([UserMessage(content=ask[0]["content"], source="user")], tools=[schema],
-                                 extra_create_args={"tool_choice": FORCE})
-            await c.close()
-            names = [f.name for f in res.content] if isinstance(res.content, list) else []
-        else:
-            c = mc.async_openai()
-            r = await c.chat.completions.create(model=mc.model_id, messages=ask, tools=[TOOL], tool_choice=FORCE,
-                                                **mc.request_params(0))
-            await c.close()
-            names = [t.function.name for t in r.choices[0].message.tool_calls or []]
-        await mc.aclose()
-        return names
-
-    assert asyncio.run(go()) == ["python_exec"]
+    names, _ = asyncio.run(_offer_tool(framework, clients(endpoint, usage, max_tokens=64), "Print 2+2 with python_exec.", FORCE))
+    assert names == ["python_exec"]
     assert usage.model_calls == 1 and usage.failed_calls == 0 and usage.requests_with_tools == 1
     assert usage.finish_reasons in ({"tool_calls": 1}, {"length": 1}), usage.finish_reasons
+
+
+def _server_generated(endpoint, since: int) -> list[int]:
+    """Tokens the server generated, per internal completion, since byte `since` of its log
+    (llama.cpp prints `eval time = ... / N runs` after each completion it runs)."""
+    text = endpoint.server.log_path.read_bytes()[since:].decode(errors="replace")
+    return [int(n) for n in re.findall(r"^llama_perf_context_print:\s+eval time =.*/\s*(\d+) runs", text, re.MULTILINE)]
+
+
+@pytest.mark.parametrize(("framework", "choice"), [("autogen", None), ("openai", "auto"), ("langgraph", "auto")])
+def test_a_tool_offering_request_is_bounded_by_the_token_cap(endpoint, framework, choice):
+    """With tool_choice "auto" (AutoGen's default) llama-cpp-python's chatml-function-calling ran
+    every internal completion with max_tokens=None: a cap of 16 came back as 23 tokens and
+    `tool_calls`, and a tester's tool-call arguments ran past the 900 s request timeout. The
+    server (local_server.py) now generates at most max_tokens per request on this path too."""
+    usage = Usage()
+    since = endpoint.server.log_path.stat().st_size
+    names, _ = asyncio.run(_offer_tool(framework, clients(endpoint, usage, max_tokens=16), "Print 2+2 with python_exec.", choice))
+    assert names == ["python_exec"]  # the call path (the message path is the next test)
+    assert usage.model_calls == 1 and usage.failed_calls == 0 and usage.requests_with_tools == 1
+    assert usage.completion_tokens <= 16 and usage.finish_reasons == {"length": 1}, usage.calls
+    generated = _server_generated(endpoint, since)
+    assert len(generated) >= 2 and sum(generated) <= 16, generated  # the choice + the arguments, all within the cap
+
+
+@pytest.mark.parametrize(("framework", "choice"), [("autogen", None), ("openai", "auto")])
+def test_a_text_reply_under_auto_tool_choice_has_its_text(endpoint, framework, choice):
+    """Under "auto" llama-cpp-python generated a text reply under its follow-up grammar (only
+    `<|im_end|>` or a tool name), so every text reply was "": an AutoGen manager could never
+    submit a program. The reply is free text now, and still within the cap."""
+    usage = Usage()
+    since = endpoint.server.log_path.stat().st_size
+    names, reply = asyncio.run(_offer_tool(framework, clients(endpoint, usage, max_tokens=48), "Say hello.", choice))
+    assert names == [] and reply.strip(), reply
+    assert usage.requests_with_tools == 1 and 0 < usage.completion_tokens <= 48
+    assert sum(_server_generated(endpoint, since)) <= 48
 
 
 def test_server_errors_are_all_counted_with_their_retries(endpoint):
@@ -346,14 +388,16 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
 # ----------------------------------------------------------------------------- the whole cell, per topology
 
 
-# Known open: a centralized AutoGen tester offered python_exec makes llama-cpp-python generate the
-# call's arguments under a JSON-schema grammar, >5 min for one request on a loaded core (README,
-# "model=local, per topology"). Known to fail until that is solved: listed, not run (a run costs CI
-# up to 20 minutes to learn what is already known); run it by hand with `--runxfail`.
+# Known open: every request of a centralized AutoGen cell is bounded by max_tokens now (local_server.py;
+# test_a_tool_offering_request_is_bounded_by_the_token_cap), but its tools really reach the model
+# (it is the one runner sending tool_choice "auto"), so its conversation (12 delegations, tool loops of
+# 8 steps) outlasts the 1200 s time cap on one shared core, and a cap that falls while a call is in
+# flight is infrastructure (README, "model=local, per topology"). Listed, not run (it costs CI 20+
+# minutes to learn what is known); run it by hand with `--runxfail`.
 AUTOGEN_OPEN = pytest.param(
     "centralized_autogen",
-    marks=[pytest.mark.xfail(reason="grammar-constrained tool-call arguments too slow on one core (open)", run=False),
-           pytest.mark.timeout(1300)],
+    marks=[pytest.mark.xfail(reason="conversation outlasts the 1200 s time cap on one core; the cap mid-call is infrastructure (open)", run=False),
+           pytest.mark.timeout(2700)],
 )
 
 
@@ -367,7 +411,7 @@ def test_cli_cell_on_two_real_rows(tmp_path, apps_data_dir, topology):
     out = run_cli(
         ["model=local", f"topology={topology}", "dataset=apps", f"dataset.path={apps_data_dir / 'test_more.jsonl'}",
          "limit=2", "progress=false"],
-        tmp_path, env=cli_env(tmp_path), timeout=1200 if topology == "centralized_autogen" else 2600,
+        tmp_path, env=cli_env(tmp_path), timeout=2600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     (summary_path,) = (tmp_path / "outputs" / "cells").glob("*/summary.json")
@@ -381,7 +425,9 @@ def test_cli_cell_on_two_real_rows(tmp_path, apps_data_dir, topology):
         assert u["model_calls"] >= 1 and u["failed_calls"] == 0
         assert u["completion_tokens"] == sum(c["completion_tokens"] for c in u["calls"])
         assert u["prompt_tokens"] == sum(c["prompt_tokens"] for c in u["calls"])
-        assert all(c["completion_tokens"] <= cap for c in u["calls"]), "the token cap was not honoured"
+        # llama-cpp-python does not stop inside a UTF-8 character: a reply cut there runs on to the
+        # character's end (up to 3 tokens; 257 for a cap of 256 seen on centralized_autogen)
+        assert all(c["completion_tokens"] <= cap + 3 for c in u["calls"]), "the token cap was not honoured"
         assert r["solve_s"] <= float(cfg(f"topology={topology}").topology.time_limit_s) + 5
     assert "SmolLM2-135M-Instruct" in summary["cell"]["name"]
     # how tools reached the model (defect 10): CrewAI describes them in the prompt, the others send `tools`

@@ -1,0 +1,106 @@
+"""llama-cpp-python's server, with its `chatml-function-calling` handler bounded and corrected.
+
+    python -m apps_bench.models.local_server <llama_cpp.server arguments>
+
+`model=local` starts this instead of `python -m llama_cpp.server` (local.py). The handler of
+llama-cpp-python 0.3.36 (pinned in the `local` extra) mishandles the requests our runners send:
+
+- `tool_choice: "auto"` (AutoGen sends it): each of the handler's internal completions (the
+  choice between a message and a call, the call's arguments, the check for a further call, the
+  message) runs with `max_tokens=None`, i.e. until the context is full: a centralized AutoGen
+  tester's `python_exec` arguments, generated under the JSON-schema grammar, kept one request
+  running for 17 minutes (past the 900 s request timeout) without closing the JSON. Here every completion gets what is left of
+  the request's `max_tokens`: the server generates at most `max_tokens` tokens per request,
+  whatever the path, as it does for a plain request.
+- the text reply of `"auto"` is generated under the grammar meant for the check for a further
+  call (only `<|im_end|>` or a tool name), so every text reply was `""`. Here it is free text.
+- a reply cut by the cap is reported `finish_reason: "length"` (the handler says
+  `"tool_calls"` even when the arguments were cut off).
+
+Not changed: without `tool_choice` (LangChain and the OpenAI SDK send none) the handler leaves
+`tools` out of the prompt (its "no tool choice" path, which honours max_tokens), so on this
+server only AutoGen's tools reach the model; the summary's tool warning says so (README,
+"model=local"). Other chat formats are served unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+CHAT_FORMAT = "chatml-function-calling"
+_MESSAGE_PREFIX = "message:\n"  # how the handler starts the text reply it chose under "auto"
+
+
+class _Capped:
+    """The `llama` handed to the handler: its completions share the request's token budget."""
+
+    def __init__(self, llama: Any, max_tokens: int | None) -> None:
+        self._llama = llama
+        self.left = max_tokens if max_tokens is not None and max_tokens > 0 else None
+        self.cut = False  # a completion stopped at the budget
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llama, name)
+
+    def create_completion(self, **kwargs: Any) -> Any:
+        if self.left is not None:
+            if self.left <= 0:
+                self.cut = True
+                return _empty_completion(kwargs.get("model") or "")
+            asked = kwargs.get("max_tokens")
+            kwargs["max_tokens"] = min(asked, self.left) if asked and asked > 0 else self.left
+        if str(kwargs.get("prompt", "")).endswith(_MESSAGE_PREFIX):
+            kwargs["grammar"] = None  # the text reply is text, not a tool name
+        out = self._llama.create_completion(**kwargs)
+        if isinstance(out, dict):
+            if self.left is not None:
+                self.left -= int((out.get("usage") or {}).get("completion_tokens") or 0)
+            if any(c.get("finish_reason") == "length" for c in out.get("choices") or ()):
+                self.cut = True
+        return out
+
+
+def _empty_completion(model: str) -> dict[str, Any]:
+    """What a completion with no tokens left returns: nothing, stopped at the cap."""
+    return {
+        "id": "cmpl-capped", "object": "text_completion", "created": int(time.time()), "model": model,
+        "choices": [{"text": "", "index": 0, "logprobs": None, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }  # fmt: skip
+
+
+def bounded(handler: Any) -> Any:
+    """`handler` with the request's max_tokens over all its completions, free-text replies under
+    "auto", and `length` reported for a reply cut by the cap."""
+
+    def handle(*, llama: Any, max_tokens: int | None = None, **kwargs: Any) -> Any:
+        capped = _Capped(llama, max_tokens)
+        out = handler(llama=capped, max_tokens=max_tokens, **kwargs)
+        if isinstance(out, dict) and capped.cut:
+            for choice in out.get("choices") or ():
+                choice["finish_reason"] = "length"
+        return out
+
+    handle.__doc__ = bounded.__doc__
+    return handle
+
+
+def install() -> None:
+    """Replace the registered chatml-function-calling handler by its bounded form."""
+    from llama_cpp import llama_chat_format as fmt
+
+    registry = fmt.LlamaChatCompletionHandlerRegistry()
+    registry.register_chat_completion_handler(CHAT_FORMAT, bounded(fmt.get_chat_completion_handler(CHAT_FORMAT)),
+                                              overwrite=True)  # fmt: skip
+
+
+def main() -> None:
+    install()
+    from llama_cpp.server.__main__ import main as serve
+
+    serve()
+
+
+if __name__ == "__main__":
+    main()
