@@ -25,8 +25,6 @@ from typing import Any, Mapping
 
 from apps_bench.cell import Cell, guard
 from apps_bench.tracking.console import Progress, print_problem, print_summary
-from apps_bench.tracking.summary import metrics_of, summarize_cell, summary_tags, table_rows
-from apps_bench.validate import InvalidSettings, empty_selection
 from apps_bench.tracking.records import (
     CELL,
     CONFIG,
@@ -37,6 +35,8 @@ from apps_bench.tracking.records import (
     RecordStore,
     record_key,
 )
+from apps_bench.tracking.summary import metrics_of, summarize_cell, summary_tags, table_rows
+from apps_bench.validate import InvalidSettings, empty_selection
 
 
 class CellSetupError(Exception):
@@ -281,8 +281,8 @@ def _workers_for(prep: Prepared) -> int:
 
 def _forkserver(prep: Prepared) -> Any:
     """The forkserver, importing the cell's framework (a missing one fails here, with the pip command)."""
-    from apps_bench.solver_pool import start_forkserver
     from apps_bench.models.clients import MissingFrameworkError
+    from apps_bench.solver_pool import start_forkserver
     from apps_bench.topologies.registry import check_framework
 
     topology = prep.data["topology"]

@@ -142,7 +142,6 @@ def _per_problem(finished: list[Any], topology: str, model: str, dataset: str) -
 def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: list[Any], cache: dict[str, Any]) -> PlannedCell:
     from apps_bench.cell import grid_refusal, resolve_cell
     from apps_bench.pipeline import cell_dir_for
-
     from apps_bench.validate import InvalidSettings, check_settings
 
     cell = resolve_cell(data)
@@ -186,12 +185,12 @@ def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: list[Any]
 
 
 def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = None) -> dict[str, Any]:
-    from apps_bench.report.cells import from_dirs
-    from apps_bench.report.table import ReportError
-
     import sys
 
     from tqdm import tqdm
+
+    from apps_bench.report.cells import from_dirs
+    from apps_bench.report.table import ReportError
 
     composed = compose_cells(overrides, multirun)
     root = cells_dir or Path.cwd() / "outputs" / "cells"

@@ -226,8 +226,8 @@ def log_rescore(data: Mapping[str, Any], cell_info: Mapping[str, Any], new_ident
                 out_dir: Path, summary: Mapping[str, Any], records: list[dict[str, Any]]) -> tuple[str, str | None]:
     """A child run of the cell's run that reads like a cell run: (run id, parent run id)."""
     from apps_bench import provenance
-    from apps_bench.tracking.summary import metrics_of, table_rows
     from apps_bench.tracking import mlflow as mlf
+    from apps_bench.tracking.summary import metrics_of, table_rows
 
     experiment = str((data.get("tracking") or {}).get("experiment") or "apps")
     parent = source_run_id(experiment, str(cell_info["key"]))

@@ -345,7 +345,7 @@ class SolverPool:
         worker.wire.send(("solve", index, problem.without_tests()))
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             worker.alive = False
             worker.process.kill()  # its other problems fail when its pipe closes
             return Solved(attempt=None, error=f"solver process {worker.name} did not answer within {timeout_s:g}s",

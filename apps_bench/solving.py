@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, AsyncIterator, Mapping
 
+
 @dataclass
 class Solved:
     """The outcome of the solve step for one problem (before judging)."""
@@ -73,7 +74,7 @@ async def solve_problem(
         )  # fmt: skip
         try:
             attempt = await asyncio.wait_for(topology.solve(ctx), timeout=time_cap(topo_cfg))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             from apps_bench.topologies.team import unanswered_error
 
             attempt = Attempt(program=None, transcript=list(ctx.transcript), stop_reason="time_limit",

@@ -53,9 +53,9 @@ async def solve_and_judge(problem: Problem, solve: Callable[[Problem], Awaitable
 
 def record_of(outcome: Outcome, cell_key: str) -> ProblemRecord:
     """What records.jsonl keeps of a problem (the same whichever process solved it)."""
+    from apps_bench.topologies.tool_use import tool_calls_by_role
     from apps_bench.tracking.records import record_key
     from apps_bench.tracking.summary import usage_record
-    from apps_bench.topologies.tool_use import tool_calls_by_role
 
     problem, solved, verdict, error = outcome.problem, outcome.solved, outcome.verdict, outcome.error
     attempt = solved.attempt

@@ -71,11 +71,12 @@ def gold_side_by_side(max_tests: int, repeat: int, tmp: Path) -> list[dict]:
 
 
 def corpus_side_by_side(max_tests: int, tmp: Path) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+
     from apps_bench.data.rows import parse_row
     from apps_bench.judge.cli import judge_config
     from apps_bench.judge.core import Judge
     from apps_bench.sandbox import SandboxPool
-    from concurrent.futures import ThreadPoolExecutor
 
     rows = corpus.corpus_rows()
     programs = corpus.corpus_programs(rows)

@@ -70,7 +70,7 @@ def main() -> None:
         single = bench_pool(one, args.programs, args.tests_per_program, threads=1)
         per_prog = bench_pool(one, max(10, args.programs // 2), 1, threads=1)
     with SandboxPool.from_config(judge_config("seed"), workers=0) as full:
-        full.features
+        _ = full.features  # waits until every worker is up
         parallel = bench_pool(full, args.programs, args.tests_per_program, threads=cores)
     fresh = bench_fresh(args.baseline_tests, prelude=False)
     fresh_prelude = bench_fresh(max(5, args.baseline_tests // 4), prelude=True) if args.baseline_prelude else None

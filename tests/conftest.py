@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,10 +74,6 @@ def _framework_env(tmp_path_factory: pytest.TempPathFactory):
 
 
 # --- the real CLI, run as a subprocess (grid runner tests) ------------------------------
-
-import os
-import subprocess
-import sys
 
 
 def cli_env(tmp: Path, **extra: str) -> dict[str, str]:

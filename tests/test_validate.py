@@ -32,7 +32,7 @@ def _refused(tmp_path: Path, mlflow_template: Path, args: list[str]) -> str:
 
 
 # (overrides, what the message must say: the setting=value, what is allowed, the fix)
-LOCAL = [f"dataset=apps", f"dataset.path={TRAIN}", "allow_any_cell=true"]
+LOCAL = ["dataset=apps", f"dataset.path={TRAIN}", "allow_any_cell=true"]
 CASES = {
     "negative limit": (["limit=-1"], ["limit=-1", "a whole number >= 1, or null", "Fix: limit=50"]),
     "zero concurrency": (["concurrency=0"], ["concurrency=0", "a whole number >= 1", "Fix: concurrency=1"]),
@@ -47,7 +47,7 @@ CASES = {
     ),
     "difficulty misspelt": (["difficulty=hard"], ["difficulty=hard", "introductory, interview or competition"]),
     "pool path ignored by test_minus_eval": (
-        [f"dataset=apps", f"dataset.path={TEST_ROWS}", "optimizer=maspo", "allow_any_cell=true",
+        ["dataset=apps", f"dataset.path={TEST_ROWS}", "optimizer=maspo", "allow_any_cell=true",
          "optimizer.params.pool.source=test_minus_eval", f"optimizer.params.pool.path={TRAIN}"],
         [f"optimizer.params.pool.path={TRAIN}", "would ignore it", "Fix: optimizer.params.pool.path=null"],
     ),

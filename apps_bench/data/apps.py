@@ -11,9 +11,8 @@ streaming the 1.2 GB test split for its first 50 rows reads only those rows.
 from __future__ import annotations
 
 import json
-
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 

@@ -291,9 +291,8 @@ def _selector_reply(messages: Sequence[dict[str, Any]]) -> Reply | None:
     for m in reversed(messages):
         if m.get("role") not in ("system", "user", "developer"):
             continue
-        hit = None
-        for hit in _SELECT.finditer(message_text(m)):
-            pass
+        hits = list(_SELECT.finditer(message_text(m)))
+        hit = hits[-1] if hits else None
         if hit is None:
             continue
         listed = hit.group(1).strip()

@@ -34,11 +34,14 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Iterator
 
-from apps_bench.models.wire import ensure_stream_usage  # noqa: F401 - part of this module's API
-from apps_bench.models.wire import RequestInfo, finish_reason, prepare_request
+from apps_bench.models.wire import (
+    RequestInfo,
+    ensure_stream_usage,  # noqa: F401 - part of this module's API
+    finish_reason,
+    prepare_request,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from apps_bench.models.retrying import RetryPolicy
     from apps_bench.types import Usage
 
 log = logging.getLogger(__name__)

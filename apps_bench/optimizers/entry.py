@@ -76,7 +76,6 @@ def optimizer_model_config(value: Any, task_model: Any) -> Any:
 
 
 def run_optimizer(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[str, Any]], None] | None = None) -> OptimizeResult:
-    from omegaconf import OmegaConf  # noqa: PLC0415
 
     from apps_bench.data import eval_ids, load_problems  # noqa: PLC0415
     from apps_bench.judge import Judge  # noqa: PLC0415

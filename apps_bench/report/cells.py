@@ -318,10 +318,10 @@ def from_mlflow(
     with_roles: bool = True,
 ) -> list[CellData]:
     """Cell runs of an experiment (or of one sweep, with the re-scoring runs of its cells)."""
+    import os
+
     from apps_bench import provenance
     from apps_bench.tracking import mlflow as mlf
-
-    import os
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar of ours, not one per file
     uri = mlf.tracking_uri() if uri is None else uri

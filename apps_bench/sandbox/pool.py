@@ -425,7 +425,7 @@ class SandboxPool:
                 results.append(RawRun(index=len(results), status="sandbox_error",
                                       detail=f"sandbox worker broke: {e}"))
             if pending is not None:
-                raise pending
+                raise pending from e
             return results
         if pending is not None:
             raise pending

@@ -36,7 +36,7 @@ TOPOLOGIES = (
 LONG = "Count from 1 to 500, one number per line, and say nothing else."
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compose(overrides: tuple[str, ...]):
     return compose_cell("model=local", *overrides)
 

@@ -197,7 +197,7 @@ def test_autogen_client_and_selector_counted_once(gold, rows):
         client = mc.autogen_client(seed=4)
         r = await client.create([UserMessage(content=prompt(p), source="user")])
         last = None
-        async for last in client.create_stream([UserMessage(content=prompt(p), source="user")]):
+        async for last in client.create_stream([UserMessage(content=prompt(p), source="user")]):  # noqa: B007 - the stream's last item is its result
             pass
         coder = AssistantAgent("coder", model_client=mc.autogen_client(seed=8), description="writes code")
         tester = AssistantAgent("tester", model_client=mc.autogen_client(seed=9), description="tests code")
@@ -321,7 +321,7 @@ def test_malformed_reply_without_retries_is_a_failed_call(rows):
         async def run():
             await mc.async_openai().chat.completions.create(model="gold", messages=[{"role": "user", "content": prompt(rows[0])}])
 
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017 - whichever error the SDK raises for a failed call
             asyncio.run(run())
         assert (usage.model_calls, usage.failed_calls) == (0, 1)
     finally:

@@ -273,7 +273,7 @@ def test_planned_schedule_is_what_runs():
 
 
 def test_budget_exhaustion_stops_and_keeps_best_written():
-    w = World()
+    World()
     calls = {"n": 0}
 
     class Capped(World):

@@ -28,7 +28,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_
     cwd = tmp_path_factory.mktemp("sweep")
     db = fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
     env = cli_env(cwd)
-    common = [f"dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "limit=10", "progress=false",
+    common = ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "limit=10", "progress=false",
               f"tracking.experiment={EXPERIMENT}"]  # fmt: skip
     for extra in (["topology=single,sequential_langgraph"], ["topology=independent", "model.wrong_fraction=0.4"]):
         r = run_cli(["-m", *extra, "seed=0,1", *common], cwd, env=env, timeout=400)

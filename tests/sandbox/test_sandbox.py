@@ -399,7 +399,7 @@ def test_close_while_a_run_is_in_flight_leaves_nothing_running():
     import time
 
     p = SandboxPool.from_config(judge_config("seed"), workers=1)
-    p.features
+    _ = p.features  # waits until the worker is up
     mine = p.worker_pids()
     out: list = []
     t = threading.Thread(target=lambda: out.append(p.run(RunRequest("while True: pass", "stdin", ["", ""], timeout_s=30))))

@@ -27,7 +27,7 @@ CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf"
 IDS = ("8", "9", "4655")  # real APPS test rows whose reference solutions pass strictly
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compose(*overrides: str) -> Any:
     """The real Hydra composition of conf/ (cached: a composed config is only read here)."""
     return _compose(*overrides)

@@ -27,7 +27,7 @@ SIBLINGS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _composed(name: str, overrides: tuple[str, ...]):
     return compose_cell(f"topology={name}", "allow_any_cell=true", *overrides).topology
 

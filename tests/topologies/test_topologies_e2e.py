@@ -27,7 +27,7 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 IDS = ("1", "9", "2029", "2402")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compose(overrides: tuple[str, ...]):
     register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
