@@ -19,7 +19,7 @@ from typing import Any, Literal, Sequence
 
 from apps_bench.topologies.base import SolveContext, agent_seed
 from apps_bench.topologies.messages import DELEGATE_TOOL, cap_note, delegate_description, delegate_parameters
-from apps_bench.topologies.team import _CONTEXT_HINTS, FlowRunner, StopFlow, Team, Turn
+from apps_bench.topologies.team import CONTEXT_HINTS, FlowRunner, StopFlow, Team, Turn
 from apps_bench.types import Attempt
 
 SELECTOR_ROLE = "selector"  # the role the selector model's calls are recorded under (no agent's)
@@ -199,7 +199,7 @@ def _api_failure(team: Team, exc: RuntimeError) -> bool:
     kind = getattr(openai, text.split(":", 1)[0].strip(), None)
     if not (isinstance(kind, type) and issubclass(kind, openai.APIError)):
         return False
-    if issubclass(kind, openai.BadRequestError) and any(h in text.lower() for h in _CONTEXT_HINTS):
+    if issubclass(kind, openai.BadRequestError) and any(h in text.lower() for h in CONTEXT_HINTS):
         team.stop("context_limit", f"model rejected the conversation: {text[:300]}")
     else:
         team.error = f"model endpoint failed: {text[:500]}"

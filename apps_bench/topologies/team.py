@@ -107,7 +107,7 @@ class Team:
         )
 
 
-_CONTEXT_HINTS = ("context length", "context window", "maximum context", "too long", "too many tokens")
+CONTEXT_HINTS = ("context length", "context window", "maximum context", "too long", "too many tokens")
 
 
 async def run_guarded(ctx: SolveContext, team: Team, flow: Awaitable[object]) -> None:
@@ -132,7 +132,7 @@ async def run_guarded(ctx: SolveContext, team: Team, flow: Awaitable[object]) ->
         team.stop(stop.reason)
     except openai.BadRequestError as exc:
         msg = str(exc)
-        if any(h in msg.lower() for h in _CONTEXT_HINTS):
+        if any(h in msg.lower() for h in CONTEXT_HINTS):
             team.stop("context_limit", f"model rejected the conversation: {msg[:300]}")
         else:
             team.error = f"model request rejected: {msg[:500]}"
