@@ -190,7 +190,7 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
     os.chdir(spec.cwd)
     from omegaconf import OmegaConf
 
-    from apps_bench.solving import solve_problem
+    from apps_bench.solving import LocalSolver
     from apps_bench.topologies.registry import get_topology
 
     node = OmegaConf.create(spec.cfg)
@@ -203,19 +203,16 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
     assert msg[0] == "setup", msg
     endpoint = msg[1]
     proxy = ExecProxy()
+    solver = LocalSolver(node, topology, prompts=spec.prompts)  # this process solves as a one-process cell does
 
     async def run() -> None:
-        from apps_bench.models.client_stack import SharedConnections
-
-        connections = SharedConnections()
         loop = asyncio.get_running_loop()
         loop.set_default_executor(ThreadPoolExecutor(max_workers=spec.threads, thread_name_prefix=spec.name))
         done = asyncio.Event()
         tasks: set[asyncio.Task[Any]] = set()
 
         async def one(index: int, problem: Any) -> None:
-            solved = await solve_problem(problem, cfg=node, topology=topology, endpoint=endpoint, pool=proxy,
-                                         prompts=spec.prompts, connections=connections)  # fmt: skip
+            solved = await solver(problem)
             solved.solver = spec.name
             wire.send(("solved", index, solved))
 
@@ -234,13 +231,13 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
             proxy.fail_all("the cell process closed the connection")
             loop.call_soon_threadsafe(done.set)
 
-        wire = Wire(conn, on_message, on_close, spec.name)
-        proxy.wire = wire
-        wire.start()
-        await done.wait()
-        for task in list(tasks):
-            task.cancel()
-        await connections.aclose()
+        async with solver.serving(proxy, endpoint):
+            wire = Wire(conn, on_message, on_close, spec.name)
+            proxy.wire = wire
+            wire.start()
+            await done.wait()
+            for task in list(tasks):
+                task.cancel()
 
     asyncio.run(run())
 
