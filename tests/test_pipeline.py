@@ -270,7 +270,7 @@ def test_gold_model_through_langgraph_reaches_gold_pass_rate(tmp_path: Path, app
     loaded = load_problems(ds, max_tests_per_row=20)
     assert len(loaded.problems) == len(GOLD_IDS) and loaded.n_skipped == 4
     with SandboxPool.from_config(judge_config("seed"), workers=2) as pool:
-        judge = Judge(pool)
+        judge = Judge.from_config(pool, judge_config("seed"))
         expected = {p.id for p in loaded.problems if judge.score(p, p.solutions[0]).passed}
     assert 20 <= len(expected) < len(GOLD_IDS)  # the known failing references (33, 2036) stay failing
 

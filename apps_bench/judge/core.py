@@ -62,14 +62,17 @@ class Judge:
     def __init__(
         self,
         pool: SandboxPool,
-        profile: str = "seed",
-        timeout_s: float = 4.0,
-        stop_on_first_failure: bool = True,
-        call_memory_bytes: int = 4_000_000_000,
-        stdin_memory_bytes: int = 4_000_000_000,
+        *,
+        profile: str,
+        timeout_s: float,
+        stop_on_first_failure: bool,
+        call_memory_bytes: int,
+        stdin_memory_bytes: int,
+        program_timeout_s: float | None,
         sandbox_retries: int = 1,
-        program_timeout_s: float | None = None,
     ) -> None:
+        """The settings are a judge config's (conf/judge/<profile>.yaml; `from_config`); none has a
+        default here. `sandbox_retries`: reruns of a program whose sandbox failed, not a verdict rule."""
         self.pool = pool
         self.profile = check_profile(profile)
         self.reference = PROFILES[self.profile] is None

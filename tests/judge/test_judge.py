@@ -6,6 +6,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from omegaconf import OmegaConf
 
 from apps_bench import types as T
 from apps_bench.data import DEMO_PROBLEMS, load_problems
@@ -56,16 +57,16 @@ def test_wrong_program_fails_with_wrong_answer(judge):
 def test_stop_on_first_failure_counts(pool):
     p = stdin_problem(5)
     prog = "n = int(input())\nprint(2 * n if n < 2 else -1)\n"  # passes tests 0, 1; fails 2, 3, 4
-    stop = Judge(pool, stop_on_first_failure=True).score(p, prog)
+    stop = Judge.from_config(pool, judge_config("seed", ["stop_on_first_failure=true"])).score(p, prog)
     assert (stop.passed, stop.n_tests, stop.tests_run, stop.tests_passed) == (False, 5, 3, 2)
     assert [r.outcome for r in stop.results] == [O.PASS, O.PASS, O.WRONG_ANSWER]
-    full = Judge(pool, stop_on_first_failure=False).score(p, prog)
+    full = Judge.from_config(pool, judge_config("seed", ["stop_on_first_failure=false"])).score(p, prog)
     assert (full.passed, full.n_tests, full.tests_run, full.tests_passed) == (False, 5, 5, 2)
     assert [r.index for r in full.results] == [0, 1, 2, 3, 4]
 
 
 def test_each_failure_kind(pool):
-    j = Judge(pool, timeout_s=1.0, stop_on_first_failure=True)
+    j = Judge.from_config(pool, judge_config("seed", ["timeout_s=1.0", "stop_on_first_failure=true"]))
     p = stdin_problem(2)
     cases = {
         "def broken(:\n": O.COMPILE_ERROR,
@@ -88,7 +89,7 @@ def test_normal_exits_count_as_success(judge):
 
 
 def test_compile_error_fails_every_test_without_stopping(pool):
-    v = Judge(pool, stop_on_first_failure=False).score(stdin_problem(3), "def (:\n")
+    v = Judge.from_config(pool, judge_config("seed", ["stop_on_first_failure=false"])).score(stdin_problem(3), "def (:\n")
     assert not v.passed and v.tests_passed == 0
     assert all(r.outcome is O.COMPILE_ERROR for r in v.results) and v.tests_run in (1, 3)
 
@@ -129,7 +130,7 @@ def test_pool_failure_is_sandbox_error_not_wrong_answer():
 
     closed = SandboxPool.from_config(judge_config("seed"), workers=1)
     closed.close()
-    v = Judge(closed).score(stdin_problem(2), "print(2 * int(input()))\n")
+    v = Judge.from_config(closed, judge_config("seed")).score(stdin_problem(2), "print(2 * int(input()))\n")
     assert has_sandbox_error(v) and not v.passed
     s = summarize([(stdin_problem(), v)])
     assert s.n_sandbox_errors == 1 and s.n_problems == 0  # never scored as a wrong answer
@@ -220,7 +221,7 @@ def test_summary_rejects_unknown_items():
 
 def test_unknown_profile_is_refused(pool):
     with pytest.raises(ValueError, match="available: reference, seed"):
-        Judge(pool, profile="nonesuch")
+        Judge.from_config(pool, {**OmegaConf.to_container(judge_config("seed")), "profile": "nonesuch"})
 
 
 def test_call_memory_cap_from_env_reaches_the_program(pool, monkeypatch):

@@ -52,8 +52,9 @@ def problems(apps_data_dir: Path) -> list:
 @pytest.fixture(scope="module")
 def judge(pool):
     from apps_bench.judge import Judge
+    from apps_bench.judge.cli import judge_config
 
-    return Judge(pool)
+    return Judge.from_config(pool, judge_config("seed"))
 
 
 @pytest.fixture(scope="module")
