@@ -153,3 +153,23 @@ def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name=SCHEMA_NAME, node=Config)
+
+
+def typed_config(cfg: Any) -> Config:
+    """The composed cell (a Hydra node or its plain data) as the schema's dataclasses: the one
+    object every stage reads after composition. Plain data is checked against the schema the
+    way Hydra checks a composed node (a wrong type or an unknown key fails here)."""
+    from omegaconf import OmegaConf
+
+    if isinstance(cfg, Config):
+        return cfg
+    if OmegaConf.is_config(cfg):
+        cfg = {str(k): cfg[k] for k in cfg.keys() if k != "hydra"}
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))  # type: ignore[return-value]
+
+
+def config_data(config: Config) -> dict[str, Any]:
+    """The typed config as plain data: what config.yaml holds and the cell key is computed from."""
+    from dataclasses import asdict
+
+    return asdict(config)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from apps_bench.cell import Cell, guard
+from apps_bench.config import Config, typed_config
 from apps_bench.tracking.console import Progress, print_problem, print_summary
 from apps_bench.tracking.records import (
     CELL,
@@ -71,10 +72,10 @@ def plain_config(cfg: Any) -> dict[str, Any]:
     return out
 
 
-def cell_dir_for(cfg: Mapping[str, Any], cell: Cell, cwd: Path | None = None) -> Path:
-    out_dir = cfg.get("out_dir")
+def cell_dir_for(out_dir: str | None, cell: Cell, cwd: Path | None = None) -> Path:
+    """The cell's folder: `out_dir` when set, else outputs/cells/<cell> under the working directory."""
     if out_dir:
-        return Path(str(out_dir)).expanduser().resolve()
+        return Path(out_dir).expanduser().resolve()
     return (cwd or Path.cwd()).resolve() / "outputs" / "cells" / cell.dir_name
 
 
@@ -85,8 +86,7 @@ def cell_dir_for(cfg: Mapping[str, Any], cell: Cell, cwd: Path | None = None) ->
 class Prepared:
     """A cell ready to run: its config, selection, folder and what is left to solve."""
 
-    data: dict[str, Any]  # the resolved config, plain data
-    node: Any  # the same as an OmegaConf node (attribute access for the stages' APIs)
+    config: Config  # the composed cell, typed (apps_bench/config.py)
     cell: Cell
     loaded: Any  # data.LoadResult
     store: RecordStore
@@ -117,7 +117,6 @@ def run_cell(cfg: Any) -> CellResult:
 def prepare(cfg: Any) -> Prepared:
     """Check the cell against the grid and its settings, load its problems, claim its folder."""
     import yaml
-    from omegaconf import OmegaConf
 
     from apps_bench.data import load_selection
 
@@ -125,8 +124,9 @@ def prepare(cfg: Any) -> Prepared:
     _quiet_libraries()
     data = plain_config(cfg)
     cell = guard(data)  # raises CellRefused (or InvalidSettings) before anything runs
+    config = _typed(data)
     try:
-        loaded = load_selection(data)
+        loaded = load_selection(config)
     except (ValueError, FileNotFoundError, OSError) as exc:
         raise CellSetupError(f"cannot load dataset {cell.dataset}: {exc}") from exc
     empty = empty_selection(loaded, data)
@@ -134,19 +134,18 @@ def prepare(cfg: Any) -> Prepared:
         raise InvalidSettings([empty])  # a cell of zero problems is an error, not a 0.0 score
     if loaded.missing_ids:
         print(f"warning: no row has IDs {', '.join(loaded.missing_ids)}", file=sys.stderr)
-    node = OmegaConf.create(data)
-    store = RecordStore(cell_dir_for(data, cell))
+    store = RecordStore(cell_dir_for(config.out_dir, cell))
     store.claim(cell.key, _cell_info(cell))
     store.write_config(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     try:
         from apps_bench.topologies.prompts import load_prompts
 
-        store.write_json(PROMPTS, dict(load_prompts(node.topology).texts))
+        store.write_json(PROMPTS, dict(load_prompts(config.topology).texts))
     except Exception as exc:  # noqa: BLE001 - a bad prompt set is a setup error with its own message
         raise CellSetupError(str(exc)) from exc
     state = store.resume()
     todo = [p for p in loaded.problems if record_key(p.split, p.id) not in state.done]
-    prep = Prepared(data=data, node=node, cell=cell, loaded=loaded, store=store, todo=todo,
+    prep = Prepared(config=config, cell=cell, loaded=loaded, store=store, todo=todo,
                     n_done=len(loaded.problems) - len(todo), t_start=t_start)  # fmt: skip
     print(
         f"apps-bench: cell {cell.name} [{cell.key}] dataset={cell.dataset} ({loaded.source}, revision {loaded.revision}): "
@@ -155,7 +154,7 @@ def prepare(cfg: Any) -> Prepared:
         + (f", {loaded.n_skipped} rows skipped" if loaded.n_skipped else ""),
         file=sys.stderr,
     )
-    if data["model"]["provider"] == "gold":
+    if config.model.provider == "gold":
         print(
             "apps-bench: model=gold is the built-in harness self-check server: it answers with reference "
             "solutions; it is not an LLM and its scores measure the harness, not a model.",
@@ -171,14 +170,14 @@ def evaluate(prep: Prepared, *, prompts: Any = None, final_eval_of: Any = None) 
     `final_eval_of`: the optimizer cell's run, whose child this evaluation's run is."""
     from apps_bench.tracking.run import open_run
 
-    data, cell = prep.data, prep.cell
+    config, cell = prep.config, prep.cell
     phases: dict[str, float] = {}
     sandbox: Any = _previous_sandbox(prep.dir)  # a rerun with nothing to solve starts no sandbox
     solvers = 0
     tracker_future: Future[Any] | None = None
     try:
         if not prep.todo:
-            tracker = open_run(data, cell, prep.loaded, final_eval_of=final_eval_of)
+            tracker = open_run(config, cell, prep.loaded, final_eval_of=final_eval_of)
         else:
             with ExitStack() as stack:
                 n_workers = _workers_for(prep)
@@ -186,10 +185,10 @@ def evaluate(prep: Prepared, *, prompts: Any = None, final_eval_of: Any = None) 
                 endpoint = _open_endpoint(stack, prep)
                 tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
                 stack.callback(tx.shutdown, wait=True)
-                tracker_future = tx.submit(open_run, data, cell, prep.loaded, final_eval_of=final_eval_of)
-                pool = stack.enter_context(_sandbox_pool(data))  # while the forkserver imports the framework
+                tracker_future = tx.submit(open_run, config, cell, prep.loaded, final_eval_of=final_eval_of)
+                pool = stack.enter_context(_sandbox_pool(config))  # while the forkserver imports the framework
                 solve, solvers = _solver(stack, prep, ctx, n_workers, endpoint=endpoint, prompts=prompts)
-                progress = Progress(len(prep.problems), prep.n_done, bool(data["progress"]), cell.name)
+                progress = Progress(len(prep.problems), prep.n_done, config.progress, cell.name)
                 stack.callback(progress.close)
                 phases["setup_s"] = time.perf_counter() - prep.t_start
                 asyncio.run(_solve_all(prep, solve, pool, endpoint, progress, tracker_future))
@@ -210,26 +209,26 @@ def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers
     from apps_bench import provenance
     from apps_bench.topologies.tool_use import tool_protocol, tool_warnings  # not at import: re-scoring loads no topology
 
-    data, cell, loaded, store = prep.data, prep.cell, prep.loaded, prep.store
+    config, cell, loaded, store = prep.config, prep.cell, prep.loaded, prep.store
     selected = {record_key(p.split, p.id): i for i, p in enumerate(loaded.problems)}
     records = sorted((r for r in store.records() if r["key"] in selected), key=lambda r: selected[r["key"]])
     summary = summarize_cell(records, n_selected=len(selected), skipped=loaded.skipped,
-                             profile=str(data["judge"]["profile"]), wall_s=time.perf_counter() - prep.t_start)  # fmt: skip
+                             profile=config.judge.profile, wall_s=time.perf_counter() - prep.t_start)  # fmt: skip
     summary["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
-    summary["run"] = {"concurrency": int(data["concurrency"]), "processes": str(data["processes"]), "solvers": solvers}
+    summary["run"] = {"concurrency": config.concurrency, "processes": config.processes, "solvers": solvers}
     summary["cell"] = {"key": cell.key, "name": cell.name, **cell.axes(), "model_label": cell.model_label}
     summary["tool_protocol"] = tool_protocol(records)
-    summary["warnings"] = tool_warnings(records, data["topology"], data["model"])
+    summary["warnings"] = tool_warnings(records, config.topology, config.model)
     summary["dataset"] = {"source": loaded.source, "revision": loaded.revision}
-    summary["provenance"] = provenance.collect(str(data["topology"]["framework"]), sandbox)
+    summary["provenance"] = provenance.collect(config.topology.framework, sandbox)
     store.write_json(CELL, {"key": cell.key, **_cell_info(cell), "provenance": summary["provenance"]})
     summary_path = store.write_summary(summary)
-    if bool(data["verbose"]) or data["dataset"]["source"] == "demo":
+    if config.verbose or config.dataset.source == "demo":
         for rec in records:
             print_problem(rec)
         print()
     files = [store.dir / RECORDS, summary_path, store.dir / CONFIG, store.dir / PROMPTS]
-    if data["tracking"]["log_transcripts"]:
+    if config.tracking.log_transcripts:
         files.append(store.dir / TRANSCRIPTS)
     tracker.finish(
         metrics=metrics_of(summary), rows=table_rows(records), files=files, complete=bool(summary["complete"]),
@@ -250,12 +249,12 @@ async def _solve_all(prep: Prepared, solve: Any, pool: Any, endpoint: Any, progr
     from apps_bench.solving import solver_threads
     from apps_bench.step import record_of, solve_and_judge
 
-    data = prep.data
-    concurrency = int(data["concurrency"])
+    config = prep.config
+    concurrency = config.concurrency
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(max_workers=solver_threads(concurrency), thread_name_prefix="apps-bench"))
-    judge = Judge.from_config(pool, prep.node.judge)
-    keep = bool(data["tracking"]["log_transcripts"])
+    judge = Judge.from_config(pool, config.judge)
+    keep = config.tracking.log_transcripts
     sem = asyncio.Semaphore(concurrency)
     async with solve.serving(pool, endpoint):
         async def one(problem: Any) -> None:
@@ -274,7 +273,7 @@ def _workers_for(prep: Prepared) -> int:
     from apps_bench.solver_pool import solver_count
 
     try:
-        return solver_count(prep.data["processes"], concurrency=int(prep.data["concurrency"]), n_problems=len(prep.todo))
+        return solver_count(prep.config.processes, concurrency=prep.config.concurrency, n_problems=len(prep.todo))
     except ValueError as exc:
         raise CellSetupError(str(exc)) from exc
 
@@ -285,12 +284,12 @@ def _forkserver(prep: Prepared) -> Any:
     from apps_bench.solver_pool import start_forkserver
     from apps_bench.topologies.registry import check_framework
 
-    topology = prep.data["topology"]
+    topology = prep.config.topology
     try:
-        check_framework(str(topology["framework"]), str(topology["name"]))
+        check_framework(topology.framework, topology.name)
     except MissingFrameworkError as exc:
         raise CellSetupError(str(exc)) from exc
-    return start_forkserver(str(topology["name"]))
+    return start_forkserver(topology.name)
 
 
 def _open_endpoint(stack: ExitStack, prep: Prepared) -> Any:
@@ -298,7 +297,7 @@ def _open_endpoint(stack: ExitStack, prep: Prepared) -> Any:
     from apps_bench.models import ModelEndpointError, open_endpoint
 
     try:
-        return stack.enter_context(open_endpoint(prep.node.model, prep.problems))
+        return stack.enter_context(open_endpoint(prep.config.model, prep.problems))
     except ModelEndpointError as exc:
         raise CellSetupError(str(exc)) from exc
 
@@ -310,25 +309,25 @@ def _solver(stack: ExitStack, prep: Prepared, ctx: Any, n_workers: int, *, endpo
     if n_workers:
         from apps_bench.solver_pool import SolverPool
 
-        workers = SolverPool.start(ctx, n_workers, cfg=prep.data, prompts=prompts,
-                                   threads=solver_threads(int(prep.data["concurrency"])),
-                                   timeout_s=time_cap(prep.data["topology"]) + 60)  # fmt: skip
+        workers = SolverPool.start(ctx, n_workers, cfg=prep.config, prompts=prompts,
+                                   threads=solver_threads(prep.config.concurrency),
+                                   timeout_s=time_cap(prep.config.topology) + 60)  # fmt: skip
         stack.callback(workers.close)
         return workers, n_workers
     from apps_bench.solving import LocalSolver
     from apps_bench.topologies.registry import get_topology
 
     try:
-        topology = get_topology(prep.node.topology)  # a missing framework fails now, with the pip command
+        topology = get_topology(prep.config.topology)  # a missing framework fails now, with the pip command
     except ImportError as exc:
         raise CellSetupError(str(exc)) from exc
-    return LocalSolver(prep.node, topology, prompts=prompts), 1
+    return LocalSolver(prep.config, topology, prompts=prompts), 1
 
 
-def _sandbox_pool(data: Mapping[str, Any]) -> Any:
+def _sandbox_pool(config: Config) -> Any:
     from apps_bench.sandbox import SandboxPool
 
-    return SandboxPool.from_config(data["judge"])
+    return SandboxPool.from_config(config.judge)
 
 
 def _fail_runs(exc: BaseException, tracker_future: Any, final_eval_of: Any) -> None:
@@ -341,6 +340,13 @@ def _fail_runs(exc: BaseException, tracker_future: Any, final_eval_of: Any) -> N
                 run.fail(f"{type(exc).__name__}: {exc}")
         except Exception:  # noqa: BLE001
             pass
+
+
+def _typed(data: Mapping[str, Any]) -> Config:
+    try:
+        return typed_config(data)
+    except Exception as exc:  # noqa: BLE001 - OmegaConf's validation errors name the key and the type
+        raise CellSetupError(f"the cell's config does not match the schema (apps_bench/config.py): {exc}") from exc
 
 
 def _cell_info(cell: Cell) -> dict[str, Any]:

@@ -100,11 +100,12 @@ def _selected_keys(data: dict[str, Any], cache: dict[str, Any]) -> tuple[set[str
     sel = {k: data.get(k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
     sig = json.dumps([data["dataset"], sel], sort_keys=True, default=str)
     if sig not in cache:
+        from apps_bench.config import typed_config
         from apps_bench.data import load_selection
         from apps_bench.validate import InvalidSettings, empty_selection
 
         try:
-            loaded = load_selection(data)
+            loaded = load_selection(typed_config(data))
         except Exception as exc:  # noqa: BLE001 - an unreadable dataset leaves N unknown; the plan still lists the cell
             cache[sig] = (None, f"dataset not readable here ({type(exc).__name__}: {exc})")
         else:
@@ -150,7 +151,7 @@ def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: list[Any]
         guard, allowed = "allowed (allow_any_cell)", True
     else:
         guard, allowed = (refusal, False) if refusal else ("allowed", True)
-    cell_dir = cell_dir_for(data, cell)
+    cell_dir = cell_dir_for(data.get("out_dir"), cell)
     try:  # bad settings refuse a cell whatever allow_any_cell says
         check_settings(data)
         keys, why = _selected_keys(data, cache)

@@ -33,9 +33,12 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from apps_bench.solving import Solved
+
+if TYPE_CHECKING:
+    from apps_bench.config import Config
 
 BASE_PRELOAD = ("apps_bench.solving", "apps_bench.solver_pool", "apps_bench.models", "apps_bench.sandbox.tool",
                 "apps_bench.topologies.context", "omegaconf")  # fmt: skip
@@ -174,7 +177,7 @@ class ExecProxy:
 class WorkerSpec:
     """What a worker needs besides the problems: sent once, when it starts."""
 
-    cfg: dict[str, Any]  # the resolved cell config, plain data
+    cfg: Config  # the cell's typed config
     prompts: Any  # the PromptSet to solve with (an optimizer's choice), or None for the config's
     threads: int  # its default executor's size (tool calls)
     env: dict[str, str]  # the cell process's environment now (the forkserver's is older)
@@ -188,14 +191,11 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
     os.environ.clear()
     os.environ.update(spec.env)
     os.chdir(spec.cwd)
-    from omegaconf import OmegaConf
-
     from apps_bench.solving import LocalSolver
     from apps_bench.topologies.registry import get_topology
 
-    node = OmegaConf.create(spec.cfg)
     try:
-        topology = get_topology(node.topology)
+        topology = get_topology(spec.cfg.topology)
     except Exception as exc:  # noqa: BLE001 - told to the cell, which fails the problems it sends here
         conn.send(("broken", f"{type(exc).__name__}: {exc}"))
         return
@@ -203,7 +203,7 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
     assert msg[0] == "setup", msg
     endpoint = msg[1]
     proxy = ExecProxy()
-    solver = LocalSolver(node, topology, prompts=spec.prompts)  # this process solves as a one-process cell does
+    solver = LocalSolver(spec.cfg, topology, prompts=spec.prompts)  # this process solves as a one-process cell does
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -281,10 +281,10 @@ class SolverPool:
         self._closing = False
 
     @classmethod
-    def start(cls, ctx: Any, n: int, *, cfg: Mapping[str, Any], prompts: Any, threads: int, timeout_s: float) -> SolverPool:
+    def start(cls, ctx: Any, n: int, *, cfg: Config, prompts: Any, threads: int, timeout_s: float) -> SolverPool:
         """`timeout_s`: a safety net above the runner's own time cap; a worker that does not
         answer a problem by then is stuck, and is ended."""
-        pool = cls(ctx, WorkerSpec(cfg=dict(cfg), prompts=prompts, threads=threads, env=dict(os.environ),
+        pool = cls(ctx, WorkerSpec(cfg=cfg, prompts=prompts, threads=threads, env=dict(os.environ),
                                    cwd=os.getcwd(), name=""), timeout_s)  # fmt: skip
         for _ in range(n):
             pool._spawn()

@@ -14,7 +14,10 @@ import asyncio
 import contextlib
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
+
+if TYPE_CHECKING:
+    from apps_bench.config import Config, TopologyConfig
 
 
 @dataclass
@@ -29,15 +32,15 @@ class Solved:
     solver: str = "main"  # which process solved it: "main" (the cell's) or "solver-<n>"
 
 
-def time_cap(topology_cfg: Any) -> float:
+def time_cap(topology_cfg: TopologyConfig) -> float:
     """A safety net over the runner's own time limit (`topology.time_limit_s`)."""
-    return float(topology_cfg.get("time_limit_s") or 600) * 1.5 + 30
+    return float(topology_cfg.time_limit_s) * 1.5 + 30
 
 
 async def solve_problem(
     problem: Any,
     *,
-    cfg: Mapping[str, Any],
+    cfg: Config,
     topology: Any,
     endpoint: Any,
     pool: Any,
@@ -57,8 +60,7 @@ async def solve_problem(
     from apps_bench.types import Attempt, Usage
 
     problem = problem.without_tests()
-    topo_cfg = cfg["topology"]
-    tool_cfg = cfg["tool"]
+    topo_cfg, tool_cfg = cfg.topology, cfg.tool
     usage = Usage()
     attempt: Any = None
     error: str | None = None
@@ -66,10 +68,10 @@ async def solve_problem(
     t0 = time.perf_counter()
     models = None
     try:
-        models = ModelClients(endpoint, cfg["model"], usage, shared=connections, headers=dict(headers or {}) or None)
-        tool = PythonExecTool(pool, float(tool_cfg["timeout_s"]), int(tool_cfg["output_chars"]), usage)
+        models = ModelClients(endpoint, cfg.model, usage, shared=connections, headers=dict(headers or {}) or None)
+        tool = PythonExecTool(pool, float(tool_cfg.timeout_s), int(tool_cfg.output_chars), usage)
         ctx = build_context(
-            problem, topo_cfg, models=models, tool=tool, seed=int(cfg["seed"] if seed is None else seed), usage=usage,
+            problem, topo_cfg, models=models, tool=tool, seed=int(cfg.seed if seed is None else seed), usage=usage,
             prompts=prompts,
         )  # fmt: skip
         try:
@@ -119,7 +121,7 @@ class LocalSolver:
     """Solving in the cell's own process (`processes=1`, or one usable CPU): the same calls as
     solver_pool.SolverPool, so the cell's loop does not know which one it has."""
 
-    def __init__(self, cfg: Any, topology: Any, *, prompts: Any = None) -> None:
+    def __init__(self, cfg: Config, topology: Any, *, prompts: Any = None) -> None:
         self.cfg = cfg
         self.topology = topology
         self.prompts = prompts

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from conftest import cli_env, fresh_store, run_cli
+from conftest import cli_env, compose_cell, fresh_store, run_cli
 
+from apps_bench.config import typed_config
 from apps_bench.cpus import usable_cpus
 from apps_bench.solver_pool import solver_count
 
@@ -77,8 +78,7 @@ def test_a_worker_holds_no_pipe_of_the_cell_process():
     r, w = os.pipe()
     os.set_inheritable(w, True)
     ctx = start_forkserver("single")
-    cfg = {"topology": {"name": "single", "framework": "langgraph"}}
-    workers = SolverPool.start(ctx, 1, cfg=cfg, prompts=None, threads=2, timeout_s=60)
+    workers = SolverPool.start(ctx, 1, cfg=typed_config(compose_cell()), prompts=None, threads=2, timeout_s=60)
     try:
         assert workers.workers[0].process.is_alive()
         os.close(w)

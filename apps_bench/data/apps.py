@@ -239,15 +239,15 @@ def load_problems(
     return _result(problems, skipped, source, revision, only, tally, n_selected)
 
 
-def load_selection(cfg: Mapping[str, Any]) -> LoadResult:
-    """The problems a composed cell config selects (its dataset and top-level selection keys)."""
+def load_selection(config: Any) -> LoadResult:
+    """The problems a cell selects: its dataset and the top-level selection keys of its `Config`."""
     return load_problems(
-        cfg["dataset"],
-        limit=cfg.get("limit"),
-        offset=int(cfg.get("offset") or 0),
-        only=tuple(str(x) for x in (cfg.get("only") or ())),
-        difficulty=cfg.get("difficulty"),
-        max_tests_per_row=int(cfg["max_tests_per_row"]),
+        config.dataset,
+        limit=config.limit,
+        offset=int(config.offset),
+        only=tuple(str(x) for x in config.only),
+        difficulty=config.difficulty,
+        max_tests_per_row=int(config.max_tests_per_row),
     )
 
 

@@ -12,6 +12,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from apps_bench.config import config_data
 from apps_bench.pipeline import CellResult, CellSetupError, Prepared, evaluate
 from apps_bench.tracking.records import CONFIG, PROMPTS
 
@@ -39,13 +40,13 @@ def _optimize(prep: Prepared) -> tuple[Any, Any, Any]:
     from apps_bench.topologies.base import PromptSet
     from apps_bench.tracking.run import open_run
 
-    tags = {**link_tags(cell, seed_cell_of(prep.data)), "run_kind": "optimizer_cell"}
+    tags = {**link_tags(cell, seed_cell_of(config_data(prep.config))), "run_kind": "optimizer_cell"}
     tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
-    sink = StepMetricsSink(tx.submit(open_run, prep.data, cell, prep.loaded, extra_tags=tags), step_metrics)
+    sink = StepMetricsSink(tx.submit(open_run, prep.config, cell, prep.loaded, extra_tags=tags), step_metrics)
     tx.shutdown(wait=False)
     print(f"apps-bench: optimizer={cell.optimizer}: optimizing the {cell.topology} prompts first", file=sys.stderr)
     try:
-        result = run_optimizer(prep.node, out_dir=prep.dir / "optimizer", hook=sink)
+        result = run_optimizer(prep.config, out_dir=prep.dir / "optimizer", hook=sink)
         tracker = sink.flush()
     except ValueError as exc:  # bad pool / optimizer settings: the message says which
         sink.fail(f"{type(exc).__name__}: {exc}")
@@ -73,7 +74,7 @@ def _finish(tracker: Any, prep: Prepared, result: Any, evaluated: CellResult) ->
     from apps_bench.tracking.summary import metrics_of
 
     summary = evaluated.summary
-    seed = cell_runs.seed_cell_result(cell_runs.seed_cell_of(prep.data))
+    seed = cell_runs.seed_cell_result(cell_runs.seed_cell_of(config_data(prep.config)))
     metrics = {**cell_runs.optimizer_metrics(result), **cell_runs.headline(metrics_of(summary), seed)}
     tracker.finish(
         metrics=metrics,

@@ -10,6 +10,7 @@ the caller's (`hook` receives every event for step metrics).
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -72,11 +73,15 @@ def optimizer_model_config(value: Any, task_model: Any) -> Any:
     elif isinstance(value, str):
         known = sorted(p.stem for p in model_dir.glob("*.yaml"))
         raise ValueError(f"optimizer.params.optimizer_model={name!r}: no conf/model/{name}.yaml; choose one of {known}")
-    return OmegaConf.merge(OmegaConf.structured(ModelConfig), base, over)
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), base, over))
+    except Exception as exc:  # noqa: BLE001 - OmegaConf's error names the key
+        raise ValueError(f"optimizer.params.optimizer_model={value!r} is not a complete model config: {exc}") from exc
 
 
 def run_optimizer(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[str, Any]], None] | None = None) -> OptimizeResult:
 
+    from apps_bench.config import typed_config  # noqa: PLC0415
     from apps_bench.data import eval_ids, load_problems  # noqa: PLC0415
     from apps_bench.judge import Judge  # noqa: PLC0415
     from apps_bench.models import open_endpoint  # noqa: PLC0415
@@ -86,10 +91,11 @@ def run_optimizer(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[st
     from apps_bench.sandbox import SandboxPool  # noqa: PLC0415
     from apps_bench.topologies.prompts import load_prompts, roles_for  # noqa: PLC0415
 
-    method = str(cfg.optimizer.name)
-    params = dict(_plain(cfg.optimizer.params) or {})
+    cfg = typed_config(cfg)
+    method = cfg.optimizer.name
+    params = dict(cfg.optimizer.params)
     pool_p = dict(params.get("pool") or {})
-    pool_ds = pool_dataset_config(dict(_plain(cfg.dataset)), pool_p)
+    pool_ds = pool_dataset_config(dataclasses.asdict(cfg.dataset), pool_p)
     loaded = load_problems(pool_ds, difficulty=pool_p.get("difficulty", "interview"), max_tests_per_row=int(cfg.max_tests_per_row))
     eval_rows = load_problems(cfg.dataset, only=eval_ids(), max_tests_per_row=int(cfg.max_tests_per_row)).problems
     problems = {p.key: p for p in loaded.problems}
@@ -100,8 +106,6 @@ def run_optimizer(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[st
         task_ep = ep
         proxy = None
         if params.get("replay", True):  # partial re-runs: identical model requests are answered from the run's cache
-            import dataclasses  # noqa: PLC0415
-
             from apps_bench.optimizers.cache import RolloutCache  # noqa: PLC0415
             from apps_bench.optimizers.replay import ReplayProxy  # noqa: PLC0415
 
@@ -111,7 +115,7 @@ def run_optimizer(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[st
             url = stack.enter_context(proxy)
             task_ep = dataclasses.replace(ep, base_url=url)
         opt_cfg = optimizer_model_config(opt_model_cfg, cfg.model)
-        if _plain(opt_cfg) == _plain(cfg.model):
+        if opt_cfg == cfg.model:
             opt_ep = ep  # the task model's endpoint (one gold server, one vLLM connection)
         else:
             opt_ep = stack.enter_context(open_endpoint(opt_cfg, loaded.problems))

@@ -29,16 +29,17 @@ class PipelineRunner:
 
     def __init__(self, cfg: Any, *, endpoint: Any, pool: Any, judge: Any, problems: Mapping[ProblemKey, Problem],
                  concurrency: int | None = None, replayed: Callable[[str], int] | None = None) -> None:  # fmt: skip
+        from apps_bench.config import typed_config  # noqa: PLC0415
         from apps_bench.topologies.registry import get_topology  # noqa: PLC0415
 
-        self.cfg = cfg
+        self.cfg = typed_config(cfg)
         self.endpoint = endpoint
         self.pool = pool
         self.judge = judge
         self.problems = dict(problems)
         self.replayed = replayed
-        self.topology = get_topology(cfg.topology)
-        self.concurrency = max(1, int(concurrency or cfg.get("concurrency", 4) or 4))
+        self.topology = get_topology(self.cfg.topology)
+        self.concurrency = max(1, int(concurrency or self.cfg.concurrency))
 
     def run_batch(self, prompt_set: PromptSet, jobs: Sequence[tuple[ProblemKey, int]]) -> list[Rollout]:
         missing = [k for k, _ in jobs if tuple(k) not in self.problems]
@@ -98,26 +99,12 @@ class PipelineRunner:
 
     def settings(self) -> dict[str, Any]:
         """What goes into the rollout cache key besides prompts: everything that changes a run."""
-        from omegaconf import OmegaConf  # noqa: PLC0415
-
-        topo = OmegaConf.to_container(self.cfg.topology, resolve=True) if OmegaConf.is_config(self.cfg.topology) else dict(self.cfg.topology)
-        topo = {k: v for k, v in dict(topo).items() if k not in ("prompts", "prompt_file")}
-        judge = OmegaConf.to_container(self.cfg.judge, resolve=True) if OmegaConf.is_config(self.cfg.judge) else dict(self.cfg.judge)
-        judge = {k: v for k, v in dict(judge).items() if k != "workers"}
-        tool = OmegaConf.to_container(self.cfg.tool, resolve=True) if OmegaConf.is_config(self.cfg.tool) else dict(self.cfg.tool)
-        return {"topology": topo, "judge": judge, "tool": tool, "max_tests_per_row": self.cfg.get("max_tests_per_row")}
+        topo = {k: v for k, v in dataclasses.asdict(self.cfg.topology).items() if k not in ("prompts", "prompt_file")}
+        judge = {k: v for k, v in dataclasses.asdict(self.cfg.judge).items() if k != "workers"}
+        return {"topology": topo, "judge": judge, "tool": dataclasses.asdict(self.cfg.tool),
+                "max_tests_per_row": self.cfg.max_tests_per_row}  # fmt: skip
 
     def model_identity(self) -> dict[str, Any]:
-        m = self.cfg.model
+        m = dataclasses.asdict(self.cfg.model)
         keys = ("name", "provider", "model_id", "temperature", "top_p", "max_tokens", "extra_body", "wrong_fraction")
-        out = {}
-        for k in keys:
-            v = m.get(k) if hasattr(m, "get") else getattr(m, k, None)
-            try:
-                from omegaconf import OmegaConf  # noqa: PLC0415
-
-                v = OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-            except ImportError:
-                pass
-            out[k] = v
-        return out
+        return {k: m[k] for k in keys}

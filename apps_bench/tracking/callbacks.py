@@ -77,11 +77,12 @@ def check_sweep(config: DictConfig) -> tuple[int, list[str]]:
 
 
 def _selection_refusal(data: dict[str, Any]) -> str | None:
+    from apps_bench.config import typed_config
     from apps_bench.data import load_selection
     from apps_bench.validate import InvalidSettings, empty_selection
 
     try:
-        bad = empty_selection(load_selection(data), data)
+        bad = empty_selection(load_selection(typed_config(data)), data)
     except (ValueError, OSError) as exc:
         return f"cannot load dataset {data['dataset'].get('name')}: {exc}"
     return str(InvalidSettings([bad])) if bad is not None else None

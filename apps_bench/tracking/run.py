@@ -7,9 +7,12 @@ recorded problem, and the records written so far are kept for the rerun.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from apps_bench.cell import Cell
+
+if TYPE_CHECKING:
+    from apps_bench.config import Config
 
 
 class NoRun:
@@ -28,7 +31,7 @@ class NoRun:
         pass
 
 
-def cell_tags(data: Mapping[str, Any], cell: Cell, loaded: Any) -> dict[str, str]:
+def cell_tags(config: Config, cell: Cell, loaded: Any) -> dict[str, str]:
     """What a cell's run is found and grouped by: its axes, the model's identity, judge, data, code."""
     from apps_bench.tracking import mlflow as mlf
 
@@ -37,13 +40,13 @@ def cell_tags(data: Mapping[str, Any], cell: Cell, loaded: Any) -> dict[str, str
         # the model's identity: the report's "model" column must not merge different served models
         "model": cell.model_label,
         "model_preset": cell.model,
-        "model_id": str(data["model"].get("model_id", "")),
-        "endpoint_kind": str(data["model"].get("provider", "")),
+        "model_id": config.model.model_id,
+        "endpoint_kind": config.model.provider,
         "cell_key": cell.key,
         "cell_name": cell.name,
-        "framework": str(data["topology"].get("framework", "")),
-        "judge_profile": str(data["judge"]["profile"]),
-        "max_tests_per_row": str(data["max_tests_per_row"]),
+        "framework": config.topology.framework,
+        "judge_profile": config.judge.profile,
+        "max_tests_per_row": str(config.max_tests_per_row),
         "dataset_revision": str(loaded.revision),
         "dataset_source": str(loaded.source),
         "package_version": mlf.package_version(),
@@ -52,24 +55,24 @@ def cell_tags(data: Mapping[str, Any], cell: Cell, loaded: Any) -> dict[str, str
 
 
 def open_run(
-    data: Mapping[str, Any], cell: Cell, loaded: Any, *, extra_tags: Mapping[str, str] | None = None,
+    config: Config, cell: Cell, loaded: Any, *, extra_tags: Mapping[str, str] | None = None,
     final_eval_of: Any = None,
 ) -> Any:  # fmt: skip
     """The cell's run (found again by its cell key on resume); with `final_eval_of` (an
     optimizer cell's run), its final-evaluation child run."""
-    tracking = data["tracking"]
-    if tracking["backend"] == "none":
+    if config.tracking.backend == "none":
         return NoRun()
     from apps_bench.tracking import mlflow as mlf
 
-    tags = {**cell_tags(data, cell, loaded), **(extra_tags or {})}
-    experiment = str(tracking["experiment"])
+    tags = {**cell_tags(config, cell, loaded), **(extra_tags or {})}
+    experiment = config.tracking.experiment
     if final_eval_of is not None:
+        from apps_bench.config import config_data
         from apps_bench.optimizers.cell_runs import final_eval_tags, seed_cell_of
 
         return mlf.CellRun.open(
             experiment=experiment, cell_key=cell.key, run_name=f"{cell.name}·final_eval", params=dict(cell.identity),
-            tags=final_eval_tags(tags, cell, seed_cell_of(data), final_eval_of.run_id), key_tag="final_eval_of",
+            tags=final_eval_tags(tags, cell, seed_cell_of(config_data(config)), final_eval_of.run_id), key_tag="final_eval_of",
             parent_run_id=final_eval_of.run_id,
         )  # fmt: skip
     return mlf.CellRun.open(experiment=experiment, cell_key=cell.key, run_name=cell.name, params=dict(cell.identity), tags=tags)
