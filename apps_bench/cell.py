@@ -10,13 +10,14 @@ Anything not listed as run-only is part of the key: a new setting is safe by def
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+
+from apps_bench.config import as_plain
 
 AXES: tuple[str, ...] = ("dataset", "topology", "model", "optimizer", "seed")
 
@@ -79,17 +80,6 @@ class Cell:
         return f"{self.dataset}-{self.topology}-{model}-{self.optimizer}-s{self.seed}-{self.key}"
 
 
-def _as_container(cfg: Any) -> dict[str, Any]:
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(cfg, DictConfig):
-        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
-    else:
-        data = copy.deepcopy(dict(cfg))
-    assert isinstance(data, dict)
-    return data  # type: ignore[return-value]
-
-
 def _file_digest(path: str) -> str | None:
     p = Path(path).expanduser()
     if not p.is_file():
@@ -99,7 +89,7 @@ def _file_digest(path: str) -> str | None:
 
 def identity_of(cfg: Any) -> dict[str, Any]:
     """The part of a composed config that changes results (see module docstring)."""
-    data = _as_container(cfg)
+    data = as_plain(cfg)
     out: dict[str, Any] = {"key_version": KEY_VERSION}
     for k, v in data.items():
         if k in RUN_ONLY[""]:
@@ -129,7 +119,7 @@ def cell_key(identity: Mapping[str, Any]) -> str:
 
 def resolve_cell(cfg: Any) -> Cell:
     """Compose-time config -> Cell (axes + stable key)."""
-    data = _as_container(cfg)
+    data = as_plain(cfg)
     ident = identity_of(data)
 
     def name(section: str) -> str:
@@ -197,7 +187,7 @@ def guard(cfg: Any) -> Cell:
     check its settings (validate.py). Both refusals come before anything of the cell exists."""
     from apps_bench.validate import check_settings
 
-    data = _as_container(cfg)
+    data = as_plain(cfg)
     cell = resolve_cell(data)
     if not data.get("allow_any_cell", False):
         why = grid_refusal(cell, data.get("grid") or {})

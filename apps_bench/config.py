@@ -155,6 +155,37 @@ def register_configs() -> None:
     ConfigStore.instance().store(name=SCHEMA_NAME, node=Config)
 
 
+def as_plain(value: Any) -> Any:
+    """A config value as plain Python (dicts, lists, scalars) that SDKs can JSON-encode and
+    callers may change: an OmegaConf node resolved (a missing value as None), a dataclass as
+    its fields, anything else deep-copied."""
+    import copy
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if hasattr(value, "_get_node"):  # an OmegaConf container (omegaconf is imported only when one is passed)
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(value, resolve=True, throw_on_missing=False)
+    return copy.deepcopy(value)
+
+
+def cell_data(cfg: Any) -> dict[str, Any]:
+    """A composed cell as plain data, without the `hydra` node (whose `${hydra:...}` values do
+    not resolve outside a running job): what the grid guard, the cell key and config.yaml read."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.is_config(cfg):
+        return dict(as_plain(dict(cfg)))
+    out: dict[str, Any] = {}
+    for k in cfg.keys():
+        if k == "hydra":
+            continue
+        out[str(k)] = None if OmegaConf.is_missing(cfg, k) else as_plain(cfg[k])
+    return out
+
+
 def typed_config(cfg: Any) -> Config:
     """The composed cell (a Hydra node or its plain data) as the schema's dataclasses: the one
     object every stage reads after composition. Plain data is checked against the schema the
@@ -163,9 +194,7 @@ def typed_config(cfg: Any) -> Config:
 
     if isinstance(cfg, Config):
         return cfg
-    if OmegaConf.is_config(cfg):
-        cfg = {str(k): cfg[k] for k in cfg.keys() if k != "hydra"}
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))  # type: ignore[return-value]
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cell_data(cfg)))  # type: ignore[return-value]
 
 
 def config_data(config: Config) -> dict[str, Any]:

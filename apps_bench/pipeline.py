@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from apps_bench.cell import Cell, guard
-from apps_bench.config import Config, typed_config
+from apps_bench.config import Config, cell_data, typed_config
 from apps_bench.tracking.console import Progress, print_problem, print_summary
 from apps_bench.tracking.records import (
     CELL,
@@ -55,21 +55,6 @@ class CellResult:
 
 
 # ----------------------------------------------------------------------------- config
-
-
-def plain_config(cfg: Any) -> dict[str, Any]:
-    """The cell's config as plain data (no `hydra` node)."""
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.is_config(cfg):
-        return dict(cfg)
-    out: dict[str, Any] = {}
-    for k in cfg.keys():
-        if k == "hydra":
-            continue
-        v = cfg[k]
-        out[str(k)] = OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-    return out
 
 
 def cell_dir_for(out_dir: str | None, cell: Cell, cwd: Path | None = None) -> Path:
@@ -122,7 +107,7 @@ def prepare(cfg: Any) -> Prepared:
 
     t_start = time.perf_counter()
     _quiet_libraries()
-    data = plain_config(cfg)
+    data = cell_data(cfg)
     cell = guard(data)  # raises CellRefused (or InvalidSettings) before anything runs
     config = _typed(data)
     try:

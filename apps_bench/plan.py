@@ -67,8 +67,8 @@ def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str],
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from apps_bench.config import register_configs
-    from apps_bench.tracking.callbacks import job_part, sweep_overrides
+    from apps_bench.config import cell_data, register_configs
+    from apps_bench.tracking.callbacks import sweep_overrides
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -79,9 +79,9 @@ def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str],
             declared = str(OmegaConf.select(master, "hydra.mode") or "").endswith("MULTIRUN")  # an experiment's sweep
             if not (multirun or declared):
                 cfg = loader.load_configuration("config", overrides, run_mode=RunMode.RUN)
-                return [([], job_part(cfg))]
+                return [([], cell_data(cfg))]
             return [
-                (list(cell), job_part(loader.load_sweep_config(master_config=master, sweep_overrides=list(cell))))
+                (list(cell), cell_data(loader.load_sweep_config(master_config=master, sweep_overrides=list(cell))))
                 for cell in sweep_overrides(master)
             ]
     except HydraException as exc:

@@ -15,10 +15,10 @@ per role is counted at the transport, like the totals.
 
 from __future__ import annotations
 
-import copy
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from apps_bench.config import as_plain
 from apps_bench.models.endpoint import cfg_value
 from apps_bench.models.retrying import RetryPolicy
 from apps_bench.models.slots import EndpointSlots
@@ -39,18 +39,6 @@ def _require(module: str, extra: str, package: str) -> Any:
         raise MissingFrameworkError(
             f"{package} is not installed ({exc}). Install it with: pip install 'apps-bench[{extra}]'"
         ) from exc
-
-
-def _plain(value: Any) -> Any:
-    """OmegaConf containers -> plain dicts/lists (SDKs json-encode what we pass)."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(value, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(value, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return copy.deepcopy(dict(value)) if value else {}
 
 
 # AutoGen needs these for a model name it does not know (any non-OpenAI name).
@@ -148,7 +136,7 @@ class ModelClients:
         return self.endpoint.model_id
 
     def extra_body(self) -> dict[str, Any]:
-        return _plain(cfg_value(self.cfg, "extra_body", {}))
+        return as_plain(cfg_value(self.cfg, "extra_body", {})) or {}
 
     def request_params(self, seed: int) -> dict[str, Any]:
         """Sampling for one chat.completions call: temperature, top_p, max_tokens, seed, extra_body."""

@@ -15,13 +15,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from apps_bench.config import as_plain
 from apps_bench.optimizers.run import OptimizeResult, optimize
-
-
-def _plain(node: Any) -> Any:
-    from omegaconf import OmegaConf  # noqa: PLC0415
-
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
 def pool_dataset_config(dataset_cfg: Mapping[str, Any], pool: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,7 +53,7 @@ def optimizer_model_config(value: Any, task_model: Any) -> Any:
     if value is None or value == "" or value == {}:
         return task_model
     model_dir = Path(__file__).resolve().parents[1] / "conf" / "model"
-    value = _plain(value)
+    value = as_plain(value)
     over: dict[str, Any] = {}
     if isinstance(value, str):
         name = value

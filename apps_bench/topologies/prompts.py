@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from apps_bench.config import as_plain
 from apps_bench.topologies.base import PromptSet
 
 
@@ -23,19 +24,10 @@ def cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
     return cfg.get(key, default) if isinstance(cfg, Mapping) else getattr(cfg, key, default)
 
 
-def _plain(value: Any) -> Any:
-    """OmegaConf containers -> plain Python, without importing omegaconf when not needed."""
-    if hasattr(value, "_get_node"):
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(value, resolve=True)
-    return value
-
-
 def sizes_of(cfg: Any) -> list[int]:
     """Team sizes the config declares a role list for."""
     out = []
-    for key in (_plain(cfg_get(cfg, "roles_by_size")) or {}):
+    for key in (as_plain(cfg_get(cfg, "roles_by_size")) or {}):
         try:
             out.append(int(key))
         except (TypeError, ValueError):
@@ -48,7 +40,7 @@ def sizes_of(cfg: Any) -> list[int]:
 def roles_for(cfg: Any, team_size: int | None = None) -> list[str]:
     """Ordered roles for `team_size` (default: cfg.team_size)."""
     size = int(cfg_get(cfg, "team_size") if team_size is None else team_size)
-    by_size = _plain(cfg_get(cfg, "roles_by_size")) or {}
+    by_size = as_plain(cfg_get(cfg, "roles_by_size")) or {}
     roles = by_size.get(str(size), by_size.get(size))  # type: ignore[call-overload]
     if not roles:
         raise TopologyConfigError(
@@ -62,7 +54,7 @@ def roles_for(cfg: Any, team_size: int | None = None) -> list[str]:
 def declared_roles(cfg: Any) -> list[str]:
     """Every role the topology can play at any team size, in first-seen order."""
     seen: dict[str, None] = {}
-    by_size = _plain(cfg_get(cfg, "roles_by_size")) or {}
+    by_size = as_plain(cfg_get(cfg, "roles_by_size")) or {}
     for key in sorted(by_size, key=lambda k: int(k)):
         for role in by_size[key]:
             seen.setdefault(str(role), None)
@@ -107,7 +99,7 @@ def load_prompts(cfg: Any) -> PromptSet:
     if prompt_file:
         texts, source = read_prompt_file(prompt_file), f"prompt_file {prompt_file!r}"
     else:
-        texts, source = dict(_plain(cfg_get(cfg, "prompts")) or {}), f"topology.prompts of {name!r}"
+        texts, source = dict(as_plain(cfg_get(cfg, "prompts")) or {}), f"topology.prompts of {name!r}"
     extra = sorted(set(texts) - known)
     if extra:
         raise TopologyConfigError(

@@ -54,13 +54,14 @@ def check_sweep(config: DictConfig) -> tuple[int, list[str]]:
     from hydra.core.global_hydra import GlobalHydra
 
     from apps_bench.cell import CellRefused, guard
+    from apps_bench.config import cell_data
 
     loader = GlobalHydra.instance().config_loader()
     cells = sweep_overrides(config)
     refusals: list[str] = []
     checked: dict[str, str | None] = {}  # selection -> refusal (cells of a sweep mostly share one)
     for overrides in cells:
-        data = job_part(loader.load_sweep_config(master_config=config, sweep_overrides=list(overrides)))
+        data = cell_data(loader.load_sweep_config(master_config=config, sweep_overrides=list(overrides)))
         try:
             guard(data)
             ds = data.get("dataset") or {}
@@ -86,21 +87,6 @@ def _selection_refusal(data: dict[str, Any]) -> str | None:
     except (ValueError, OSError) as exc:
         return f"cannot load dataset {data['dataset'].get('name')}: {exc}"
     return str(InvalidSettings([bad])) if bad is not None else None
-
-
-def job_part(cfg: DictConfig) -> dict[str, Any]:
-    """The cell's own config without the `hydra` node (whose `${hydra:...}` values do not
-    resolve outside a running job)."""
-    out: dict[str, Any] = {}
-    for k in cfg.keys():
-        if k == "hydra":
-            continue
-        if OmegaConf.is_missing(cfg, k):
-            out[str(k)] = None
-            continue
-        v = cfg[k]
-        out[str(k)] = OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-    return out
 
 
 class SweepTracking(Callback):

@@ -9,16 +9,16 @@ from pathlib import Path
 from conftest import compose_cell
 
 from apps_bench.cell import resolve_cell
+from apps_bench.config import cell_data
 from apps_bench.optimizers import cell_runs
 from apps_bench.optimizers.run import OptimizeResult
 from apps_bench.optimizers.scoring import Objective
-from apps_bench.pipeline import plain_config
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def _data(*overrides: str) -> dict:
-    return plain_config(compose_cell("allow_any_cell=true", *overrides))
+    return cell_data(compose_cell("allow_any_cell=true", *overrides))
 
 
 def test_seed_cell_is_the_same_cell_with_optimizer_none():
