@@ -184,3 +184,81 @@ def test_ray_cell_no_node_can_hold_is_refused_with_the_fix(
     assert "Nothing was run." in out.stderr
     assert not (cluster_workdir / "outputs" / "cells").exists()
     assert wall < 120, f"refusing took {wall:.0f}s: it waited on the cluster"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def _cell_workers(netns: Netns) -> dict[int, str]:
+    """pid -> command line of the namespace's processes that run a cell task right now."""
+    return {p: c for p in netns.pids() if (c := _cmdline(p)).startswith("ray::apps_bench_cell")}
+
+
+def _wait_for(what: str, check, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_ray_killed_cell_is_retried_from_its_records_and_ctrl_c_ends_every_cell(
+    netns: Netns, mlflow_server: MlflowServer, ray_head: RayHead, cluster_workdir: Path
+) -> None:
+    """SIGKILL of a cell's worker: Ray runs the task again and the cell resumes from its records.
+    Then Ctrl-C on the sweep: it exits, and no cell task, nor any process a cell started, is left."""
+    data = Path(__file__).resolve().parents[3] / "shared" / "data" / "apps" / "train_mini150.jsonl"
+    if not data.is_file():
+        pytest.skip(f"real APPS rows not found at {data}")
+    idle = set(netns.pids())
+    env = _env(RAY_ADDRESS=ray_head.address, MLFLOW_TRACKING_URI=mlflow_server.uri)
+    cmd = [sys.executable, "-m", "apps_bench", "-m", "hydra/launcher=ray_cluster", "seed=0,1", "topology=single,sequential_langgraph",
+           "model=gold", "dataset=apps", f"dataset.path={data}", "limit=40", "tracking.experiment=ray_interrupt"]
+    log = cluster_workdir / "sweep.log"
+    driver = netns.popen(cmd, log, cwd=cluster_workdir, env=env)
+    try:
+        def recorded() -> Path | None:
+            for rec in (cluster_workdir / "outputs" / "cells").glob("*/records.jsonl"):
+                if len(rec.read_text().splitlines()) >= 3:
+                    return rec
+            return None
+
+        rec = _wait_for("a cell with 3 recorded problems", recorded)
+        key = rec.parent.name.rsplit("-", 1)[1]
+        victim = next(
+            int(lg.name.rsplit("-", 1)[1].split(".")[0]) for lg in ray_head.worker_logs()
+            if f"[{key}]" in lg.read_text(errors="replace") and Path(f"/proc/{lg.name.rsplit('-', 1)[1].split('.')[0]}").exists()
+        )  # fmt: skip
+        assert victim in _cell_workers(netns)
+        os.kill(victim, signal.SIGKILL)
+
+        def resumed() -> bool:
+            for lg in ray_head.worker_logs():
+                found = re.search(rf"\[{key}\] .*: 40 problems, (\d+) already recorded", lg.read_text(errors="replace"))
+                if found and int(found.group(1)) >= 3:
+                    return True
+            return False
+
+        _wait_for("Ray's retry of the killed cell, resuming from its records", resumed)
+        busy = _wait_for("cells running again", lambda: _cell_workers(netns))
+        started = set(netns.pids()) - idle  # the driver, the cells' workers and every process they started
+        os.kill(driver.pid, signal.SIGINT)
+        rc = driver.wait(60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert rc != 0, log.read_text()[-3000:]
+    assert "apps-bench: interrupted" in log.read_text(), log.read_text()[-3000:]
+    deadline = time.monotonic() + 30
+    while _alive(started) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = {p: _cmdline(p) for p in _alive(started)}
+    assert not left, f"left running after Ctrl-C (cells were {busy}): {left}"
+    rows = [json.loads(line) for line in rec.read_text().splitlines()]
+    assert len({r["id"] for r in rows}) == len(rows), "a problem was recorded twice across the retry"
