@@ -172,7 +172,13 @@ def launch(
     init = OmegaConf.to_container(ray_cfg["init"], resolve=True) if OmegaConf.is_config(ray_cfg["init"]) else dict(ray_cfg["init"])
     remote = OmegaConf.to_container(ray_cfg["remote"], resolve=True) if OmegaConf.is_config(ray_cfg["remote"]) else dict(ray_cfg["remote"])
     if not ray.is_initialized():
-        ray.init(**_init_kwargs(init))
+        try:
+            ray.init(**_init_kwargs(init))
+        except ConnectionError as exc:
+            _say(f"cannot reach the Ray cluster at {init.get('address')!r}: {exc} Fix: start it (`ray start --head`) and "
+                 "export RAY_ADDRESS=<the address `ray start` printed>, or unset RAY_ADDRESS to start a local Ray "
+                 "for this sweep. Nothing was run.")
+            raise SystemExit(2) from None
     need = demand(remote)
     nodes = alive_nodes(ray.nodes())
     why = infeasible(need, nodes)
