@@ -41,7 +41,6 @@ class RayHead:
     address: str  # what `ray start --head` printed for joining: the RAY_ADDRESS a user exports
     temp_dir: Path
     start_dir: Path  # where `ray start` ran (cells must not write here)
-    pids: set[int]
 
     def worker_logs(self) -> list[Path]:
         return sorted((self.temp_dir / "session_latest" / "logs").glob("worker-*.err"))
@@ -88,13 +87,11 @@ def ray_head(netns: Netns, mlflow_server: MlflowServer, tmp_path_factory: pytest
         cwd=start_dir, env=env, timeout=180,
     )  # fmt: skip
     ray_pids = set(netns.pids()) - before - _descendants(mlflow_server.proc.pid)
-    head = None
     try:
         assert out.returncode == 0, f"ray start failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         found = re.search(r"ray start --address='([^']+)'", out.stdout + out.stderr)
         assert found, f"ray start printed no address:\n{out.stdout[-3000:]}"
-        head = RayHead(found.group(1), temp_dir, start_dir, ray_pids)
-        yield head
+        yield RayHead(found.group(1), temp_dir, start_dir)
     finally:
         # every process Ray started in the namespace (the daemons, and workers started since), by PID
         ray_pids |= set(netns.pids()) - before - _descendants(mlflow_server.proc.pid)
