@@ -1,0 +1,210 @@
+"""A private network namespace for cluster tests, and commands and daemons run inside it.
+
+Cluster daemons do not all keep to loopback (slurmdbd binds 0.0.0.0; Ray rewrites
+`--node-ip-address=127.0.0.1` to a routable address), so the tests run every daemon, and
+every command that talks to one, in a network namespace they create: nothing listens
+outside it. Inside, only `lo` and a veth pair with both ends in the namespace exist
+(getaddrinfo(AI_ADDRCONFIG), which slurmdbd uses to bind, wants one non-loopback IPv4
+address); it reaches nothing outside.
+
+Commands enter with `nsenter --net` plus `unshare --mount` (not `ip netns exec`, which
+remounts /sys without /sys/fs/cgroup: slurmd then cannot start its cgroup plugin and the
+sandbox loses its pids cgroup), and bind-mount a hosts file over /etc/hosts in that private
+mount namespace, so this host's name resolves to 127.0.0.1 inside only.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class NamespaceUnavailable(RuntimeError):
+    """The namespace cannot be created here (not root, no `ip`, no CAP_SYS_ADMIN)."""
+
+
+@dataclass
+class Netns:
+    """A network namespace this test session made; `run`/`popen` execute inside it."""
+
+    name: str
+    workdir: Path
+    hosts: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.hosts = self.workdir / "hosts"
+
+    @classmethod
+    def create(cls, name: str, workdir: Path) -> Netns:
+        for tool in ("ip", "nsenter", "unshare", "mount"):
+            if not _which(tool):
+                raise NamespaceUnavailable(f"`{tool}` is not installed")
+        if os.geteuid() != 0:
+            raise NamespaceUnavailable("creating a network namespace needs root")
+        workdir.mkdir(parents=True, exist_ok=True)
+        ns = cls(name, workdir)
+        ns.hosts.write_text(f"127.0.0.1 localhost {socket.gethostname().split('.')[0]} {socket.getfqdn()}\n")
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)  # a leftover of a killed session
+        add = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+        if add.returncode != 0:
+            raise NamespaceUnavailable(f"`ip netns add {name}` failed: {add.stderr.strip()}")
+        try:
+            for cmd in (
+                "ip link set lo up",
+                "ip link add ab0 type veth peer name ab1",
+                "ip addr add 10.255.0.1/30 dev ab0",
+                "ip addr add 10.255.0.2/30 dev ab1",
+                "ip link set ab0 up",
+                "ip link set ab1 up",
+            ):
+                subprocess.run(["ip", "netns", "exec", name, *cmd.split()], check=True, capture_output=True, text=True)
+            probe = ns.run(["sh", "-c", "test -d /sys/fs/cgroup && getent hosts $(hostname)"])
+            if probe.returncode != 0 or not probe.stdout.startswith("127.0.0.1"):
+                raise NamespaceUnavailable(f"namespace probe failed: {probe.stdout}{probe.stderr}")
+        except (subprocess.CalledProcessError, NamespaceUnavailable) as exc:
+            ns.destroy()
+            detail = exc.stderr if isinstance(exc, subprocess.CalledProcessError) else exc
+            raise NamespaceUnavailable(f"cannot set up namespace {name}: {detail}") from exc
+        return ns
+
+    def argv(self, cmd: list[str]) -> list[str]:
+        """`cmd` wrapped to run inside the namespace (own mount namespace, this host -> 127.0.0.1)."""
+        enter = f"mount --bind {shlex.quote(str(self.hosts))} /etc/hosts && exec \"$@\""
+        return [
+            "nsenter", f"--net=/run/netns/{self.name}",
+            "unshare", "--mount", "--propagation", "private",
+            "sh", "-c", enter, "sh", *cmd,
+        ]  # fmt: skip
+
+    def run(self, cmd: list[str], *, timeout: float = 120, **kw) -> subprocess.CompletedProcess[str]:
+        """Run `cmd` inside; output captured as text, stdin closed."""
+        kw.setdefault("capture_output", True)
+        return subprocess.run(self.argv(cmd), text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kw)
+
+    def popen(self, cmd: list[str], log: Path, **kw) -> subprocess.Popen:
+        """Start `cmd` inside in its own session (a daemon), stdout+stderr to `log`."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        out = log.open("ab")
+        return subprocess.Popen(
+            self.argv(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, **kw,
+        )  # fmt: skip
+
+    def pids(self) -> list[int]:
+        out = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True, text=True)
+        return [int(p) for p in out.stdout.split()]
+
+    def kill_all(self, grace: float = 3.0) -> None:
+        """End every process in the namespace by PID (`ip netns pids`): never by name, which would
+        match the same daemons elsewhere on the machine."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = self.pids()
+            if not pids:
+                return
+            for p in pids:
+                try:
+                    os.kill(p, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and self.pids():
+                time.sleep(0.1)
+
+    def destroy(self) -> None:
+        self.kill_all()
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+
+    def wait_http(self, url: str, timeout: float = 120, proc: subprocess.Popen | None = None, log: Path | None = None) -> None:
+        """Wait until `url` (as seen inside) answers 200; fail with the daemon's log tail if not."""
+        deadline = time.monotonic() + timeout
+        probe = f"import urllib.request,sys; sys.exit(0 if urllib.request.urlopen({url!r}, timeout=2).status == 200 else 1)"
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                break
+            if self.run([_python(), "-c", probe], timeout=30).returncode == 0:
+                return
+            time.sleep(0.5)
+        tail = log.read_text()[-3000:] if log and log.exists() else ""
+        raise RuntimeError(f"{url} did not come up inside namespace {self.name}:\n{tail}")
+
+
+@dataclass
+class MlflowServer:
+    """A real `mlflow server` (launchers/mlflow_server.sh) on the namespace's loopback.
+
+    `uri` is for processes inside the namespace (the cells, over HTTP); `backend_uri` reads the
+    same SQLite store from the test process, which is outside and cannot reach the port."""
+
+    uri: str
+    backend_uri: str
+    artifact_root: Path
+    root: Path
+    proc: subprocess.Popen
+    log: Path
+
+    def client(self):
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(self.backend_uri)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+def start_mlflow_server(ns: Netns, root: Path, port: int = 5055, workers: int = 2) -> MlflowServer:
+    """Start launchers/mlflow_server.sh inside `ns`; return once /health answers."""
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / "server.log"
+    env = {
+        **os.environ, "MLFLOW_SERVER_DIR": str(root), "HOST": "127.0.0.1", "PORT": str(port),
+        "WORKERS": str(workers), "PYTHON": _python(),
+    }  # fmt: skip
+    proc = ns.popen(["bash", str(REPO / "launchers" / "mlflow_server.sh")], log, env=env)
+    uri = _printed_uri(log, proc)
+    ns.wait_http(f"{uri}/health", proc=proc, log=log)
+    return MlflowServer(
+        uri=uri, backend_uri=f"sqlite:///{root}/mlflow.db", artifact_root=root / "artifacts",
+        root=root, proc=proc, log=log,
+    )  # fmt: skip
+
+
+def _printed_uri(log: Path, proc: subprocess.Popen, timeout: float = 30) -> str:
+    """The address the script prints for the cells (`MLFLOW_TRACKING_URI=...`, its first line)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in log.read_text().splitlines() if log.exists() else []:
+            if line.startswith("MLFLOW_TRACKING_URI="):
+                return line.split("=", 1)[1].strip()
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    raise RuntimeError(f"launchers/mlflow_server.sh printed no MLFLOW_TRACKING_URI=:\n{log.read_text()[-2000:]}")
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
+
+
+def _which(tool: str) -> bool:
+    import shutil
+
+    return shutil.which(tool) is not None
+
+
+__all__ = ["MlflowServer", "NamespaceUnavailable", "Netns", "start_mlflow_server"]

@@ -1,0 +1,45 @@
+"""Cluster-test fixtures: a private network namespace and one real MLflow server inside it.
+
+Shared by the SLURM, Ray and joblib sweep tests (tests/launchers/). A test that needs a
+daemon skips, with the reason, only where the namespace itself cannot be made (not root,
+no `ip`); a daemon that does not start is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cluster_env import MlflowServer, NamespaceUnavailable, Netns, start_mlflow_server
+
+
+@pytest.fixture(scope="session")
+def netns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Netns]:
+    """A network namespace for this session (lo + an inner veth pair); every process in it is
+    killed by PID at the end, then the namespace is deleted."""
+    try:
+        ns = Netns.create(f"apps-test-{os.getpid()}", tmp_path_factory.mktemp("netns"))
+    except NamespaceUnavailable as exc:
+        pytest.skip(f"cluster tests need a private network namespace, which cannot be made here: {exc}")
+    try:
+        yield ns
+    finally:
+        ns.destroy()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(netns: Netns, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """`launchers/mlflow_server.sh` on the namespace's loopback (SQLite + artifact root)."""
+    server = start_mlflow_server(netns, tmp_path_factory.mktemp("mlflow_server"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def cluster_workdir(tmp_path: Path) -> Path:
+    """Where a sweep runs (its outputs/): under the test's tmp dir, readable from outside."""
+    return tmp_path
