@@ -101,6 +101,7 @@ def _task(cfg: Any) -> Any:
     from apps_bench.cell import CellRefused
     from apps_bench.pipeline import CellSetupError, run_cell
     from apps_bench.tracking.records import CellDirConflict
+    from apps_bench.tracking.sqlite_store import StoreError
 
     try:
         multirun = HydraConfig.get().mode == RunMode.MULTIRUN
@@ -108,7 +109,7 @@ def _task(cfg: Any) -> Any:
         multirun = False
     try:
         result = run_cell(cfg)
-    except (CellRefused, CellSetupError, CellDirConflict) as exc:
+    except (CellRefused, CellSetupError, CellDirConflict, StoreError) as exc:
         if multirun:  # fail this cell only; the sweep goes on and reports it
             raise
         _forget_run_dir()

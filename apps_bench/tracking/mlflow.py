@@ -8,8 +8,9 @@ again by its own tag (`key_tag="final_eval_of"`, `parent_run_id`). Params are th
 results), which is the same on every resume, so MLflow's immutable params never clash.
 
 Store: `MLFLOW_TRACKING_URI` if set, else an absolute-path SQLite file
-`<cwd>/outputs/mlflow.db`. A fresh SQLite store is created under a file lock (parallel
-workers racing on its migrations crash); a sweep creates it in the parent process.
+`<cwd>/outputs/mlflow.db`. A new SQLite store is created atomically under a file lock
+(`sqlite_store.py`: a kill at any moment leaves none or a complete one; parallel cells never
+race on its migrations); a sweep creates it in the parent process.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ _CLIENTS: dict[str, Any] = {}
 
 
 def client(uri: str) -> Any:
-    """An MlflowClient for `uri` (one per process and URI), creating a fresh SQLite store under a file lock."""
+    """An MlflowClient for `uri` (one per process and URI); a local SQLite store is created
+    atomically, or repaired, first (sqlite_store.py: StoreError says how when it cannot be)."""
     if uri in _CLIENTS:
         return _CLIENTS[uri]
     c = _new_client(uri)
@@ -67,19 +69,27 @@ def client(uri: str) -> Any:
 
 def _new_client(uri: str) -> Any:
     mlflow = _mlflow()
-    from mlflow.tracking import MlflowClient
+    if not uri.startswith("sqlite:///"):
+        return mlflow.MlflowClient(tracking_uri=uri)
+    from filelock import FileLock
 
-    if uri.startswith("sqlite:///"):
-        from filelock import FileLock
+    from apps_bench.tracking import sqlite_store
 
-        db = Path(uri[len("sqlite:///") :])
-        db.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(db) + ".lock"):
-            c = MlflowClient(tracking_uri=uri)
-            c.search_experiments(max_results=1)  # runs the migrations once, under the lock
+    db = Path(uri[len("sqlite:///") :])
+    sqlite_store.ensure_store(db)  # absent -> created atomically; half-made -> remade or StoreError
+
+    def open_store() -> Any:
+        with FileLock(sqlite_store.lock_path(db)):
+            c = mlflow.MlflowClient(tracking_uri=uri)
+            c.search_experiments(max_results=1)  # MLflow checks the schema revision here
         return c
-    del mlflow
-    return MlflowClient(tracking_uri=uri)
+
+    try:
+        return open_store()
+    except mlflow.exceptions.MlflowException as exc:
+        sqlite_store.forget_engine(uri)
+        sqlite_store.diagnose(db, exc)  # remade, or StoreError with the fix (or exc again)
+    return open_store()
 
 
 def experiment_id(c: Any, name: str, uri: str) -> str:
@@ -202,10 +212,13 @@ class CellRun:
         )
         if key_tag != "rescore_key":  # a re-scoring run carries the key of the cell it reads like; never continue it
             found = [r for r in found if r.data.tags.get("run_kind") != "rescore"][:1]
+        flat = flatten(params)
         if found:
             run_id = found[0].info.run_id
             c.update_run(run_id, status="RUNNING")
             resumed = True
+            have = found[0].data.params  # a run killed while its params were logged gets the rest now
+            missing = [Param(k, v) for k, v in sorted(flat.items()) if k not in have]
         else:
             all_tags = dict(tags)
             parent = parent_run_id or os.environ.get(PARENT_RUN_ENV, "").strip()
@@ -213,10 +226,10 @@ class CellRun:
                 all_tags["mlflow.parentRunId"] = parent
             run = c.create_run(exp_id, run_name=run_name, tags=all_tags)
             run_id = run.info.run_id
-            flat = flatten(params)
-            for chunk in _batched([Param(k, v) for k, v in sorted(flat.items())], 100):
-                c.log_batch(run_id, params=chunk)
+            missing = [Param(k, v) for k, v in sorted(flat.items())]
             resumed = False
+        for chunk in _batched(missing, 100):
+            c.log_batch(run_id, params=chunk)
         c.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
         return cls(uri=uri, run_id=run_id, experiment_id=exp_id, resumed=resumed)
 
