@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from apps_bench.tracking.sqlite_store import StoreError
+
 PARENT_RUN_ENV = "APPS_BENCH_PARENT_RUN_ID"
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 TABLE_ARTIFACT = "problems.json"
@@ -172,6 +174,29 @@ def identity_tags(params: Mapping[str, Any]) -> dict[str, str]:
     return {tag: flat[key] for key, tag in IDENTITY_TAGS.items() if key in flat}
 
 
+class SweepSettingsMissing(StoreError):
+    """A cell of a sweep did not receive the sweep's tracking settings: it must not log elsewhere."""
+
+
+def sweep_settings_problem(multirun: bool = False) -> str | None:
+    """Why this cell, part of a sweep (it sees the sweep's parent run id, or runs in a Hydra
+    multirun), cannot log where its sweep does; None when it can."""
+    parent = os.environ.get(PARENT_RUN_ENV, "").strip()
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if parent and uri:
+        return None
+    if not parent and not multirun:
+        return None  # a cell on its own
+    missing = " and ".join(k for k, v in (("MLFLOW_TRACKING_URI", uri), (PARENT_RUN_ENV, parent)) if not v)
+    return (
+        f"this cell is part of a sweep but did not receive {missing} from the command that launched it, so it would "
+        "log to a private local store the sweep never sees; nothing was run. The sweep's callback "
+        "(hydra.callbacks.tracking) forwards both through hydra.job.env_set to every launcher; if it was "
+        f"removed, or the cell was started by hand, export them (MLFLOW_TRACKING_URI=<the sweep's store> "
+        f"{PARENT_RUN_ENV}=<its parent run id>), or unset {PARENT_RUN_ENV} to run the cell on its own."
+    )
+
+
 @dataclass
 class CellRun:
     """The MLflow run of one cell: created, or found again by its cell key on resume."""
@@ -213,6 +238,9 @@ class CellRun:
         if key_tag != "rescore_key":  # a re-scoring run carries the key of the cell it reads like; never continue it
             found = [r for r in found if r.data.tags.get("run_kind") != "rescore"][:1]
         flat = flatten(params)
+        problem = sweep_settings_problem()
+        if problem:
+            raise SweepSettingsMissing(problem)
         if found:
             run_id = found[0].info.run_id
             c.update_run(run_id, status="RUNNING")
@@ -295,13 +323,31 @@ class CellRun:
         c.set_terminated(self.run_id, status="FAILED")
 
 
-def start_parent_run(*, experiment: str, run_name: str, tags: Mapping[str, str], uri: str | None = None) -> tuple[str, str]:
-    """Create a sweep's parent run (not made 'active': cells nest by tag). -> (uri, run_id)."""
+def start_parent_run(
+    *, experiment: str, run_name: str, tags: Mapping[str, str], uri: str | None = None, sweep_key: str = ""
+) -> tuple[str, str, bool]:
+    """A sweep's parent run (not made 'active': cells nest by tag). -> (uri, run_id, continued).
+
+    With `sweep_key` (the same cells in the same experiment), a rerun of the sweep continues the
+    parent run of its last run instead of opening an empty one, so `report --sweep` sees every cell."""
     uri = uri or tracking_uri()
     c = client(uri)
     exp_id = experiment_id(c, experiment, uri)
-    run = c.create_run(exp_id, run_name=run_name, tags={**tags, "sweep": "true"})
-    return uri, run.info.run_id
+    if sweep_key:
+        found = c.search_runs([exp_id], filter_string=f"tags.sweep_key = '{sweep_key}'",
+                              order_by=["attributes.start_time DESC"], max_results=1)  # fmt: skip
+        if found:
+            run = found[0]
+            c.update_run(run.info.run_id, status="RUNNING")
+            reruns = int(run.data.tags.get("sweep_reruns", "0") or 0) + 1
+            from mlflow.entities import RunTag
+
+            c.log_batch(run.info.run_id, tags=[RunTag(k, str(v)) for k, v in {**tags, "sweep_reruns": reruns}.items()])
+            if "error" in run.data.tags:  # why the earlier run ended is not this run's error
+                c.delete_tag(run.info.run_id, "error")
+            return uri, run.info.run_id, True
+    run = c.create_run(exp_id, run_name=run_name, tags={**tags, "sweep": "true", "sweep_key": sweep_key})
+    return uri, run.info.run_id, False
 
 
 def end_run(uri: str, run_id: str, status: str) -> None:

@@ -1,0 +1,132 @@
+"""A sweep's lifecycle through the real CLI (apps_bench/tracking/callbacks.py): its settings reach
+every job through Hydra's own job config, a rerun continues its parent run, a cell without its
+sweep's settings refuses to log elsewhere, and Ctrl-C / SIGTERM end the parent KILLED after the
+launchers' cancel hooks ran. Real Hydra multirun (basic and joblib launchers), real SQLite store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import cli_env, fresh_store, run_cli
+
+from apps_bench.tracking.mlflow import PARENT_RUN_ENV
+
+
+def _client(db: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{db}")
+
+
+def _runs(db: Path) -> list:
+    c = _client(db)
+    exp = c.get_experiment_by_name("apps")
+    return list(c.search_runs([exp.experiment_id])) if exp else []
+
+
+def _parents(db: Path) -> list:
+    return [r for r in _runs(db) if r.data.tags.get("sweep") == "true"]
+
+
+def _job_env_sets(cwd: Path) -> list[dict]:
+    """`hydra.job.env_set` of every job of every sweep, as each job saved its own config."""
+    return [yaml.safe_load(p.read_text())["hydra"]["job"]["env_set"] for p in sorted(cwd.glob("outputs/multirun/**/.hydra/hydra.yaml"))]
+
+
+def test_every_job_gets_the_sweeps_settings_and_a_rerun_continues_its_parent(tmp_path: Path, mlflow_template: Path):
+    db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    r = run_cli(["-m", "seed=0,1", "progress=false"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    [parent] = _parents(db)
+    pid = parent.info.run_id
+    envs = _job_env_sets(tmp_path)
+    assert len(envs) == 2 and all(e["MLFLOW_TRACKING_URI"] == f"sqlite:///{db}" and e[PARENT_RUN_ENV] == pid
+                                  and e["APPS_BENCH_ROOT"] == str(tmp_path.resolve()) for e in envs)  # fmt: skip
+
+    # the rerun, through another launcher (not part of the sweep): same cells -> the same parent
+    r2 = run_cli(["-m", "hydra/launcher=local_parallel", "seed=0,1", "progress=false"], tmp_path)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    assert f"continues the parent run of its earlier run {pid}" in r2.stderr
+    [parent2] = _parents(db)
+    assert parent2.info.run_id == pid and parent2.info.status == "FINISHED"
+    assert parent2.data.tags["sweep_reruns"] == "1"
+    kids = [x for x in _runs(db) if x.data.tags.get("mlflow.parentRunId") == pid]
+    assert sorted(k.data.tags["seed"] for k in kids) == ["0", "1"] and all(k.info.status == "FINISHED" for k in kids)
+    assert len(_job_env_sets(tmp_path)) == 4 and all(e[PARENT_RUN_ENV] == pid for e in _job_env_sets(tmp_path))
+    rep = run_cli(["--sweep", pid], tmp_path, module="apps_bench.report")
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    assert "(2s × 2p)" in rep.stdout  # both seeds' cells, whichever run of the sweep logged them
+
+    # other cells are another sweep: a new parent
+    r3 = run_cli(["-m", "seed=0,2", "allow_any_cell=true", "progress=false"], tmp_path)
+    assert r3.returncode == 0, r3.stderr[-3000:]
+    assert len(_parents(db)) == 2
+
+
+def test_a_cell_of_a_sweep_without_its_settings_refuses_to_log_elsewhere(tmp_path: Path):
+    r = run_cli(["progress=false"], tmp_path, env=cli_env(tmp_path, **{PARENT_RUN_ENV: "0123abcd"}))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert "part of a sweep but did not receive MLFLOW_TRACKING_URI" in r.stderr
+    assert not (tmp_path / "outputs" / "mlflow.db").exists() and not (tmp_path / "outputs" / "cells").exists()
+
+    # a multirun whose jobs get nothing (the sweep's callback removed): every cell refuses
+    r = run_cli(["-m", "seed=0,1", "~hydra.callbacks.tracking", "progress=false"], tmp_path)
+    assert r.returncode != 0
+    assert f"did not receive MLFLOW_TRACKING_URI and {PARENT_RUN_ENV}" in r.stderr
+    assert not (tmp_path / "outputs" / "mlflow.db").exists() and not (tmp_path / "outputs" / "cells").exists()
+
+
+PROBE = '''
+from pathlib import Path
+from hydra.experimental.callback import Callback
+from apps_bench.tracking.callbacks import active_sweep, on_sweep_interrupt
+
+
+class Probe(Callback):
+    """What a launcher does: register how to cancel what it submitted."""
+
+    def on_multirun_start(self, config, **kwargs):
+        uri, run_id = active_sweep()
+        on_sweep_interrupt(lambda: Path("cancelled").write_text(run_id))
+'''
+
+
+@pytest.mark.parametrize("sig,launcher", [(signal.SIGTERM, "basic"), (signal.SIGINT, "local_parallel")])
+def test_sigterm_and_ctrl_c_cancel_the_sweep_and_end_its_parent_killed(
+    tmp_path: Path, mlflow_template: Path, apps_data_dir: Path, sig: signal.Signals, launcher: str
+):
+    db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "s62_probe.py").write_text(PROBE)
+    env = cli_env(tmp_path, PYTHONPATH=str(tmp_path / "probe"))
+    args = ["-m", f"hydra/launcher={launcher}", "seed=0,1", "dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+            "dataset.split=train", "limit=30", "concurrency=1", "processes=1", "judge.workers=1", "model.latency_ms=2000",
+            "progress=false", "+hydra.callbacks.probe._target_=s62_probe.Probe"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not any(tmp_path.glob("outputs/cells/*/records.jsonl")):  # a cell is solving
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.3)
+        os.kill(proc.pid, sig)  # the launching command only, as a shell's Ctrl-C or `kill` would
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    assert f"{sig.name}: cancelling the sweep" in err
+    [parent] = _parents(db)
+    assert parent.info.status == "KILLED", err[-3000:]
+    assert sig.name in parent.data.tags["error"]
+    assert (tmp_path / "cancelled").read_text() == parent.info.run_id  # the launcher's hook ran
+    with sqlite3.connect(db) as con:  # nothing of the sweep is left RUNNING by its launching process
+        assert con.execute("select status from runs where run_uuid = ?", (parent.info.run_id,)).fetchone()[0] == "KILLED"
