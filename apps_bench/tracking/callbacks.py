@@ -150,6 +150,20 @@ def forward_to_jobs(config: DictConfig, env: dict[str, str]) -> None:
             config.hydra.overrides.hydra.append(f"++hydra.job.env_set.{k}={quoted}")
 
 
+def joblib_share(config: DictConfig, n_cells: int) -> int | None:
+    """CPUs per cell under the joblib launcher: this host's usable CPUs over the cells it runs at
+    once (`hydra.launcher.n_jobs`, negative as joblib counts it); None for any other launcher
+    (SLURM and Ray cells read their own allocation)."""
+    if "joblib" not in str(OmegaConf.select(config, "hydra.launcher._target_") or "").lower():
+        return None
+    from apps_bench.cpus import usable_cpus
+
+    cpus = usable_cpus()
+    n_jobs = int(OmegaConf.select(config, "hydra.launcher.n_jobs") or 1)
+    at_once = n_jobs if n_jobs > 0 else max(1, cpus + 1 + n_jobs)
+    return max(1, cpus // max(1, min(at_once, n_cells)))
+
+
 def sweep_key(experiment: str, cell_keys: list[str]) -> str:
     """The same cells in the same experiment = the same sweep (its rerun continues its parent run)."""
     import hashlib
@@ -190,6 +204,11 @@ class SweepTracking(Callback):
         self._parent = (uri, run_id)
         _ACTIVE = self
         env = {"MLFLOW_TRACKING_URI": uri, mlf.PARENT_RUN_ENV: run_id, ROOT_ENV: str(Path.cwd().resolve())}
+        share = joblib_share(config, n)
+        if share is not None:
+            from apps_bench.cpus import SHARE_ENV
+
+            env[SHARE_ENV] = f"{share}:joblib"
         os.environ.update(env)
         forward_to_jobs(config, env)
         how = "continues the parent run of its earlier run" if continued else "MLflow parent run"
@@ -250,7 +269,10 @@ class SweepTracking(Callback):
                 mlf.client(uri).set_tag(run_id, "error", message[:5000])
             mlf.end_run(uri, run_id, status)
         finally:
+            from apps_bench.cpus import SHARE_ENV
+
             os.environ.pop(mlf.PARENT_RUN_ENV, None)
+            os.environ.pop(SHARE_ENV, None)
             _ON_INTERRUPT.clear()
             _ACTIVE = None
             for sig, handler in self._handlers.items():

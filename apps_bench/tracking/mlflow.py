@@ -71,6 +71,8 @@ def client(uri: str) -> Any:
 
 def _new_client(uri: str) -> Any:
     mlflow = _mlflow()
+    if uri.startswith(("http://", "https://")):
+        return _server_client(mlflow, uri)
     if not uri.startswith("sqlite:///"):
         return mlflow.MlflowClient(tracking_uri=uri)
     from filelock import FileLock
@@ -92,6 +94,24 @@ def _new_client(uri: str) -> Any:
         sqlite_store.forget_engine(uri)
         sqlite_store.diagnose(db, exc)  # remade, or StoreError with the fix (or exc again)
     return open_store()
+
+
+def _server_client(mlflow: Any, uri: str) -> Any:
+    """A client of an MLflow server, checked with one request: a server that refuses this
+    address says so with the fix, not as a traceback at the cell's first record."""
+    c = mlflow.MlflowClient(tracking_uri=uri)
+    try:
+        c.search_experiments(max_results=1)
+    except mlflow.exceptions.MlflowException as exc:
+        text = str(exc)
+        if "403" in text or "Forbidden" in text or "Invalid Host header" in text:
+            raise StoreError(
+                f"the MLflow server at {uri} refused this client (HTTP 403): MLflow's server accepts only the host "
+                f"names it was told. Start it with MLFLOW_SERVER_ALLOWED_HOSTS including the host in this URI "
+                f"(launchers/mlflow_server.sh sets it), or use the address it prints. Server said: {text[:500]}"
+            ) from None
+        raise
+    return c
 
 
 def experiment_id(c: Any, name: str, uri: str) -> str:

@@ -116,7 +116,6 @@ def diagnose(db: Path, exc: BaseException) -> None:
     """MLflow refused to open `db` (`exc`): remake it if it is a half-made store without runs,
     else raise StoreError with the fix; re-raise `exc` when the store looks complete."""
     from filelock import FileLock
-
     from mlflow.store.db.utils import _get_latest_schema_revision
 
     with FileLock(lock_path(db)):

@@ -5,6 +5,7 @@ launchers' cancel hooks ran. Real Hydra multirun (basic and joblib launchers), r
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -61,6 +62,12 @@ def test_every_job_gets_the_sweeps_settings_and_a_rerun_continues_its_parent(tmp
     kids = [x for x in _runs(db) if x.data.tags.get("mlflow.parentRunId") == pid]
     assert sorted(k.data.tags["seed"] for k in kids) == ["0", "1"] and all(k.info.status == "FINISHED" for k in kids)
     assert len(_job_env_sets(tmp_path)) == 4 and all(e[PARENT_RUN_ENV] == pid for e in _job_env_sets(tmp_path))
+    # joblib ran both cells at once (n_jobs 2): each was given its share of this host's CPUs
+    from apps_bench.cpus import usable_cpus
+
+    for cell in (tmp_path / "outputs" / "cells").iterdir():
+        prov = json.loads((cell / "summary.json").read_text())["provenance"]
+        assert prov["cpus_source"] == "joblib" and prov["usable_cpus"] == max(1, usable_cpus() // 2)
     rep = run_cli(["--sweep", pid], tmp_path, module="apps_bench.report")
     assert rep.returncode == 0, rep.stderr[-3000:]
     assert "(2s × 2p)" in rep.stdout  # both seeds' cells, whichever run of the sweep logged them
@@ -130,3 +137,71 @@ def test_sigterm_and_ctrl_c_cancel_the_sweep_and_end_its_parent_killed(
     assert (tmp_path / "cancelled").read_text() == parent.info.run_id  # the launcher's hook ran
     with sqlite3.connect(db) as con:  # nothing of the sweep is left RUNNING by its launching process
         assert con.execute("select status from runs where run_uuid = ?", (parent.info.run_id,)).fetchone()[0] == "KILLED"
+
+
+# ----------------------------------------------------------- against a real MLflow server (loopback)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
+    """`mlflow server` on 127.0.0.1 that accepts only the host name 127.0.0.1 (MLflow's DNS-rebinding guard)."""
+    import urllib.request
+
+    root = tmp_path_factory.mktemp("mlflow_server")
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ALLOWED_HOSTS": f"127.0.0.1:{port}", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+                             "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination",
+                             str(root / "artifacts"), "--workers", "1"], cwd=root, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"), start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(url + "/health", timeout=2).read()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                pytest.fail("mlflow server did not start:\n" + (root / "server.log").read_text()[-3000:])
+            time.sleep(0.5)
+    yield url, port
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_server_that_refuses_the_host_name_stops_the_cell_with_the_fix(tmp_path: Path, mlflow_server):
+    _, port = mlflow_server
+    r = run_cli(["progress=false"], tmp_path, env=cli_env(tmp_path, MLFLOW_TRACKING_URI=f"http://localhost:{port}"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert "refused this client (HTTP 403)" in r.stderr and "MLFLOW_SERVER_ALLOWED_HOSTS" in r.stderr
+
+
+def test_a_sweep_against_the_server_continues_its_parent_on_rerun(tmp_path: Path, mlflow_server):
+    url, _ = mlflow_server
+    env = cli_env(tmp_path, MLFLOW_TRACKING_URI=url)
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient(tracking_uri=url)
+    for attempt in range(2):
+        r = run_cli(["-m", "seed=0,1", "tracking.experiment=server_sweep", "progress=false"], tmp_path, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        exp = c.get_experiment_by_name("server_sweep").experiment_id
+        [parent] = c.search_runs([exp], filter_string="tags.sweep = 'true'")
+        kids = c.search_runs([exp], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+        assert parent.info.status == "FINISHED" and len(kids) == 2 and all(k.info.status == "FINISHED" for k in kids)
+        assert parent.data.tags.get("sweep_reruns", "0") == str(attempt)
+    assert not (tmp_path / "outputs" / "mlflow.db").exists()  # nothing went to a local store
