@@ -243,6 +243,9 @@ class CellRun:
         its own, so it never shadows the cell's run); `parent_run_id`: nest under this run
         instead of the sweep's. Tags the identity implies (`identity_tags`) are added here, so every
         kind of cell run (cell, final eval, re-scoring) carries them."""
+        problem = sweep_settings_problem()
+        if problem:  # before any store is touched: the local default is not the sweep's store
+            raise SweepSettingsMissing(problem)
         tags = {**identity_tags(params), **tags}
         uri = uri or tracking_uri()
         c = client(uri)
@@ -258,9 +261,6 @@ class CellRun:
         if key_tag != "rescore_key":  # a re-scoring run carries the key of the cell it reads like; never continue it
             found = [r for r in found if r.data.tags.get("run_kind") != "rescore"][:1]
         flat = flatten(params)
-        problem = sweep_settings_problem()
-        if problem:
-            raise SweepSettingsMissing(problem)
         if found:
             run_id = found[0].info.run_id
             c.update_run(run_id, status="RUNNING")

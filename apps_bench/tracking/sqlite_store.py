@@ -40,33 +40,44 @@ def ensure_store(db: Path) -> None:
         if not db.exists() or db.stat().st_size == 0:
             _create(db)
             return
-        problem = schema_problem(db)
+        problem = schema_problem(db, tables=mlflow_tables())
         if problem is not None:
             repair(db, problem)
 
 
-def schema_problem(db: Path, head: str | None = None) -> str | None:
+def mlflow_tables() -> set[str]:
+    """Every table this MLflow's models define: a store missing one would be migrated in place by
+    MLflow on open (not atomic), so it counts as half-made here."""
+    from mlflow.store.db.base_sql_model import Base
+    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401 - imports the models that define them
+
+    return set(Base.metadata.tables)
+
+
+def schema_problem(db: Path, head: str | None = None, tables: set[str] | None = None) -> str | None:
     """What makes `db` not a complete MLflow store (None when nothing is seen), read with sqlite3.
 
-    Without `head` (MLflow's latest schema revision, ~1 s to compute) a store whose revision is
-    merely old passes; MLflow's own check then reports it and `diagnose` is called with `head`."""
+    `tables`: the tables it must hold (default: the core ones). Without `head` (MLflow's latest
+    schema revision, ~1 s to compute) a store whose revision is merely old passes; MLflow's own
+    check then reports it and `diagnose` is called with `head`."""
     try:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
         try:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            revs = [r[0] for r in con.execute("SELECT version_num FROM alembic_version")] if "alembic_version" in tables else []
+            present = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            revs = [r[0] for r in con.execute("SELECT version_num FROM alembic_version")] if "alembic_version" in present else []
         finally:
             con.close()
     except sqlite3.DatabaseError as exc:
         return f"not a readable SQLite database ({exc})"
-    tmp = sorted(t for t in tables if t.startswith("_alembic_tmp_"))
+    tmp = sorted(t for t in present if t.startswith("_alembic_tmp_"))
     if tmp:
         return f"a schema migration was interrupted (leftover table {', '.join(tmp)})"
     if not revs:
         return "its schema was never finished (no alembic_version row)"
-    missing = {"experiments", "runs", "tags", "params", "metrics", "latest_metrics"} - tables
+    missing = (tables or {"experiments", "runs", "tags", "params", "metrics", "latest_metrics"}) - present
     if missing:
-        return f"its schema was never finished (no table {', '.join(sorted(missing))})"
+        shown = ", ".join(sorted(missing)[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        return f"its schema was never finished (no table {shown})"
     if head is not None and revs[0] != head:
         return f"its schema is at revision {revs[0]}, this MLflow needs {head}"
     return None
