@@ -265,6 +265,10 @@ class SweepTracking(Callback):
                 kids = mlf.child_runs(uri, run_id)
                 if any(k.info.status != "FINISHED" for k in kids):
                     status = "FAILED"
+            elif self._interrupted is not None:  # the cells it stopped (a rerun continues them)
+                for k in mlf.child_runs(uri, run_id):
+                    if k.info.status == "RUNNING":
+                        mlf.end_run(uri, k.info.run_id, "KILLED")
             if message:
                 mlf.client(uri).set_tag(run_id, "error", message[:5000])
             mlf.end_run(uri, run_id, status)

@@ -135,6 +135,8 @@ def test_sigterm_and_ctrl_c_cancel_the_sweep_and_end_its_parent_killed(
     assert parent.info.status == "KILLED", err[-3000:]
     assert sig.name in parent.data.tags["error"]
     assert (tmp_path / "cancelled").read_text() == parent.info.run_id  # the launcher's hook ran
+    kids = [r for r in _runs(db) if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert kids and all(k.info.status in ("KILLED", "FINISHED") for k in kids)  # the cells it stopped are not RUNNING
     with sqlite3.connect(db) as con:  # nothing of the sweep is left RUNNING by its launching process
         assert con.execute("select status from runs where run_uuid = ?", (parent.info.run_id,)).fetchone()[0] == "KILLED"
 
@@ -205,3 +207,16 @@ def test_a_sweep_against_the_server_continues_its_parent_on_rerun(tmp_path: Path
         assert parent.info.status == "FINISHED" and len(kids) == 2 and all(k.info.status == "FINISHED" for k in kids)
         assert parent.data.tags.get("sweep_reruns", "0") == str(attempt)
     assert not (tmp_path / "outputs" / "mlflow.db").exists()  # nothing went to a local store
+
+
+def test_a_sweeps_cell_works_in_the_launching_directory_wherever_its_worker_started(tmp_path: Path):
+    """As in a Ray worker, which starts in the `ray start` directory: the cell moves to the sweep's."""
+    launch, worker = tmp_path / "launch", tmp_path / "worker"
+    launch.mkdir()
+    worker.mkdir()
+    code = ("import os; from omegaconf import OmegaConf; from apps_bench.__main__ import _enter_sweep; "
+            "_enter_sweep(OmegaConf.create({'tracking': {'backend': 'mlflow'}}), True); print(os.getcwd())")  # fmt: skip
+    env = cli_env(worker, APPS_BENCH_ROOT=str(launch), MLFLOW_TRACKING_URI="sqlite:////x.db", **{PARENT_RUN_ENV: "p"})
+    out = subprocess.run([sys.executable, "-c", code], cwd=worker, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(launch)
