@@ -94,6 +94,25 @@ def _refuse_seed_flags(argv: list[str]) -> None:
         raise SystemExit(2)
 
 
+def _enter_sweep(cfg: Any, multirun: bool) -> None:
+    """A sweep's cell works where the sweep was launched (a Ray worker starts in the `ray start`
+    directory), and stops before it runs if it did not receive the sweep's tracking settings."""
+    import os
+
+    from apps_bench.tracking.callbacks import ROOT_ENV
+
+    root = os.environ.get(ROOT_ENV, "")
+    if multirun and root and Path(root).is_dir():
+        os.chdir(root)  # relative paths, outputs/ and the default store: the launching command's
+    if str(cfg.tracking.backend) == "none":
+        return
+    from apps_bench.tracking import mlflow as mlf
+
+    problem = mlf.sweep_settings_problem(multirun)
+    if problem:
+        raise mlf.SweepSettingsMissing(problem)
+
+
 def _task(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -101,14 +120,16 @@ def _task(cfg: Any) -> Any:
     from apps_bench.cell import CellRefused
     from apps_bench.pipeline import CellSetupError, run_cell
     from apps_bench.tracking.records import CellDirConflict
+    from apps_bench.tracking.sqlite_store import StoreError
 
     try:
         multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     except ValueError:
         multirun = False
     try:
+        _enter_sweep(cfg, multirun)
         result = run_cell(cfg)
-    except (CellRefused, CellSetupError, CellDirConflict) as exc:
+    except (CellRefused, CellSetupError, CellDirConflict, StoreError) as exc:
         if multirun:  # fail this cell only; the sweep goes on and reports it
             raise
         _forget_run_dir()

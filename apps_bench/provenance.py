@@ -50,7 +50,7 @@ def package_versions(names: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 def collect(framework: str, sandbox_features: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The provenance of a cell run now, by this process."""
-    from apps_bench.cpus import usable_cpus
+    from apps_bench.cpus import cpu_share
     from apps_bench.tracking.mlflow import git_info
 
     names = [*CORE_PACKAGES, *(p for p in framework_packages(framework) if p not in CORE_PACKAGES)]
@@ -65,7 +65,9 @@ def collect(framework: str, sandbox_features: Mapping[str, Any] | None = None) -
         "host": platform.node(),
         "platform": platform.platform(),
         "cpus": os.cpu_count() or 0,
-        "usable_cpus": usable_cpus(),
+        "usable_cpus": (share := cpu_share()).cpus,  # what sized the solving processes and sandbox workers
+        "cpus_source": share.source,  # affinity, cgroup, slurm, ray or joblib: which allocation decided
+        "cpus_seen": share.seen,
         "sandbox": dict(sandbox_features) if sandbox_features is not None else None,
     }
 
@@ -109,6 +111,8 @@ def as_tags(prov: Mapping[str, Any]) -> dict[str, str]:
         f"{TAG_PREFIX}git_dirty": str(prov.get("git_dirty", "")),
         f"{TAG_PREFIX}host": str(prov.get("host", "")),
         f"{TAG_PREFIX}platform": str(prov.get("platform", "")),
+        f"{TAG_PREFIX}usable_cpus": str(prov.get("usable_cpus", "")),
+        f"{TAG_PREFIX}cpus_source": str(prov.get("cpus_source", "")),
     }
     for name, ver in (prov.get("packages") or {}).items():
         tags[f"{TAG_PREFIX}pkg.{name}"] = str(ver)

@@ -181,7 +181,9 @@ def server_for(model_cfg: Any) -> LocalServer:
     )
     if not model_path.is_file():
         raise LocalModelError(f"model.gguf_path={str(model_path)!r} is not a file")
-    threads = int(cfg_value(model_cfg, "n_threads", 0)) or len(os.sched_getaffinity(0))
+    from apps_bench.cpus import usable_cpus
+
+    threads = int(cfg_value(model_cfg, "n_threads", 0)) or usable_cpus()
     return LocalServer(
         model_path=model_path,
         model_id=str(cfg_value(model_cfg, "model_id")),

@@ -33,14 +33,15 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..cpus import usable_cpus
+from . import cgroups
 from .api import RAW_STATUSES, ExecResult, RawRun, RunRequest
 from .limits import SandboxLimits
 from .protocol import ChannelClosed, ChannelCorrupt, ChannelTimeout, FrameReader, send_frame
 
 log = logging.getLogger(__name__)
 
-PIDS_CGROUP_ROOT = Path("/sys/fs/cgroup/pids")
 _WEAK_WARNED = False
+_PIDS_OFF_WARNED = False
 _WARN_LOCK = threading.Lock()
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 # Workers start with -S (no `site` scan: ~30 ms less start-up each, no .pth processing),
@@ -63,6 +64,18 @@ _SITE_DIRS = ":".join(
 _POOL_SERIAL = itertools.count()
 READY_TIMEOUT_S = 120.0
 MESSAGE_SLACK_S = 30.0
+
+
+def _warn_pids_off(reason: str) -> None:
+    """Once per process: the workers' programs get no pids cgroup (RLIMIT_NPROC still applies)."""
+    global _PIDS_OFF_WARNED
+    with _WARN_LOCK:
+        if _PIDS_OFF_WARNED:
+            return
+        _PIDS_OFF_WARNED = True
+    if os.geteuid() == 0:  # without root there never is one: the user-namespace mode says so already
+        log.warning("sandbox: no pids cgroup for the workers (%s); the process count per program is capped "
+                    "by RLIMIT_NPROC only, and the sandbox features record pids_cgroup=false", reason)
 
 
 def _warn_weak(reason: str) -> None:
@@ -116,19 +129,20 @@ class _Worker:
         self.features: dict[str, Any] = {}
         self.contained = pool._contain_mode
 
-    def _make_cgroup(self) -> str | None:
-        if os.geteuid() != 0 or not PIDS_CGROUP_ROOT.is_dir():
-            return None
-        path = PIDS_CGROUP_ROOT / "apps-bench" / f"{os.getpid()}-{self.pool._serial}-{self.index}"
+    def _make_cgroup(self) -> tuple[str | None, str]:
+        """-> (the worker's pids cgroup, or None and why the limit is off)."""
+        parent = self.pool._pids_parent
+        if parent.path is None:
+            return None, parent.why
         try:
-            path.mkdir(parents=True, exist_ok=True)
-            (path / "pids.max").write_text(str(self.pool.limits.pids_max))
-        except OSError:
-            return None
-        return str(path)
+            return cgroups.make(parent, f"{os.getpid()}-{self.pool._serial}-{self.index}", self.pool.limits.pids_max), ""
+        except OSError as exc:
+            return None, f"cannot make a pids cgroup under {parent.path} ({parent.version}): {exc}"
 
     def start(self) -> None:
-        self.cgroup = self._make_cgroup()
+        self.cgroup, cgroup_off = self._make_cgroup()
+        if cgroup_off:
+            _warn_pids_off(cgroup_off)
         limits = self.pool.limits.to_dict()
         # RLIMIT_NPROC counts every process of the uid: without our own uid, leave
         # room for this user's other processes.
@@ -138,6 +152,7 @@ class _Worker:
             "user_namespace": os.geteuid() != 0,
             "uid": self.uid,
             "cgroup": self.cgroup,
+            "cgroup_off": cgroup_off,
             "limits": limits,
         }
         from .env import CLEAN_ENV  # not .contain: ctypes is not needed in this process
@@ -264,7 +279,8 @@ class SandboxPool:
         self._uid_base = 1_000_000 + ((os.getpid() % 20_000) * 16 + self._serial % 16) * 256
         if self.workers > 256:
             raise ValueError(f"at most 256 sandbox workers per pool, got {self.workers}")
-        _remove_stale_cgroups()
+        self._pids_parent = cgroups.pids_parent()
+        cgroups.remove_stale(self._pids_parent)
         self._free: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
         self._all: list[_Worker] = []
         self._closed = False
@@ -494,20 +510,6 @@ class SandboxPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _remove_stale_cgroups() -> None:
-    """Remove empty pids cgroups left by pools whose process is gone."""
-    root = PIDS_CGROUP_ROOT / "apps-bench"
-    if os.geteuid() != 0 or not root.is_dir():
-        return
-    for d in root.iterdir():
-        pid = d.name.split("-")[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            try:
-                d.rmdir()
-            except OSError:
-                pass
 
 
 def _raw_from_msg(msg: dict[str, Any], expected: int) -> RawRun:

@@ -149,6 +149,8 @@ class Worker:
     def setup(self) -> None:
         cg = self.cfg.get("cgroup")
         self.features["pids_cgroup"] = False
+        if self.cfg.get("cgroup_off"):  # why there is none: the features must not let a reader assume one
+            self.features["pids_cgroup_off"] = str(self.cfg["cgroup_off"])
         if cg:
             try:
                 contain.join_cgroup(cg)

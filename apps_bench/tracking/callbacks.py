@@ -4,21 +4,30 @@
 the sweep exactly as Hydra's basic sweeper does (sweep params declared in config first,
 command-line overrides win), composes every cell, and refuses the sweep if any cell lies
 outside the grid: `SystemExit(2)` (Hydra only warns on a plain exception from a callback).
-Then it creates the tracking store, the experiment and the sweep's parent run, and hands
-the store URI and parent run id to the cells through the environment (cells may run in
-other processes: joblib, submitit, Ray). The parent run is closed in `on_multirun_end`, or
-at exit when a cell failed (Hydra skips `on_multirun_end` then).
+Then it creates the tracking store, the experiment and the sweep's parent run (a rerun of
+the same cells continues the earlier parent), and hands the store URI, the parent run id and
+the launching directory to every cell through `hydra.job.env_set` (cells may run in other
+processes or hosts: joblib, submitit, Ray; a cell that misses them refuses to run). The
+parent run is closed in `on_multirun_end`, at exit when a cell failed (Hydra skips
+`on_multirun_end` then: FAILED), or KILLED on Ctrl-C / SIGTERM after the launchers' cancel
+hooks (`on_sweep_interrupt`) ran.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
+import signal
 import sys
-from typing import Any
+import threading
+from pathlib import Path
+from typing import Any, Callable
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+ROOT_ENV = "APPS_BENCH_ROOT"  # the launching command's directory: cells' outputs/ go under it on every launcher
 
 
 def sweep_overrides(config: DictConfig) -> list[list[str]]:
@@ -43,9 +52,9 @@ def sweep_overrides(config: DictConfig) -> list[list[str]]:
     return [list(cell) for cell in itertools.product(*choices)]
 
 
-def check_sweep(config: DictConfig) -> tuple[int, list[str]]:
+def check_sweep(config: DictConfig) -> tuple[int, list[str], list[str]]:
     """Compose every cell of the sweep; check its settings and the grid guard, and (for local
-    data: the demos or a file) that its selection holds problems. -> (cells, refusals).
+    data: the demos or a file) that its selection holds problems. -> (cells, refusals, cell keys).
 
     A hub dataset's selection is checked by each cell at its start instead: reading the hub
     here would stream the rows once more, and the launching host may not be where cells run."""
@@ -59,11 +68,12 @@ def check_sweep(config: DictConfig) -> tuple[int, list[str]]:
     loader = GlobalHydra.instance().config_loader()
     cells = sweep_overrides(config)
     refusals: list[str] = []
+    keys: list[str] = []
     checked: dict[str, str | None] = {}  # selection -> refusal (cells of a sweep mostly share one)
     for overrides in cells:
         data = cell_data(loader.load_sweep_config(master_config=config, sweep_overrides=list(overrides)))
         try:
-            guard(data)
+            keys.append(guard(data).key)
             ds = data.get("dataset") or {}
             if ds.get("source") == "demo" or ds.get("path"):
                 sel = {k: data.get(k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
@@ -74,7 +84,7 @@ def check_sweep(config: DictConfig) -> tuple[int, list[str]]:
                     raise CellRefused(checked[key])
         except CellRefused as e:
             refusals.append(f"[{' '.join(overrides)}] {e}")
-    return len(cells), refusals
+    return len(cells), refusals, keys
 
 
 def _selection_refusal(data: dict[str, Any]) -> str | None:
@@ -89,13 +99,75 @@ def _selection_refusal(data: dict[str, Any]) -> str | None:
     return str(InvalidSettings([bad])) if bad is not None else None
 
 
+# --- the running sweep, for launchers: what to cancel when it is interrupted, how to end it ---
+
+_ACTIVE: SweepTracking | None = None
+_ON_INTERRUPT: list[Callable[[], None]] = []
+
+
+def on_sweep_interrupt(cancel: Callable[[], None]) -> None:
+    """Call `cancel()` when the launching command is stopped (Ctrl-C, SIGTERM) while the sweep
+    runs, before its parent run is ended KILLED: e.g. a launcher's `scancel` of the jobs it
+    submitted. Hooks run in the launching process, newest first; one that raises does not stop
+    the others. Cleared when the sweep ends."""
+    _ON_INTERRUPT.append(cancel)
+
+
+def active_sweep() -> tuple[str, str] | None:
+    """(tracking URI, parent run id) of the sweep this process launches, None outside one."""
+    return _ACTIVE._parent if _ACTIVE is not None else None
+
+
+def end_sweep(status: str, message: str = "") -> None:
+    """End the running sweep's parent run now with `status` (FINISHED, FAILED or KILLED) and an
+    `error` tag `message`: for a launcher that finds a job cancelled or killed and gives up on
+    the sweep, so the parent never stays RUNNING. A no-op outside a sweep or once ended."""
+    if _ACTIVE is not None:
+        _ACTIVE._close(status, message)
+
+
+def forward_to_jobs(config: DictConfig, env: dict[str, str]) -> None:
+    """Make every job of the sweep see `env`, on every launcher: each launcher recomposes a job's
+    config from the sweep config's `hydra.overrides.hydra` (in its own worker: joblib, submitit,
+    Ray), and Hydra sets the job's `hydra.job.env_set` in the process that runs it."""
+    with open_dict(config), read_write(config):
+        for k, v in env.items():
+            config.hydra.job.env_set[k] = v
+            quoted = "'" + v.replace("'", "\\'") + "'"  # a quoted value: URIs hold ':' and '/'
+            config.hydra.overrides.hydra.append(f"++hydra.job.env_set.{k}={quoted}")
+
+
+def joblib_share(config: DictConfig, n_cells: int) -> int | None:
+    """CPUs per cell under the joblib launcher: this host's usable CPUs over the cells it runs at
+    once (`hydra.launcher.n_jobs`, negative as joblib counts it); None for any other launcher
+    (SLURM and Ray cells read their own allocation)."""
+    if "joblib" not in str(OmegaConf.select(config, "hydra.launcher._target_") or "").lower():
+        return None
+    from apps_bench.cpus import usable_cpus
+
+    cpus = usable_cpus()
+    n_jobs = int(OmegaConf.select(config, "hydra.launcher.n_jobs") or 1)
+    at_once = n_jobs if n_jobs > 0 else max(1, cpus + 1 + n_jobs)
+    return max(1, cpus // max(1, min(at_once, n_cells)))
+
+
+def sweep_key(experiment: str, cell_keys: list[str]) -> str:
+    """The same cells in the same experiment = the same sweep (its rerun continues its parent run)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps([experiment, sorted(cell_keys)]).encode()).hexdigest()[:16]
+
+
 class SweepTracking(Callback):
     def __init__(self) -> None:
         self._parent: tuple[str, str] | None = None
         self._closed = False
+        self._handlers: dict[int, Any] = {}
+        self._interrupted: str | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        n, refusals = check_sweep(config)
+        global _ACTIVE
+        n, refusals, keys = check_sweep(config)
         if refusals:
             print(
                 f"apps-bench: {len(refusals)} of {n} cells of this sweep are refused; nothing was run.",
@@ -114,12 +186,22 @@ class SweepTracking(Callback):
         tags = {"sweep_overrides": overrides[:5000], "n_cells": str(n), **mlf.git_info()}
         tags["package_version"] = mlf.package_version()
         name = f"sweep·{n} cells"
-        uri, run_id = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri)
+        uri, run_id, continued = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri,
+                                                      sweep_key=sweep_key(experiment, keys))  # fmt: skip
         self._parent = (uri, run_id)
-        os.environ["MLFLOW_TRACKING_URI"] = uri
-        os.environ[mlf.PARENT_RUN_ENV] = run_id
-        print(f"apps-bench: sweep of {n} cells; MLflow parent run {run_id} ({uri})", file=sys.stderr)
+        _ACTIVE = self
+        env = {"MLFLOW_TRACKING_URI": uri, mlf.PARENT_RUN_ENV: run_id, ROOT_ENV: str(Path.cwd().resolve())}
+        share = joblib_share(config, n)
+        if share is not None:
+            from apps_bench.cpus import SHARE_ENV
+
+            env[SHARE_ENV] = f"{share}:joblib"
+        os.environ.update(env)
+        forward_to_jobs(config, env)
+        how = "continues the parent run of its earlier run" if continued else "MLflow parent run"
+        print(f"apps-bench: sweep of {n} cells; {how} {run_id} ({uri})", file=sys.stderr)
         atexit.register(self._close, "FAILED")
+        self._install_signal_handlers()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -127,22 +209,66 @@ class SweepTracking(Callback):
         finally:
             _stop_idle_launcher_workers()
 
-    def _close(self, status: str) -> None:
+    def _install_signal_handlers(self) -> None:
+        """Ctrl-C and SIGTERM on the launching command cancel what the sweep submitted and end
+        its parent run KILLED (SIGTERM's default action would end the process with it RUNNING)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """Cancel hooks now; the parent run is ended KILLED at exit, once the launcher has unwound
+        (ending it here could wait on a lock the interrupted code holds). A second signal ends it now."""
+        name = signal.Signals(signum).name
+        if self._interrupted is None:
+            self._interrupted = name
+            print(f"apps-bench: {name}: cancelling the sweep", file=sys.stderr)
+            while _ON_INTERRUPT:
+                try:
+                    _ON_INTERRUPT.pop()()
+                except Exception as exc:  # noqa: BLE001 - the next hook and the run's status still matter
+                    print(f"apps-bench: a cancel hook failed: {exc}", file=sys.stderr)
+            _end_launcher_workers()
+        else:
+            self._close("KILLED")
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    def _close(self, status: str, message: str = "") -> None:
+        global _ACTIVE
         if self._closed or self._parent is None:
             return
         self._closed = True
         from apps_bench.tracking import mlflow as mlf
 
         uri, run_id = self._parent
-        if status == "FINISHED":
-            # cells that failed or stayed incomplete make the sweep incomplete
-            kids = mlf.child_runs(uri, run_id)
-            if any(k.info.status != "FINISHED" for k in kids):
-                status = "FAILED"
+        if self._interrupted is not None:
+            status, message = "KILLED", message or f"the launching command was interrupted ({self._interrupted})"
         try:
+            if status == "FINISHED":
+                # cells that failed or stayed incomplete make the sweep incomplete
+                kids = mlf.child_runs(uri, run_id)
+                if any(k.info.status != "FINISHED" for k in kids):
+                    status = "FAILED"
+            elif self._interrupted is not None:  # the cells it stopped (a rerun continues them)
+                for k in mlf.child_runs(uri, run_id):
+                    if k.info.status == "RUNNING":
+                        mlf.end_run(uri, k.info.run_id, "KILLED")
+            if message:
+                mlf.client(uri).set_tag(run_id, "error", message[:5000])
             mlf.end_run(uri, run_id, status)
         finally:
+            from apps_bench.cpus import SHARE_ENV
+
             os.environ.pop(mlf.PARENT_RUN_ENV, None)
+            os.environ.pop(SHARE_ENV, None)
+            _ON_INTERRUPT.clear()
+            _ACTIVE = None
+            for sig, handler in self._handlers.items():
+                if threading.current_thread() is threading.main_thread():
+                    signal.signal(sig, handler)
 
 
 def _stop_idle_launcher_workers() -> None:
@@ -153,3 +279,16 @@ def _stop_idle_launcher_workers() -> None:
     if executor is not None:
         stop = getattr(executor, "terminate", None)  # joblib's executor also removes its /dev/shm folder
         stop() if stop is not None else executor.shutdown(wait=True)
+
+
+def _end_launcher_workers() -> None:
+    """An interrupted sweep ends the joblib launcher's workers, which run its cells (their solver
+    and sandbox processes end with them). Signals only: joblib's own shutdown, called from a
+    signal handler, waits on locks the interrupted main thread holds."""
+    mod = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(mod, "_executor", None) if mod is not None else None
+    for p in list((getattr(executor, "_processes", None) or {}).values()):
+        try:
+            os.kill(p.pid, signal.SIGTERM)
+        except (ProcessLookupError, AttributeError):
+            pass

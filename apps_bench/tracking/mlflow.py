@@ -8,8 +8,9 @@ again by its own tag (`key_tag="final_eval_of"`, `parent_run_id`). Params are th
 results), which is the same on every resume, so MLflow's immutable params never clash.
 
 Store: `MLFLOW_TRACKING_URI` if set, else an absolute-path SQLite file
-`<cwd>/outputs/mlflow.db`. A fresh SQLite store is created under a file lock (parallel
-workers racing on its migrations crash); a sweep creates it in the parent process.
+`<cwd>/outputs/mlflow.db`. A new SQLite store is created atomically under a file lock
+(`sqlite_store.py`: a kill at any moment leaves none or a complete one; parallel cells never
+race on its migrations); a sweep creates it in the parent process.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from apps_bench.tracking.sqlite_store import StoreError
 
 PARENT_RUN_ENV = "APPS_BENCH_PARENT_RUN_ID"
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
@@ -57,7 +60,8 @@ _CLIENTS: dict[str, Any] = {}
 
 
 def client(uri: str) -> Any:
-    """An MlflowClient for `uri` (one per process and URI), creating a fresh SQLite store under a file lock."""
+    """An MlflowClient for `uri` (one per process and URI); a local SQLite store is created
+    atomically, or repaired, first (sqlite_store.py: StoreError says how when it cannot be)."""
     if uri in _CLIENTS:
         return _CLIENTS[uri]
     c = _new_client(uri)
@@ -67,19 +71,47 @@ def client(uri: str) -> Any:
 
 def _new_client(uri: str) -> Any:
     mlflow = _mlflow()
-    from mlflow.tracking import MlflowClient
+    if uri.startswith(("http://", "https://")):
+        return _server_client(mlflow, uri)
+    if not uri.startswith("sqlite:///"):
+        return mlflow.MlflowClient(tracking_uri=uri)
+    from filelock import FileLock
 
-    if uri.startswith("sqlite:///"):
-        from filelock import FileLock
+    from apps_bench.tracking import sqlite_store
 
-        db = Path(uri[len("sqlite:///") :])
-        db.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(db) + ".lock"):
-            c = MlflowClient(tracking_uri=uri)
-            c.search_experiments(max_results=1)  # runs the migrations once, under the lock
+    db = Path(uri[len("sqlite:///") :])
+    sqlite_store.ensure_store(db)  # absent -> created atomically; half-made -> remade or StoreError
+
+    def open_store() -> Any:
+        with FileLock(sqlite_store.lock_path(db)):
+            c = mlflow.MlflowClient(tracking_uri=uri)
+            c.search_experiments(max_results=1)  # MLflow checks the schema revision here
         return c
-    del mlflow
-    return MlflowClient(tracking_uri=uri)
+
+    try:
+        return open_store()
+    except mlflow.exceptions.MlflowException as exc:
+        sqlite_store.forget_engine(uri)
+        sqlite_store.diagnose(db, exc)  # remade, or StoreError with the fix (or exc again)
+    return open_store()
+
+
+def _server_client(mlflow: Any, uri: str) -> Any:
+    """A client of an MLflow server, checked with one request: a server that refuses this
+    address says so with the fix, not as a traceback at the cell's first record."""
+    c = mlflow.MlflowClient(tracking_uri=uri)
+    try:
+        c.search_experiments(max_results=1)
+    except mlflow.exceptions.MlflowException as exc:
+        text = str(exc)
+        if "403" in text or "Forbidden" in text or "Invalid Host header" in text:
+            raise StoreError(
+                f"the MLflow server at {uri} refused this client (HTTP 403): MLflow's server accepts only the host "
+                f"names it was told. Start it with MLFLOW_SERVER_ALLOWED_HOSTS including the host in this URI "
+                f"(launchers/mlflow_server.sh sets it), or use the address it prints. Server said: {text[:500]}"
+            ) from None
+        raise
+    return c
 
 
 def experiment_id(c: Any, name: str, uri: str) -> str:
@@ -162,6 +194,29 @@ def identity_tags(params: Mapping[str, Any]) -> dict[str, str]:
     return {tag: flat[key] for key, tag in IDENTITY_TAGS.items() if key in flat}
 
 
+class SweepSettingsMissing(StoreError):
+    """A cell of a sweep did not receive the sweep's tracking settings: it must not log elsewhere."""
+
+
+def sweep_settings_problem(multirun: bool = False) -> str | None:
+    """Why this cell, part of a sweep (it sees the sweep's parent run id, or runs in a Hydra
+    multirun), cannot log where its sweep does; None when it can."""
+    parent = os.environ.get(PARENT_RUN_ENV, "").strip()
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if parent and uri:
+        return None
+    if not parent and not multirun:
+        return None  # a cell on its own
+    missing = " and ".join(k for k, v in (("MLFLOW_TRACKING_URI", uri), (PARENT_RUN_ENV, parent)) if not v)
+    return (
+        f"this cell is part of a sweep but did not receive {missing} from the command that launched it, so it would "
+        "log to a private local store the sweep never sees; nothing was run. The sweep's callback "
+        "(hydra.callbacks.tracking) forwards both through hydra.job.env_set to every launcher; if it was "
+        f"removed, or the cell was started by hand, export them (MLFLOW_TRACKING_URI=<the sweep's store> "
+        f"{PARENT_RUN_ENV}=<its parent run id>), or unset {PARENT_RUN_ENV} to run the cell on its own."
+    )
+
+
 @dataclass
 class CellRun:
     """The MLflow run of one cell: created, or found again by its cell key on resume."""
@@ -188,6 +243,9 @@ class CellRun:
         its own, so it never shadows the cell's run); `parent_run_id`: nest under this run
         instead of the sweep's. Tags the identity implies (`identity_tags`) are added here, so every
         kind of cell run (cell, final eval, re-scoring) carries them."""
+        problem = sweep_settings_problem()
+        if problem:  # before any store is touched: the local default is not the sweep's store
+            raise SweepSettingsMissing(problem)
         tags = {**identity_tags(params), **tags}
         uri = uri or tracking_uri()
         c = client(uri)
@@ -202,10 +260,13 @@ class CellRun:
         )
         if key_tag != "rescore_key":  # a re-scoring run carries the key of the cell it reads like; never continue it
             found = [r for r in found if r.data.tags.get("run_kind") != "rescore"][:1]
+        flat = flatten(params)
         if found:
             run_id = found[0].info.run_id
             c.update_run(run_id, status="RUNNING")
             resumed = True
+            have = found[0].data.params  # a run killed while its params were logged gets the rest now
+            missing = [Param(k, v) for k, v in sorted(flat.items()) if k not in have]
         else:
             all_tags = dict(tags)
             parent = parent_run_id or os.environ.get(PARENT_RUN_ENV, "").strip()
@@ -213,10 +274,10 @@ class CellRun:
                 all_tags["mlflow.parentRunId"] = parent
             run = c.create_run(exp_id, run_name=run_name, tags=all_tags)
             run_id = run.info.run_id
-            flat = flatten(params)
-            for chunk in _batched([Param(k, v) for k, v in sorted(flat.items())], 100):
-                c.log_batch(run_id, params=chunk)
+            missing = [Param(k, v) for k, v in sorted(flat.items())]
             resumed = False
+        for chunk in _batched(missing, 100):
+            c.log_batch(run_id, params=chunk)
         c.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
         return cls(uri=uri, run_id=run_id, experiment_id=exp_id, resumed=resumed)
 
@@ -282,13 +343,31 @@ class CellRun:
         c.set_terminated(self.run_id, status="FAILED")
 
 
-def start_parent_run(*, experiment: str, run_name: str, tags: Mapping[str, str], uri: str | None = None) -> tuple[str, str]:
-    """Create a sweep's parent run (not made 'active': cells nest by tag). -> (uri, run_id)."""
+def start_parent_run(
+    *, experiment: str, run_name: str, tags: Mapping[str, str], uri: str | None = None, sweep_key: str = ""
+) -> tuple[str, str, bool]:
+    """A sweep's parent run (not made 'active': cells nest by tag). -> (uri, run_id, continued).
+
+    With `sweep_key` (the same cells in the same experiment), a rerun of the sweep continues the
+    parent run of its last run instead of opening an empty one, so `report --sweep` sees every cell."""
     uri = uri or tracking_uri()
     c = client(uri)
     exp_id = experiment_id(c, experiment, uri)
-    run = c.create_run(exp_id, run_name=run_name, tags={**tags, "sweep": "true"})
-    return uri, run.info.run_id
+    if sweep_key:
+        found = c.search_runs([exp_id], filter_string=f"tags.sweep_key = '{sweep_key}'",
+                              order_by=["attributes.start_time DESC"], max_results=1)  # fmt: skip
+        if found:
+            run = found[0]
+            c.update_run(run.info.run_id, status="RUNNING")
+            reruns = int(run.data.tags.get("sweep_reruns", "0") or 0) + 1
+            from mlflow.entities import RunTag
+
+            c.log_batch(run.info.run_id, tags=[RunTag(k, str(v)) for k, v in {**tags, "sweep_reruns": reruns}.items()])
+            if "error" in run.data.tags:  # why the earlier run ended is not this run's error
+                c.delete_tag(run.info.run_id, "error")
+            return uri, run.info.run_id, True
+    run = c.create_run(exp_id, run_name=run_name, tags={**tags, "sweep": "true", "sweep_key": sweep_key})
+    return uri, run.info.run_id, False
 
 
 def end_run(uri: str, run_id: str, status: str) -> None:

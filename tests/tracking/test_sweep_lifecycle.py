@@ -1,0 +1,222 @@
+"""A sweep's lifecycle through the real CLI (apps_bench/tracking/callbacks.py): its settings reach
+every job through Hydra's own job config, a rerun continues its parent run, a cell without its
+sweep's settings refuses to log elsewhere, and Ctrl-C / SIGTERM end the parent KILLED after the
+launchers' cancel hooks ran. Real Hydra multirun (basic and joblib launchers), real SQLite store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import cli_env, fresh_store, run_cli
+
+from apps_bench.tracking.mlflow import PARENT_RUN_ENV
+
+
+def _client(db: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{db}")
+
+
+def _runs(db: Path) -> list:
+    c = _client(db)
+    exp = c.get_experiment_by_name("apps")
+    return list(c.search_runs([exp.experiment_id])) if exp else []
+
+
+def _parents(db: Path) -> list:
+    return [r for r in _runs(db) if r.data.tags.get("sweep") == "true"]
+
+
+def _job_env_sets(cwd: Path) -> list[dict]:
+    """`hydra.job.env_set` of every job of every sweep, as each job saved its own config."""
+    return [yaml.safe_load(p.read_text())["hydra"]["job"]["env_set"] for p in sorted(cwd.glob("outputs/multirun/**/.hydra/hydra.yaml"))]
+
+
+def test_every_job_gets_the_sweeps_settings_and_a_rerun_continues_its_parent(tmp_path: Path, mlflow_template: Path):
+    db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    r = run_cli(["-m", "seed=0,1", "progress=false"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    [parent] = _parents(db)
+    pid = parent.info.run_id
+    envs = _job_env_sets(tmp_path)
+    assert len(envs) == 2 and all(e["MLFLOW_TRACKING_URI"] == f"sqlite:///{db}" and e[PARENT_RUN_ENV] == pid
+                                  and e["APPS_BENCH_ROOT"] == str(tmp_path.resolve()) for e in envs)  # fmt: skip
+
+    # the rerun, through another launcher (not part of the sweep): same cells -> the same parent
+    r2 = run_cli(["-m", "hydra/launcher=local_parallel", "seed=0,1", "progress=false"], tmp_path)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    assert f"continues the parent run of its earlier run {pid}" in r2.stderr
+    [parent2] = _parents(db)
+    assert parent2.info.run_id == pid and parent2.info.status == "FINISHED"
+    assert parent2.data.tags["sweep_reruns"] == "1"
+    kids = [x for x in _runs(db) if x.data.tags.get("mlflow.parentRunId") == pid]
+    assert sorted(k.data.tags["seed"] for k in kids) == ["0", "1"] and all(k.info.status == "FINISHED" for k in kids)
+    assert len(_job_env_sets(tmp_path)) == 4 and all(e[PARENT_RUN_ENV] == pid for e in _job_env_sets(tmp_path))
+    # joblib ran both cells at once (n_jobs 2): each was given its share of this host's CPUs
+    from apps_bench.cpus import usable_cpus
+
+    for cell in (tmp_path / "outputs" / "cells").iterdir():
+        prov = json.loads((cell / "summary.json").read_text())["provenance"]
+        assert prov["cpus_source"] == "joblib" and prov["usable_cpus"] == max(1, usable_cpus() // 2)
+    rep = run_cli(["--sweep", pid], tmp_path, module="apps_bench.report")
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    assert "(2s × 2p)" in rep.stdout  # both seeds' cells, whichever run of the sweep logged them
+
+    # other cells are another sweep: a new parent
+    r3 = run_cli(["-m", "seed=0,2", "allow_any_cell=true", "progress=false"], tmp_path)
+    assert r3.returncode == 0, r3.stderr[-3000:]
+    assert len(_parents(db)) == 2
+
+
+def test_a_cell_of_a_sweep_without_its_settings_refuses_to_log_elsewhere(tmp_path: Path):
+    r = run_cli(["progress=false"], tmp_path, env=cli_env(tmp_path, **{PARENT_RUN_ENV: "0123abcd"}))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert "part of a sweep but did not receive MLFLOW_TRACKING_URI" in r.stderr
+    assert not (tmp_path / "outputs" / "mlflow.db").exists() and not (tmp_path / "outputs" / "cells").exists()
+
+    # a multirun whose jobs get nothing (the sweep's callback removed): every cell refuses
+    r = run_cli(["-m", "seed=0,1", "~hydra.callbacks.tracking", "progress=false"], tmp_path)
+    assert r.returncode != 0
+    assert f"did not receive MLFLOW_TRACKING_URI and {PARENT_RUN_ENV}" in r.stderr
+    assert not (tmp_path / "outputs" / "mlflow.db").exists() and not (tmp_path / "outputs" / "cells").exists()
+
+
+PROBE = '''
+from pathlib import Path
+from hydra.experimental.callback import Callback
+from apps_bench.tracking.callbacks import active_sweep, on_sweep_interrupt
+
+
+class Probe(Callback):
+    """What a launcher does: register how to cancel what it submitted."""
+
+    def on_multirun_start(self, config, **kwargs):
+        uri, run_id = active_sweep()
+        on_sweep_interrupt(lambda: Path("cancelled").write_text(run_id))
+'''
+
+
+@pytest.mark.parametrize("sig,launcher", [(signal.SIGTERM, "basic"), (signal.SIGINT, "local_parallel")])
+def test_sigterm_and_ctrl_c_cancel_the_sweep_and_end_its_parent_killed(
+    tmp_path: Path, mlflow_template: Path, apps_data_dir: Path, sig: signal.Signals, launcher: str
+):
+    db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "s62_probe.py").write_text(PROBE)
+    env = cli_env(tmp_path, PYTHONPATH=str(tmp_path / "probe"))
+    args = ["-m", f"hydra/launcher={launcher}", "seed=0,1", "dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+            "dataset.split=train", "limit=30", "concurrency=1", "processes=1", "judge.workers=1", "model.latency_ms=2000",
+            "progress=false", "+hydra.callbacks.probe._target_=s62_probe.Probe"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not any(tmp_path.glob("outputs/cells/*/records.jsonl")):  # a cell is solving
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.3)
+        os.kill(proc.pid, sig)  # the launching command only, as a shell's Ctrl-C or `kill` would
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    assert f"{sig.name}: cancelling the sweep" in err
+    [parent] = _parents(db)
+    assert parent.info.status == "KILLED", err[-3000:]
+    assert sig.name in parent.data.tags["error"]
+    assert (tmp_path / "cancelled").read_text() == parent.info.run_id  # the launcher's hook ran
+    kids = [r for r in _runs(db) if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert kids and all(k.info.status in ("KILLED", "FINISHED") for k in kids)  # the cells it stopped are not RUNNING
+    with sqlite3.connect(db) as con:  # nothing of the sweep is left RUNNING by its launching process
+        assert con.execute("select status from runs where run_uuid = ?", (parent.info.run_id,)).fetchone()[0] == "KILLED"
+
+
+# ----------------------------------------------------------- against a real MLflow server (loopback)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
+    """`mlflow server` on 127.0.0.1 that accepts only the host name 127.0.0.1 (MLflow's DNS-rebinding guard)."""
+    import urllib.request
+
+    root = tmp_path_factory.mktemp("mlflow_server")
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ALLOWED_HOSTS": f"127.0.0.1:{port}", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+                             "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination",
+                             str(root / "artifacts"), "--workers", "1"], cwd=root, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"), start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(url + "/health", timeout=2).read()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                pytest.fail("mlflow server did not start:\n" + (root / "server.log").read_text()[-3000:])
+            time.sleep(0.5)
+    yield url, port
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_server_that_refuses_the_host_name_stops_the_cell_with_the_fix(tmp_path: Path, mlflow_server):
+    _, port = mlflow_server
+    r = run_cli(["progress=false"], tmp_path, env=cli_env(tmp_path, MLFLOW_TRACKING_URI=f"http://localhost:{port}"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert "refused this client (HTTP 403)" in r.stderr and "MLFLOW_SERVER_ALLOWED_HOSTS" in r.stderr
+
+
+def test_a_sweep_against_the_server_continues_its_parent_on_rerun(tmp_path: Path, mlflow_server):
+    url, _ = mlflow_server
+    env = cli_env(tmp_path, MLFLOW_TRACKING_URI=url)
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient(tracking_uri=url)
+    for attempt in range(2):
+        r = run_cli(["-m", "seed=0,1", "tracking.experiment=server_sweep", "progress=false"], tmp_path, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        exp = c.get_experiment_by_name("server_sweep").experiment_id
+        [parent] = c.search_runs([exp], filter_string="tags.sweep = 'true'")
+        kids = c.search_runs([exp], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+        assert parent.info.status == "FINISHED" and len(kids) == 2 and all(k.info.status == "FINISHED" for k in kids)
+        assert parent.data.tags.get("sweep_reruns", "0") == str(attempt)
+    assert not (tmp_path / "outputs" / "mlflow.db").exists()  # nothing went to a local store
+
+
+def test_a_sweeps_cell_works_in_the_launching_directory_wherever_its_worker_started(tmp_path: Path):
+    """As in a Ray worker, which starts in the `ray start` directory: the cell moves to the sweep's."""
+    launch, worker = tmp_path / "launch", tmp_path / "worker"
+    launch.mkdir()
+    worker.mkdir()
+    code = ("import os; from omegaconf import OmegaConf; from apps_bench.__main__ import _enter_sweep; "
+            "_enter_sweep(OmegaConf.create({'tracking': {'backend': 'mlflow'}}), True); print(os.getcwd())")  # fmt: skip
+    env = cli_env(worker, APPS_BENCH_ROOT=str(launch), MLFLOW_TRACKING_URI="sqlite:////x.db", **{PARENT_RUN_ENV: "p"})
+    out = subprocess.run([sys.executable, "-c", code], cwd=worker, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(launch)
