@@ -11,9 +11,9 @@ installing it downgrades both for the whole project. It also always passes
 
 What a cell sees in its Ray worker: the driver's working directory (`hydra.runtime.cwd`),
 so `outputs/` (cell folders, Hydra's sweep folder, a default SQLite store) land where the
-sweep was launched, not where `ray start` ran; and the environment variables in
-`ray.init.runtime_env.env_vars` (the preset forwards MLFLOW_TRACKING_URI and the sweep's
-parent run id). `ray` is imported only here, inside functions.
+sweep was launched, not where `ray start` ran; the sweep's tracking settings, which Hydra's
+`hydra.job.env_set` sets in the job (tracking/callbacks.py, the same on every launcher); and
+any `ray.init.runtime_env.env_vars`. `ray` is imported only here, inside functions.
 """
 
 from __future__ import annotations

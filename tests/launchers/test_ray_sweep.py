@@ -166,6 +166,8 @@ def test_ray_sweep_runs_every_cell_as_a_ray_task_logging_to_the_server(
         art = mlflow_server.artifact_root / exp.experiment_id / k.info.run_id / "artifacts"
         assert len((art / "records.jsonl").read_text().splitlines()) == 5, art
         assert (art / "summary.json").is_file()
+        # the cell sized itself to the CPU its Ray task holds (num_cpus=1), not to the node
+        assert k.data.tags["prov.cpus_source"] == "ray" and k.data.tags["prov.usable_cpus"] == "1", k.data.tags
     assert wall < 240, f"the 4-cell Ray sweep took {wall:.0f}s"
 
 
