@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from cluster_env import MlflowServer, Netns
+from launchers.cluster_env import MlflowServer, Netns
 
 pytestmark = pytest.mark.slow
 
