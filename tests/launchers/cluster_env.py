@@ -25,6 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+APPS_TRAIN_MINI = REPO.parent / "shared" / "data" / "apps" / "train_mini150.jsonl"
+
+# the sweep every cluster test runs: 4 gold cells of 5 real APPS problems
+N_PROBLEMS = 5
+GOLD_CELLS = [
+    "seed=0,1", "topology=single,sequential_langgraph", "model=gold", "dataset=apps",
+    f"dataset.path={APPS_TRAIN_MINI}", f"limit={N_PROBLEMS}", "progress=false",
+]  # fmt: skip
 
 
 class NamespaceUnavailable(RuntimeError):
@@ -240,6 +248,11 @@ def start_slurm(ns: Netns, root: Path) -> SlurmCluster:
         key, _, value = line.removeprefix("export ").partition("=")
         cluster.env[key] = value
     return cluster
+
+
+def cell_records(cwd: Path) -> dict[str, list[str]]:
+    """A sweep's cells (run in `cwd`): cell dir name -> its record lines."""
+    return {p.parent.name: p.read_text().splitlines() for p in (cwd / "outputs" / "cells").glob("*/records.jsonl")}
 
 
 def sweep_runs(server: MlflowServer, experiment: str) -> tuple[list, list]:

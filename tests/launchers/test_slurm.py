@@ -11,29 +11,19 @@ import time
 from pathlib import Path
 
 import pytest
-from launchers.cluster_env import REPO, MlflowServer, SlurmCluster, assert_sweep_logged, sweep_runs
-from conftest import APPS_DATA_DIR, cli_env
+from conftest import cli_env
+from launchers.cluster_env import (
+    GOLD_CELLS, N_PROBLEMS, REPO, MlflowServer, SlurmCluster, assert_sweep_logged, cell_records, sweep_runs,
+)
 
 pytestmark = pytest.mark.slow
 
-N_PROBLEMS = 5
-CELLS = [
-    "seed=0,1", "topology=single,sequential_langgraph", "model=gold", "dataset=apps",
-    f"dataset.path={APPS_DATA_DIR / 'train_mini150.jsonl'}", f"limit={N_PROBLEMS}", "progress=false",
-]  # fmt: skip
-
-
 def sweep_cmd(experiment: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "apps_bench", "-m", "hydra/launcher=slurm", *CELLS, f"tracking.experiment={experiment}", *extra]
+    return [sys.executable, "-m", "apps_bench", "-m", "hydra/launcher=slurm", *GOLD_CELLS, f"tracking.experiment={experiment}", *extra]
 
 
 def sweep_env(cwd: Path, cluster: SlurmCluster, server: MlflowServer) -> dict[str, str]:
     return cli_env(cwd, MLFLOW_TRACKING_URI=server.uri, **cluster.env)
-
-
-def records(cwd: Path) -> dict[str, list[str]]:
-    """cell dir name -> its record lines."""
-    return {p.parent.name: p.read_text().splitlines() for p in (cwd / "outputs" / "cells").glob("*/records.jsonl")}
 
 
 def job_logs(cwd: Path) -> dict[str, str]:
@@ -59,7 +49,7 @@ def test_slurm_sweep_runs_every_cell_as_a_job_and_logs_to_the_server(
     logs = job_logs(tmp_path)
     assert set(logs) == set(jobs)
     # each job ran one cell, with the 1 CPU of its allocation
-    cells = records(tmp_path)
+    cells = cell_records(tmp_path)
     assert len(cells) == 4 and all(len(lines) == N_PROBLEMS for lines in cells.values())
     for log in logs.values():
         key = re.search(r"apps-bench: cell \S+ \[(\w+)\]", log).group(1)
@@ -81,15 +71,15 @@ def test_slurm_cancelled_job_ends_the_sweep_and_the_rerun_resumes_it(
     # the sweep ends (no hang), names the cancelled job and how to go on
     assert first.returncode == 1, err[-3000:]
     assert f"job {victim} [" in err and "CANCELLED" in err and "rerun the same command" in err, err[-3000:]
-    done_before = {name: lines for name, lines in records(tmp_path).items() if len(lines) == N_PROBLEMS}
+    done_before = {name: lines for name, lines in cell_records(tmp_path).items() if len(lines) == N_PROBLEMS}
     assert len(done_before) == 3
-    victim_cell = next(name for name in records(tmp_path) if name not in done_before)
-    partial = records(tmp_path)[victim_cell]
+    victim_cell = next(name for name in cell_records(tmp_path) if name not in done_before)
+    partial = cell_records(tmp_path)[victim_cell]
     assert cut <= len(partial) < N_PROBLEMS
 
     again = slurm_cluster.ns.run(sweep_cmd("slurm_resume"), cwd=tmp_path, env=env, timeout=280)
     assert again.returncode == 0, again.stderr[-4000:]
-    after = records(tmp_path)
+    after = cell_records(tmp_path)
     for name, lines in done_before.items():
         assert after[name] == lines  # not recomputed
     assert after[victim_cell][: len(partial)] == partial and len(after[victim_cell]) == N_PROBLEMS
@@ -121,7 +111,7 @@ def _cancel_one_mid_cell(cluster: SlurmCluster, cwd: Path, sweep: subprocess.Pop
             m = re.search(r"apps-bench: cell \S+ \[(\w+)\]", log)
             if not m:
                 continue
-            lines = next((lines for name, lines in records(cwd).items() if name.endswith(m.group(1))), [])
+            lines = next((lines for name, lines in cell_records(cwd).items() if name.endswith(m.group(1))), [])
             if 1 <= len(lines) <= N_PROBLEMS - 2:
                 assert cluster.run(["scancel", job]).returncode == 0
                 return job, len(lines)
@@ -134,5 +124,5 @@ def test_serve_vllm_sbatch_is_valid_for_sbatch(slurm_cluster: SlurmCluster) -> N
     script = REPO / "launchers" / "serve_vllm.sbatch"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     # its #SBATCH options parse and the job could be placed (no GPU here: ask for none)
-    out = slurm_cluster.run(["sbatch", "--test-only", "--gres=", "--mem=1G", "--cpus-per-task=1", str(script)])
+    out = slurm_cluster.run(["sbatch", "--test-only", "--gres=none", "--mem=1G", "--cpus-per-task=1", str(script)])
     assert out.returncode == 0 and "to start at" in out.stderr, out.stderr
