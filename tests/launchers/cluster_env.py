@@ -86,7 +86,7 @@ class Netns:
 
     def argv(self, cmd: list[str]) -> list[str]:
         """`cmd` wrapped to run inside the namespace (own mount namespace, this host -> 127.0.0.1)."""
-        enter = f"mount --bind {shlex.quote(str(self.hosts))} /etc/hosts && exec \"$@\""
+        enter = f'mount --bind {shlex.quote(str(self.hosts))} /etc/hosts && exec "$@"'
         return [
             "nsenter", f"--net=/run/netns/{self.name}",
             "unshare", "--mount", "--propagation", "private",
@@ -216,8 +216,6 @@ def _which(tool: str) -> bool:
     return shutil.which(tool) is not None
 
 
-
-
 @dataclass
 class SlurmCluster:
     """launchers/slurm_local.sh's cluster inside a namespace; `env` is its env file, parsed."""
@@ -237,10 +235,12 @@ class SlurmCluster:
         return {**os.environ, "SLURM_LOCAL_DIR": str(self.root)}
 
 
-def start_slurm(ns: Netns, root: Path) -> SlurmCluster:
-    """`launchers/slurm_local.sh start` inside `ns` (accounting on: a private namespace)."""
+def start_slurm(ns: Netns, root: Path, **settings: str) -> SlurmCluster:
+    """`launchers/slurm_local.sh start` inside `ns` (accounting on: a private namespace);
+    `settings`: the script's environment knobs (e.g. ACCOUNTING="0")."""
     cluster = SlurmCluster(ns, root, {})
-    out = ns.run(["bash", str(REPO / "launchers" / "slurm_local.sh"), "start"], env=cluster._script_env(), timeout=180)
+    env = {**cluster._script_env(), **settings}
+    out = ns.run(["bash", str(REPO / "launchers" / "slurm_local.sh"), "start"], env=env, timeout=180)
     if out.returncode != 0:
         raise RuntimeError(f"launchers/slurm_local.sh start failed ({out.returncode}):\n{out.stderr[-4000:]}")
     assert out.stdout.strip() == f"source {root}/env", out.stdout

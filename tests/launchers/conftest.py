@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from launchers.cluster_env import MlflowServer, NamespaceUnavailable, Netns, SlurmCluster, start_mlflow_server, start_slurm
 
 

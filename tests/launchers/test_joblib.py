@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import cli_env
+
 from launchers.cluster_env import GOLD_CELLS, N_PROBLEMS, MlflowServer, Netns, assert_sweep_logged, cell_records, sweep_runs
 
 pytestmark = pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from launchers.cluster_env import MlflowServer, Netns
 
 pytestmark = pytest.mark.slow

@@ -12,14 +12,32 @@ from pathlib import Path
 
 import pytest
 from conftest import cli_env
+
 from launchers.cluster_env import (
-    GOLD_CELLS, N_PROBLEMS, REPO, MlflowServer, SlurmCluster, assert_sweep_logged, cell_records, sweep_runs,
+    GOLD_CELLS,
+    N_PROBLEMS,
+    REPO,
+    MlflowServer,
+    SlurmCluster,
+    assert_sweep_logged,
+    cell_records,
+    sweep_runs,
 )
 
 pytestmark = pytest.mark.slow
 
+
 def sweep_cmd(experiment: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "apps_bench", "-m", "hydra/launcher=slurm", *GOLD_CELLS, f"tracking.experiment={experiment}", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "apps_bench",
+        "-m",
+        "hydra/launcher=slurm",
+        *GOLD_CELLS,
+        f"tracking.experiment={experiment}",
+        *extra,
+    ]
 
 
 def sweep_env(cwd: Path, cluster: SlurmCluster, server: MlflowServer) -> dict[str, str]:
@@ -41,7 +59,9 @@ def test_slurm_sweep_runs_every_cell_as_a_job_and_logs_to_the_server(
     slurm_cluster: SlurmCluster, mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
     before = set(accounted_jobs(slurm_cluster))
-    out = slurm_cluster.ns.run(sweep_cmd("slurm"), cwd=tmp_path, env=sweep_env(tmp_path, slurm_cluster, mlflow_server), timeout=280)
+    out = slurm_cluster.ns.run(
+        sweep_cmd("slurm"), cwd=tmp_path, env=sweep_env(tmp_path, slurm_cluster, mlflow_server), timeout=280
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     assert "sacct" not in out.stderr  # no submitit warning at every poll
     jobs = _settled({j: s for j, s in accounted_jobs(slurm_cluster).items() if j not in before}, slurm_cluster, before)
