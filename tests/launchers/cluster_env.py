@@ -59,7 +59,11 @@ class Netns:
             raise NamespaceUnavailable("creating a network namespace needs root")
         workdir.mkdir(parents=True, exist_ok=True)
         ns = cls(name, workdir)
-        ns.hosts.write_text(f"127.0.0.1 localhost {socket.gethostname().split('.')[0]} {socket.getfqdn()}\n")
+        # this host's names first: `hostname -f` inside gives the real name, not "localhost"
+        names = dict.fromkeys(
+            n for n in (socket.getfqdn(), socket.gethostname(), socket.gethostname().split(".")[0]) if n != "localhost"
+        )
+        ns.hosts.write_text(f"127.0.0.1 {' '.join(names)} localhost\n")
         if Path(f"/run/netns/{name}").exists():  # a leftover of a killed session
             cls(name, workdir).destroy()
         add = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
@@ -174,12 +178,13 @@ class MlflowServer:
                 self.proc.wait(10)
 
 
-def start_mlflow_server(ns: Netns, root: Path, port: int = 5055, workers: int = 2) -> MlflowServer:
-    """Start launchers/mlflow_server.sh inside `ns`; return once /health answers."""
+def start_mlflow_server(ns: Netns, root: Path, port: int = 5055, workers: int = 2, host: str = "127.0.0.1") -> MlflowServer:
+    """Start launchers/mlflow_server.sh inside `ns`; return once /health answers at the
+    address it printed."""
     root.mkdir(parents=True, exist_ok=True)
     log = root / "server.log"
     env = {
-        **os.environ, "MLFLOW_SERVER_DIR": str(root), "HOST": "127.0.0.1", "PORT": str(port),
+        **os.environ, "MLFLOW_SERVER_DIR": str(root), "HOST": host, "PORT": str(port),
         "WORKERS": str(workers), "PYTHON": _python(),
     }  # fmt: skip
     proc = ns.popen(["bash", str(REPO / "launchers" / "mlflow_server.sh")], log, env=env)
