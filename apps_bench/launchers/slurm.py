@@ -39,6 +39,10 @@ HOPELESS = frozenset(
     "QOSMaxCpuPerJobLimit QOSMaxMemoryPerJob AssocMaxCpuPerJobLimit AssocMaxMemPerJob "
     "AccountNotAllowed QOSNotAllowed DependencyNeverSatisfied".split()
 )
+REQUEST_HINT = (
+    "Change the request: hydra.launcher.partition / cpus_per_task / mem_gb / timeout_min on the command line,"
+    " or the APPS_BENCH_SLURM_* variables conf/hydra/launcher/slurm.yaml reads (sinfo shows what nodes offer)."
+)
 ENDED = "ENDED"  # not in the queue any more, state unknown (no accounting)
 
 
@@ -120,8 +124,8 @@ class SqueueWatcher(SlurmInfoWatcher):
             raise JobsNotSchedulable(
                 "these SLURM jobs cannot be scheduled as requested: "
                 + ", ".join(f"{j} ({r})" for j, r in sorted(self.hopeless.items()))
-                + ". Change the request (hydra.launcher.partition / cpus_per_task / mem_gb / timeout_min,"
-                " or the APPS_BENCH_SLURM_* variables conf/hydra/launcher/slurm.yaml reads)."
+                + ". "
+                + REQUEST_HINT
             )
 
 
@@ -141,10 +145,15 @@ def watched_launch(
     except JobsNotSchedulable as exc:
         watcher.cancel_all()
         _fail(f"apps-bench: {exc} The sweep's jobs were cancelled.")
-    except Exception:
+    except Exception as exc:
+        if not watcher.cells():  # sbatch refused the array (e.g. more CPUs or memory than any node has)
+            _fail(f"apps-bench: SLURM did not accept the sweep's jobs: {str(exc).strip()}\n{REQUEST_HINT}")
         # a cell failed or ended without a result: let the others finish, then say which
         _wait_all(watcher)
-        _fail(_ended_badly(watcher, submitit_folder, job_overrides))
+        message = _ended_badly(watcher, submitit_folder, job_overrides)
+        if message is None:  # every cell finished: the error is not a job's
+            raise
+        _fail(message)
     except BaseException:  # Ctrl-C, SIGTERM, SystemExit: nothing of this sweep stays queued
         watcher.cancel_all()
         raise
@@ -153,7 +162,8 @@ def watched_launch(
         SlurmJob.watcher = previous
 
 
-def _ended_badly(watcher: SqueueWatcher, folder: str, job_overrides: Sequence[Sequence[str]]) -> str:
+def _ended_badly(watcher: SqueueWatcher, folder: str, job_overrides: Sequence[Sequence[str]]) -> str | None:
+    """The cells that failed or ended without a result, with their logs (None: there are none)."""
     from submitit.core.utils import JobPaths
 
     states = _sacct_states(watcher.cells())
@@ -168,6 +178,8 @@ def _ended_badly(watcher: SqueueWatcher, folder: str, job_overrides: Sequence[Se
             state = "ended without a result (cancelled, killed or out of time; no accounting to say which)"
         cell = " ".join(filter_overrides(list(overrides)))
         lines.append(f"  job {jid} [{cell}]: {state}; log {paths.stderr}")
+    if not lines:
+        return None
     return (
         f"apps-bench: {len(lines)} of {len(job_overrides)} SLURM jobs of this sweep did not finish:\n"
         + "\n".join(lines)

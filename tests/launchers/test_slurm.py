@@ -146,3 +146,21 @@ def test_serve_vllm_sbatch_is_valid_for_sbatch(slurm_cluster: SlurmCluster) -> N
     # its #SBATCH options parse and the job could be placed (no GPU here: ask for none)
     out = slurm_cluster.run(["sbatch", "--test-only", "--gres=none", "--mem=1G", "--cpus-per-task=1", str(script)])
     assert out.returncode == 0 and "to start at" in out.stderr, out.stderr
+
+
+def test_slurm_jobs_that_cannot_be_scheduled_end_the_sweep_with_the_fix(
+    slurm_cluster: SlurmCluster, mlflow_server: MlflowServer, tmp_path: Path
+) -> None:
+    """More CPUs than the partition's node: SLURM queues the array (reason PartitionConfig) and
+    would keep it pending forever; the sweep says so, cancels it and exits."""
+    cmd = sweep_cmd("slurm_unschedulable", "hydra.launcher.cpus_per_task=64")
+    out = slurm_cluster.ns.run(cmd, cwd=tmp_path, env=sweep_env(tmp_path, slurm_cluster, mlflow_server), timeout=120)
+    assert out.returncode == 1, out.stderr[-3000:]
+    err = out.stderr
+    assert "cannot be scheduled as requested" in err and "(PartitionConfig)" in err, err[-3000:]
+    assert "hydra.launcher.partition / cpus_per_task / mem_gb" in err and "Traceback" not in err
+    assert "jobs were cancelled" in err and not _queued_jobs(slurm_cluster)
+
+
+def _queued_jobs(cluster: SlurmCluster) -> list[str]:
+    return cluster.run(["squeue", "--noheader", "--format=%i"]).stdout.split()
