@@ -6,8 +6,9 @@
 #   launchers/slurm_local.sh start     # then:  source slurm-local/env
 #   python -m apps_bench -m hydra/launcher=slurm seed=0,1 ...
 #   launchers/slurm_local.sh stop
+#   launchers/slurm_local.sh install   # apt-get slurm-wlm slurmdbd munge mariadb-server, services not started
 #
-# Needs root and: apt-get install slurm-wlm munge slurmdbd mariadb-server   (INSTALL=1 does it).
+# Needs root and those packages (INSTALL=1 start installs them first).
 # Every file (config, state, logs, munge key, database) lives in $SLURM_LOCAL_DIR; nothing under /etc
 # is changed. slurmctld and slurmd listen on 127.0.0.1 only (CommunicationParameters=NoInAddrAny,
 # NoCtldInAddrAny); MariaDB on 127.0.0.1. slurmdbd always binds 0.0.0.0, so accounting is on only
@@ -64,12 +65,20 @@ wait_for() {  # wait_for WHAT TRIES CMD...
   stop; exit 1
 }
 
+install() {  # Debian's packages, without starting their system-wide services (policy-rc.d: 101)
+  [ "$(id -u)" = 0 ] || die "install needs root (apt-get)"
+  local policy=/usr/sbin/policy-rc.d own=0
+  if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; own=1; fi
+  local rc=0
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      slurm-wlm slurmdbd munge mariadb-server iproute2 util-linux >/dev/null; } </dev/null || rc=$?
+  if [ $own = 1 ]; then rm -f "$policy"; fi
+  return $rc
+}
+
 start() {
   [ "$(id -u)" = 0 ] || die "start needs root (the daemons run as root, with their files in $D)"
-  if [ "${INSTALL:-0}" = 1 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      slurm-wlm munge slurmdbd mariadb-server >/dev/null
-  fi
+  if [ "${INSTALL:-0}" = 1 ]; then install; fi
   for b in munged slurmctld slurmd sbatch; do
     command -v "$b" >/dev/null || die "$b not found: apt-get install slurm-wlm munge (or INSTALL=1)"
   done
@@ -195,5 +204,6 @@ EOF
 case "$cmd" in
   start) start ;;
   stop) stop ;;
-  *) die "usage: launchers/slurm_local.sh start|stop   (SLURM_LOCAL_DIR=$D)" ;;
+  install) install ;;
+  *) die "usage: launchers/slurm_local.sh start|stop|install   (SLURM_LOCAL_DIR=$D)" ;;
 esac
