@@ -73,7 +73,9 @@ class SqueueWatcher(SlurmInfoWatcher):
     def _make_command(self) -> list[str] | None:
         if not self._registered - self._finished:
             return None
-        return ["squeue", "--noheader", "--array", "--states=all", "--format=%i|%T|%r"]
+        # this user's jobs only (a big cluster's whole queue every poll would be wasteful), all states:
+        # a job that just ended stays listed, with how it ended, for the controller's MinJobAge
+        return ["squeue", "--me", "--noheader", "--array", "--states=all", "--format=%i|%T|%r"]
 
     def read_info(self, string: bytes | str) -> dict[str, dict[str, str]]:
         text = string.decode() if isinstance(string, bytes) else string
