@@ -1,5 +1,5 @@
 """hydra/launcher=slurm on a cluster without accounting (no sacct): a cancelled job still ends
-the sweep with a message, and SIGTERM on the launching command cancels the sweep's jobs."""
+the sweep with a message, and SIGTERM or Ctrl-C on the launching command cancels the sweep's jobs."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def plain_cluster(tmp_path_factory: pytest.TempPathFactory):
         ns.destroy()
 
 
-def test_without_accounting_cancel_ends_the_sweep_and_sigterm_cancels_its_jobs(
+def test_without_accounting_cancel_ends_the_sweep_and_sigterm_or_ctrl_c_cancel_its_jobs(
     plain_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
     assert plain_cluster.run(["sacct", "--noheader"]).returncode != 0  # really no accounting
@@ -54,18 +54,20 @@ def test_without_accounting_cancel_ends_the_sweep_and_sigterm_cancels_its_jobs(
     assert f"job {job} [" in err and "did not finish" in err and "rerun the same command" in err, err[-3000:]
     assert "sacct" not in err.replace("no accounting", "")  # no submitit warning at every poll
 
-    # the rerun, stopped by SIGTERM while its jobs run: nothing of it stays queued
-    for f in tmp_path.glob("outputs/cells/*/records.jsonl"):
-        f.unlink()  # both cells have work again
-    sweep = _start(plain_cluster, cmd, tmp_path, env)
-    _running_job_with_records(plain_cluster, tmp_path, sweep)
-    sweep.send_signal(signal.SIGTERM)
-    _, err = sweep.communicate(timeout=60)
-    assert sweep.returncode != 0
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and _queued(plain_cluster):
-        time.sleep(0.5)
-    assert not _queued(plain_cluster), err[-2000:]
+    # the rerun, stopped by SIGTERM (a scheduler, `kill`) and then by SIGINT (Ctrl-C) while its jobs
+    # run: nothing of it stays queued
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        for f in tmp_path.glob("outputs/cells/*/records.jsonl"):
+            f.unlink()  # both cells have work again
+        sweep = _start(plain_cluster, cmd, tmp_path, env)
+        _running_job_with_records(plain_cluster, tmp_path, sweep)
+        sweep.send_signal(sig)
+        _, err = sweep.communicate(timeout=60)
+        assert sweep.returncode != 0, sig
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _queued(plain_cluster):
+            time.sleep(0.5)
+        assert not _queued(plain_cluster), f"{sig!r}: {err[-2000:]}"
 
 
 def _start(cluster: SlurmCluster, cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
