@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -39,12 +38,6 @@ def mlflow_server(netns: Netns, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture
-def cluster_workdir(tmp_path: Path) -> Path:
-    """Where a sweep runs (its outputs/): under the test's tmp dir, readable from outside."""
-    return tmp_path
 
 
 @pytest.fixture(scope="session")
