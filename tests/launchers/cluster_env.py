@@ -25,6 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+APPS_TRAIN_MINI = REPO.parent / "shared" / "data" / "apps" / "train_mini150.jsonl"
+
+# the sweep every cluster test runs: 4 gold cells of 5 real APPS problems
+N_PROBLEMS = 5
+GOLD_CELLS = [
+    "seed=0,1", "topology=single,sequential_langgraph", "model=gold", "dataset=apps",
+    f"dataset.path={APPS_TRAIN_MINI}", f"limit={N_PROBLEMS}", "progress=false",
+]  # fmt: skip
 
 
 class NamespaceUnavailable(RuntimeError):
@@ -51,8 +59,13 @@ class Netns:
             raise NamespaceUnavailable("creating a network namespace needs root")
         workdir.mkdir(parents=True, exist_ok=True)
         ns = cls(name, workdir)
-        ns.hosts.write_text(f"127.0.0.1 localhost {socket.gethostname().split('.')[0]} {socket.getfqdn()}\n")
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)  # a leftover of a killed session
+        # this host's names first: `hostname -f` inside gives the real name, not "localhost"
+        names = dict.fromkeys(
+            n for n in (socket.getfqdn(), socket.gethostname(), socket.gethostname().split(".")[0]) if n != "localhost"
+        )
+        ns.hosts.write_text(f"127.0.0.1 {' '.join(names)} localhost\n")
+        if Path(f"/run/netns/{name}").exists():  # a leftover of a killed session
+            cls(name, workdir).destroy()
         add = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
         if add.returncode != 0:
             raise NamespaceUnavailable(f"`ip netns add {name}` failed: {add.stderr.strip()}")
@@ -77,7 +90,7 @@ class Netns:
 
     def argv(self, cmd: list[str]) -> list[str]:
         """`cmd` wrapped to run inside the namespace (own mount namespace, this host -> 127.0.0.1)."""
-        enter = f"mount --bind {shlex.quote(str(self.hosts))} /etc/hosts && exec \"$@\""
+        enter = f'mount --bind {shlex.quote(str(self.hosts))} /etc/hosts && exec "$@"'
         return [
             "nsenter", f"--net=/run/netns/{self.name}",
             "unshare", "--mount", "--propagation", "private",
@@ -165,12 +178,13 @@ class MlflowServer:
                 self.proc.wait(10)
 
 
-def start_mlflow_server(ns: Netns, root: Path, port: int = 5055, workers: int = 2) -> MlflowServer:
-    """Start launchers/mlflow_server.sh inside `ns`; return once /health answers."""
+def start_mlflow_server(ns: Netns, root: Path, port: int = 5055, workers: int = 2, host: str = "127.0.0.1") -> MlflowServer:
+    """Start launchers/mlflow_server.sh inside `ns`; return once /health answers at the
+    address it printed."""
     root.mkdir(parents=True, exist_ok=True)
     log = root / "server.log"
     env = {
-        **os.environ, "MLFLOW_SERVER_DIR": str(root), "HOST": "127.0.0.1", "PORT": str(port),
+        **os.environ, "MLFLOW_SERVER_DIR": str(root), "HOST": host, "PORT": str(port),
         "WORKERS": str(workers), "PYTHON": _python(),
     }  # fmt: skip
     proc = ns.popen(["bash", str(REPO / "launchers" / "mlflow_server.sh")], log, env=env)
@@ -207,4 +221,71 @@ def _which(tool: str) -> bool:
     return shutil.which(tool) is not None
 
 
-__all__ = ["MlflowServer", "NamespaceUnavailable", "Netns", "start_mlflow_server"]
+@dataclass
+class SlurmCluster:
+    """launchers/slurm_local.sh's cluster inside a namespace; `env` is its env file, parsed."""
+
+    ns: Netns
+    root: Path
+    env: dict[str, str]
+
+    def run(self, cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
+        """A SLURM client command (squeue, scancel, sacct, sbatch) against this cluster."""
+        return self.ns.run(cmd, env={**os.environ, **self.env}, **kw)
+
+    def stop(self) -> None:
+        self.ns.run(["bash", str(REPO / "launchers" / "slurm_local.sh"), "stop"], env=self._script_env(), timeout=60)
+
+    def _script_env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_LOCAL_DIR": str(self.root)}
+
+
+def start_slurm(ns: Netns, root: Path, **settings: str) -> SlurmCluster:
+    """`launchers/slurm_local.sh start` inside `ns` (accounting on: a private namespace);
+    `settings`: the script's environment knobs (e.g. ACCOUNTING="0")."""
+    cluster = SlurmCluster(ns, root, {})
+    env = {**cluster._script_env(), **settings}
+    out = ns.run(["bash", str(REPO / "launchers" / "slurm_local.sh"), "start"], env=env, timeout=180)
+    if out.returncode != 0:
+        raise RuntimeError(f"launchers/slurm_local.sh start failed ({out.returncode}):\n{out.stderr[-4000:]}")
+    assert out.stdout.strip() == f"source {root}/env", out.stdout
+    for line in (root / "env").read_text().splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        cluster.env[key] = value
+    return cluster
+
+
+def cell_records(cwd: Path) -> dict[str, list[str]]:
+    """A sweep's cells (run in `cwd`): cell dir name -> its record lines."""
+    return {p.parent.name: p.read_text().splitlines() for p in (cwd / "outputs" / "cells").glob("*/records.jsonl")}
+
+
+def sweep_runs(server: MlflowServer, experiment: str) -> tuple[list, list]:
+    """(parent runs, cell runs) of `experiment` on the server."""
+    client = server.client()
+    exp = client.get_experiment_by_name(experiment)
+    assert exp is not None, f"no experiment {experiment!r} on the server"
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("sweep") == "true"]
+    cells = [r for r in runs if r.data.tags.get("sweep") != "true"]
+    return parents, cells
+
+
+def assert_sweep_logged(server: MlflowServer, experiment: str, n_cells: int, n_problems: int) -> None:
+    """One FINISHED parent, one FINISHED child per cell under it, every problem solved (gold),
+    and each child's records artifact in the server's artifact root."""
+    parents, cells = sweep_runs(server, experiment)
+    assert len(parents) == 1, [p.info.run_id for p in parents]
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert len(cells) == n_cells
+    for run in cells:
+        assert run.data.tags.get("mlflow.parentRunId") == parent.info.run_id, run.data.tags
+        assert run.info.status == "FINISHED"
+        assert run.data.metrics["pass_at_1"] == 1.0
+        assert run.data.metrics["n_problems"] == n_problems
+        art = server.artifact_root / run.info.experiment_id / run.info.run_id / "artifacts"
+        records = art / "records.jsonl"
+        assert records.is_file(), sorted(p.name for p in art.glob("*"))
+        assert len(records.read_text().splitlines()) == n_problems
+    assert len({r.data.tags["cell_key"] for r in cells}) == n_cells
