@@ -1,1 +1,2 @@
-"""Hydra launchers of apps-bench's own (conf/hydra/launcher/*.yaml name them in `_target_`)."""
+"""The work of apps-bench's own Hydra launchers (their plugin classes, which Hydra finds, are in
+hydra_plugins/apps_bench_launchers): `slurm` (submitit's, watched), `ray_cluster` (cells as Ray tasks)."""

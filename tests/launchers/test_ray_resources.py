@@ -1,9 +1,9 @@
 """The Ray launcher's checks that need no cluster: what a cell asks, whether a node can hold it,
-and what reaches ray.init (apps_bench/ray_cluster.py; the real cluster: test_ray_sweep.py)."""
+and what reaches ray.init (apps_bench/launchers/ray_cluster.py; the real cluster: test_ray_sweep.py)."""
 
 from __future__ import annotations
 
-from apps_bench.ray_cluster import _init_kwargs, alive_nodes, demand, infeasible
+from apps_bench.launchers.ray_cluster import _init_kwargs, alive_nodes, demand, infeasible
 
 NODES = [
     {"Alive": True, "NodeManagerAddress": "10.0.0.1", "Resources": {"CPU": 2.0, "memory": 8e9, "node:10.0.0.1": 1.0}},

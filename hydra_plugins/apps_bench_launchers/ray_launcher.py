@@ -1,7 +1,7 @@
 """The Hydra plugin class of `hydra/launcher=ray_cluster`: cells as Ray tasks.
 
 Hydra imports every module under `hydra_plugins` at startup, so this one imports only Hydra;
-the work (and `import ray`) is in `apps_bench.ray_cluster`.
+the work (and `import ray`) is in `apps_bench.launchers.ray_cluster`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class RayCellLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from apps_bench.ray_cluster import launch
+        from apps_bench.launchers.ray_cluster import launch
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         return launch(

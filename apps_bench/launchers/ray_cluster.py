@@ -1,6 +1,6 @@
 """Cells of a sweep as Ray tasks: the body of `hydra/launcher=ray_cluster`.
 
-The Hydra plugin class (`hydra_plugins/apps_bench_ray/ray_launcher.py`) only hands over;
+The Hydra plugin class (`hydra_plugins/apps_bench_launchers/ray_launcher.py`) only hands over;
 this module connects to the cluster, checks that some node can run a cell at all, submits
 one task per cell and waits, reporting instead of waiting silently.
 

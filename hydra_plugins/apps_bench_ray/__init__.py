@@ -1,1 +1,0 @@
-"""apps-bench's Hydra launcher for Ray clusters (`hydra/launcher=ray_cluster`)."""
