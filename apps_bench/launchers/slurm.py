@@ -17,10 +17,8 @@ and result handling and changes only the watching:
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -139,9 +137,11 @@ def watched_launch(
 ) -> Sequence[JobReturn]:
     """Run submitit's `launch` with the squeue watcher; end the sweep with a message (exit 1)
     when a job failed or ended without a result, cancel its jobs on Ctrl-C/SIGTERM."""
+    from apps_bench.tracking.callbacks import on_sweep_interrupt
+
     watcher = SqueueWatcher()
     previous, SlurmJob.watcher = SlurmJob.watcher, watcher
-    restore_term = _on_sigterm(watcher)
+    on_sweep_interrupt(watcher.cancel_all)  # Ctrl-C/SIGTERM: scancel at once, before the parent run ends KILLED
     try:
         return launch(job_overrides, initial_job_idx)
     except JobsNotSchedulable as exc:
@@ -160,7 +160,6 @@ def watched_launch(
         watcher.cancel_all()
         raise
     finally:
-        restore_term()
         SlurmJob.watcher = previous
 
 
@@ -222,24 +221,6 @@ def _sacct_states(job_ids: list[str]) -> dict[str, str]:
     if out.returncode != 0:
         return {}
     return {r.split("|")[0]: r.split("|")[1] for r in out.stdout.splitlines() if r.count("|") == 1}
-
-
-def _on_sigterm(watcher: SqueueWatcher):
-    """SIGTERM cancels the sweep's jobs, then does what it did before (another handler, or exit
-    143 so atexit hooks such as closing the MLflow parent run still run)."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    before = signal.getsignal(signal.SIGTERM)
-
-    def handler(signum: int, frame: Any) -> None:
-        watcher.cancel_all()
-        if callable(before):
-            before(signum, frame)
-        else:
-            raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, before)
 
 
 def _fail(message: str) -> NoReturn:

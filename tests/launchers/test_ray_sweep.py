@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cluster_env import MlflowServer, Netns
+
+from launchers.cluster_env import APPS_TRAIN_MINI, GOLD_CELLS, N_PROBLEMS, MlflowServer, Netns, assert_sweep_logged, sweep_runs
 
 pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]' (.ci/run installs it)")
 pytestmark = pytest.mark.slow
 
-CELLS = ["seed=0,1", "topology=single,sequential_langgraph", "model=gold", "dataset=apps", "limit=5"]
 NAMES = {f"{t}·gold·none·s{s}" for t in ("single", "sequential_langgraph") for s in (0, 1)}
 RAY = str(Path(sys.executable).with_name("ray"))
 
@@ -112,10 +112,7 @@ def ray_head(netns: Netns, mlflow_server: MlflowServer, tmp_path_factory: pytest
 def _sweep(netns: Netns, head: RayHead, server: MlflowServer, cwd: Path, experiment: str, *extra: str):
     """The documented sweep: RAY_ADDRESS and MLFLOW_TRACKING_URI exported, the cells, nothing else."""
     env = _env(RAY_ADDRESS=head.address, MLFLOW_TRACKING_URI=server.uri)
-    data = Path(__file__).resolve().parents[3] / "shared" / "data" / "apps" / "train_mini150.jsonl"
-    if not data.is_file():
-        pytest.skip(f"real APPS rows not found at {data}")
-    cmd = [sys.executable, "-m", "apps_bench", "-m", "hydra/launcher=ray_cluster", *CELLS, f"dataset.path={data}",
+    cmd = [sys.executable, "-m", "apps_bench", "-m", "hydra/launcher=ray_cluster", *GOLD_CELLS,
            f"tracking.experiment={experiment}", *extra]
     t0 = time.monotonic()
     out = netns.run(cmd, cwd=cwd, env=env, timeout=280)
@@ -123,10 +120,10 @@ def _sweep(netns: Netns, head: RayHead, server: MlflowServer, cwd: Path, experim
 
 
 def test_ray_sweep_runs_every_cell_as_a_ray_task_logging_to_the_server(
-    netns: Netns, mlflow_server: MlflowServer, ray_head: RayHead, cluster_workdir: Path
+    netns: Netns, mlflow_server: MlflowServer, ray_head: RayHead, tmp_path: Path
 ) -> None:
     before_logs = set(ray_head.worker_logs())
-    out, wall = _sweep(netns, ray_head, mlflow_server, cluster_workdir, "ray_sweep")
+    out, wall = _sweep(netns, ray_head, mlflow_server, tmp_path, "ray_sweep")
     assert out.returncode == 0, f"sweep failed ({wall:.0f}s):\n{out.stdout[-4000:]}\n{out.stderr[-6000:]}"
     assert "apps-bench: ray: 4 cells submitted as Ray tasks (CPU=1 each) to 1 node(s)" in out.stderr
 
@@ -143,45 +140,37 @@ def test_ray_sweep_runs_every_cell_as_a_ray_task_logging_to_the_server(
     assert len(set(ran.values())) == 4, ran
 
     # records complete in the driver's working directory; nothing where `ray start` ran
-    cells = sorted((cluster_workdir / "outputs" / "cells").glob("*/records.jsonl"))
+    cells = sorted((tmp_path / "outputs" / "cells").glob("*/records.jsonl"))
     assert len(cells) == 4, cells
     for rec in cells:
         rows = [json.loads(line) for line in rec.read_text().splitlines()]
-        assert len(rows) == 5 and all(r["verdict"]["passed"] for r in rows), rec
+        assert len(rows) == N_PROBLEMS and all(r["verdict"]["passed"] for r in rows), rec
         assert json.loads((rec.parent / "summary.json").read_text())["complete"] is True
-    assert list((cluster_workdir / "outputs" / "multirun").glob("*/*/[0-3]/.hydra/overrides.yaml"))
+    assert list((tmp_path / "outputs" / "multirun").glob("*/*/[0-3]/.hydra/overrides.yaml"))
     assert not list(ray_head.start_dir.rglob("*")), sorted(ray_head.start_dir.rglob("*"))[:10]
-    assert not list(cluster_workdir.rglob("mlflow.db")), "a cell logged to a private SQLite store"
+    assert not list(tmp_path.rglob("mlflow.db")), "a cell logged to a private SQLite store"
 
     # the server: one parent, one FINISHED child per cell with its metrics, artifacts in the artifact root
-    c = mlflow_server.client()
-    exp = c.get_experiment_by_name("ray_sweep")
-    runs = c.search_runs([exp.experiment_id])
-    parents = [r for r in runs if r.data.tags.get("sweep") == "true"]
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED", [(r.info.run_name, r.info.status) for r in runs]
-    kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
-    assert len(runs) == 5 and {k.info.run_name for k in kids} == NAMES
+    assert_sweep_logged(mlflow_server, "ray_sweep", 4, N_PROBLEMS)
+    _, kids = sweep_runs(mlflow_server, "ray_sweep")
+    assert {k.info.run_name for k in kids} == NAMES
     for k in kids:
-        assert k.info.status == "FINISHED" and k.data.metrics["pass_at_1"] == 1.0, (k.info.run_name, k.data.metrics)
-        art = mlflow_server.artifact_root / exp.experiment_id / k.info.run_id / "artifacts"
-        assert len((art / "records.jsonl").read_text().splitlines()) == 5, art
-        assert (art / "summary.json").is_file()
         # the cell sized itself to the CPU its Ray task holds (num_cpus=1), not to the node
         assert k.data.tags["prov.cpus_source"] == "ray" and k.data.tags["prov.usable_cpus"] == "1", k.data.tags
     assert wall < 240, f"the 4-cell Ray sweep took {wall:.0f}s"
 
 
 def test_ray_cell_no_node_can_hold_is_refused_with_the_fix(
-    netns: Netns, mlflow_server: MlflowServer, ray_head: RayHead, cluster_workdir: Path
+    netns: Netns, mlflow_server: MlflowServer, ray_head: RayHead, tmp_path: Path
 ) -> None:
-    out, wall = _sweep(netns, ray_head, mlflow_server, cluster_workdir, "ray_infeasible", "hydra.launcher.ray.remote.num_cpus=64")
+    out, wall = _sweep(netns, ray_head, mlflow_server, tmp_path, "ray_infeasible", "hydra.launcher.ray.remote.num_cpus=64")
     assert out.returncode == 2, f"{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
     assert "no node of the Ray cluster can run a cell: each cell asks CPU=64" in out.stderr, out.stderr[-3000:]
     node_cpus = re.search(r"\(\S+\) has CPU=(\d+)\. ", out.stderr)
     assert node_cpus and 1 <= int(node_cpus.group(1)) < 64, out.stderr[-3000:]
     assert f"Fix: hydra.launcher.ray.remote.num_cpus={node_cpus.group(1)} (or fewer)" in out.stderr
     assert "Nothing was run." in out.stderr
-    assert not (cluster_workdir / "outputs" / "cells").exists()
+    assert not (tmp_path / "outputs" / "cells").exists()
     assert wall < 120, f"refusing took {wall:.0f}s: it waited on the cluster"
 
 
@@ -208,22 +197,19 @@ def _wait_for(what: str, check, timeout: float = 120.0):
 
 
 def test_ray_killed_cell_is_retried_from_its_records_and_ctrl_c_ends_every_cell(
-    netns: Netns, mlflow_server: MlflowServer, ray_head: RayHead, cluster_workdir: Path
+    netns: Netns, mlflow_server: MlflowServer, ray_head: RayHead, tmp_path: Path
 ) -> None:
     """SIGKILL of a cell's worker: Ray runs the task again and the cell resumes from its records.
     Then Ctrl-C on the sweep: it exits, and no cell task, nor any process a cell started, is left."""
-    data = Path(__file__).resolve().parents[3] / "shared" / "data" / "apps" / "train_mini150.jsonl"
-    if not data.is_file():
-        pytest.skip(f"real APPS rows not found at {data}")
     idle = set(netns.pids())
     env = _env(RAY_ADDRESS=ray_head.address, MLFLOW_TRACKING_URI=mlflow_server.uri)
     cmd = [sys.executable, "-m", "apps_bench", "-m", "hydra/launcher=ray_cluster", "seed=0,1", "topology=single,sequential_langgraph",
-           "model=gold", "dataset=apps", f"dataset.path={data}", "limit=40", "tracking.experiment=ray_interrupt"]
-    log = cluster_workdir / "sweep.log"
-    driver = netns.popen(cmd, log, cwd=cluster_workdir, env=env)
+           "model=gold", "dataset=apps", f"dataset.path={APPS_TRAIN_MINI}", "limit=40", "tracking.experiment=ray_interrupt"]
+    log = tmp_path / "sweep.log"
+    driver = netns.popen(cmd, log, cwd=tmp_path, env=env)
     try:
         def recorded() -> Path | None:
-            for rec in (cluster_workdir / "outputs" / "cells").glob("*/records.jsonl"):
+            for rec in (tmp_path / "outputs" / "cells").glob("*/records.jsonl"):
                 if len(rec.read_text().splitlines()) >= 3:
                     return rec
             return None
