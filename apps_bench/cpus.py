@@ -103,7 +103,7 @@ def ray_cpus() -> float | None:
     """`num_cpus` of the Ray task this process runs (None outside a Ray worker). Ray is never
     imported here: a Ray worker has imported it already."""
     ray = sys.modules.get("ray")
-    if ray is None:
+    if ray is None or not ray.is_initialized():  # get_runtime_context() would start a local Ray
         return None
     try:
         ctx = ray.get_runtime_context()

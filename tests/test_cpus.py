@@ -80,8 +80,13 @@ def test_a_ray_tasks_num_cpus(monkeypatch: pytest.MonkeyPatch):
     API shape; the real one is exercised by the Ray cluster test. Never imported when absent."""
     monkeypatch.delitem(sys.modules, "ray", raising=False)
     assert cpus.ray_cpus() is None and "ray" not in sys.modules
-    fake = types.SimpleNamespace(WORKER_MODE=1, get_runtime_context=_RayContext)
+    def never_called():
+        raise AssertionError("get_runtime_context() starts a local Ray when none is running")
+
+    fake = types.SimpleNamespace(WORKER_MODE=1, get_runtime_context=never_called, is_initialized=lambda: False)
     monkeypatch.setitem(sys.modules, "ray", fake)
+    assert cpus.ray_cpus() is None  # imported (e.g. by a test module) but not running: not a Ray worker
+    fake.get_runtime_context, fake.is_initialized = _RayContext, lambda: True
     assert cpus.ray_cpus() == 1.5
     share = cpus.cpu_share()
     assert share.seen["ray"] == 1.5 and share.cpus <= 2

@@ -3,6 +3,9 @@ and what reaches ray.init (apps_bench/launchers/ray_cluster.py; the real cluster
 
 from __future__ import annotations
 
+import pytest
+
+from apps_bench.cpus import ray_cpus
 from apps_bench.launchers.ray_cluster import _init_kwargs, alive_nodes, demand, infeasible
 
 NODES = [
@@ -51,3 +54,11 @@ def test_unset_init_settings_are_not_passed_to_ray() -> None:
         "address": None,
         "runtime_env": {"env_vars": {"MLFLOW_TRACKING_URI": "http://127.0.0.1:5055", "APPS_BENCH_PARENT_RUN_ID": "", "N": "3"}},
     }
+
+
+def test_asking_for_a_tasks_cpus_outside_ray_starts_no_ray() -> None:
+    """Cells size themselves by usable_cpus(), which asks Ray only inside a Ray worker: Ray's
+    get_runtime_context() starts a local Ray (and turns on token auth) when none runs."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]' (.ci/run installs it)")
+    assert ray_cpus() is None
+    assert not ray.is_initialized()
