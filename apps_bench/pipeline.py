@@ -241,17 +241,22 @@ async def _solve_all(prep: Prepared, solve: Any, pool: Any, endpoint: Any, progr
     judge = Judge.from_config(pool, config.judge)
     keep = config.tracking.log_transcripts
     sem = asyncio.Semaphore(concurrency)
+    store_failed: list[BaseException] = []
     async with solve.serving(pool, endpoint):
         async def one(problem: Any) -> None:
             async with sem:
+                if store_failed:
+                    return  # the tracking store is unusable: start no more problems
                 outcome = await solve_and_judge(problem, solve, judge)
                 rec = record_of(outcome, prep.cell.key).to_json()
                 await asyncio.to_thread(prep.store.append, rec, outcome.solved.transcript if keep else None)  # fsync off the loop
                 progress.update(1, rec)
-                if tracker_future.done() and tracker_future.exception() is not None:
-                    raise tracker_future.exception()  # the tracking store is unusable: stop, keep the records
+                if tracker_future.done() and tracker_future.exception() is not None and not store_failed:
+                    store_failed.append(tracker_future.exception())
 
         await asyncio.gather(*(one(p) for p in prep.todo))
+    if store_failed:  # raised once the problems in flight are recorded (none is cut halfway)
+        raise store_failed[0]
 
 
 def _workers_for(prep: Prepared) -> int:
