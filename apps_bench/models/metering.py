@@ -161,13 +161,15 @@ RETRIES_KEY = "apps_bench_retries"  # response extension: how many re-sends the 
 class _Counter:
     """Collects a response's bytes and records it exactly once, when the stream closes."""
 
-    def __init__(self, usage: Usage, response: Any, info: RequestInfo, role: str = "", sent: tuple[int, bytes] | None = None) -> None:
+    def __init__(
+        self, usage: Usage, response: Any, info: RequestInfo, role: str = "", sent: tuple[int, int, bytes] | None = None
+    ) -> None:
         self.usage, self.role = usage, role
         self.status = response.status_code
         self.content_type = response.headers.get("content-type", "")
         self.retries = int(response.extensions.get(RETRIES_KEY, 0) or 0)
         self.info = info
-        self.sent = sent  # (start time, request body) when the problem is traced
+        self.sent = sent  # (start time, turn, request body) when the problem is traced
         self.chunks: list[bytes] = []
         self.done = False
 
@@ -197,25 +199,29 @@ class _Counter:
                        status=self.status, retries=self.retries, **fields)  # fmt: skip
 
 
-def _sent_at(usage: Usage, request: Any) -> tuple[int, bytes] | None:
-    """(start time, request body) of a call of a traced problem, None when it is not traced."""
+def _sent_at(usage: Usage, request: Any) -> tuple[int, int, bytes] | None:
+    """(start time, agent turn, request body) of a call of a traced problem; None when it is not traced."""
     if getattr(usage, "trace", None) is None:
         return None
     import time
 
+    from apps_bench.tracking.capture import current_turn
+
     try:
-        return time.time_ns(), bytes(request.content)
+        body = bytes(request.content)
     except Exception:  # noqa: BLE001 - a streamed request body: traced without it
-        return time.time_ns(), b""
+        body = b""
+    return time.time_ns(), current_turn(), body
 
 
-def trace_call(usage: Usage, role: str, sent: tuple[int, bytes], **fields: Any) -> None:
+def trace_call(usage: Usage, role: str, sent: tuple[int, int, bytes], **fields: Any) -> None:
     """Add one model call (its bodies and times, never its headers) to the problem's TraceLog."""
     import time
 
     from apps_bench.tracking.capture import ModelCall
 
-    usage.trace.add_call(ModelCall(role=role, start_ns=sent[0], end_ns=time.time_ns(), request=sent[1], **fields))
+    start_ns, turn, body = sent
+    usage.trace.add_call(ModelCall(role=role, start_ns=start_ns, end_ns=time.time_ns(), turn=turn, request=body, **fields))
 
 
 def _rewrite(mod: Any, request: Any) -> tuple[Any, RequestInfo]:

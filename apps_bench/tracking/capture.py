@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import threading
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 _LOCK = threading.Lock()
+# The transcript index of the agent turn running in this context (its "input" event): set when
+# a turn logs its input, read by the calls made in the same task or thread (and those it starts),
+# so the calls of agents running side by side land in their own turns.
+_TURN: ContextVar[int] = ContextVar("apps_bench_turn", default=-1)
+
+
+def current_turn() -> int:
+    return _TURN.get()
 
 
 @dataclass
@@ -23,6 +32,7 @@ class ModelCall:
     role: str
     start_ns: int
     end_ns: int
+    turn: int  # the transcript index of the input event of the turn it ran in (-1: unknown)
     request: bytes  # the JSON body as sent (messages, tools, sampling settings)
     reply: bytes  # the reply body (JSON or an SSE stream); empty when the call failed
     content_type: str = ""
@@ -38,6 +48,7 @@ class ModelCall:
 class ExecCall:
     start_ns: int
     end_ns: int
+    turn: int
     code: str
     stdin: str
     exit_code: int | None = None
@@ -57,9 +68,12 @@ class TraceLog:
     calls: list[ModelCall] = field(default_factory=list)
     execs: list[ExecCall] = field(default_factory=list)
 
-    def event(self) -> None:
+    def event(self, index: int, kind: str) -> None:
+        """Transcript event `index` was just logged; an "input" starts a turn in this context."""
         with _LOCK:
             self.event_ns.append(time.time_ns())
+        if kind == "input":
+            _TURN.set(index)
 
     def add_call(self, call: ModelCall) -> None:
         with _LOCK:
@@ -77,10 +91,10 @@ def log_of(usage: Any) -> TraceLog | None:
 
 def exec_call(code: Any, stdin: Any, result: Any, start_ns: int) -> ExecCall:
     """A python_exec run as captured: `result` is the sandbox's ExecResult, or the refusal text."""
-    end = time.time_ns()
+    end, turn = time.time_ns(), current_turn()
     code_s, stdin_s = str(code), "" if stdin is None else str(stdin)
     if isinstance(result, str):
-        return ExecCall(start_ns, end, code_s, stdin_s, error=result)
-    return ExecCall(start_ns, end, code_s, stdin_s, exit_code=getattr(result, "exit_code", None),
+        return ExecCall(start_ns, end, turn, code_s, stdin_s, error=result)
+    return ExecCall(start_ns, end, turn, code_s, stdin_s, exit_code=getattr(result, "exit_code", None),
                     stdout=getattr(result, "stdout", "") or "", stderr=getattr(result, "stderr", "") or "",
                     status=str(getattr(result, "status", "")), timed_out=bool(getattr(result, "timed_out", False)))  # fmt: skip

@@ -97,6 +97,7 @@ def _mlflow(uri: str) -> Any:
 
 @dataclass
 class TurnSpan:
+    index: int  # the transcript index of its input event
     agent: str
     role: str
     round: int
@@ -123,7 +124,7 @@ def turns_of(
             continue
         turn = current.get(agent)
         if turn is None or e.get("kind") == "input":
-            turn = TurnSpan(agent, str(e.get("role", "")), int(e.get("round", 0) or 0), t, t)
+            turn = TurnSpan(i, agent, str(e.get("role", "")), int(e.get("round", 0) or 0), t, t)
             turns.append(turn)
             current[agent] = turn
         turn.events.append((t, e))
@@ -188,13 +189,16 @@ def reply_object(call: ModelCall) -> Any:
 
 
 def _place_call(call: ModelCall, turns: list[TurnSpan]) -> TurnSpan | None:
-    """The turn a model call belongs to: its role's turn whose next event after the reply
-    quotes it (parallel agents of one role), else the one whose next event follows soonest."""
-    same = [t for t in turns if t.role == call.role and t.start_ns <= call.start_ns] or [
-        t for t in turns if t.start_ns <= call.start_ns
-    ]
+    """The turn a model call belongs to: the one it ran in (capture's context) when that turn is
+    its role's; else its role's turn whose next event after the reply quotes it, else the one
+    whose next event follows soonest; a call before its role's first turn logged goes to it."""
+    for t in turns:
+        if t.index == call.turn and t.role == call.role:
+            return t
+    own = [t for t in turns if t.role == call.role]
+    same = [t for t in own if t.start_ns <= call.start_ns] or [t for t in turns if t.start_ns <= call.start_ns]
     if not same:
-        return None
+        return own[0] if own else None
     head = reply_text(call).strip()[:200]
 
     def score(t: TurnSpan) -> tuple[int, int]:
@@ -208,7 +212,11 @@ def _place_call(call: ModelCall, turns: list[TurnSpan]) -> TurnSpan | None:
 
 
 def _place_exec(run: ExecCall, turns: list[TurnSpan]) -> TurnSpan | None:
-    """The turn whose tool_call event carries this code (nearest in time), else the last turn started before it."""
+    """The turn it ran in (capture's context), else the turn whose tool_call event carries this
+    code (nearest in time), else the last turn started before it."""
+    for t in turns:
+        if t.index == run.turn:
+            return t
     best: tuple[int, TurnSpan] | None = None
     for t in turns:
         for ts, e in t.events:
