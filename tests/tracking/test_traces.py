@@ -96,7 +96,9 @@ def test_every_runner_gives_one_trace_per_problem_with_turns_calls_tools_and_the
         # token usage per call equals the record's (the same metering, seen from the trace)
         got = sorted((s.attributes["role"], s.attributes["prompt_tokens"], s.attributes["completion_tokens"],
                       s.attributes["finish_reason"]) for s in calls)  # fmt: skip
-        want = sorted((c.get("role", ""), c["prompt_tokens"], c["completion_tokens"], c["finish_reason"]) for c in rec["usage"]["calls"])
+        want = sorted(
+            (c.get("role", ""), c["prompt_tokens"], c["completion_tokens"], c["finish_reason"]) for c in rec["usage"]["calls"]
+        )
         assert got == want and len(calls) == rec["usage"]["model_calls"]
         for s in calls:
             assert s.inputs["messages"] and s.outputs["choices"][0]["message"]["role"] == "assistant"
@@ -117,9 +119,7 @@ def test_every_runner_gives_one_trace_per_problem_with_turns_calls_tools_and_the
         assert judge.outputs["tests_passed"] == rec["verdict"]["tests_passed"] == len(rec["verdict"]["results"])
 
 
-def test_traces_change_no_record_and_gold_traces_nothing_by_default(
-    tmp_path: Path, mlflow_template: Path, apps_data_dir: Path
-):
+def test_traces_change_no_record_and_gold_traces_nothing_by_default(tmp_path: Path, mlflow_template: Path, apps_data_dir: Path):
     rows = apps_data_dir / "train_mini150.jsonl"
     on, off = tmp_path / "on", tmp_path / "off"
     for cwd, extra in ((on, ["tracking.traces=true"]), (off, [])):  # off: gold's default
