@@ -148,10 +148,12 @@ def reply_message(call: ModelCall) -> dict[str, Any]:
 
 def reply_object(call: ModelCall) -> Any:
     """The reply body as an object; an SSE stream is folded into one chat completion."""
+    from apps_bench.models.wire import is_stream, stream_events
+
     text = call.reply.decode("utf-8", errors="replace")
     if not text.strip():
         return {}
-    if "text/event-stream" not in call.content_type and not text.lstrip().startswith("data:"):
+    if not is_stream(text, call.content_type):
         try:
             return json.loads(text)
         except ValueError:
@@ -159,13 +161,8 @@ def reply_object(call: ModelCall) -> Any:
     content: list[str] = []
     tool_calls: dict[int, dict[str, Any]] = {}
     usage, reason, model = None, None, None
-    for line in text.splitlines():
-        data = line[5:].strip() if line.startswith("data:") else ""
-        if not data or data == "[DONE]":
-            continue
-        try:
-            event = json.loads(data)
-        except ValueError:
+    for event in stream_events(text):
+        if not isinstance(event, dict):
             continue
         usage = event.get("usage") or usage
         model = event.get("model") or model

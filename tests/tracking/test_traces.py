@@ -185,3 +185,27 @@ def test_the_default_is_on_for_real_models_off_for_gold_and_none_without_a_store
     assert not traces_enabled(typed_config(compose_cell(*real, "tracking=none", "tracking.traces=true")))
     assert not traces_enabled(typed_config(compose_cell("model=gold")))
     assert traces_enabled(typed_config(compose_cell("model=gold", "tracking.traces=true")))
+
+
+def test_a_streamed_reply_is_folded_into_one_message_with_its_tool_calls():
+    from apps_bench.tracking.capture import ModelCall
+    from apps_bench.tracking.traces import reply_object
+
+    events = [
+        {"model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Let me "}}]},
+        {"choices": [{"index": 0, "delta": {"content": "run it."}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "python_exec", "arguments": '{"co'}}]}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'de": "print(1)"}'}}]}}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}},
+    ]  # fmt: skip
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    call = ModelCall(role="solver", start_ns=0, end_ns=1, turn=0, request=b"{}", reply=body.encode(),
+                     content_type="text/event-stream")  # fmt: skip
+    obj = reply_object(call)
+    [choice] = obj["choices"]
+    assert choice["finish_reason"] == "tool_calls" and obj["usage"] == {"prompt_tokens": 7, "completion_tokens": 3}
+    assert choice["message"]["content"] == "Let me run it."
+    assert choice["message"]["tool_calls"] == [
+        {"id": "c1", "type": "function", "function": {"name": "python_exec", "arguments": '{"code": "print(1)"}'}}
+    ]
