@@ -348,7 +348,8 @@ def write_trace(run: Any, outcome: Any, record: dict[str, Any], log: TraceLog, e
         exec_span(root, ex)
 
     verdict = record.get("verdict")
-    if verdict is not None or record.get("error"):
+    judged = verdict is not None or (getattr(outcome.solved, "error", None) is None and record.get("error"))
+    if judged:  # a verdict, or judging's own failure (a problem that failed to solve was never judged)
         span = mlflow.start_span_no_context(
             name="judge", span_type=SpanType.EVALUATOR, parent_span=root, start_time_ns=end_ns - judge_ns,
             inputs={"program": _clip(record.get("program"))},

@@ -209,3 +209,23 @@ def test_a_streamed_reply_is_folded_into_one_message_with_its_tool_calls():
     assert choice["message"]["tool_calls"] == [
         {"id": "c1", "type": "function", "function": {"name": "python_exec", "arguments": '{"code": "print(1)"}'}}
     ]
+
+
+def test_an_infrastructure_error_is_a_trace_tagged_with_it_and_its_failed_call(
+    tmp_path: Path, mlflow_template: Path, apps_data_dir: Path
+):
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    args = _cell_args(apps_data_dir / "train_mini150.jsonl", "topology=single", "limit=2", "tracking.traces=true",
+                      "model.fault_fraction=1.0", "model.max_retries=0", "model.retry_backoff_s=0")  # fmt: skip
+    r = run_cli(args, tmp_path, env=cli_env(tmp_path, OPENAI_API_KEY=SECRET), timeout=600)
+    assert r.returncode == 3, r.stderr[-3000:]  # incomplete: every problem is an infrastructure error
+    records = {x["key"]: x for x in _records(tmp_path)}
+    _, traces = _traces(tmp_path)
+    assert sorted(t.info.tags["problem_key"] for t in traces) == sorted(records)
+    for trace in traces:
+        rec = records[trace.info.tags["problem_key"]]
+        assert rec["error"] and trace.info.tags["error"] == rec["error"] and trace.info.tags["passed"] == "false"
+        assert trace.info.state == "ERROR" and SECRET not in trace.to_json()
+        [call] = [s for s in trace.data.spans if s.span_type == "CHAT_MODEL"]
+        assert call.status.status_code == "ERROR" and call.attributes["http_status"] >= 400
+        assert not [s for s in trace.data.spans if s.span_type == "EVALUATOR"]  # never judged
