@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 
 @dataclass(frozen=True)
@@ -116,19 +116,28 @@ def normalize_reply(body: bytes, content_type: str = "") -> bytes:
     return json.dumps(obj).encode() if changed else body
 
 
+def is_stream(text: str, content_type: str = "") -> bool:
+    return "text/event-stream" in content_type or text.lstrip().startswith("data:")
+
+
+def stream_events(text: str) -> Iterator[Any]:
+    """The JSON events of an SSE stream, in order (lines that do not parse are skipped)."""
+    for line in text.splitlines():
+        data = line[5:].strip() if line.startswith("data:") else ""
+        if not data or data == "[DONE]":
+            continue
+        try:
+            yield json.loads(data)
+        except ValueError:
+            continue
+
+
 def finish_reason(body: bytes, content_type: str = "") -> str:
     """The first choice's finish_reason of a JSON reply or an SSE stream ("" when none)."""
     text = body.decode("utf-8", errors="replace")
-    if "text/event-stream" in content_type or text.lstrip().startswith("data:"):
+    if is_stream(text, content_type):
         reason = ""
-        for line in text.splitlines():
-            data = line[5:].strip() if line.startswith("data:") else ""
-            if not data or data == "[DONE]":
-                continue
-            try:
-                event = json.loads(data)
-            except ValueError:
-                continue
+        for event in stream_events(text):
             reason = _first_reason(event) or reason
         return reason
     try:

@@ -1,0 +1,126 @@
+#!/usr/bin/env python
+"""Trace overhead: the same gold cell (100 problems of train_mini150) with a trace per problem
+(`tracking.traces=true`) and without (`tracking.traces=false`), alternated in one session.
+
+Each run is the whole `python -m apps_bench` command (a fresh cell folder and MLflow experiment
+in one store created beforehand, so no run pays the SQLite migrations): wall time end to end,
+and CPU time (user + system of the command and every process it waited for: solver workers,
+the gold server's thread, sandbox children, as `wait4` reports them). Both modes run `--repeat`
+times, interleaved (off, on, off, on, ...); medians count. Records of both modes are compared
+apart from timing fields: tracing must change none. The machine is shared: the printed load
+average says how rough the numbers are.
+
+Usage (from anywhere):
+  python benchmarks/trace_overhead.py [--rows FILE] [--n 100] [--topology sequential_langgraph] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_ROWS = REPO.parent / "shared" / "data" / "apps" / "train_mini150.jsonl"
+TIMING = {"latency_s", "solve_s", "judge_s", "completed_at", "solver"}
+
+
+def run_timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, int]:
+    """(wall s, CPU s of the command and its waited-for descendants, exit code)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{err[-3000:]}")
+    return wall, usage.ru_utime + usage.ru_stime, proc.returncode
+
+
+def comparable(records: Path) -> list[dict]:
+    out = []
+    for line in records.read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        r = {k: v for k, v in r.items() if k not in TIMING}
+        r["usage"] = {k: v for k, v in r["usage"].items() if k != "tool_s"}
+        if r.get("verdict"):
+            r["verdict"] = {k: v for k, v in r["verdict"].items() if k != "seconds"}
+            r["verdict"]["results"] = [{k: v for k, v in t.items() if k != "seconds"} for t in r["verdict"]["results"]]
+        out.append(r)
+    return sorted(out, key=lambda r: r["key"])
+
+
+def count_traces(store: Path, experiment: str) -> int:
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{store}")
+    exp = mlflow.get_experiment_by_name(experiment)
+    return len(mlflow.search_traces(locations=[exp.experiment_id], return_type="list"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=Path, default=DEFAULT_ROWS)
+    ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--topology", default="sequential_langgraph")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of each mode, interleaved; medians count")
+    ap.add_argument("--keep", type=Path, help="keep outputs in this folder (default: a temp dir)")
+    args = ap.parse_args()
+    if not args.rows.exists():
+        print(f"rows not found: {args.rows}", file=sys.stderr)
+        return 2
+    work = args.keep or Path(tempfile.mkdtemp(prefix="trace_overhead_"))
+    work.mkdir(parents=True, exist_ok=True)
+    store = work / "mlflow.db"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{store}", "MLFLOW_DISABLE_TELEMETRY": "true",
+           "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}  # fmt: skip
+    env.pop("APPS_BENCH_PARENT_RUN_ID", None)
+    py = sys.executable
+    subprocess.run([py, "-c", "from apps_bench.tracking import mlflow as m; m.client(m.tracking_uri())"],
+                   cwd=work, env=env, check=True)  # fmt: skip
+    base = [py, "-m", "apps_bench", "model=gold", "dataset=apps", f"dataset.path={args.rows}", "dataset.split=train",
+            f"limit={args.n}", f"topology={args.topology}", "progress=false"]  # fmt: skip
+
+    results: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
+    records: dict[str, list[dict]] = {}
+    load = [os.getloadavg()[0]]
+    for i in range(args.repeat):
+        for mode in ("off", "on"):
+            tag = f"{mode}_{i}"
+            cmd = base + [f"tracking.traces={'true' if mode == 'on' else 'false'}", f"out_dir={work / tag}",
+                          f"tracking.experiment=trace_overhead_{tag}"]  # fmt: skip
+            wall, cpu, _ = run_timed(cmd, work, env)
+            load.append(os.getloadavg()[0])
+            results[mode].append((wall, cpu))
+            recs = comparable(work / tag / "records.jsonl")
+            records.setdefault(mode, recs)
+            assert recs == records[mode], f"{mode} run {i}: records differ from the first {mode} run"
+            n_traces = count_traces(store, f"trace_overhead_{tag}")
+            print(f"traces {mode:>3} run {i}: wall {wall:6.1f} s  cpu {cpu:6.1f} s  problems {len(recs)}  "
+                  f"traces {n_traces}  load {load[-1]:.1f}", flush=True)  # fmt: skip
+            assert n_traces == (len(recs) if mode == "on" else 0)
+    same = records["on"] == records["off"]
+    med = {m: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for m, v in results.items()}
+    print()
+    print(f"trace overhead: {args.n} problems, model=gold, topology={args.topology}, median of {args.repeat} each "
+          f"(load average {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs: rough numbers)")  # fmt: skip
+    print(f"  {'':14}{'wall s':>9}{'CPU s':>9}")
+    for mode in ("off", "on"):
+        print(f"  traces {mode:<7}{med[mode][0]:9.1f}{med[mode][1]:9.1f}")
+    print(f"  ratio on/off  {med['on'][0] / med['off'][0]:8.2f}x{med['on'][1] / med['off'][1]:8.2f}x")
+    print(f"  records equal apart from timing: {same}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

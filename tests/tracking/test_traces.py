@@ -1,0 +1,231 @@
+"""A trace per problem (apps_bench/tracking/traces.py): every runner through the real CLI, the
+real gold server and a real SQLite MLflow store; the same span tree for all eight."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import cli_env, compose_cell, fresh_store, run_cli
+
+RUNNERS = (
+    "single", "independent", "sequential_langgraph", "sequential_crewai",
+    "centralized_langgraph", "centralized_autogen", "decentralized_langgraph", "decentralized_openai",
+)  # fmt: skip
+SECRET = "sk-apps-bench-secret-marker-5f2c9"  # the API key: it must appear in no span
+TIMING = {"latency_s", "solve_s", "judge_s", "completed_at", "solver"}
+
+
+def _cell_args(rows: Path, *extra: str) -> list[str]:
+    return ["model=gold", "dataset=apps", f"dataset.path={rows}", "dataset.split=train", "progress=false", *extra]
+
+
+def _run(cwd: Path, args: list[str]) -> None:
+    r = run_cli(args, cwd, env=cli_env(cwd, OPENAI_API_KEY=SECRET), timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+
+def _records(cwd: Path) -> list[dict]:
+    [records] = list((cwd / "outputs" / "cells").glob("*/records.jsonl"))
+    return [json.loads(x) for x in records.read_text().splitlines() if x.strip()]
+
+
+def _traces(cwd: Path) -> tuple[object, list]:
+    """(the cell's run, its traces as the run's Traces tab lists them)."""
+    import mlflow
+
+    from apps_bench.tracking import mlflow as mlf
+
+    uri = f"sqlite:///{cwd / 'outputs' / 'mlflow.db'}"
+    c = mlf.client(uri)
+    [run] = c.search_runs([c.get_experiment_by_name("apps").experiment_id])
+    mlflow.set_tracking_uri(uri)
+    traces = mlflow.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id, return_type="list")
+    return run, traces
+
+
+def _children(trace, span) -> list:
+    return [s for s in trace.data.spans if s.parent_id == span.span_id]
+
+
+def _without_timing(rec: dict) -> dict:
+    out = {k: v for k, v in rec.items() if k not in TIMING}
+    out["usage"] = {k: v for k, v in rec["usage"].items() if k != "tool_s"}
+    if rec.get("verdict"):
+        v = {k: x for k, x in rec["verdict"].items() if k != "seconds"}
+        v["results"] = [{k: x for k, x in r.items() if k != "seconds"} for r in v["results"]]
+        out["verdict"] = v
+    return out
+
+
+@pytest.mark.parametrize("topology", RUNNERS)
+def test_every_runner_gives_one_trace_per_problem_with_turns_calls_tools_and_the_judge(
+    topology: str, tmp_path: Path, mlflow_template: Path, apps_data_dir: Path
+):
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    _run(tmp_path, _cell_args(apps_data_dir / "train_mini150.jsonl", f"topology={topology}", "limit=2", "tracking.traces=true"))
+    records = {r["key"]: r for r in _records(tmp_path)}
+    transcripts = {}
+    [tfile] = list((tmp_path / "outputs" / "cells").glob("*/transcripts.jsonl"))
+    for line in tfile.read_text().splitlines():
+        d = json.loads(line)
+        transcripts[d["key"]] = d["events"]
+    run, traces = _traces(tmp_path)
+    assert len(records) == 2 and len(traces) == 2
+    assert sorted(t.info.tags["problem_key"] for t in traces) == sorted(records)
+    for trace in traces:
+        rec = records[trace.info.tags["problem_key"]]
+        assert trace.info.request_metadata["mlflow.sourceRun"] == run.info.run_id
+        assert trace.info.tags["problem_id"] == rec["id"]
+        assert trace.info.tags["difficulty"] == rec["difficulty"] != ""
+        assert trace.info.tags["passed"] == str(rec["passed"]).lower() == "true"
+        assert trace.info.tags["error"] == ""
+        assert SECRET not in trace.to_json()
+
+        [root] = [s for s in trace.data.spans if s.parent_id is None]
+        assert root.name == f"problem {rec['key']}" and root.span_type == "AGENT"
+        kids = _children(trace, root)
+        turns = [s for s in kids if s.span_type == "AGENT"]
+        inputs = [e for e in transcripts[rec["key"]] if e["kind"] == "input"]
+        assert [(s.attributes["agent"], s.attributes["round"]) for s in turns] == [(e["agent"], e["round"]) for e in inputs]
+
+        calls = [s for s in trace.data.spans if s.span_type == "CHAT_MODEL"]
+        assert all(trace.data.spans[[x.span_id for x in trace.data.spans].index(s.parent_id)].span_type == "AGENT"
+                   and s.parent_id != root.span_id for s in calls), "every model call sits in an agent turn"  # fmt: skip
+        # token usage per call equals the record's (the same metering, seen from the trace)
+        got = sorted((s.attributes["role"], s.attributes["prompt_tokens"], s.attributes["completion_tokens"],
+                      s.attributes["finish_reason"]) for s in calls)  # fmt: skip
+        want = sorted(
+            (c.get("role", ""), c["prompt_tokens"], c["completion_tokens"], c["finish_reason"]) for c in rec["usage"]["calls"]
+        )
+        assert got == want and len(calls) == rec["usage"]["model_calls"]
+        for s in calls:
+            assert s.inputs["messages"] and s.outputs["choices"][0]["message"]["role"] == "assistant"
+            assert s.attributes["mlflow.chat.tokenUsage"]["input_tokens"] == s.attributes["prompt_tokens"]
+            assert s.attributes["latency_s"] >= 0
+
+        execs = [s for s in trace.data.spans if s.span_type == "TOOL"]
+        assert len(execs) == rec["usage"]["tool_calls"] >= 1, "gold calls python_exec in every runner's tool roles"
+        for s in execs:
+            assert s.name == "python_exec" and s.inputs["code"].strip() and s.outputs["exit_code"] == 0
+            assert s.outputs["stdout"].strip() and s.parent_id != root.span_id
+
+        [judge] = [s for s in kids if s.span_type == "EVALUATOR"]
+        assert judge.outputs["passed"] is True
+        assert [(r["index"], r["outcome"]) for r in judge.outputs["results"]] == [
+            (r["index"], r["outcome"]) for r in rec["verdict"]["results"]
+        ]
+        assert judge.outputs["tests_passed"] == rec["verdict"]["tests_passed"] == len(rec["verdict"]["results"])
+
+
+def test_traces_change_no_record_and_gold_traces_nothing_by_default(tmp_path: Path, mlflow_template: Path, apps_data_dir: Path):
+    rows = apps_data_dir / "train_mini150.jsonl"
+    on, off = tmp_path / "on", tmp_path / "off"
+    for cwd, extra in ((on, ["tracking.traces=true"]), (off, [])):  # off: gold's default
+        fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
+        _run(cwd, _cell_args(rows, "topology=centralized_langgraph", "limit=3", *extra))
+    assert len(_traces(on)[1]) == 3 and _traces(off)[1] == []
+    by_key = lambda cwd: sorted((_without_timing(r) for r in _records(cwd)), key=lambda r: r["key"])  # noqa: E731
+    assert by_key(on) == by_key(off)
+    [t_on], [t_off] = ((cwd / "outputs" / "cells").glob("*/transcripts.jsonl") for cwd in (on, off))
+    key = lambda line: json.loads(line)["key"]  # noqa: E731
+    assert sorted(t_on.read_text().splitlines(), key=key) == sorted(t_off.read_text().splitlines(), key=key)
+
+
+def test_a_killed_cell_rerun_traces_only_the_problems_it_solves(tmp_path: Path, mlflow_template: Path, apps_data_dir: Path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    args = _cell_args(apps_data_dir / "train_mini150.jsonl", "topology=single", "limit=6", "tracking.traces=true",
+                      "processes=1", "concurrency=1", "model.latency_ms=400")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args], cwd=tmp_path, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=cli_env(tmp_path, OPENAI_API_KEY=SECRET), start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            recs = list((tmp_path / "outputs" / "cells").glob("*/records.jsonl"))
+            if recs and len([x for x in recs[0].read_text().splitlines() if x.strip()]) >= 2:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the cell ended before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)  # a kill at any moment: no clean-up runs
+    finally:
+        proc.wait(timeout=60)
+    before = {r["key"] for r in _records(tmp_path)}
+    assert 2 <= len(before) < 6
+    _, traces = _traces(tmp_path)
+    first = {t.info.tags["problem_key"]: t.info.trace_id for t in traces}
+    assert set(first) <= before  # a trace is written after its record, never before
+
+    _run(tmp_path, args)  # the same cell again: resumes, solves only what is left
+    records = _records(tmp_path)
+    assert len(records) == 6
+    run, traces = _traces(tmp_path)
+    keys = [t.info.tags["problem_key"] for t in traces]
+    assert len(keys) == len(set(keys)), "no problem is traced twice"
+    assert set(keys) == set(first) | ({r["key"] for r in records} - before)  # this run's problems, and only them
+    assert {t.info.tags["problem_key"]: t.info.trace_id for t in traces if t.info.tags["problem_key"] in first} == first
+    assert all(t.info.request_metadata["mlflow.sourceRun"] == run.info.run_id for t in traces)
+
+
+def test_the_default_is_on_for_real_models_off_for_gold_and_none_without_a_store():
+    from apps_bench.config import typed_config
+    from apps_bench.tracking.traces import traces_enabled
+
+    real = ("model=openai", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m")
+    assert traces_enabled(typed_config(compose_cell(*real)))
+    assert not traces_enabled(typed_config(compose_cell(*real, "tracking.traces=false")))
+    assert not traces_enabled(typed_config(compose_cell(*real, "tracking=none")))
+    assert not traces_enabled(typed_config(compose_cell(*real, "tracking=none", "tracking.traces=true")))
+    assert not traces_enabled(typed_config(compose_cell("model=gold")))
+    assert traces_enabled(typed_config(compose_cell("model=gold", "tracking.traces=true")))
+
+
+def test_a_streamed_reply_is_folded_into_one_message_with_its_tool_calls():
+    from apps_bench.tracking.capture import ModelCall
+    from apps_bench.tracking.traces import reply_object
+
+    events = [
+        {"model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Let me "}}]},
+        {"choices": [{"index": 0, "delta": {"content": "run it."}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "python_exec", "arguments": '{"co'}}]}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'de": "print(1)"}'}}]}}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}},
+    ]  # fmt: skip
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    call = ModelCall(role="solver", start_ns=0, end_ns=1, turn=0, request=b"{}", reply=body.encode(),
+                     content_type="text/event-stream")  # fmt: skip
+    obj = reply_object(call)
+    [choice] = obj["choices"]
+    assert choice["finish_reason"] == "tool_calls" and obj["usage"] == {"prompt_tokens": 7, "completion_tokens": 3}
+    assert choice["message"]["content"] == "Let me run it."
+    assert choice["message"]["tool_calls"] == [
+        {"id": "c1", "type": "function", "function": {"name": "python_exec", "arguments": '{"code": "print(1)"}'}}
+    ]
+
+
+def test_an_infrastructure_error_is_a_trace_tagged_with_it_and_its_failed_call(
+    tmp_path: Path, mlflow_template: Path, apps_data_dir: Path
+):
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    args = _cell_args(apps_data_dir / "train_mini150.jsonl", "topology=single", "limit=2", "tracking.traces=true",
+                      "model.fault_fraction=1.0", "model.max_retries=0", "model.retry_backoff_s=0")  # fmt: skip
+    r = run_cli(args, tmp_path, env=cli_env(tmp_path, OPENAI_API_KEY=SECRET), timeout=600)
+    assert r.returncode == 3, r.stderr[-3000:]  # incomplete: every problem is an infrastructure error
+    records = {x["key"]: x for x in _records(tmp_path)}
+    _, traces = _traces(tmp_path)
+    assert sorted(t.info.tags["problem_key"] for t in traces) == sorted(records)
+    for trace in traces:
+        rec = records[trace.info.tags["problem_key"]]
+        assert rec["error"] and trace.info.tags["error"] == rec["error"] and trace.info.tags["passed"] == "false"
+        assert trace.info.state == "ERROR" and SECRET not in trace.to_json()
+        [call] = [s for s in trace.data.spans if s.span_type == "CHAT_MODEL"]
+        assert call.status.status_code == "ERROR" and call.attributes["http_status"] >= 400
+        assert not [s for s in trace.data.spans if s.span_type == "EVALUATOR"]  # never judged
