@@ -165,3 +165,16 @@ def judge(pool):
     from apps_bench.judge.profiles import judge_config
 
     return Judge.from_config(pool, judge_config("seed"))
+
+
+GOLD_SWEEP = ["seed=0,1", "topology=single,sequential_langgraph", "model=gold", "dataset=apps", "limit=5", "progress=false"]
+
+
+def gold_sweep(cwd: Path, template: Path, data_dir: Path, *extra: str, timeout: float = 600) -> Path:
+    """The small real sweep (2 topologies × 2 seeds × 5 APPS rows on gold) through the real CLI,
+    into a fresh SQLite store at <cwd>/outputs/mlflow.db; -> the store."""
+    db = fresh_store(template, cwd / "outputs" / "mlflow.db")
+    args = ["-m", *GOLD_SWEEP, f"dataset.path={data_dir / 'train_mini150.jsonl'}", *extra]
+    r = run_cli(args, cwd, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return db
