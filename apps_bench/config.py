@@ -115,6 +115,9 @@ class TrackingConfig:
     backend: str = MISSING  # mlflow | none (conf/tracking/)
     experiment: str = MISSING  # MLflow experiment name (the study)
     log_transcripts: bool = MISSING  # transcripts.jsonl as a per-cell artifact
+    # a trace per problem in the cell's run; null = on for real models, off for model=gold
+    # (the rule: tracking/traces.traces_enabled)
+    traces: Optional[bool] = MISSING
 
 
 @dataclass

@@ -240,6 +240,7 @@ async def _solve_all(prep: Prepared, solve: Any, pool: Any, endpoint: Any, progr
     loop.set_default_executor(ThreadPoolExecutor(max_workers=solver_threads(concurrency), thread_name_prefix="apps-bench"))
     judge = Judge.from_config(pool, config.judge)
     keep = config.tracking.log_transcripts
+    traces = _trace_writer(config, tracker_future)
     sem = asyncio.Semaphore(concurrency)
     async with solve.serving(pool, endpoint):
         async def one(problem: Any) -> None:
@@ -247,11 +248,24 @@ async def _solve_all(prep: Prepared, solve: Any, pool: Any, endpoint: Any, progr
                 outcome = await solve_and_judge(problem, solve, judge)
                 rec = record_of(outcome, prep.cell.key).to_json()
                 await asyncio.to_thread(prep.store.append, rec, outcome.solved.transcript if keep else None)  # fsync off the loop
+                if traces is not None:
+                    traces.submit(outcome, rec)  # after the record: a trace never changes what is recorded
                 progress.update(1, rec)
                 if tracker_future.done() and tracker_future.exception() is not None:
                     raise tracker_future.exception()  # the tracking store is unusable: stop, keep the records
 
-        await asyncio.gather(*(one(p) for p in prep.todo))
+        try:
+            await asyncio.gather(*(one(p) for p in prep.todo))
+        finally:
+            if traces is not None:
+                await asyncio.to_thread(traces.close)
+
+
+def _trace_writer(config: Config, tracker_future: Any) -> Any:
+    """The cell's TraceWriter (tracking/traces.py) when it writes traces, else None."""
+    from apps_bench.tracking.traces import TraceWriter, traces_enabled
+
+    return TraceWriter(tracker_future) if traces_enabled(config) else None
 
 
 def _workers_for(prep: Prepared) -> int:

@@ -48,12 +48,14 @@ async def solve_problem(
     connections: Any = None,
     seed: int | None = None,
     headers: Mapping[str, str] | None = None,
+    trace: bool = False,
 ) -> Solved:
     """Run the cell's topology on one problem; any failure becomes `Solved.error` (never raised).
 
     `connections`: the event loop's `SharedConnections` (one HTTP pool for all problems).
     `seed` defaults to the cell's; `headers` go with every model request (an optimizer's
-    rollout tag). The attempt carries the problem's transcript events and usage."""
+    rollout tag). The attempt carries the problem's transcript events and usage; with `trace`,
+    its usage also carries what the problem's trace is built from (tracking/capture.py)."""
     from apps_bench.models import ModelClients
     from apps_bench.sandbox.tool import PythonExecTool
     from apps_bench.topologies.context import build_context
@@ -62,6 +64,10 @@ async def solve_problem(
     problem = problem.without_tests()
     topo_cfg, tool_cfg = cfg.topology, cfg.tool
     usage = Usage()
+    if trace:
+        from apps_bench.tracking.capture import TraceLog
+
+        usage.trace = TraceLog()
     attempt: Any = None
     error: str | None = None
     transcript: list[dict[str, Any]] = []
@@ -125,6 +131,9 @@ class LocalSolver:
         self.cfg = cfg
         self.topology = topology
         self.prompts = prompts
+        from apps_bench.tracking.traces import traces_enabled
+
+        self.trace = traces_enabled(cfg)
         self._pool: Any = None
         self._endpoint: Any = None
         self._connections: Any = None
@@ -142,4 +151,5 @@ class LocalSolver:
 
     async def __call__(self, problem: Any) -> Solved:
         return await solve_problem(problem, cfg=self.cfg, topology=self.topology, endpoint=self._endpoint,
-                                   pool=self._pool, prompts=self.prompts, connections=self._connections)  # fmt: skip
+                                   pool=self._pool, prompts=self.prompts, connections=self._connections,
+                                   trace=self.trace)  # fmt: skip

@@ -145,6 +145,8 @@ class Usage:
     in_flight: int = 0
     finish_reasons: dict[str, int] = field(default_factory=dict)
     calls: list[dict[str, Any]] = field(default_factory=list)
+    # tracking.traces: the problem's captured calls (tracking/capture.TraceLog), never recorded
+    trace: Any = field(default=None, repr=False, compare=False)
 
     COUNTERS = (
         "prompt_tokens", "completion_tokens", "model_calls", "tool_calls", "failed_calls", "failed_attempts",

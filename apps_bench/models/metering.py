@@ -161,12 +161,13 @@ RETRIES_KEY = "apps_bench_retries"  # response extension: how many re-sends the 
 class _Counter:
     """Collects a response's bytes and records it exactly once, when the stream closes."""
 
-    def __init__(self, usage: Usage, response: Any, info: RequestInfo, role: str = "") -> None:
+    def __init__(self, usage: Usage, response: Any, info: RequestInfo, role: str = "", sent: tuple[int, bytes] | None = None) -> None:
         self.usage, self.role = usage, role
         self.status = response.status_code
         self.content_type = response.headers.get("content-type", "")
         self.retries = int(response.extensions.get(RETRIES_KEY, 0) or 0)
         self.info = info
+        self.sent = sent  # (start time, request body) when the problem is traced
         self.chunks: list[bytes] = []
         self.done = False
 
@@ -179,14 +180,42 @@ class _Counter:
             return
         self.done = True
         common = dict(retries=self.retries, has_tools=self.info.has_tools, role=self.role)
+        body = b"".join(self.chunks)
         if self.status >= 400:
             record(self.usage, ok=False, **common)
+            self._trace(body, ok=False)
             return
-        body = b"".join(self.chunks)
         ok, p, c = parse_usage(body, self.content_type)
-        record(self.usage, ok=ok, prompt_tokens=p, completion_tokens=c,
-               finish_reason=finish_reason(body, self.content_type) if ok else "", **common)
+        reason = finish_reason(body, self.content_type) if ok else ""
+        record(self.usage, ok=ok, prompt_tokens=p, completion_tokens=c, finish_reason=reason, **common)
+        self._trace(body, ok=ok, prompt_tokens=p, completion_tokens=c, finish_reason=reason or "unknown")
         self.chunks = []
+
+    def _trace(self, body: bytes, **fields: Any) -> None:
+        if self.sent is not None:
+            trace_call(self.usage, self.role, self.sent, reply=body, content_type=self.content_type,
+                       status=self.status, retries=self.retries, **fields)  # fmt: skip
+
+
+def _sent_at(usage: Usage, request: Any) -> tuple[int, bytes] | None:
+    """(start time, request body) of a call of a traced problem, None when it is not traced."""
+    if getattr(usage, "trace", None) is None:
+        return None
+    import time
+
+    try:
+        return time.time_ns(), bytes(request.content)
+    except Exception:  # noqa: BLE001 - a streamed request body: traced without it
+        return time.time_ns(), b""
+
+
+def trace_call(usage: Usage, role: str, sent: tuple[int, bytes], **fields: Any) -> None:
+    """Add one model call (its bodies and times, never its headers) to the problem's TraceLog."""
+    import time
+
+    from apps_bench.tracking.capture import ModelCall
+
+    usage.trace.add_call(ModelCall(role=role, start_ns=sent[0], end_ns=time.time_ns(), request=sent[1], **fields))
 
 
 def _rewrite(mod: Any, request: Any) -> tuple[Any, RequestInfo]:
@@ -264,12 +293,15 @@ def transport_classes(mod: Any) -> tuple[type, type]:
                 return self.inner.handle_request(request)
             request, info = _rewrite(mod, request)
             _sent(self.usage)
+            sent = _sent_at(self.usage, request)
             try:
                 response = self.inner.handle_request(request)
             except BaseException as exc:
                 _failed(self.usage, exc, info)
+                if sent is not None:
+                    trace_call(self.usage, self.role, sent, reply=b"", ok=False, status=0)
                 raise
-            counter = _Counter(self.usage, response, info, self.role)
+            counter = _Counter(self.usage, response, info, self.role, sent)
             return mod.Response(
                 response.status_code,
                 headers=response.headers,
@@ -291,12 +323,15 @@ def transport_classes(mod: Any) -> tuple[type, type]:
                 return await self.inner.handle_async_request(request)
             request, info = _rewrite(mod, request)
             _sent(self.usage)
+            sent = _sent_at(self.usage, request)
             try:
                 response = await self.inner.handle_async_request(request)
             except BaseException as exc:
                 _failed(self.usage, exc, info)
+                if sent is not None:
+                    trace_call(self.usage, self.role, sent, reply=b"", ok=False, status=0)
                 raise
-            counter = _Counter(self.usage, response, info, self.role)
+            counter = _Counter(self.usage, response, info, self.role, sent)
             return mod.Response(
                 response.status_code,
                 headers=response.headers,

@@ -87,6 +87,16 @@ class PythonExecTool:
             self.calls += 1
             if self.usage is not None:
                 self.usage.tool_calls += 1
+        log = getattr(self.usage, "trace", None)
+        start_ns = time.time_ns()
+        result = self._run(code, stdin)
+        if log is not None:
+            from apps_bench.tracking.capture import exec_call
+
+            log.add_exec(exec_call(code, stdin, result, start_ns))
+        return result
+
+    def _run(self, code: Any, stdin: Any) -> ExecResult | str:
         if not isinstance(code, str):
             return f"python_exec error: `code` must be a string, got {type(code).__name__}"
         if stdin is None:

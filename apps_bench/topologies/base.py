@@ -63,6 +63,8 @@ class SolveContext:
 
     def log(self, agent: str, role: str, kind: str, content: Any, round: int = 0) -> None:
         self.transcript.append(TranscriptEvent(agent, role, kind, str(content), round))  # type: ignore[arg-type]
+        if self.usage.trace is not None:
+            self.usage.trace.event()
 
 
 class Topology(Protocol):

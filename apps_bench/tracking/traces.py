@@ -1,0 +1,363 @@
+"""A trace per problem in the cell's MLflow run, built after judging from what was captured.
+
+Every runner gives the same tree, whatever its framework, because it is built from what the
+project itself captures for every framework (tracking/capture.py: the metering transport's
+model calls, the tool's runs, the transcript's events), not from a framework's own hooks:
+
+    problem <split/id>            AGENT      tags: problem_id, difficulty, passed, error
+      <agent> [round r]           AGENT      one per agent turn (input -> last reply)
+        chat <role>               CHAT_MODEL messages in / reply out, token usage, latency, finish reason
+        python_exec               TOOL       code, stdin, stdout/stderr (clipped), exit code
+      judge                       EVALUATOR  the verdict with each test's outcome
+
+The trace is linked to the run (`mlflow.sourceRun`), so the run's Traces tab lists it. It is
+written on one thread of its own in the cell's process, after the problem's record: tracing
+never changes a record or a verdict, and a resumed cell traces only the problems it solves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from apps_bench.tracking.capture import ExecCall, ModelCall, TraceLog, log_of
+
+if TYPE_CHECKING:
+    from apps_bench.config import Config
+
+CLIP = 20_000  # characters kept of one text in a span (a message, a program)
+CLIP_OUTPUT = 4_000  # of a python_exec stdout/stderr and a test's detail
+
+
+def traces_enabled(config: Config) -> bool:
+    """`tracking.traces`: true/false as set; null (the default) = on for real models, off for
+    `model=gold` (a self-check answering with reference solutions; README, Traces)."""
+    if config.tracking.backend == "none":
+        return False
+    setting = config.tracking.traces
+    if setting is None:
+        return config.model.provider != "gold"
+    return bool(setting)
+
+
+# ----------------------------------------------------------------------------- the writer
+
+
+class TraceWriter:
+    """Writes each judged problem's trace into the cell's run, one at a time on its own thread
+    (the run may still be opening: the first trace waits for it). A failed trace is a warning,
+    never the cell's failure."""
+
+    def __init__(self, tracker_future: Future[Any]) -> None:
+        self._run = tracker_future
+        self._tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-traces")
+        self._pending: list[Future[Any]] = []
+        self._warned = False
+
+    def submit(self, outcome: Any, record: dict[str, Any]) -> None:
+        log = log_of(getattr(outcome.solved, "usage", None))
+        if log is None:
+            return
+        end_ns = time.time_ns()
+        self._pending.append(self._tx.submit(self._write, outcome, record, log, end_ns))
+
+    def _write(self, outcome: Any, record: dict[str, Any], log: TraceLog, end_ns: int) -> None:
+        try:
+            run = self._run.result()
+            if getattr(run, "run_id", None):
+                write_trace(run, outcome, record, log, end_ns)
+        except Exception as exc:  # noqa: BLE001 - a trace is a view; the record is what counts
+            if not self._warned:
+                self._warned = True
+                print(f"warning: could not write the trace of {record.get('key')}: {type(exc).__name__}: {exc}",
+                      file=sys.stderr)  # fmt: skip
+
+    def close(self) -> None:
+        """Wait for every trace submitted (the cell's run is finished after them)."""
+        self._tx.shutdown(wait=True)
+
+
+def _mlflow(uri: str) -> Any:
+    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")  # this thread is already off the loop
+    from apps_bench.tracking.mlflow import _mlflow as import_mlflow
+
+    mlflow = import_mlflow()
+    if mlflow.get_tracking_uri() != uri:
+        mlflow.set_tracking_uri(uri)  # the trace exporter writes to the global store: the cell's
+    return mlflow
+
+
+# ----------------------------------------------------------------------------- the tree
+
+
+@dataclass
+class TurnSpan:
+    agent: str
+    role: str
+    round: int
+    start_ns: int
+    end_ns: int
+    events: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    calls: list[ModelCall] = field(default_factory=list)
+    execs: list[ExecCall] = field(default_factory=list)
+
+
+def turns_of(
+    transcript: list[dict[str, Any]], event_ns: list[int], start_ns: int
+) -> tuple[list[TurnSpan], list[tuple[int, dict[str, Any]]]]:
+    """The agent turns of a transcript (a turn starts at an agent's input event and holds its
+    events up to its next input), and the team's own notes."""
+    turns: list[TurnSpan] = []
+    current: dict[str, TurnSpan] = {}
+    notes: list[tuple[int, dict[str, Any]]] = []
+    for i, e in enumerate(transcript):
+        t = event_ns[i] if i < len(event_ns) else start_ns
+        agent = str(e.get("agent", ""))
+        if agent == "team":
+            notes.append((t, e))
+            continue
+        turn = current.get(agent)
+        if turn is None or e.get("kind") == "input":
+            turn = TurnSpan(agent, str(e.get("role", "")), int(e.get("round", 0) or 0), t, t)
+            turns.append(turn)
+            current[agent] = turn
+        turn.events.append((t, e))
+        turn.end_ns = max(turn.end_ns, t)
+    return turns, notes
+
+
+def reply_text(call: ModelCall) -> str:
+    """The reply's message text (JSON or a reassembled SSE stream)."""
+    msg = reply_message(call)
+    return str(msg.get("content") or "")
+
+
+def reply_message(call: ModelCall) -> dict[str, Any]:
+    obj = reply_object(call)
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    if choices and isinstance(choices[0], dict):
+        return dict(choices[0].get("message") or {})
+    return {}
+
+
+def reply_object(call: ModelCall) -> Any:
+    """The reply body as an object; an SSE stream is folded into one chat completion."""
+    text = call.reply.decode("utf-8", errors="replace")
+    if not text.strip():
+        return {}
+    if "text/event-stream" not in call.content_type and not text.lstrip().startswith("data:"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return {"unparsed": text[:CLIP]}
+    content: list[str] = []
+    tool_calls: dict[int, dict[str, Any]] = {}
+    usage, reason, model = None, None, None
+    for line in text.splitlines():
+        data = line[5:].strip() if line.startswith("data:") else ""
+        if not data or data == "[DONE]":
+            continue
+        try:
+            event = json.loads(data)
+        except ValueError:
+            continue
+        usage = event.get("usage") or usage
+        model = event.get("model") or model
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta") or {}
+            reason = choice.get("finish_reason") or reason
+            if delta.get("content"):
+                content.append(delta["content"])
+            for tc in delta.get("tool_calls") or []:
+                slot = tool_calls.setdefault(
+                    int(tc.get("index", 0)), {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                )
+                slot["id"] = tc.get("id") or slot["id"]
+                fn = tc.get("function") or {}
+                slot["function"]["name"] += fn.get("name") or ""
+                slot["function"]["arguments"] += fn.get("arguments") or ""
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
+    if tool_calls:
+        message["tool_calls"] = [tool_calls[i] for i in sorted(tool_calls)]
+    return {"model": model, "choices": [{"index": 0, "message": message, "finish_reason": reason}], "usage": usage}
+
+
+def _place_call(call: ModelCall, turns: list[TurnSpan]) -> TurnSpan | None:
+    """The turn a model call belongs to: its role's turn whose next event after the reply
+    quotes it (parallel agents of one role), else the one whose next event follows soonest."""
+    same = [t for t in turns if t.role == call.role and t.start_ns <= call.start_ns] or [
+        t for t in turns if t.start_ns <= call.start_ns
+    ]
+    if not same:
+        return None
+    head = reply_text(call).strip()[:200]
+
+    def score(t: TurnSpan) -> tuple[int, int]:
+        after = [(ts, e) for ts, e in t.events if ts >= call.end_ns]
+        if not after:
+            return (2, -t.start_ns)
+        quoted = bool(head) and any(head in str(e.get("content", "")) for _, e in after)
+        return (0 if quoted else 1, after[0][0] - call.end_ns)
+
+    return min(same, key=score)
+
+
+def _place_exec(run: ExecCall, turns: list[TurnSpan]) -> TurnSpan | None:
+    """The turn whose tool_call event carries this code (nearest in time), else the last turn started before it."""
+    best: tuple[int, TurnSpan] | None = None
+    for t in turns:
+        for ts, e in t.events:
+            if e.get("kind") != "tool_call" or run.code[:200] not in _tool_code(str(e.get("content", ""))):
+                continue
+            gap = abs(ts - run.start_ns)
+            if best is None or gap < best[0]:
+                best = (gap, t)
+    if best is not None:
+        return best[1]
+    started = [t for t in turns if t.start_ns <= run.start_ns]
+    return max(started, key=lambda t: t.start_ns) if started else None
+
+
+def _tool_code(content: str) -> str:
+    try:
+        args = json.loads(content).get("args") or {}
+        return str(args.get("code", "")) if isinstance(args, dict) else str(args)
+    except (ValueError, AttributeError):
+        return content
+
+
+def _clip(text: Any, n: int = CLIP) -> str:
+    s = "" if text is None else str(text)
+    return s if len(s) <= n else s[:n] + f"... [{len(s) - n} more characters]"
+
+
+def _request(call: ModelCall) -> dict[str, Any]:
+    try:
+        body = json.loads(call.request.decode("utf-8", errors="replace")) if call.request else {}
+    except ValueError:
+        return {"unparsed": _clip(call.request.decode("utf-8", errors="replace"))}
+    if not isinstance(body, dict):
+        return {"body": body}
+    for m in body.get("messages") or []:
+        if isinstance(m, dict) and isinstance(m.get("content"), str):
+            m["content"] = _clip(m["content"])
+    return body
+
+
+def trace_tags(record: dict[str, Any]) -> dict[str, str]:
+    return {
+        "problem_id": str(record["id"]),
+        "problem_key": str(record["key"]),
+        "difficulty": str(record.get("difficulty") or ""),
+        "passed": str(bool(record.get("passed"))).lower(),
+        "error": str(record.get("error") or ""),
+        "solver": str(record.get("solver") or ""),
+        "stop_reason": str(record.get("stop_reason") or ""),
+    }
+
+
+def write_trace(run: Any, outcome: Any, record: dict[str, Any], log: TraceLog, end_ns: int) -> str:
+    """One problem's trace in `run` (a tracking.mlflow.CellRun); returns its trace id."""
+    mlflow = _mlflow(run.uri)
+    from mlflow.entities import SpanEvent, SpanStatusCode, SpanType
+    from mlflow.tracing.constant import SpanAttributeKey, TraceMetadataKey
+
+    problem = outcome.problem
+    transcript = list(getattr(outcome.solved, "transcript", None) or [])
+    turns, notes = turns_of(transcript, log.event_ns, log.start_ns)
+    loose_calls: list[ModelCall] = []
+    loose_execs: list[ExecCall] = []
+    for call in sorted(log.calls, key=lambda c: c.start_ns):
+        turn = _place_call(call, turns)
+        (turn.calls if turn is not None else loose_calls).append(call)
+    for ex in sorted(log.execs, key=lambda c: c.start_ns):
+        turn = _place_exec(ex, turns)
+        (turn.execs if turn is not None else loose_execs).append(ex)
+
+    judge_ns = int(float(record.get("judge_s") or 0.0) * 1e9)
+    root = mlflow.start_span_no_context(
+        name=f"problem {record['key']}", span_type=SpanType.AGENT,
+        inputs={"problem": record["key"], "question": _clip(problem.question), "starter_code": problem.starter_code,
+                "mode": record.get("mode"), "fn_name": problem.tests.fn_name},
+        attributes={"cell": record.get("cell", ""), "topology_turns": record.get("turns", 0), "rounds": record.get("rounds", 0)},
+        tags=trace_tags(record), metadata={TraceMetadataKey.SOURCE_RUN: run.run_id},
+        experiment_id=run.experiment_id, start_time_ns=log.start_ns,
+    )  # fmt: skip
+    for ts, e in notes:
+        root.add_event(SpanEvent(name="note", timestamp=ts, attributes={"content": _clip(e.get("content"))}))
+
+    def model_span(parent: Any, call: ModelCall) -> None:
+        usage = {"input_tokens": call.prompt_tokens, "output_tokens": call.completion_tokens,
+                 "total_tokens": call.prompt_tokens + call.completion_tokens}  # fmt: skip
+        span = mlflow.start_span_no_context(
+            name=f"chat {call.role or 'model'}", span_type=SpanType.CHAT_MODEL, parent_span=parent,
+            inputs=_request(call), start_time_ns=call.start_ns,
+            attributes={"role": call.role, "prompt_tokens": call.prompt_tokens, "completion_tokens": call.completion_tokens,
+                        "finish_reason": call.finish_reason, "latency_s": round((call.end_ns - call.start_ns) / 1e9, 4),
+                        "retries": call.retries, "http_status": call.status, SpanAttributeKey.CHAT_USAGE: usage},
+        )  # fmt: skip
+        span.end(outputs=reply_object(call), end_time_ns=call.end_ns,
+                 status=SpanStatusCode.OK if call.ok else SpanStatusCode.ERROR)  # fmt: skip
+
+    def exec_span(parent: Any, ex: ExecCall) -> None:
+        span = mlflow.start_span_no_context(
+            name="python_exec", span_type=SpanType.TOOL, parent_span=parent, start_time_ns=ex.start_ns,
+            inputs={"code": _clip(ex.code), "stdin": _clip(ex.stdin, CLIP_OUTPUT)},
+            attributes={"exit_code": ex.exit_code, "status": ex.status, "timed_out": ex.timed_out},
+        )  # fmt: skip
+        out = {"exit_code": ex.exit_code, "stdout": _clip(ex.stdout, CLIP_OUTPUT), "stderr": _clip(ex.stderr, CLIP_OUTPUT),
+               "timed_out": ex.timed_out, "status": ex.status}  # fmt: skip
+        if ex.error:
+            out = {"error": ex.error}
+        span.end(outputs=out, end_time_ns=ex.end_ns,
+                 status=SpanStatusCode.ERROR if ex.error or ex.timed_out else SpanStatusCode.OK)  # fmt: skip
+
+    for turn in turns:
+        children = [("call", c.start_ns, c) for c in turn.calls] + [("exec", x.start_ns, x) for x in turn.execs]
+        start = min([turn.start_ns] + [s for _, s, _ in children])
+        end = max([turn.end_ns] + [c.end_ns for _, _, c in children])  # type: ignore[union-attr]
+        first = next((e for _, e in turn.events if e.get("kind") == "input"), None)
+        replies = [e for _, e in turn.events if e.get("kind") == "reply"]
+        span = mlflow.start_span_no_context(
+            name=turn.agent + (f" · round {turn.round}" if turn.round else ""), span_type=SpanType.AGENT,
+            parent_span=root, start_time_ns=start, inputs={"input": _clip(first.get("content")) if first else ""},
+            attributes={"agent": turn.agent, "role": turn.role, "round": turn.round, "model_calls": len(turn.calls),
+                        "tool_calls": len(turn.execs)},
+        )  # fmt: skip
+        for ts, e in turn.events:
+            if e.get("kind") in ("note", "tool_result"):
+                span.add_event(
+                    SpanEvent(name=str(e["kind"]), timestamp=ts, attributes={"content": _clip(e.get("content"), CLIP_OUTPUT)})
+                )
+        for kind, _, child in sorted(children, key=lambda c: c[1]):
+            model_span(span, child) if kind == "call" else exec_span(span, child)  # type: ignore[arg-type]
+        span.end(outputs={"reply": _clip(replies[-1].get("content")) if replies else ""}, end_time_ns=end)
+    for call in loose_calls:
+        model_span(root, call)
+    for ex in loose_execs:
+        exec_span(root, ex)
+
+    verdict = record.get("verdict")
+    if verdict is not None or record.get("error"):
+        span = mlflow.start_span_no_context(
+            name="judge", span_type=SpanType.EVALUATOR, parent_span=root, start_time_ns=end_ns - judge_ns,
+            inputs={"program": _clip(record.get("program"))},
+            attributes={"passed": bool(record.get("passed")), "profile": (verdict or {}).get("profile", "")},
+        )  # fmt: skip
+        out = {"error": record.get("error")} if verdict is None else {
+            "passed": verdict["passed"], "tests_passed": verdict["tests_passed"], "tests_run": verdict["tests_run"],
+            "n_tests": verdict["n_tests"], "extracted": verdict.get("extracted", True),
+            "results": [{**r, "detail": _clip(r.get("detail"), CLIP_OUTPUT)} for r in verdict.get("results") or []],
+        }  # fmt: skip
+        span.end(outputs=out, end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.get("error") else SpanStatusCode.OK)
+    root.end(
+        outputs={"program": _clip(record.get("program")), "passed": bool(record.get("passed")),
+                 "stop_reason": record.get("stop_reason"), "error": record.get("error")},
+        end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.get("error") else SpanStatusCode.OK,
+    )  # fmt: skip
+    return root.trace_id
