@@ -42,8 +42,7 @@ def _pooled_from_disk(cwd: Path) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_data_dir: Path) -> dict:
     cwd = tmp_path_factory.mktemp("sweep")
-    db = gold_sweep(cwd, mlflow_template, apps_data_dir)
-    return {"cwd": cwd, "uri": f"sqlite:///{db}"}
+    return {"cwd": cwd, "uri": gold_sweep(cwd, apps_data_dir, template=mlflow_template)}
 
 
 def test_the_parent_run_holds_the_reports_table_and_plot(sweep: dict, tmp_path: Path):
