@@ -165,3 +165,22 @@ def judge(pool):
     from apps_bench.judge.profiles import judge_config
 
     return Judge.from_config(pool, judge_config("seed"))
+
+
+GOLD_SWEEP = ["seed=0,1", "topology=single,sequential_langgraph", "model=gold", "dataset=apps", "limit=5", "progress=false"]
+
+
+def gold_sweep(cwd: Path, data_dir: Path, *extra: str, template: Path | None = None, env: dict[str, str] | None = None,
+               timeout: float = 600) -> str:  # fmt: skip
+    """The small real sweep (2 topologies × 2 seeds × 5 APPS rows on gold) through the real CLI;
+    -> its store's URI: a fresh SQLite store at <cwd>/outputs/mlflow.db copied from `template`, or
+    the MLFLOW_TRACKING_URI of `env` (e.g. a server's)."""
+    env = env if env is not None else cli_env(cwd)
+    uri = env.get("MLFLOW_TRACKING_URI", "")
+    if not uri:
+        assert template is not None, "gold_sweep: give a store template or MLFLOW_TRACKING_URI in env"
+        uri = f"sqlite:///{fresh_store(template, cwd / 'outputs' / 'mlflow.db')}"
+    args = ["-m", *GOLD_SWEEP, f"dataset.path={data_dir / 'train_mini150.jsonl'}", *extra]
+    r = run_cli(args, cwd, env=env, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return uri

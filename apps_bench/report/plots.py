@@ -25,8 +25,17 @@ def _save(fig: Any, path: str) -> None:
     _pyplot().close(fig)
 
 
+def close(fig: Any) -> None:
+    _pyplot().close(fig)
+
+
 def pass_plot(groups: list[Group], path: str) -> None:
     """Bars = pooled pass@1 per topology × model; error bars = the 95% cluster-bootstrap interval."""
+    _save(pass_figure(groups), path)
+
+
+def pass_figure(groups: list[Group]) -> Any:
+    """The figure of `pass_plot` (a sweep's parent run logs it with MLflow's log_figure)."""
     plt = _pyplot()
     labels = list(dict.fromkeys(g.label for g in groups))
     models = sorted({g.model for g in groups})
@@ -46,7 +55,8 @@ def pass_plot(groups: list[Group], path: str) -> None:
     ax.set_ylim(0, 1.05)
     ax.legend(title="model")
     ax.set_title("APPS pass@1 by topology × model")
-    _save(fig, path)
+    fig.tight_layout()
+    return fig
 
 
 def forest_plot(comps: list[Comparison], path: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 from apps_bench.report import stats
 from apps_bench.report.cost import CostRow, FrameworkRow, RoleRow
@@ -34,30 +34,43 @@ def _p(p: float | None) -> str:
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
-def _row_label(g: Group, many: bool, names: dict) -> str:
-    return f"{g.label}  [{names[g.comparability]}]" if many else g.label
+def pass_rows(groups: list[Group]) -> list[dict[str, Any]]:
+    """The pass@1 table as data, one row per topology × model (× comparability class): what the
+    printed table shows and what a sweep's parent run logs as its comparison table."""
+    names = classes(groups)
+    rows = []
+    for g in groups:
+        iv = g.interval
+        rows.append({
+            "topology": g.label, "model": g.model,
+            "pass_at_1": None if iv is None or math.isnan(iv.estimate) else iv.estimate,
+            "ci_low": None if iv is None or math.isnan(iv.low) else iv.low,
+            "ci_high": None if iv is None or math.isnan(iv.high) else iv.high,
+            "seeds": ",".join(g.seeds), "n_seeds": len(g.seeds), "n_problems": iv.n_problems if iv else 0,
+            "comparability": names[g.comparability],
+        })  # fmt: skip
+    return rows
 
 
 def pass_table(groups: list[Group]) -> str:
     """Rows = topology label, columns = model: pass@1 [95% CI] (seeds), one block per comparability class."""
-    names = classes(groups)
-    many = len(names) > 1
-    models = sorted({g.model for g in groups})
-    cells: dict[str, dict[str, Group]] = {}
-    for g in groups:
-        cells.setdefault(_row_label(g, many, names), {})[g.model] = g
+    rows_in = pass_rows(groups)
+    many = len({r["comparability"] for r in rows_in}) > 1
+    models = sorted({r["model"] for r in rows_in})
+    cells: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows_in:
+        cells.setdefault(f"{r['topology']}  [{r['comparability']}]" if many else r["topology"], {})[r["model"]] = r
     rows = []
     for label, row in cells.items():
         out = [label]
         for m in models:
-            g = row.get(m)
-            if g is None or g.interval is None:
+            r = row.get(m)
+            if r is None or r["pass_at_1"] is None:
                 out.append("-")
                 continue
-            iv = g.interval
-            out.append(f"{iv.estimate:.3f} [{iv.low:.3f}, {iv.high:.3f}] ({len(g.seeds)}s × {iv.n_problems}p)")
+            out.append(f"{r['pass_at_1']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] ({r['n_seeds']}s × {r['n_problems']}p)")
         rows.append(out)
-    cls = "" if many else f"; {next(iter(names.values()))}"
+    cls = "" if many or not rows_in else f"; {rows_in[0]['comparability']}"
     caption = (
         f"pass@1 over every (problem, seed) of the pooled seeds [{stats.METHOD_CELL.format(b=stats.N_BOOT)}]; "
         f"(Ns × Np) = seeds × problems{cls}"

@@ -198,6 +198,9 @@ class SweepTracking(Callback):
             env[SHARE_ENV] = f"{share}:joblib"
         os.environ.update(env)
         forward_to_jobs(config, env)
+        from apps_bench.report.sweep_run import publish_quietly
+
+        publish_quietly(uri, run_id)  # the comparison exists before any cell writes it (cells only rewrite it)
         how = "continues the parent run of its earlier run" if continued else "MLflow parent run"
         print(f"apps-bench: sweep of {n} cells; {how} {run_id} ({uri})", file=sys.stderr)
         atexit.register(self._close, "FAILED")
@@ -258,6 +261,10 @@ class SweepTracking(Callback):
                         mlf.end_run(uri, k.info.run_id, "KILLED")
             if message:
                 mlf.client(uri).set_tag(run_id, "error", message[:5000])
+            if self._interrupted is None:  # every cell has ended: the comparison as it stands, whole
+                from apps_bench.report.sweep_run import publish_quietly
+
+                publish_quietly(uri, run_id)
             mlf.end_run(uri, run_id, status)
         finally:
             from apps_bench.cpus import SHARE_ENV

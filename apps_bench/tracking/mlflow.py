@@ -301,7 +301,7 @@ class CellRun:
         all_tags = {"complete": str(complete).lower(), **(tags or {})}
         c.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
         if rows:  # an optimizer cell's own run has no problems (its final-eval child has them)
-            self._log_table(c, rows)
+            log_table(c, self.run_id, rows, TABLE_ARTIFACT)
         for f in files:
             if f.exists():
                 c.log_artifact(self.run_id, str(f))
@@ -310,6 +310,11 @@ class CellRun:
                 if f.is_file() and f.suffix in (".json", ".jsonl", ".yaml", ".txt"):
                     c.log_artifact(self.run_id, str(f), artifact_path=name)
         c.set_terminated(self.run_id, status="FINISHED" if complete else "FAILED")
+        parent = os.environ.get(PARENT_RUN_ENV, "").strip()
+        if parent:  # the sweep's comparison now counts this cell (lazy: the report is heavier than tracking)
+            from apps_bench.report.sweep_run import publish_quietly
+
+            publish_quietly(self.uri, parent)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
         """Step metrics during a cell (e.g. an optimizer's progress, step = charged rollouts)."""
@@ -320,27 +325,28 @@ class CellRun:
         if ms:
             client(self.uri).log_batch(self.run_id, metrics=ms)
 
-    def _log_table(self, c: Any, rows: list[dict[str, Any]]) -> None:
-        """The per-problem table, exactly the current rows. `log_table` appends to an existing
-        artifact, so a resumed run overwrites the file in log_table's own format instead."""
-        import pandas as pd
-
-        df = pd.DataFrame(rows)
-        existing = {f.path for f in c.list_artifacts(self.run_id)}
-        if TABLE_ARTIFACT not in existing:
-            c.log_table(self.run_id, data=df, artifact_file=TABLE_ARTIFACT)
-            return
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / TABLE_ARTIFACT
-            df.to_json(path, orient="split", index=False, date_format="iso")
-            c.log_artifact(self.run_id, str(path))
-
     def fail(self, message: str) -> None:
         c = client(self.uri)
         c.set_tag(self.run_id, "error", message[:5000])
         c.set_terminated(self.run_id, status="FAILED")
+
+
+def log_table(c: Any, run_id: str, rows: list[dict[str, Any]], artifact_file: str, columns: list[str] | None = None) -> None:
+    """A table artifact holding exactly `rows`. `log_table` appends to an existing artifact, so
+    once the artifact exists it is overwritten whole, in log_table's own format, instead."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=columns)
+    existing = {f.path for f in c.list_artifacts(run_id, path=os.path.dirname(artifact_file) or None)}
+    if artifact_file not in existing:
+        c.log_table(run_id, data=df, artifact_file=artifact_file)
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / os.path.basename(artifact_file)
+        df.to_json(path, orient="split", index=False, date_format="iso")
+        c.log_artifact(run_id, str(path), artifact_path=os.path.dirname(artifact_file) or None)
 
 
 def start_parent_run(
