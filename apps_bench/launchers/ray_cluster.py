@@ -164,13 +164,14 @@ def launch(
     import ray
     from hydra.core.singleton import Singleton
     from hydra.core.utils import configure_log, filter_overrides, setup_globals
-    from omegaconf import OmegaConf, open_dict
+    from omegaconf import open_dict
+
+    from apps_bench.config import as_plain
 
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-    init = OmegaConf.to_container(ray_cfg["init"], resolve=True) if OmegaConf.is_config(ray_cfg["init"]) else dict(ray_cfg["init"])
-    remote = OmegaConf.to_container(ray_cfg["remote"], resolve=True) if OmegaConf.is_config(ray_cfg["remote"]) else dict(ray_cfg["remote"])
+    init, remote = dict(as_plain(ray_cfg["init"])), dict(as_plain(ray_cfg["remote"]))
     if not ray.is_initialized():
         try:
             ray.init(**_init_kwargs(init))
