@@ -52,6 +52,7 @@ class ModelConfig:
     n_ctx: int = 0
     n_threads: int = 0
     start_timeout_s: float = 0.0
+    prompt_cache_mb: int = 0  # llama.cpp's RAM prompt cache (states by prompt prefix); 0 = off
     # gold-only knobs for tests and benchmarks
     latency_ms: int = 0
     wrong_fraction: float = 0.0
@@ -205,3 +206,12 @@ def config_data(config: Config) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(config)
+
+
+def problems_in_flight(config: Config) -> int:
+    """Problems solved at once: `concurrency`, but no more than the model server answers at once
+    (`model.max_concurrency`, when set). On a one-request-at-a-time server a further problem only
+    waits in the queue, and its time cap would count other problems' calls: the same problem could
+    pass or hit its cap depending on how many problems ran beside it."""
+    capacity = config.model.max_concurrency
+    return min(config.concurrency, capacity) if capacity > 0 else config.concurrency

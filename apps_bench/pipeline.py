@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from apps_bench.cell import Cell, guard
-from apps_bench.config import Config, cell_data, typed_config
+from apps_bench.config import Config, cell_data, problems_in_flight, typed_config
 from apps_bench.tracking.console import Progress, print_problem, print_summary
 from apps_bench.tracking.records import (
     CELL,
@@ -200,7 +200,8 @@ def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers
     summary = summarize_cell(records, n_selected=len(selected), skipped=loaded.skipped,
                              profile=config.judge.profile, wall_s=time.perf_counter() - prep.t_start)  # fmt: skip
     summary["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
-    summary["run"] = {"concurrency": config.concurrency, "processes": config.processes, "solvers": solvers}
+    summary["run"] = {"concurrency": config.concurrency, "problems_in_flight": problems_in_flight(config),
+                      "processes": config.processes, "solvers": solvers}
     summary["cell"] = {"key": cell.key, "name": cell.name, **cell.axes(), "model_label": cell.model_label}
     summary["tool_protocol"] = tool_protocol(records)
     summary["warnings"] = tool_warnings(records, config.topology, config.model)
@@ -228,14 +229,14 @@ def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers
 
 
 async def _solve_all(prep: Prepared, solve: Any, pool: Any, endpoint: Any, progress: Progress, tracker_future: Any) -> None:
-    """Every problem left: the per-problem step (apps_bench/step.py), `concurrency` at a time,
+    """Every problem left: the per-problem step (apps_bench/step.py), `problems_in_flight` at a time,
     each record flushed as it completes."""
     from apps_bench.judge import Judge
     from apps_bench.solving import solver_threads
     from apps_bench.step import record_of, solve_and_judge
 
     config = prep.config
-    concurrency = config.concurrency
+    concurrency = problems_in_flight(config)
     loop = asyncio.get_running_loop()
     loop.set_default_executor(ThreadPoolExecutor(max_workers=solver_threads(concurrency), thread_name_prefix="apps-bench"))
     judge = Judge.from_config(pool, config.judge)
@@ -277,7 +278,7 @@ def _workers_for(prep: Prepared) -> int:
     from apps_bench.solver_pool import solver_count
 
     try:
-        return solver_count(prep.config.processes, concurrency=prep.config.concurrency, n_problems=len(prep.todo))
+        return solver_count(prep.config.processes, concurrency=problems_in_flight(prep.config), n_problems=len(prep.todo))
     except ValueError as exc:
         raise CellSetupError(str(exc)) from exc
 
@@ -314,7 +315,7 @@ def _solver(stack: ExitStack, prep: Prepared, ctx: Any, n_workers: int, *, endpo
         from apps_bench.solver_pool import SolverPool
 
         workers = SolverPool.start(ctx, n_workers, cfg=prep.config, prompts=prompts,
-                                   threads=solver_threads(prep.config.concurrency),
+                                   threads=solver_threads(problems_in_flight(prep.config)),
                                    timeout_s=time_cap(prep.config.topology) + 60)  # fmt: skip
         stack.callback(workers.close)
         return workers, n_workers

@@ -118,6 +118,7 @@ RULES: tuple[Rule, ...] = (
     ("model", "latency_ms", _int_min(0), "a whole number >= 0", "model.latency_ms=0"),
     ("model", "wrong_fraction", _fraction, "a fraction from 0 to 1", "model.wrong_fraction=0"),
     ("model", "fault_fraction", _fraction, "a fraction from 0 to 1", "model.fault_fraction=0"),
+    ("model", "prompt_cache_mb", _int_min(0), "a whole number of MiB >= 0 (0 = off)", "model.prompt_cache_mb=1024"),
     ("topology", "team_size", _int_min(1), "a whole number >= 1", "topology.team_size=4"),
     ("topology", "rounds", _int_min(1), "a whole number >= 1", "topology.rounds=2"),
     ("topology", "max_steps", _int_min(1), "a whole number >= 1 (model calls per agent's tool loop)", "topology.max_steps=8"),

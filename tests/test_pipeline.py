@@ -396,3 +396,21 @@ def test_gepa_cell_on_a_chain_through_the_cli(tmp_path: Path, apps_data_dir: Pat
     assert normal.returncode == 0, normal.stdout[-3000:] + normal.stderr[-3000:]
     ncell = next(c for c in _cell_dirs(tmp_path) if "-none-" in c.name)
     assert json.loads((ncell / "prompts.json").read_text()) == result["chosen"] and len(_records(ncell)) == 1
+
+
+@pytest.mark.parametrize("capacity", [0, 1])
+def test_problems_in_flight_never_exceed_what_the_server_answers_at_once(tmp_path, capacity):
+    """`model.max_concurrency=1` (a one-request-at-a-time server): problems run one after another
+    whatever `concurrency` says, so no problem's time cap is spent queued behind another's calls.
+    With no limit (0) the same two problems overlap."""
+    r = run_cli(["concurrency=8", f"++model.max_concurrency={capacity}", "model.latency_ms=600", "tracking=none",
+                 "processes=1", "progress=false"], tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    (cell,) = (tmp_path / "outputs" / "cells").iterdir()
+    summary = _summary(cell)
+    assert summary["run"]["concurrency"] == 8 and summary["run"]["problems_in_flight"] == (capacity or 8)
+    recs = _records(cell)
+    (a0, a1), (b0, b1) = sorted((rec["completed_at"] - rec["latency_s"], rec["completed_at"]) for rec in recs)
+    assert len(recs) == 2 and min(a1 - a0, b1 - b0) >= 0.6
+    overlap = a1 - b0
+    assert (overlap > 0.3) if capacity == 0 else (overlap <= 0.05), (overlap, recs)

@@ -92,6 +92,7 @@ class LocalServer:
     n_ctx: int = 8192
     n_threads: int = 2
     start_timeout_s: float = 120.0
+    prompt_cache_mb: int = 0
     port: int = 0
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     log_path: Path | None = None
@@ -108,6 +109,8 @@ class LocalServer:
         ]  # fmt: skip
         if self.chat_format:
             cmd += ["--chat_format", self.chat_format]
+        if self.prompt_cache_mb:
+            cmd += ["--cache", "true", "--cache_type", "ram", "--cache_size", str(self.prompt_cache_mb << 20)]
         return cmd
 
     def start(self) -> LocalServer:
@@ -191,4 +194,5 @@ def server_for(model_cfg: Any) -> LocalServer:
         n_ctx=int(cfg_value(model_cfg, "n_ctx")),
         n_threads=threads,
         start_timeout_s=float(cfg_value(model_cfg, "start_timeout_s")),
+        prompt_cache_mb=int(cfg_value(model_cfg, "prompt_cache_mb", 0)),
     )

@@ -337,6 +337,52 @@ def test_a_timed_out_request_is_not_sent_again_to_a_local_server(endpoint):
     assert (usage.failed_calls, usage.retries, usage.failed_attempts) == (1, 0, 1)
 
 
+# ----------------------------------------------------------------------------- the prompt cache
+
+
+def _evaluated_tokens(server, messages: list[dict]) -> int:
+    """Send one request; -> how many prompt tokens llama.cpp evaluated for it (its own log line),
+    which is fewer than the prompt when a cached state of a prefix was loaded."""
+    import httpx
+
+    before = server.log_path.read_text(errors="replace").count("prompt eval time")
+    r = httpx.post(f"{server.base_url}/chat/completions", timeout=120, trust_env=False, json={
+        "model": server.model_id, "messages": messages, "max_tokens": 8, "temperature": 0, "seed": 0})  # fmt: skip
+    assert r.status_code == 200, r.text
+    lines = [ln for ln in server.log_path.read_text(errors="replace").splitlines() if "prompt eval time" in ln]
+    assert len(lines) == before + 1, "one evaluation per request"
+    return int(re.search(r"/\s*(\d+) tokens", lines[-1]).group(1))
+
+
+@pytest.mark.parametrize("cache_mb", [0, 256])
+def test_agents_taking_turns_resume_from_their_own_cached_prompt(cache_mb):
+    """Two agents (two system prompts) take turns, as in a centralized team: without the cache the
+    server keeps only the last prompt, so agent A's next turn re-reads its whole conversation; with
+    `model.prompt_cache_mb` it loads A's last state and reads only what was added."""
+    from apps_bench.models.local import server_for
+
+    c = cfg(f"model.prompt_cache_mb={cache_mb}")
+    server = server_for(c.model)
+    try:
+        server.start()
+        task = "Write a Python function that returns the sum of a list of integers. " * 8
+        a = [{"role": "system", "content": "You are the manager of a team of programmers. Plan the work."},
+             {"role": "user", "content": task}]  # fmt: skip
+        b = [{"role": "system", "content": "You are a tester. Write tests for the program you are given."},
+             {"role": "user", "content": task}]  # fmt: skip
+        first = _evaluated_tokens(server, a)
+        _evaluated_tokens(server, b)
+        again = _evaluated_tokens(server, [*a, {"role": "assistant", "content": "Plan: loop and add."},
+                                           {"role": "user", "content": "Now write the code."}])  # fmt: skip
+    finally:
+        server.stop()
+    assert first > 100
+    if cache_mb:
+        assert again < 40, f"the cached prefix ({first} tokens) was read again: {again} evaluated"
+    else:
+        assert again > first, f"without the cache the whole prompt is read again, got {again}"
+
+
 # ----------------------------------------------------------------------------- defect 2: unanswered at the cap
 
 
