@@ -29,7 +29,7 @@ class PipelineRunner:
 
     def __init__(self, cfg: Any, *, endpoint: Any, pool: Any, judge: Any, problems: Mapping[ProblemKey, Problem],
                  concurrency: int | None = None, replayed: Callable[[str], int] | None = None) -> None:  # fmt: skip
-        from apps_bench.config import typed_config  # noqa: PLC0415
+        from apps_bench.config import problems_in_flight, typed_config  # noqa: PLC0415
         from apps_bench.topologies.registry import get_topology  # noqa: PLC0415
 
         self.cfg = typed_config(cfg)
@@ -39,7 +39,7 @@ class PipelineRunner:
         self.problems = dict(problems)
         self.replayed = replayed
         self.topology = get_topology(self.cfg.topology)
-        self.concurrency = max(1, int(concurrency or self.cfg.concurrency))
+        self.concurrency = max(1, int(concurrency or problems_in_flight(self.cfg)))
 
     def run_batch(self, prompt_set: PromptSet, jobs: Sequence[tuple[ProblemKey, int]]) -> list[Rollout]:
         missing = [k for k, _ in jobs if tuple(k) not in self.problems]
