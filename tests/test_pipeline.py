@@ -414,3 +414,14 @@ def test_problems_in_flight_never_exceed_what_the_server_answers_at_once(tmp_pat
     assert len(recs) == 2 and min(a1 - a0, b1 - b0) >= 0.6
     overlap = a1 - b0
     assert (overlap > 0.3) if capacity == 0 else (overlap <= 0.05), (overlap, recs)
+
+
+def test_a_framework_run_in_the_cells_own_process_does_not_flood_the_console(tmp_path):
+    """processes=1 runs AutoGen under Hydra's logging (root at INFO), where autogen_core logs every
+    message it routes (518 lines for the two demo problems); conf/config.yaml sets it to WARNING."""
+    r = run_cli(["topology=centralized_autogen", "processes=1", "tracking=none", "progress=false"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "pass@1" in r.stdout
+    (log,) = (tmp_path / "outputs" / "hydra").glob("*/*/apps_bench.log")
+    for text in (r.stdout, r.stderr, log.read_text()):
+        assert "[autogen_core" not in text and "[autogen_agentchat" not in text
