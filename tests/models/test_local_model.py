@@ -435,14 +435,15 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
 
 
 # Known open: every request of a centralized AutoGen cell is bounded by max_tokens now (local_server.py;
-# test_a_tool_offering_request_is_bounded_by_the_token_cap), but its tools really reach the model
-# (it is the one runner sending tool_choice "auto"), so its conversation (12 delegations, tool loops of
-# 8 steps) outlasts the 1200 s time cap on one shared core, and a cap that falls while a call is in
-# flight is infrastructure (README, "model=local, per topology"). Listed, not run (it costs CI 20+
-# minutes to learn what is known); run it by hand with `--runxfail`.
+# test_a_tool_offering_request_is_bounded_by_the_token_cap), and with one problem at a time and the
+# prompt cache the cell finished clean by hand (exit 0; problem 203 in 1113 s of its 1200 s cap, on a
+# quiet machine). Its tools really reach the model (it is the one runner sending tool_choice "auto"),
+# so its conversation is the longest of the eight, and a cap that falls while a call is in flight is
+# infrastructure (README, "model=local, per topology"): 87 s of margin is too little to gate CI on.
+# Listed, not run (it costs CI 20 minutes); run it by hand with `--runxfail`.
 AUTOGEN_OPEN = pytest.param(
     "centralized_autogen",
-    marks=[pytest.mark.xfail(reason="conversation outlasts the 1200 s time cap on one core; the cap mid-call is infrastructure (open)", run=False),
+    marks=[pytest.mark.xfail(reason="finishes 87 s inside its 1200 s cap on a quiet machine (1113 s): too close to gate CI on; the cap mid-call is infrastructure (open)", run=False),
            pytest.mark.timeout(2700)],
 )
 
