@@ -68,4 +68,4 @@ def test_debug_fast_runs_two_problems_in_one_process_and_logs_nothing(tmp_path: 
     assert not (tmp_path / "outputs" / "mlflow.db").exists()  # tracking=none
     assert "--- extracted code ---" in r.stdout  # verbose
     summary = json.loads((cell / "summary.json").read_text())
-    assert summary["run"] == {"concurrency": 2, "processes": "1", "solvers": 1}
+    assert summary["run"] == {"concurrency": 2, "problems_in_flight": 2, "processes": "1", "solvers": 1}
