@@ -16,6 +16,13 @@ llama-cpp-python 0.3.36 (pinned in the `local` extra) mishandles the requests ou
   call (only `<|im_end|>` or a tool name), so every text reply was `""`. Here it is free text.
 - a reply cut by the cap is reported `finish_reason: "length"` (the handler says
   `"tool_calls"` even when the arguments were cut off).
+- its prompt template is rendered with HTML autoescaping on, so the model read `a &lt; b` for
+  `a < b` and `&#39;` for every apostrophe of a problem statement, and copied them into its
+  replies (each turn escaped again: `&amp;amp;#39;`). Here message text is rendered verbatim.
+- the template has no case for `role: "tool"`, so every tool result (a `python_exec` run, the
+  error of a malformed call) was left out of the prompt, and an agent repeated the same call
+  without ever seeing its outcome. Here a tool result is shown as a user turn
+  (`Result of functions.<name>:` and the result).
 
 Not changed: without `tool_choice` (LangChain and the OpenAI SDK send none) the handler leaves
 `tools` out of the prompt (its "no tool choice" path, which honours max_tokens), so on this
@@ -70,13 +77,46 @@ def _empty_completion(model: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _text(content: Any) -> str:
+    """A message's content as text (a list of content parts joined)."""
+    if isinstance(content, list):
+        return "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def readable(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as the handler's template must show them: text verbatim (`Markup` is what
+    autoescaping leaves alone), and each tool result as a user turn naming its function."""
+    from markupsafe import Markup
+
+    names: dict[Any, str] = {}  # tool_call_id -> the function it ran
+    out = []
+    for message in messages:
+        m = dict(message)
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = []
+            for call in m["tool_calls"]:
+                fn = dict(call.get("function") or {})
+                names[call.get("id")] = fn.get("name") or "function"
+                fn["arguments"] = Markup(fn.get("arguments") or "")
+                calls.append({**call, "function": fn})
+            m["tool_calls"] = calls
+        if m.get("role") == "tool":
+            name = names.get(m.get("tool_call_id"), "function")
+            m = {"role": "user", "content": f"Result of functions.{name}:\n{_text(m.get('content'))}"}
+        if m.get("content") is not None:
+            m["content"] = Markup(_text(m["content"]))
+        out.append(m)
+    return out
+
+
 def bounded(handler: Any) -> Any:
     """`handler` with the request's max_tokens over all its completions, free-text replies under
-    "auto", and `length` reported for a reply cut by the cap."""
+    "auto", `length` reported for a reply cut by the cap, and the messages rendered as sent."""
 
-    def handle(*, llama: Any, max_tokens: int | None = None, **kwargs: Any) -> Any:
+    def handle(*, llama: Any, messages: list[dict[str, Any]], max_tokens: int | None = None, **kwargs: Any) -> Any:
         capped = _Capped(llama, max_tokens)
-        out = handler(llama=capped, max_tokens=max_tokens, **kwargs)
+        out = handler(llama=capped, messages=readable(messages), max_tokens=max_tokens, **kwargs)
         if isinstance(out, dict) and capped.cut:
             for choice in out.get("choices") or ():
                 choice["finish_reason"] = "length"

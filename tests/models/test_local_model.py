@@ -337,6 +337,56 @@ def test_a_timed_out_request_is_not_sent_again_to_a_local_server(endpoint):
     assert (usage.failed_calls, usage.retries, usage.failed_attempts) == (1, 0, 1)
 
 
+# ----------------------------------------------------------------------------- the prompt the model reads
+
+
+def _prompt_tokens(endpoint, messages: list[dict], **extra: object) -> int:
+    """prompt_tokens the real server reports for one request of these messages."""
+    import httpx
+
+    r = httpx.post(f"{endpoint.base_url}/chat/completions", timeout=120, trust_env=False, json={
+        "model": endpoint.model_id, "messages": messages, "max_tokens": 1, "temperature": 0, "seed": 0, **extra})  # fmt: skip
+    assert r.status_code == 200, r.text
+    return int(r.json()["usage"]["prompt_tokens"])
+
+
+def _tokens(endpoint, text: str) -> int:
+    import httpx
+
+    root = endpoint.base_url.removesuffix("/v1")
+    r = httpx.post(f"{root}/extras/tokenize", json={"input": text}, timeout=30, trust_env=False)
+    assert r.status_code == 200, r.text
+    return len(r.json()["tokens"])
+
+
+STATEMENT = "Print YES if a < b and b > c, else print 'NO' & stop. Input: \"a b c\"."
+
+
+@pytest.mark.parametrize("tools", [None, "auto"])
+def test_message_text_reaches_the_model_as_sent(endpoint, tools):
+    """A problem statement's `<`, `>`, `&`, quotes are read as written: the server's tool-calling
+    template HTML-escaped them (`&lt;`, `&#39;`: more tokens, and text the model copied back)."""
+    extra = {"tools": [TOOL], "tool_choice": "none"} if tools else {}
+    plain = _prompt_tokens(endpoint, [{"role": "user", "content": "x"}], **extra)
+    marked = _prompt_tokens(endpoint, [{"role": "user", "content": STATEMENT}], **extra)
+    assert marked - plain == _tokens(endpoint, STATEMENT) - _tokens(endpoint, "x")
+
+
+def test_a_tool_result_reaches_the_model(endpoint):
+    """The tool result of a tool loop is in the prompt of the next step (the server's template had
+    no case for role "tool" and left every python_exec result out)."""
+    def turn(result: str) -> list[dict]:
+        call = {"id": "call_1", "type": "function", "function": {"name": "python_exec", "arguments": '{"code": "print(1 < 2)"}'}}
+        return [{"role": "user", "content": "Is 1 < 2? Use the tool."},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_1", "content": result}]  # fmt: skip
+
+    result = "exit code: 0\n--- stdout ---\nTrue\n" + "checked 1 < 2 & 'ok'\n" * 20
+    short = _prompt_tokens(endpoint, turn("x"))
+    full = _prompt_tokens(endpoint, turn(result))
+    assert full - short == _tokens(endpoint, result) - _tokens(endpoint, "x")
+
+
 # ----------------------------------------------------------------------------- the prompt cache
 
 
