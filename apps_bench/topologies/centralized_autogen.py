@@ -2,27 +2,29 @@
 
 A `SelectorGroupChat` of a manager and its workers (analyzer, coder, tester for team
 size 4). The manager speaks first and after every worker; it delegates with the same
-`delegate(worker, instruction)` tool as the LangGraph sibling, and after each manager
-message the selector model picks the worker who speaks next (its calls go through their
-own metered client, so they are counted like every other call, as role `selector`: calls the
-LangGraph sibling never makes, part of what the framework adds). The chat ends when the
-manager replies without delegating (a plain text message from the manager) or at the
-message cap: `max_turns` delegations, i.e. 2 * max_turns + 1 speaker turns. Final
-program: the manager's final program, else the last program a worker produced.
+`delegate(worker, instruction)` tool as the LangGraph sibling, and the worker it names speaks
+next (`selector_func`), as in the LangGraph sibling, where the `worker` argument runs that
+worker. A delegation the tool refused (no such worker, arguments that are not the schema's
+JSON) goes back to the manager with the error, as a refused LangGraph tool call does. So the
+selector model is never asked: a small real model asked to pick a name routed every turn back
+to the manager, and the workers never spoke. The chat ends when the manager replies without
+delegating (a plain text message from the manager) or at the message cap: `max_turns`
+delegations, i.e. 2 * max_turns + 1 speaker turns. Final program: the manager's final
+program, else the last program a worker produced.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from apps_bench.topologies.base import SolveContext, agent_seed
 from apps_bench.topologies.messages import DELEGATE_TOOL, cap_note, delegate_description, delegate_parameters
 from apps_bench.topologies.team import CONTEXT_HINTS, FlowRunner, StopFlow, Team, Turn
 from apps_bench.types import Attempt
 
-SELECTOR_ROLE = "selector"  # the role the selector model's calls are recorded under (no agent's)
+SELECTOR_ROLE = "selector"  # the role a selector-model call would be recorded under (none is made)
 
 
 class CentralizedAutoGen(FlowRunner):
@@ -46,7 +48,7 @@ class CentralizedAutoGen(FlowRunner):
         manager, workers = ctx.roles[0], list(ctx.roles[1:])
         if len(set(workers)) != len(workers) or manager in workers:
             raise ValueError(f"centralized roles must be distinct, got {ctx.roles}")
-        team.data.update(manager=manager, workers=workers, delegations=0, manager_final=None)
+        team.data.update(manager=manager, workers=workers, delegations=0, manager_final=None, delegated=None)
         cap = int(ctx.config.max_turns)  # delegations, as in the LangGraph sibling
         clients: list[Any] = []
 
@@ -59,7 +61,7 @@ class CentralizedAutoGen(FlowRunner):
             AssistantAgent(
                 manager,
                 client(0, manager),
-                tools=[_delegate_tool(workers)],
+                tools=[_delegate_tool(workers, lambda worker: team.data.update(delegated=worker))],
                 system_message=ctx.prompts[manager],
                 description=f"the {manager}: delegates to the workers and submits the final program",
                 reflect_on_tool_use=False,
@@ -86,16 +88,18 @@ class CentralizedAutoGen(FlowRunner):
             )
 
         def selector_func(thread: Sequence[Any]) -> str | None:
-            # The manager speaks first and after every worker; after the manager, the model picks.
+            # The manager speaks first and after every worker; after the manager, the worker its
+            # delegation named (the tool ran, so the arguments were valid), else the manager again.
             last = thread[-1].source if thread else None
-            return None if last == manager else manager
+            worker, team.data["delegated"] = team.data["delegated"], None
+            return worker if last == manager and worker is not None else manager
 
         def candidate_func(thread: Sequence[Any]) -> list[str]:
             return list(workers)
 
         chat_team = SelectorGroupChat(
             agents,
-            model_client=client(len(ctx.roles), SELECTOR_ROLE),  # the selector's own metered client
+            model_client=client(len(ctx.roles), SELECTOR_ROLE),  # required; metered, never called
             termination_condition=TextMessageTermination(source=manager),
             max_turns=2 * cap + 1,
             allow_repeated_speaker=True,
@@ -236,10 +240,11 @@ def _worker_context(manager: str) -> Any:
     return WorkerContext()
 
 
-def _delegate_tool(workers: list[str]) -> Any:
+def _delegate_tool(workers: list[str], on_delegate: Callable[[str], None]) -> Any:
     """The manager's `delegate(worker, instruction)` tool, with the LangGraph sibling's name,
-    description and schema. In a group chat it only records the delegation (its result is
-    the message the chosen worker reads); the worker then answers in the chat itself."""
+    description and schema. In a group chat it only records the delegation (`on_delegate`
+    gets the worker, who speaks next; the result is the message that worker reads); the
+    worker then answers in the chat itself."""
     from autogen_core import CancellationToken
     from autogen_core.tools import BaseTool
     from pydantic import BaseModel, Field, create_model
@@ -261,6 +266,7 @@ def _delegate_tool(workers: list[str]) -> Any:
             return {"name": DELEGATE_TOOL, "description": description, "parameters": parameters}
 
         async def run(self, args: BaseModel, cancellation_token: CancellationToken) -> str:
+            on_delegate(args.worker)  # type: ignore[attr-defined]
             return f"Instruction for the {args.worker}: {args.instruction}"  # type: ignore[attr-defined]
 
     return Delegate()

@@ -3,10 +3,10 @@
 Each runner solves a real APPS row through the pipeline's solve step (`solving.solve_problem`:
 real framework, metered clients, the real sandbox) against the gold server on loopback. The
 server says which role sent each request: the role whose prompt the request's system message
-carries (AutoGen's selector carries none and gets a `select` reply). Checked per runner: every
+carries. Checked per runner: every
 call entry names a role, the per-role calls and tokens add up exactly to the problem's totals,
 and they equal, role by role, what the server answered each role. Sibling runners of one flow
-record the same role names (AutoGen's selector being the one call its sibling never makes).
+record the same role names (AutoGen's selector model is never asked: the delegation names the worker).
 """
 
 from __future__ import annotations
@@ -62,13 +62,11 @@ def problem(apps_data_dir):
 
 
 
-def _server_role(request: dict, reply: dict, prompts: dict[str, str]) -> str:
+def _server_role(request: dict, prompts: dict[str, str]) -> str:
     """The role that sent `request`, as the server sees it: whose prompt is in its system message."""
     system = "\n".join(str(m.get("content") or "") for m in request["messages"] if m.get("role") == "system")
     found = [role for role, text in prompts.items() if text.strip() in system]
-    if not found:
-        assert reply["kind"] == "select", f"a request with no role prompt that is not the selector's: {system[:300]!r}"
-        return "selector"
+    assert found, f"a request with no role prompt: {system[:300]!r}"
     assert len(found) == 1, f"the system message holds the prompts of {found}"
     return found[0]
 
@@ -89,7 +87,7 @@ def _solve(topology: str, problem, pool) -> tuple:
         assert stats.replies == solved.usage.model_calls <= len(stats.last_requests)  # all of them in the window
         served: dict[str, list[int]] = {}
         for request, reply in zip(stats.last_requests, stats.last_replies):
-            s = served.setdefault(_server_role(request, reply, prompts), [0, 0, 0])
+            s = served.setdefault(_server_role(request, prompts), [0, 0, 0])
             s[0] += 1
             s[1] += reply["prompt_tokens"]
             s[2] += reply["completion_tokens"]
@@ -117,15 +115,14 @@ def test_every_call_names_its_role_and_the_roles_sum_to_the_totals(solved, topol
     assert sum(r[2] for r in by_role.values()) == usage.completion_tokens
     # role by role, what the server answered each role's requests
     assert {k: tuple(v) for k, v in by_role.items()} == served
-    # the transcript's role names; only AutoGen's selector speaks without being an agent
-    extra = {"selector"} if topology == "centralized_autogen" else set()
-    assert set(by_role) == transcript_roles | extra
+    # the transcript's role names: every call is an agent's
+    assert set(by_role) == transcript_roles
 
 
 @pytest.mark.parametrize("a, b", SIBLINGS)
 def test_sibling_runners_record_the_same_roles(solved, a, b):
     roles_a = {c["role"] for c in solved[a][0].calls}
-    roles_b = {c["role"] for c in solved[b][0].calls} - {"selector"}
+    roles_b = {c["role"] for c in solved[b][0].calls}
     assert roles_a == roles_b and len(roles_a) >= 1
     # a multi-agent flow: more than one role, or (the debate) one role played by several agents
     assert len(roles_a) > 1 or Counter(c["role"] for c in solved[a][0].calls).most_common(1)[0][1] > 1
