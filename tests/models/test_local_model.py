@@ -481,26 +481,44 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
     assert "['solver']" in warning
 
 
+# ----------------------------------------------------------------------------- AutoGen's speaker selection
+
+
+def test_centralized_autogen_runs_the_worker_each_delegation_names(endpoint, pool, problem):
+    """The worker a manager's `delegate` call names speaks next, as in the LangGraph sibling; a
+    refused delegation goes back to the manager. (AutoGen's selector model, asked to pick a name,
+    sent every turn back to the manager: 56 selector calls and no worker call in one problem.)"""
+    from apps_bench.solving import solve_problem
+    from apps_bench.topologies.registry import get_topology
+
+    c = cfg("topology=centralized_autogen", "topology.max_turns=2", "topology.max_steps=2", "model.max_tokens=128")
+    solved = asyncio.run(solve_problem(problem, cfg=c, topology=get_topology(c.topology), endpoint=endpoint, pool=pool))
+    assert solved.error is None, solved.error
+    assert "selector" not in {call["role"] for call in solved.usage.calls}
+    manager, workers = c.topology.roles_by_size[str(c.topology.team_size)][0], set(c.topology.roles_by_size["4"][1:])
+    speakers, named = [], []  # who spoke, in order; per manager turn, the worker its valid delegation named
+    for e in solved.attempt.transcript:
+        if e.kind == "input":
+            speakers.append(e.agent)
+            named.append(None)
+        elif e.kind == "tool_call" and e.agent == manager:
+            args = json.loads(e.content)["args"]
+            if isinstance(args, dict) and args.get("worker") in workers:
+                named[-1] = args["worker"]
+    assert speakers[0] == manager and set(speakers) & workers, f"no worker spoke: {speakers}"
+    for i, who in enumerate(speakers[:-1]):
+        if who == manager:
+            assert speakers[i + 1] == (named[i] or manager), (speakers, named)
+        else:
+            assert speakers[i + 1] == manager, speakers
+
+
 # ----------------------------------------------------------------------------- the whole cell, per topology
-
-
-# Known open: every request of a centralized AutoGen cell is bounded by max_tokens now (local_server.py;
-# test_a_tool_offering_request_is_bounded_by_the_token_cap), and with one problem at a time and the
-# prompt cache the cell finished clean by hand (exit 0; problem 203 in 1113 s of its 1200 s cap, on a
-# quiet machine). Its tools really reach the model (it is the one runner sending tool_choice "auto"),
-# so its conversation is the longest of the eight, and a cap that falls while a call is in flight is
-# infrastructure (README, "model=local, per topology"): 87 s of margin is too little to gate CI on.
-# Listed, not run (it costs CI 20 minutes); run it by hand with `--runxfail`.
-AUTOGEN_OPEN = pytest.param(
-    "centralized_autogen",
-    marks=[pytest.mark.xfail(reason="finishes 87 s inside its 1200 s cap on a quiet machine (1113 s): too close to gate CI on; the cap mid-call is infrastructure (open)", run=False),
-           pytest.mark.timeout(2700)],
-)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(2700)  # a cell of a multi-agent topology: minutes on one shared core
-@pytest.mark.parametrize("topology", [t if t != "centralized_autogen" else AUTOGEN_OPEN for t in TOPOLOGIES])
+@pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_cli_cell_on_two_real_rows(tmp_path, apps_data_dir, topology):
     """`python -m apps_bench model=local topology=<t> dataset=apps dataset.path=<rows> limit=2`."""
     from conftest import cli_env, run_cli
