@@ -106,6 +106,9 @@ class LocalServer:
             sys.executable, "-m", "apps_bench.models.local_server", "--model", str(self.model_path), "--model_alias", self.model_id,
             "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
             "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
+            # logits of the last token only (no request asks for logprobs): with every token's, the
+            # server's default, each prompt state the RAM cache keeps holds 192 KiB per token
+            "--logits_all", "false",
         ]  # fmt: skip
         if self.chat_format:
             cmd += ["--chat_format", self.chat_format]

@@ -24,6 +24,12 @@ llama-cpp-python 0.3.36 (pinned in the `local` extra) mishandles the requests ou
   without ever seeing its outcome. Here a tool result is shown as a user turn
   (`Result of functions.<name>:` and the result).
 
+- its RAM prompt cache (`--cache_type ram`) counts only each state's KV bytes against
+  `--cache_size`, not the logits the state also copies (192 KiB per token with the server's
+  default `logits_all`): a centralized AutoGen cell with a 1 GiB cache grew the server to 7.6 GB.
+  Here every byte a state holds counts, so the cache stays within its size (local.py also starts
+  the server with `--logits_all false`, which keeps at most one batch of logits per state).
+
 Not changed: without `tool_choice` (LangChain and the OpenAI SDK send none) the handler leaves
 `tools` out of the prompt (its "no tool choice" path, which honours max_tokens), so on this
 server only AutoGen's tools reach the model; the summary's tool warning says so (README,
@@ -126,9 +132,25 @@ def bounded(handler: Any) -> Any:
     return handle
 
 
+def counted_ram_cache() -> type:
+    """llama-cpp-python's RAM prompt cache, with a state's logits and token ids counted in its size."""
+    import llama_cpp
+
+    class CountedRAMCache(llama_cpp.LlamaRAMCache):
+        @property
+        def cache_size(self) -> int:
+            return sum(s.llama_state_size + s.scores.nbytes + s.input_ids.nbytes for s in self.cache_state.values())
+
+    return CountedRAMCache
+
+
 def install() -> None:
-    """Replace the registered chatml-function-calling handler by its bounded form."""
+    """Replace the registered chatml-function-calling handler by its bounded form, and the RAM
+    prompt cache by one whose size counts everything it keeps."""
+    import llama_cpp
     from llama_cpp import llama_chat_format as fmt
+
+    llama_cpp.LlamaRAMCache = counted_ram_cache()  # looked up there when the server builds its cache
 
     registry = fmt.LlamaChatCompletionHandlerRegistry()
     registry.register_chat_completion_handler(CHAT_FORMAT, bounded(fmt.get_chat_completion_handler(CHAT_FORMAT)),
