@@ -27,8 +27,9 @@ llama-cpp-python 0.3.36 (pinned in the `local` extra) mishandles the requests ou
 - its RAM prompt cache (`--cache_type ram`) counts only each state's KV bytes against
   `--cache_size`, not the logits the state also copies (192 KiB per token with the server's
   default `logits_all`): a centralized AutoGen cell with a 1 GiB cache grew the server to 7.6 GB.
-  Here every byte a state holds counts, so the cache stays within its size (local.py also starts
-  the server with `--logits_all false`, which keeps at most one batch of logits per state).
+  Here every byte a state holds counts, so the cache stays within its size, and a state keeps one
+  row of logits (after a load the server replays a token before sampling, so the saved logits are
+  never read; local.py also starts the server with `--logits_all false`).
 
 Not changed: without `tool_choice` (LangChain and the OpenAI SDK send none) the handler leaves
 `tools` out of the prompt (its "no tool choice" path, which honours max_tokens), so on this
@@ -133,13 +134,20 @@ def bounded(handler: Any) -> Any:
 
 
 def counted_ram_cache() -> type:
-    """llama-cpp-python's RAM prompt cache, with a state's logits and token ids counted in its size."""
+    """llama-cpp-python's RAM prompt cache, with a state's logits and token ids counted in its size,
+    and one row of logits kept per state."""
     import llama_cpp
 
     class CountedRAMCache(llama_cpp.LlamaRAMCache):
         @property
         def cache_size(self) -> int:
             return sum(s.llama_state_size + s.scores.nbytes + s.input_ids.nbytes for s in self.cache_state.values())
+
+        def __setitem__(self, key: Any, state: Any) -> None:
+            # A loaded state's logits are never sampled from: the server replays a token after a
+            # load to refresh them. Keep the last row (load_state broadcasts it), not a batch's.
+            state.scores = state.scores[-1:].copy()
+            super().__setitem__(key, state)
 
     return CountedRAMCache
 

@@ -436,25 +436,28 @@ def test_agents_taking_turns_resume_from_their_own_cached_prompt(cache_mb):
 def test_the_prompt_cache_stays_within_its_size():
     """`--cache_size` bounds what the RAM cache keeps: llama-cpp-python counted only a state's KV
     bytes, not the logits it copies with it (192 KiB per token by the server's default), so a
-    1 GiB cache let the server grow to 7.6 GB in one centralized AutoGen cell."""
+    1 GiB cache let the server grow to 12.4 GB in one centralized AutoGen cell."""
     import llama_cpp
     import numpy as np
 
     from apps_bench.models.local_server import counted_ram_cache
 
-    def state(n_tokens: int) -> object:  # 1000 bytes of KV, and 4000 bytes of logits per token
-        return llama_cpp.llama.LlamaState(input_ids=np.zeros(n_tokens, np.intc), scores=np.zeros((n_tokens, 1000), np.single),
-                                          n_tokens=n_tokens, llama_state=bytes(1000), llama_state_size=1000, seed=0)  # fmt: skip
+    def state(n_tokens: int) -> object:  # 300 kB of KV, and 4 kB of logits per token
+        return llama_cpp.llama.LlamaState(input_ids=np.zeros(n_tokens, np.intc), scores=np.ones((n_tokens, 1000), np.single),
+                                          n_tokens=n_tokens, llama_state=b"", llama_state_size=300_000, seed=0)  # fmt: skip
 
     kept = {}
     for cls in (llama_cpp.LlamaRAMCache, counted_ram_cache()):
         cache = cls(capacity_bytes=1 << 20)
-        for agent in range(3):  # three agents' prompts of 100 tokens: ~0.4 MB each
+        for agent in range(4):  # four agents' prompts of 100 tokens each
             cache[(agent,) * 100] = state(100)
         held = sum(s.llama_state_size + s.scores.nbytes + s.input_ids.nbytes for s in cache.cache_state.values())
-        kept[cls.__name__] = ([k[0] for k in cache.cache_state], held)
-    assert kept["LlamaRAMCache"][0] == [0, 1, 2] and kept["LlamaRAMCache"][1] > 1 << 20  # over its size
-    assert kept["CountedRAMCache"] == ([1, 2], 2 * (1000 + 400_000 + 400)), kept  # the oldest evicted
+        kept[cls.__name__] = ([k[0] for k in cache.cache_state], held, {s.scores.shape for s in cache.cache_state.values()})
+    stock_keys, stock_held, _ = kept["LlamaRAMCache"]
+    assert stock_keys == [1, 2, 3] and stock_held > 1 << 20  # 1.2 MB kept under a 1 MiB size
+    keys, held, shapes = kept["CountedRAMCache"]
+    assert keys == [1, 2, 3] and held <= 1 << 20, kept  # the oldest evicted, the rest within the size
+    assert shapes == {(1, 1000)}  # one row of logits per state: a load replays a token before sampling
 
 
 # ----------------------------------------------------------------------------- defect 2: unanswered at the cap
