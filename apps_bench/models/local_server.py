@@ -23,10 +23,9 @@ llama-cpp-python 0.3.36 (pinned in the `local` extra) mishandles the requests ou
   error of a malformed call) was left out of the prompt, and an agent repeated the same call
   without ever seeing its outcome. Here a tool result is shown as a user turn
   (`Result of functions.<name>:` and the result).
-
 - its RAM prompt cache (`--cache_type ram`) counts only each state's KV bytes against
   `--cache_size`, not the logits the state also copies (192 KiB per token with the server's
-  default `logits_all`): a centralized AutoGen cell with a 1 GiB cache grew the server to 7.6 GB.
+  default `logits_all`): a centralized AutoGen cell with a 1 GiB cache grew the server to 12.4 GB.
   Here every byte a state holds counts, so the cache stays within its size, and a state keeps one
   row of logits (after a load the server replays a token before sampling, so the saved logits are
   never read; local.py also starts the server with `--logits_all false`).
