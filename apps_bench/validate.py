@@ -209,17 +209,28 @@ def _unknown_keys(given: Mapping[str, Any], schema: Mapping[str, Any], prefix: s
 # ----------------------------------------------------------------------------- ignored settings
 
 
+# provider -> (the preset that uses them, model keys only it reads); any other model would ignore them
+_PROVIDER_ONLY = {
+    "gold": ("gold (the built-in self-check server)", ("latency_ms", "wrong_fraction", "fault_fraction")),
+    "local": ("local (the llama-cpp-python server this project starts)", (
+        "gguf_package", "gguf_file", "gguf_path", "chat_format", "n_ctx", "n_threads", "start_timeout_s", "prompt_cache_mb",
+    )),
+}  # fmt: skip
+
+
 def _ignored(data: Mapping[str, Any]) -> list[BadSetting]:
     """Settings that the chosen mode would not use: refused, so no one believes they took effect."""
     bad = []
     model = data.get("model") or {}
-    if model.get("provider") != "gold":
-        for knob in ("latency_ms", "wrong_fraction", "fault_fraction"):
+    for provider, (preset, knobs) in _PROVIDER_ONLY.items():
+        if model.get("provider") == provider:
+            continue
+        for knob in knobs:
             if model.get(knob):
                 bad.append(BadSetting(
                     f"model.{knob}", model[knob],
-                    f"only model=gold (the built-in self-check server) uses it; model={model.get('name')} would ignore it",
-                    f"model.{knob}=0, or model=gold",
+                    f"only model={preset} uses it; model={model.get('name')} would ignore it",
+                    f"drop model.{knob}, or model={preset}",
                 ))  # fmt: skip
     topo = data.get("topology") or {}
     if topo.get("flow") != "decentralized" and _is_int(topo.get("rounds")) and topo.get("rounds") != 1:

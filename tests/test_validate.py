@@ -60,6 +60,10 @@ CASES = {
         ["model=openai", "model.latency_ms=50", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m", "allow_any_cell=true"],
         ["model.latency_ms=50", "only model=gold", "would ignore it"],
     ),
+    "local-server setting on another model": (
+        ["model=openai", "model.n_ctx=4096", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m", "allow_any_cell=true"],
+        ["model.n_ctx=4096", "only model=local", "would ignore it", "Fix: drop model.n_ctx, or model=local"],
+    ),
     "rounds on a flow without rounds": (["topology.rounds=3"], ["topology.rounds=3", "only the decentralized"]),
     "misspelt optimizer parameter": (
         [*LOCAL, "optimizer=maspo", f"optimizer.params.pool.path={TRAIN}", "+optimizer.params.minibtch=4"],

@@ -189,7 +189,7 @@ def server_for(model_cfg: Any) -> LocalServer:
         raise LocalModelError(f"model.gguf_path={str(model_path)!r} is not a file")
     from apps_bench.cpus import usable_cpus
 
-    threads = int(cfg_value(model_cfg, "n_threads", 0)) or usable_cpus()
+    threads = int(cfg_value(model_cfg, "n_threads")) or usable_cpus()
     return LocalServer(
         model_path=model_path,
         model_id=str(cfg_value(model_cfg, "model_id")),
@@ -197,5 +197,5 @@ def server_for(model_cfg: Any) -> LocalServer:
         n_ctx=int(cfg_value(model_cfg, "n_ctx")),
         n_threads=threads,
         start_timeout_s=float(cfg_value(model_cfg, "start_timeout_s")),
-        prompt_cache_mb=int(cfg_value(model_cfg, "prompt_cache_mb", 0)),
+        prompt_cache_mb=int(cfg_value(model_cfg, "prompt_cache_mb")),
     )
