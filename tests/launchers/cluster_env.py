@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 APPS_TRAIN_MINI = REPO.parent / "shared" / "data" / "apps" / "train_mini150.jsonl"
@@ -238,6 +241,13 @@ class SlurmCluster:
 
     def _script_env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_LOCAL_DIR": str(self.root)}
+
+
+def skip_without_slurm(daemons: tuple[str, ...] = ("munged", "slurmctld", "slurmd", "slurmdbd", "mariadbd")) -> None:
+    """Skip, naming the packages, where the SLURM daemons are not installed (.ci/run installs them as root)."""
+    missing = [b for b in daemons if shutil.which(b) is None]
+    if missing:
+        pytest.skip(f"SLURM test needs {', '.join(missing)}: apt-get install slurm-wlm munge slurmdbd mariadb-server")
 
 
 def start_slurm(ns: Netns, root: Path, **settings: str) -> SlurmCluster:

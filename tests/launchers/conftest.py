@@ -8,12 +8,19 @@ no `ip`); a daemon that does not start is a failure, not a skip.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 
 import pytest
 
-from launchers.cluster_env import MlflowServer, NamespaceUnavailable, Netns, SlurmCluster, start_mlflow_server, start_slurm
+from launchers.cluster_env import (
+    MlflowServer,
+    NamespaceUnavailable,
+    Netns,
+    SlurmCluster,
+    skip_without_slurm,
+    start_mlflow_server,
+    start_slurm,
+)
 
 
 @pytest.fixture(scope="session")
@@ -44,9 +51,7 @@ def mlflow_server(netns: Netns, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def slurm_cluster(netns: Netns, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     """`launchers/slurm_local.sh start` in the namespace (munge, slurmctld, slurmd, slurmdbd,
     MariaDB); stopped by the script, then whatever is left by the namespace's PIDs."""
-    missing = [b for b in ("munged", "slurmctld", "slurmd", "slurmdbd", "mariadbd") if shutil.which(b) is None]
-    if missing:
-        pytest.skip(f"SLURM test needs {', '.join(missing)}: apt-get install slurm-wlm munge slurmdbd mariadb-server")
+    skip_without_slurm()
     cluster = start_slurm(netns, tmp_path_factory.mktemp("slurm"))
     try:
         yield cluster

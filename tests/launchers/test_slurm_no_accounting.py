@@ -14,7 +14,15 @@ from pathlib import Path
 import pytest
 from conftest import cli_env
 
-from launchers.cluster_env import APPS_TRAIN_MINI, NamespaceUnavailable, Netns, SlurmCluster, cell_records, start_slurm
+from launchers.cluster_env import (
+    APPS_TRAIN_MINI,
+    NamespaceUnavailable,
+    Netns,
+    SlurmCluster,
+    cell_records,
+    skip_without_slurm,
+    start_slurm,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -27,6 +35,7 @@ CELLS = [
 
 @pytest.fixture
 def plain_cluster(tmp_path_factory: pytest.TempPathFactory):
+    skip_without_slurm(("munged", "slurmctld", "slurmd"))  # no accounting: no slurmdbd, no MariaDB
     try:
         ns = Netns.create(f"apps-test-{os.getpid()}-na", tmp_path_factory.mktemp("netns_na"))
     except NamespaceUnavailable as exc:
