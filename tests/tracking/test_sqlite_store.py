@@ -56,12 +56,25 @@ def _kill_when(proc: subprocess.Popen, ready, delay: float, timeout: float = 120
     return not ended
 
 
+def _migrating(db: Path) -> bool:
+    """MLflow's migrations have begun on `db` (alembic_version holds a row) - read without waiting on its writer."""
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.05)
+        try:
+            return con.execute("SELECT COUNT(*) FROM alembic_version").fetchone()[0] > 0
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+
+
 def _half_made_store(db: Path, cwd: Path) -> None:
-    """MLflow's own in-place creation, killed until it leaves a half-made file (the old failure)."""
+    """MLflow's own in-place creation, killed until it leaves a half-made file (the old failure).
+    Its migrations take about a second on this kind of machine, so the kill is timed from their start."""
     code = f"from mlflow.tracking import MlflowClient; MlflowClient(tracking_uri='sqlite:///{db}').search_experiments()"
-    for delay in (1.0, 1.5, 2.0, 0.7, 2.5, 3.0, 0.5, 3.5):
+    for delay in (0.0, 0.05, 0.1, 0.2, 0.3, 0.5):
         db.unlink(missing_ok=True)
-        _kill_when(_spawn(code, cwd), db.exists, delay)
+        _kill_when(_spawn(code, cwd), lambda: _migrating(db), delay)
         if db.exists() and sqlite_store.schema_problem(db, head=_head()) is not None:
             return
     pytest.fail("could not kill MLflow's in-place migration half-way")
@@ -71,16 +84,23 @@ def test_a_new_store_killed_at_any_moment_of_its_creation_is_absent_or_complete(
     db = tmp_path / "s" / "mlflow.db"
     code = f"from pathlib import Path; from apps_bench.tracking import sqlite_store; sqlite_store.ensure_store(Path('{db}'))"
     creating = db.with_name(db.name + sqlite_store.CREATING_SUFFIX)
+    leftovers = (db, creating, creating.with_name(creating.name + "-journal"))
     seen_half = 0
-    for delay in (0.0, 0.3, 0.8, 1.5, 2.5, 4.0):
-        db.unlink(missing_ok=True)
+    # the migrations take about a second here: most kills land inside them, the last ones after
+    for delay in (0.0, 0.1, 0.2, 0.3, 0.5, 0.8, 1.5, 4.0):
+        for f in leftovers:  # each creation from nothing, so its kill is timed from its own start
+            f.unlink(missing_ok=True)
         killed = _kill_when(_spawn(code, tmp_path), creating.exists, delay)
         if killed and creating.exists():
             seen_half += sqlite_store.schema_problem(creating, head=_head()) is not None
         if db.exists():  # never a half-made store where MLflow looks
             assert sqlite_store.schema_problem(db, head=_head()) is None
     assert seen_half >= 2  # the kills did land mid-migration: the temporary file was half-made
-    # the next creation clears the leftover and makes a complete store
+    # a creation killed as it starts leaves its temporary file; the next one clears it and makes a complete store
+    for f in leftovers:
+        f.unlink(missing_ok=True)
+    _kill_when(_spawn(code, tmp_path), creating.exists, 0.0)
+    assert creating.exists() and not db.exists()
     sqlite_store.ensure_store(db)
     assert sqlite_store.schema_problem(db, head=_head()) is None and not creating.exists()
 
