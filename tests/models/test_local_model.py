@@ -297,27 +297,36 @@ def test_parallel_failures_are_all_counted(endpoint):
 # ----------------------------------------------------------------------------- defect 3: queueing
 
 
-def test_requests_queue_on_the_client_not_past_their_timeout(endpoint):
-    """Eight concurrent requests against a one-at-a-time server, each given a timeout of 4x the
-    longest one took alone: queued at the server the last would wait ~8x and time out (then be sent
-    again while the server still ran it); with the client-side slots none times out or is resent.
-    The 4x margin is for a shared machine, where one request alone can run twice as slow."""
-    import time
+def _fresh_prompt(tag: str) -> str:
+    """~150 tokens the server has not seen (they differ from the first words on): each request
+    costs a whole prompt evaluation, which takes nearly the same time every time, unlike a reply's
+    length, which varies with the seed."""
+    return f"Request {tag}. Say the last word of this list: " + " ".join(f"w{tag}x{k}" for k in range(16))
 
-    n = 8
+
+def test_requests_queue_on_the_client_not_past_their_timeout(endpoint):
+    """Six concurrent requests against a one-at-a-time server, each given a timeout of 3x the
+    longest one took alone: queued at the server the last would wait ~6x and time out (then be sent
+    again while the server still ran it); with the client-side slots none times out or is resent.
+    The 3x margin is for a shared machine, where one request alone may run slower."""
+    import time
+    import uuid
+
+    n, run = 6, uuid.uuid4().hex[:6]
     one = Usage()
     alone = 0.0
-    for seed in range(3):  # the first also puts LONG in the server's prompt cache, as for the queued ones
+    for i in range(2):
         t0 = time.monotonic()
-        asyncio.run(_ask("openai", clients(endpoint, one, max_tokens=32), LONG, seed))
+        asyncio.run(_ask("openai", clients(endpoint, one, max_tokens=8), _fresh_prompt(f"{run}a{i}"), i))
         alone = max(alone, time.monotonic() - t0)
     usage = Usage()
-    mc = clients(endpoint, usage, max_tokens=32, request_timeout_s=max(4 * alone, 1.0), max_retries=0)
+    mc = clients(endpoint, usage, max_tokens=8, request_timeout_s=3 * alone, max_retries=0)
 
     async def go():
         c = mc.async_openai()
         await asyncio.gather(*(
-            c.chat.completions.create(model=mc.model_id, messages=[{"role": "user", "content": LONG}], **mc.request_params(i))
+            c.chat.completions.create(model=mc.model_id, messages=[{"role": "user", "content": _fresh_prompt(f"{run}q{i}")}],
+                                      **mc.request_params(i))
             for i in range(n)
         ))  # fmt: skip
         await c.close()
@@ -344,14 +353,19 @@ def test_a_timed_out_request_is_not_sent_again_to_a_local_server(endpoint):
 # ----------------------------------------------------------------------------- the prompt the model reads
 
 
-def _prompt_tokens(endpoint, messages: list[dict], **extra: object) -> int:
-    """prompt_tokens the real server reports for one request of these messages."""
+def _chat(server, messages: list[dict], max_tokens: int, **extra: object) -> dict:
+    """One greedy chat request to the real server (an endpoint or a LocalServer) -> its JSON reply."""
     import httpx
 
-    r = httpx.post(f"{endpoint.base_url}/chat/completions", timeout=120, trust_env=False, json={
-        "model": endpoint.model_id, "messages": messages, "max_tokens": 1, "temperature": 0, "seed": 0, **extra})  # fmt: skip
+    r = httpx.post(f"{server.base_url}/chat/completions", timeout=120, trust_env=False, json={
+        "model": server.model_id, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "seed": 0, **extra})  # fmt: skip
     assert r.status_code == 200, r.text
-    return int(r.json()["usage"]["prompt_tokens"])
+    return r.json()
+
+
+def _prompt_tokens(endpoint, messages: list[dict], **extra: object) -> int:
+    """prompt_tokens the real server reports for one request of these messages."""
+    return int(_chat(endpoint, messages, 1, **extra)["usage"]["prompt_tokens"])
 
 
 def _tokens(endpoint, text: str) -> int:
@@ -397,12 +411,8 @@ def test_a_tool_result_reaches_the_model(endpoint):
 def _evaluated_tokens(server, messages: list[dict]) -> int:
     """Send one request; -> how many prompt tokens llama.cpp evaluated for it (its own log line),
     which is fewer than the prompt when a cached state of a prefix was loaded."""
-    import httpx
-
     before = server.log_path.read_text(errors="replace").count("prompt eval time")
-    r = httpx.post(f"{server.base_url}/chat/completions", timeout=120, trust_env=False, json={
-        "model": server.model_id, "messages": messages, "max_tokens": 8, "temperature": 0, "seed": 0})  # fmt: skip
-    assert r.status_code == 200, r.text
+    _chat(server, messages, 8)
     lines = [ln for ln in server.log_path.read_text(errors="replace").splitlines() if "prompt eval time" in ln]
     assert len(lines) == before + 1, "one evaluation per request"
     return int(re.search(r"/\s*(\d+) tokens", lines[-1]).group(1))
