@@ -7,7 +7,10 @@ database schema"). Here a new store is migrated in a temporary file next to the 
 into place with `os.replace` (atomic on one filesystem), under the store's file lock so parallel
 cells never migrate the same file. A half-made store already on disk (a kill under an older
 version, an interrupted `mlflow db upgrade`) is recognized: with no runs in it, it is moved aside
-and made again; with runs, the cell stops with the exact commands that repair it.
+and made again; with runs, the cell stops with the exact commands that repair it; one that cannot
+be read at all is left alone, with the command that moves it aside. A store whose writer was
+killed inside a transaction (its hot `-journal` beside it) is neither: SQLite rolls that
+transaction back on the first read, and the store is used as it is.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 CREATING_SUFFIX = ".creating"  # the temporary file a new store is migrated in (same directory)
+SIDE_FILES = ("-journal", "-wal", "-shm")  # SQLite's own files beside a database, which belong to it
 
 
 class StoreError(Exception):
@@ -61,7 +65,7 @@ def schema_problem(db: Path, head: str | None = None, tables: set[str] | None = 
     schema revision, ~1 s to compute) a store whose revision is merely old passes; MLflow's own
     check then reports it and `diagnose` is called with `head`."""
     try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+        con = _connect(db)
         try:
             present = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             revs = [r[0] for r in con.execute("SELECT version_num FROM alembic_version")] if "alembic_version" in present else []
@@ -83,25 +87,44 @@ def schema_problem(db: Path, head: str | None = None, tables: set[str] | None = 
     return None
 
 
-def runs_in(db: Path) -> int:
-    """Runs the store holds (0 when it has no readable runs table)."""
+def runs_in(db: Path) -> int | None:
+    """Runs the store holds: 0 when it has no runs table, None when it cannot be read at all."""
     try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+        con = _connect(db)
         try:
-            return int(con.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+            present = con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone()
+            return int(con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]) if present else 0
         finally:
             con.close()
     except sqlite3.DatabaseError:
-        return 0
+        return None
+
+
+def _connect(db: Path) -> sqlite3.Connection:
+    """`db` opened for reading, never created. A writer killed inside a transaction (a cell
+    SIGKILLed while logging) leaves a hot `-journal`: SQLite rolls that transaction back before
+    anything reads the file, which needs write access, so such a file is opened read-write, as
+    MLflow's own open would; read-only, it looks unreadable."""
+    mode = "rw" if Path(f"{db}-journal").exists() else "ro"
+    return sqlite3.connect(f"file:{db}?mode={mode}", uri=True, timeout=30)
 
 
 def repair(db: Path, problem: str) -> None:
     """A half-made store with no runs is moved aside (`<db>.broken-<time>`) and made again; one with
     runs is left alone and reported with the commands that fix it. Call under the store's lock."""
     n = runs_in(db)
+    if n is None:
+        raise StoreError(
+            f"the MLflow store {db} cannot be read: {problem}. apps-bench does not remake a store it cannot "
+            f"read (it may hold runs). Move it aside:\n  mv '{db}' '{db}.bak'\nor point this run at another "
+            f"store: MLFLOW_TRACKING_URI=sqlite:////path/to/new.db (the cells' records are kept; a rerun logs them again)."
+        )  # fmt: skip
     if n:
         raise StoreError(fix_message(db, problem, n))
     aside = db.with_name(f"{db.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}")
+    for side in SIDE_FILES:  # its journal goes with it: beside the new store it would be rolled back into it
+        if Path(f"{db}{side}").exists():
+            os.replace(f"{db}{side}", f"{aside}{side}")
     os.replace(db, aside)
     print(f"apps-bench: the MLflow store {db} was incomplete ({problem}) and held no runs: "
           f"moved it to {aside.name} and created a new one.", file=sys.stderr)  # fmt: skip
@@ -139,9 +162,11 @@ def diagnose(db: Path, exc: BaseException) -> None:
 def _create(db: Path) -> None:
     """Migrate a new store in `<db>.creating`, then move it into place. Call under the store's lock."""
     tmp = db.with_name(db.name + CREATING_SUFFIX)
-    for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):  # a creation killed earlier
+    for leftover in (tmp, *(Path(f"{tmp}{side}") for side in SIDE_FILES)):  # a creation killed earlier
         leftover.unlink(missing_ok=True)
     _migrate(f"sqlite:///{tmp}")
+    for side in SIDE_FILES:  # left by an empty or deleted file that stood here: never paired with the new store
+        Path(f"{db}{side}").unlink(missing_ok=True)
     os.replace(tmp, db)
     _fsync_dir(db.parent)
 
@@ -154,12 +179,19 @@ def _migrate(uri: str) -> None:
 
 
 def forget_engine(uri: str) -> None:
-    """Close and drop MLflow's cached engine of `uri` (a file moved or remade is then opened afresh)."""
+    """Close and drop MLflow's cached engine of `uri` (a file moved or remade is then opened afresh).
+
+    MLflow also caches each URI's store object, which holds the engine: left cached, a second
+    creation at the same path in one process reused it, reconnected to the new empty file and
+    skipped the migrations ("no such table: experiments"). That cache has no per-URI eviction, so
+    it is cleared; other stores are rebuilt on their next use around their cached engines."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking._tracking_service.registry import TrackingStoreRegistry
 
     engine: Any = SqlAlchemyStore._engine_map.pop(uri, None)
     if engine is not None:
         engine.dispose()
+    TrackingStoreRegistry._get_store_with_resolved_uri.cache_clear()
 
 
 def _fsync_dir(path: Path) -> None:

@@ -129,7 +129,8 @@ def test_a_half_made_store_without_runs_is_remade(tmp_path: Path, capsys):
     assert c.get_run(run.info.run_id).info.status == "RUNNING"
     assert sqlite_store.schema_problem(db, head=_head()) is None
     assert "was incomplete" in capsys.readouterr().err
-    [aside] = [p for p in tmp_path.iterdir() if ".broken-" in p.name]  # kept, not deleted
+    # kept, not deleted (with its journal, if the kill left one)
+    [aside] = [p for p in tmp_path.iterdir() if ".broken-" in p.name and not p.name.endswith(sqlite_store.SIDE_FILES)]
     assert aside.stat().st_size > 0
 
 
@@ -170,6 +171,53 @@ def test_an_out_of_date_store_with_runs_is_reported_not_touched(tmp_path: Path):
     assert f"schema is at revision a0000000000a, this MLflow needs {_head()}" in r.stderr
     assert "holds 1 runs" in r.stderr and f"mlflow db upgrade sqlite:///{db}" in r.stderr
     assert sqlite_store.runs_in(db) == 1
+
+
+def _kill_a_writer_mid_transaction(db: Path) -> None:
+    """A process SIGKILLed inside a write transaction that had spilled pages into the file (as a cell
+    killed while logging): it leaves a hot `-journal` that SQLite rolls back on the next open."""
+    code = (
+        f"import os, sqlite3; con = sqlite3.connect({str(db)!r}, isolation_level=None); con.execute('PRAGMA cache_size=10'); "
+        "con.execute('BEGIN IMMEDIATE'); con.execute(\"UPDATE runs SET name = 'half-written'\"); con.execute('CREATE TABLE junk (a)'); "
+        "[con.execute('INSERT INTO junk VALUES (randomblob(20000))') for _ in range(50)]; os.kill(os.getpid(), 9)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=False)
+    assert Path(f"{db}-journal").stat().st_size > 0
+
+
+def test_a_store_whose_writer_was_killed_mid_transaction_keeps_its_runs(tmp_path: Path):
+    """Read-only, such a file looks unreadable; it used to be taken for a half-made store with no
+    runs and moved aside (its journal left beside the new store)."""
+    db = tmp_path / "outputs" / "mlflow.db"
+    _store_with_a_run(db)
+    _kill_a_writer_mid_transaction(db)
+    r = run_cli(["progress=false"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "was incomplete" not in r.stderr and not [p for p in db.parent.iterdir() if ".broken-" in p.name]
+    assert sqlite_store.runs_in(db) == 2 and sqlite_store.schema_problem(db, head=_head()) is None
+    with sqlite3.connect(db) as con:  # the killed transaction was rolled back, not half kept
+        assert con.execute("SELECT COUNT(*) FROM runs WHERE name = 'half-written'").fetchone()[0] == 0
+        assert not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'junk'").fetchall()
+
+
+def test_a_deleted_stores_journal_is_not_rolled_into_the_new_store(tmp_path: Path):
+    db = tmp_path / "mlflow.db"
+    _store_with_a_run(db)
+    _kill_a_writer_mid_transaction(db)
+    db.unlink()  # "start afresh": the store deleted, its hot journal left behind
+    sqlite_store.ensure_store(db)
+    assert not Path(f"{db}-journal").exists()
+    assert sqlite_store.schema_problem(db, head=_head()) is None and sqlite_store.runs_in(db) == 0
+
+
+def test_a_store_that_cannot_be_read_is_left_alone_with_the_fix(tmp_path: Path):
+    db = tmp_path / "mlflow.db"
+    db.write_bytes(b"these are not the bytes of a SQLite database\n" * 200)
+    before = db.read_bytes()
+    with pytest.raises(sqlite_store.StoreError) as err:
+        sqlite_store.ensure_store(db)
+    assert "cannot be read" in str(err.value) and f"mv '{db}' '{db}.bak'" in str(err.value)
+    assert db.read_bytes() == before and [p.name for p in tmp_path.iterdir() if ".broken-" in p.name] == []
 
 
 # --------------------------------------------------------------- a real cell, killed and rerun
