@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 CREATING_SUFFIX = ".creating"  # the temporary file a new store is migrated in (same directory)
+ELSEWHERE = ("or point this run at another store: MLFLOW_TRACKING_URI=sqlite:////path/to/new.db "
+             "(the cells' records are kept; a rerun logs them again).")
 SIDE_FILES = ("-journal", "-wal", "-shm")  # SQLite's own files beside a database, which belong to it
 
 
@@ -116,8 +118,7 @@ def repair(db: Path, problem: str) -> None:
     if n is None:
         raise StoreError(
             f"the MLflow store {db} cannot be read: {problem}. apps-bench does not remake a store it cannot "
-            f"read (it may hold runs). Move it aside:\n  mv '{db}' '{db}.bak'\nor point this run at another "
-            f"store: MLFLOW_TRACKING_URI=sqlite:////path/to/new.db (the cells' records are kept; a rerun logs them again)."
+            f"read (it may hold runs). Move it aside:\n  mv '{db}' '{db}.bak'\n{ELSEWHERE}"
         )  # fmt: skip
     if n:
         raise StoreError(fix_message(db, problem, n))
@@ -141,8 +142,7 @@ def fix_message(db: Path, problem: str, n_runs: int) -> str:
     return (
         f"the MLflow store {db} is not usable: {problem}. It holds {n_runs} runs, so apps-bench does not "
         f"remake it. Back it up, then repair it:\n  cp '{db}' '{db}.bak'\n{drop}  mlflow db upgrade {uri}\n"
-        f"or point this run at another store: MLFLOW_TRACKING_URI=sqlite:////path/to/new.db "
-        f"(the cells' records are kept; a rerun logs them again)."
+        f"{ELSEWHERE}"
     )
 
 
