@@ -6,7 +6,7 @@ dataset (for the tests) and the sandbox are used. The new verdicts go next to th
 in `<cell>/rescore/<profile>-max<cap>-<key>/` (records.jsonl, summary.json, config.yaml,
 cell.json), never over them; `<key>` is the key the cell would have with the new judge
 settings. A rerun resumes (programs already re-judged are kept). The result is logged to
-MLflow as a child run of the cell's run (see README "Re-scoring").
+MLflow as a child run of the cell's run (see docs/report.md "Re-scoring").
 
 An interrupted cell is re-scored on what it recorded; a problem whose record is an error
 (no answer: the model or the sandbox failed) stays an error, left out of pass@1.

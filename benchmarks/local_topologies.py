@@ -1,5 +1,5 @@
 """Every topology on model=local (llama-cpp-python + SmolLM2-135M), 2 real APPS rows each,
-through the real CLI; prints the README's per-topology table (wall time, calls, tokens,
+through the real CLI; prints the per-topology table of docs/benchmarks.md (wall time, calls, tokens,
 tool calls, finish reasons, pass@1) from each cell's summary.json.
 
     python benchmarks/local_topologies.py [--rows ../shared/data/apps/test_more.jsonl] [--limit 2]

@@ -9,7 +9,7 @@ charged against the budget and the overshoot, fresh rollouts, task-model tokens 
 calls and tokens (counted apart), the val re-scoring's rollouts and tokens (not charged),
 val scores of seed and chosen prompts, and wall time (also as a ratio to `none`, which
 only scores the seed on val). Each method runs in a fresh output directory (no cache
-reuse). The table is printed as Markdown (the README's optimizer section holds one).
+reuse). The table is printed as Markdown (docs/benchmarks.md, 'Optimizer cost', holds one).
 
 Usage (from the repo root):
   python benchmarks/optimizer_cost.py [--budget 60] [--latency-ms 50] [--train 8] [--val 4] [--out DIR]

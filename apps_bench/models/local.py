@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 INSTALL_HINT = (
     "model=local needs the `local` extra: pip install -e '.[local]' (it builds llama-cpp-python from source, "
-    "~10 minutes on 2 cores; see the README's 'model=local' section for the CMAKE_ARGS this machine needs)."
+    "~10 minutes on 2 cores; see docs/models.md, 'model=local' for the CMAKE_ARGS this machine needs)."
 )
 
 

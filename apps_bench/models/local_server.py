@@ -32,7 +32,7 @@ llama-cpp-python 0.3.36 (pinned in the `local` extra) mishandles the requests ou
 
 Not changed: without `tool_choice` (LangChain and the OpenAI SDK send none) the handler leaves
 `tools` out of the prompt (its "no tool choice" path, which honours max_tokens), so on this
-server only AutoGen's tools reach the model; the summary's tool warning says so (README,
+server only AutoGen's tools reach the model; the summary's tool warning says so (docs/models.md,
 "model=local"). Other chat formats are served unchanged.
 """
 

@@ -36,7 +36,7 @@ CLIP_OUTPUT = 4_000  # of a python_exec stdout/stderr and a test's detail
 
 def traces_enabled(config: Config) -> bool:
     """`tracking.traces`: true/false as set; null (the default) = on for real models, off for
-    `model=gold` (a self-check answering with reference solutions; README, Traces)."""
+    `model=gold` (a self-check answering with reference solutions; docs/tracking.md, Traces)."""
     if config.tracking.backend == "none":
         return False
     setting = config.tracking.traces

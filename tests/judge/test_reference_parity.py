@@ -6,7 +6,7 @@ corpus -- each shared row's first reference solution and the probes of programs.
 the 20-test cap and at all tests. `reference` must give the same strict verdict and the same
 result list on every one, through the Judge API, through `python -m apps_bench.judge` and
 (the reference solutions, which the gold model answers with) through a `judge=reference`
-cell; `seed` must keep its own verdicts (seed_verdicts.jsonl, its rules in the README).
+cell; `seed` must keep its own verdicts (seed_verdicts.jsonl, its rules in docs/judge.md).
 """
 
 from __future__ import annotations

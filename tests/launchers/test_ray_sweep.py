@@ -1,5 +1,5 @@
 """hydra/launcher=ray_cluster on a real Ray cluster: a head started inside the test's network
-namespace (Ray does not keep to 127.0.0.1), the sweep run there as the README documents it
+namespace (Ray does not keep to 127.0.0.1), the sweep run there as docs/clusters.md documents it
 (`export RAY_ADDRESS=... MLFLOW_TRACKING_URI=...`, then the cells), logging to the real MLflow
 server over HTTP. Ray is stopped by the PIDs it started in the namespace, never `ray stop`
 (which matches Ray processes machine-wide)."""
