@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-APPS_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "apps"
+# The suite's own real APPS rows (MIT; tests/fixtures/apps/SOURCE.md says where they came from):
+# train_mini150.jsonl, test_more.jsonl, test_0-49_partial.jsonl. Vendored, so no test skips on a fresh clone.
+APPS_DATA_DIR = Path(__file__).resolve().parent / "fixtures" / "apps"
 
 
 @pytest.fixture(scope="session")
 def apps_data_dir() -> Path:
-    """`../shared/data/apps` beside the repository (CI has it); tests needing it skip otherwise."""
-    if not APPS_DATA_DIR.is_dir():
-        pytest.skip(f"real APPS rows not found at {APPS_DATA_DIR}")
+    """The vendored APPS rows (`APPS_DATA_DIR`): part of the repository, never skipped."""
+    assert (APPS_DATA_DIR / "train_mini150.jsonl").is_file(), f"the vendored APPS rows are missing from {APPS_DATA_DIR}"
     return APPS_DATA_DIR
 
 

@@ -1,8 +1,8 @@
 """Parity of judge profile `reference` with the original APPS harness, on a recorded corpus.
 
 tests/fixtures/reference/verdicts.jsonl holds what hendrycks/apps' harness (run by
-../shared/tools/apps_reference/ref_judge.py, see record.py) answered for every program of the
-corpus -- each shared row's first reference solution and the probes of programs.jsonl -- at
+../shared/tools/apps_reference/ref_judge.py, see record.py: only recording needs it) answered for every
+program of the corpus -- each vendored row's (tests/fixtures/apps) first reference solution and the probes of programs.jsonl -- at
 the 20-test cap and at all tests. `reference` must give the same strict verdict and the same
 result list on every one, through the Judge API, through `python -m apps_bench.judge` and
 (the reference solutions, which the gold model answers with) through a `judge=reference`
@@ -32,7 +32,6 @@ _spec = importlib.util.spec_from_file_location("reference_corpus", FIXTURES / "r
 corpus = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(corpus)  # type: ignore[union-attr]
 
-pytestmark = pytest.mark.skipif(not corpus.DATA.is_dir(), reason=f"real APPS rows not found at {corpus.DATA}")
 CAPS = (20, 0)
 # Where `reference` differs from the original on purpose: containment. A return value of a type
 # the program defines is never sent to the judge process (its `__eq__` is the program's code),

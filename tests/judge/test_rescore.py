@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, fresh_store, run_cli
+from conftest import APPS_DATA_DIR, cli_env, fresh_store, run_cli
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "apps" / "train_mini150.jsonl"
-pytestmark = pytest.mark.skipif(not DATA.is_file(), reason=f"real APPS rows not found at {DATA}")
+DATA = APPS_DATA_DIR / "train_mini150.jsonl"
 CELL_ARGS = ["dataset=apps", f"dataset.path={DATA}", "dataset.split=train", "offset=36", "limit=8", "model=gold", "progress=false"]
 # An import hook that fails the command if re-scoring reached for a model or an agent runner.
 NO_MODELS = (

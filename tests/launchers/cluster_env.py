@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-APPS_TRAIN_MINI = REPO.parent / "shared" / "data" / "apps" / "train_mini150.jsonl"
+APPS_TRAIN_MINI = REPO / "tests" / "fixtures" / "apps" / "train_mini150.jsonl"  # the vendored rows (conftest.APPS_DATA_DIR)
 
 # the sweep every cluster test runs: 4 gold cells of 5 real APPS problems
 N_PROBLEMS = 5

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from conftest import APPS_DATA_DIR
 
 import apps_bench
 from apps_bench.judge.profiles import judge_config
@@ -38,8 +39,8 @@ SECRETS = {
 }
 CANARY_TEXT = "canary intact 7f3a"
 REPO_FILE = Path(apps_bench.__file__).resolve().parent / "types.py"
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data" / "apps"
-DATA_FILE = next(iter(sorted(DATA_DIR.glob("*"))), REPO_FILE) if DATA_DIR.is_dir() else REPO_FILE
+DATA_DIR = APPS_DATA_DIR
+DATA_FILE = DATA_DIR / "train_mini150.jsonl"
 HOST_TMP_MARK = Path("/tmp/apps-bench-adversarial-escape-7f3a")
 FAIL = {"timeout", "runtime_error", "memory_limit", "output_limit"}
 
