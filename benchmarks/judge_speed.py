@@ -15,7 +15,7 @@ solutions' own CPU time, measured inside the baseline's children).
 
 Usage (from the repo root):
   python benchmarks/judge_speed.py [ROWS] [--timeout-s 4] [--workers 0]
-ROWS defaults to ../shared/data/apps/train_mini150.jsonl.
+ROWS defaults to tests/fixtures/apps/train_mini150.jsonl (the vendored rows).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def baseline(problems, timeout_s: float, prelude: bool = False) -> dict[str, dic
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("rows", nargs="?", default=str(REPO.parent / "shared/data/apps/train_mini150.jsonl"))
+    ap.add_argument("rows", nargs="?", default=str(REPO / "tests/fixtures/apps/train_mini150.jsonl"))
     ap.add_argument("--timeout-s", type=float, default=4.0)
     ap.add_argument("--workers", type=int, default=None, help="passed to the judge command (default: its config)")
     ap.add_argument("--repeat", type=int, default=4, help="judge command runs (half before, half after the baseline); the median counts")

@@ -2,7 +2,7 @@
 through the real CLI; prints the per-topology table of docs/benchmarks.md (wall time, calls, tokens,
 tool calls, finish reasons, pass@1) from each cell's summary.json.
 
-    python benchmarks/local_topologies.py [--rows ../shared/data/apps/test_more.jsonl] [--limit 2]
+    python benchmarks/local_topologies.py [--rows tests/fixtures/apps/test_more.jsonl] [--limit 2]
 
 Needs the `local` extra. Each cell runs in a fresh scratch directory (its own MLflow store).
 """
@@ -49,7 +49,7 @@ def row(r: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=Path, default=ROOT.parent / "shared" / "data" / "apps" / "test_more.jsonl")
+    ap.add_argument("--rows", type=Path, default=ROOT / "tests" / "fixtures" / "apps" / "test_more.jsonl")
     ap.add_argument("--limit", type=int, default=2)
     ap.add_argument("--only", nargs="*", default=list(TOPOLOGIES))
     args = ap.parse_args()

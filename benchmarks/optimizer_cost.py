@@ -13,7 +13,7 @@ reuse). The table is printed as Markdown (docs/benchmarks.md, 'Optimizer cost', 
 
 Usage (from the repo root):
   python benchmarks/optimizer_cost.py [--budget 60] [--latency-ms 50] [--train 8] [--val 4] [--out DIR]
-Rows: ../shared/data/apps/train_mini150.jsonl (pool) and test_0-49_partial.jsonl (eval rows).
+Rows: tests/fixtures/apps/train_mini150.jsonl (pool) and test_0-49_partial.jsonl (eval rows).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-DATA = REPO.parent / "shared" / "data" / "apps"
+DATA = REPO / "tests" / "fixtures" / "apps"  # the vendored rows
 
 
 def compose(overrides: list[str]):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Side by side: the original APPS harness vs judge profile `reference`, same programs, same run.
 
-(a) Each shared rows file's first reference solutions, as whole commands timed one after the
+(a) Each vendored rows file's (tests/fixtures/apps) first reference solutions, as whole commands timed one after the
     other: `ref_judge.py ROWS --gold` (../shared/tools/apps_reference: hendrycks/apps'
     harness, unmodified, one program at a time through a multiprocessing Manager, as their
     eval runs it) vs `python -m apps_bench.judge ROWS --gold --profile reference`; agreement

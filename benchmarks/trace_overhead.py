@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_ROWS = REPO.parent / "shared" / "data" / "apps" / "train_mini150.jsonl"
+DEFAULT_ROWS = REPO / "tests" / "fixtures" / "apps" / "train_mini150.jsonl"  # the vendored rows
 TIMING = {"latency_s", "solve_s", "judge_s", "completed_at", "solver"}
 
 
