@@ -297,44 +297,8 @@ def test_parallel_failures_are_all_counted(endpoint):
 # ----------------------------------------------------------------------------- defect 3: queueing
 
 
-def _fresh_prompt(tag: str) -> str:
-    """~150 tokens the server has not seen (they differ from the first words on): each request
-    costs a whole prompt evaluation, which takes nearly the same time every time, unlike a reply's
-    length, which varies with the seed."""
-    return f"Request {tag}. Say the last word of this list: " + " ".join(f"w{tag}x{k}" for k in range(16))
-
-
-def test_requests_queue_on_the_client_not_past_their_timeout(endpoint):
-    """Six concurrent requests against a one-at-a-time server, each given a timeout of 3x the
-    longest one took alone: queued at the server the last would wait ~6x and time out (then be sent
-    again while the server still ran it); with the client-side slots none times out or is resent.
-    The 3x margin is for a shared machine, where one request alone may run slower."""
-    import time
-    import uuid
-
-    n, run = 6, uuid.uuid4().hex[:6]
-    one = Usage()
-    alone = 0.0
-    for i in range(2):
-        t0 = time.monotonic()
-        asyncio.run(_ask("openai", clients(endpoint, one, max_tokens=8), _fresh_prompt(f"{run}a{i}"), i))
-        alone = max(alone, time.monotonic() - t0)
-    usage = Usage()
-    mc = clients(endpoint, usage, max_tokens=8, request_timeout_s=3 * alone, max_retries=0)
-
-    async def go():
-        c = mc.async_openai()
-        await asyncio.gather(*(
-            c.chat.completions.create(model=mc.model_id, messages=[{"role": "user", "content": _fresh_prompt(f"{run}q{i}")}],
-                                      **mc.request_params(i))
-            for i in range(n)
-        ))  # fmt: skip
-        await c.close()
-        await mc.aclose()
-
-    asyncio.run(go())
-    assert (usage.model_calls, usage.failed_calls, usage.retries, usage.failed_attempts) == (n, 0, 0, 0)
-    assert usage.completion_tokens == sum(c["completion_tokens"] for c in usage.calls)
+# Client-side queueing (a request's timeout runs only on the wire, not while it waits for model=local's one slot)
+# is tested against a one-at-a-time loopback server in test_models_clients.py, without timing the real model.
 
 
 def test_a_timed_out_request_is_not_sent_again_to_a_local_server(endpoint):

@@ -480,3 +480,105 @@ def test_shared_connections_keep_usage_apart_and_reuse_one_connection(shared: bo
     assert [u.model_calls for u in usages] == [1, 2, 3, 4, 5]  # each problem counts only its own calls
     assert [u.total_tokens for u in usages] == [12, 24, 36, 48, 60]
     assert len(server.peers) == (1 if shared else 5)  # one kept-alive connection, instead of one per problem
+
+
+# ---------------------------------------------------------------------------- client-side queueing
+
+
+class _OneAtATimeServer:
+    """A loopback OpenAI-style endpoint that works on one request at a time, as llama-cpp-python's
+    server does: every request it has received waits its turn, and each takes `hold_s` to answer.
+    It counts the requests it received and the most it held at once (waiting or worked on)."""
+
+    def __init__(self, hold_s: float) -> None:
+        import http.server
+        import threading
+        import time
+
+        work, count = threading.Lock(), threading.Lock()
+        self.received: list[str] = []
+        self.held = self.most_held = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+                with count:
+                    outer.received.append(body["messages"][-1]["content"])
+                    outer.held += 1
+                    outer.most_held = max(outer.most_held, outer.held)
+                with work:  # one at a time: the server's queue
+                    time.sleep(hold_s)
+                with count:
+                    outer.held -= 1
+                reply = json.dumps({
+                    "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+                    "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8},
+                }).encode()  # fmt: skip
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(reply)))
+                    self.end_headers()
+                    self.wfile.write(reply)
+                except OSError:  # the client gave up on it
+                    pass
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _queue_six(max_concurrency: int) -> tuple[_OneAtATimeServer, Usage]:
+    """Six concurrent requests, model=local's policy (no retries of a timeout), each with a timeout of
+    3 answers of the server: the last would wait 6 answers in the server's queue."""
+    hold_s, n = 1.0, 6
+    server = _OneAtATimeServer(hold_s)
+    usage = Usage()
+    cfg = model_cfg("local", max_concurrency=max_concurrency, request_timeout_s=3 * hold_s, max_retries=0)
+    assert cfg.retry_timeouts is False  # conf/model/local.yaml: a timed-out request is not sent again
+    mc = ModelClients(Endpoint(server.url, "m", "k", "local"), cfg, usage)
+
+    async def go() -> None:
+        c = mc.async_openai()
+        await asyncio.gather(*(
+            c.chat.completions.create(model="m", messages=[{"role": "user", "content": f"q{i}"}], **mc.request_params(i))
+            for i in range(n)
+        ), return_exceptions=True)  # fmt: skip
+        await c.close()
+        await mc.aclose()
+
+    try:
+        asyncio.run(go())
+    finally:
+        server.close()
+    return server, usage
+
+
+def test_requests_queue_on_the_client_not_past_their_timeout():
+    """With model=local's one client-side slot, six concurrent requests reach a one-at-a-time server one
+    after another (it never holds two), and none times out though the six take twice a request's timeout:
+    a request's timeout runs only while it is on the wire, never while it waits for its slot."""
+    server, usage = _queue_six(max_concurrency=1)
+    assert server.most_held == 1  # never two requests in the server's queue at once
+    assert sorted(server.received) == [f"q{i}" for i in range(6)]  # each sent once: none timed out and re-sent
+    assert (usage.model_calls, usage.failed_calls, usage.retries, usage.failed_attempts) == (6, 0, 0, 0)
+
+
+def test_without_client_slots_requests_time_out_in_the_servers_queue():
+    """The same six requests without slots (max_concurrency=0): all reach the server at once and those
+    queued behind three answers time out there -- what the slots prevent (the test above would fail so)."""
+    server, usage = _queue_six(max_concurrency=0)
+    assert server.most_held == 6
+    assert usage.failed_calls >= 2 and usage.model_calls + usage.failed_calls == 6
