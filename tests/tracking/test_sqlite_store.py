@@ -3,19 +3,19 @@
 Real MLflow migrations in real processes, killed at many moments: the store is absent or
 complete after every kill; a store half-made by MLflow's own in-place creation is remade when it
 holds no runs and reported with its fix when it does; a real cell killed across its first
-seconds reruns to a complete cell whose MLflow run agrees with its records."""
+seconds reruns to a complete cell whose MLflow run agrees with its records. Every kill is at an event
+of the killed process (its Nth SQL statement, its Nth record: kill_at.py), never after N seconds."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import kill_at as kill_at_mod
 import pytest
 from conftest import cli_env, run_cli
 
@@ -38,46 +38,33 @@ def _spawn(code: str, cwd: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
 
 
-def _kill_when(proc: subprocess.Popen, ready, delay: float, timeout: float = 120) -> bool:
-    """SIGKILL `proc`'s group `delay` s after `ready()` holds; False if it ended first."""
-    end = time.monotonic() + timeout
-    while not ready():
-        if proc.poll() is not None or time.monotonic() > end:
-            break
-        time.sleep(0.02)
-    time.sleep(delay)
-    ended = proc.poll() is not None
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=30)
-    proc.stdout.close()
-    return not ended
+def _run_killed_at(argv: list[str], cwd: Path, kill_at: str = "", count: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `argv` (a kill_at.wrap/cli command) to its end, the child killing itself at event `kill_at`
+    (kill_at.py: the Nth SQL statement, the Nth record), or counting its events into `count`."""
+    extra = {kill_at_mod.KILL_AT: kill_at} if kill_at else {}
+    if count is not None:
+        extra[kill_at_mod.KILL_COUNT] = str(count)
+    log = cwd / f"killed-at-{kill_at.replace(':', '_').replace(' ', '_') or 'none'}.log"
+    with open(log, "w") as out:  # a file, not a pipe: a helper outside the killed group cannot hold the test up
+        proc = subprocess.Popen(argv, cwd=cwd, env=cli_env(cwd, **extra), stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc.wait(timeout=300)
+    return subprocess.CompletedProcess(argv, proc.returncode, log.read_text(), "")
 
 
-def _migrating(db: Path) -> bool:
-    """MLflow's migrations have begun on `db` (alembic_version holds a row) - read without waiting on its writer."""
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.05)
-        try:
-            return con.execute("SELECT COUNT(*) FROM alembic_version").fetchone()[0] > 0
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return False
+def _killed(r: subprocess.CompletedProcess) -> bool:
+    return r.returncode == -signal.SIGKILL
+
+
+MIGRATION_STEP = "UPDATE alembic_version"  # one statement per migration: MLflow's ~66 steps to its head
 
 
 def _half_made_store(db: Path, cwd: Path) -> None:
-    """MLflow's own in-place creation, killed until it leaves a half-made file (the old failure).
-    Its migrations take about a second on this kind of machine, so the kill is timed from their start."""
+    """MLflow's own in-place creation, killed as it records its 30th migration (the old failure)."""
     code = f"from mlflow.tracking import MlflowClient; MlflowClient(tracking_uri='sqlite:///{db}').search_experiments()"
-    for delay in (0.0, 0.05, 0.1, 0.2, 0.3, 0.5):
-        db.unlink(missing_ok=True)
-        _kill_when(_spawn(code, cwd), lambda: _migrating(db), delay)
-        if db.exists() and sqlite_store.schema_problem(db, head=_head()) is not None:
-            return
-    pytest.fail("could not kill MLflow's in-place migration half-way")
+    r = _run_killed_at(kill_at_mod.wrap(code), cwd, f"sql:30:{MIGRATION_STEP}")
+    assert _killed(r), r.stdout[-2000:] + r.stderr[-2000:]
+    assert db.exists() and sqlite_store.schema_problem(db, head=_head()) is not None
 
 
 def test_a_new_store_killed_at_any_moment_of_its_creation_is_absent_or_complete(tmp_path: Path):
@@ -85,22 +72,24 @@ def test_a_new_store_killed_at_any_moment_of_its_creation_is_absent_or_complete(
     code = f"from pathlib import Path; from apps_bench.tracking import sqlite_store; sqlite_store.ensure_store(Path('{db}'))"
     creating = db.with_name(db.name + sqlite_store.CREATING_SUFFIX)
     leftovers = (db, creating, creating.with_name(creating.name + "-journal"))
-    seen_half = 0
-    # the migrations take about a second here: most kills land inside them, the last ones after
-    for delay in (0.0, 0.1, 0.2, 0.3, 0.5, 0.8, 1.5, 4.0):
-        for f in leftovers:  # each creation from nothing, so its kill is timed from its own start
+    # one creation to its end, counting its SQL statements and migration steps: the kills are spread over them
+    count = tmp_path / "count.json"
+    assert _run_killed_at(kill_at_mod.wrap(code), tmp_path, count=count).returncode == 0
+    assert sqlite_store.schema_problem(db, head=_head()) is None and not creating.exists()
+    statements = json.loads(count.read_text())["sql"]
+    steps = sum(x.startswith(MIGRATION_STEP) for x in statements)
+    assert steps >= 10, statements[:20]  # MLflow migrates its schema step by step: kills between steps exist
+    half = [f"sql:{k}:{MIGRATION_STEP}" for k in (1, steps // 3, 2 * steps // 3, steps)]
+    for point in ["sql:1", *half, f"sql:{len(statements)}"]:  # first statement, between steps, the very last one
+        for f in leftovers:  # each creation from nothing
             f.unlink(missing_ok=True)
-        killed = _kill_when(_spawn(code, tmp_path), creating.exists, delay)
-        if killed and creating.exists():
-            seen_half += sqlite_store.schema_problem(creating, head=_head()) is not None
-        if db.exists():  # never a half-made store where MLflow looks
-            assert sqlite_store.schema_problem(db, head=_head()) is None
-    assert seen_half >= 2  # the kills did land mid-migration: the temporary file was half-made
-    # a creation killed as it starts leaves its temporary file; the next one clears it and makes a complete store
-    for f in leftovers:
-        f.unlink(missing_ok=True)
-    _kill_when(_spawn(code, tmp_path), creating.exists, 0.0)
-    assert creating.exists() and not db.exists()
+        r = _run_killed_at(kill_at_mod.wrap(code), tmp_path, point)
+        assert _killed(r), f"{point}: " + r.stdout[-2000:] + r.stderr[-2000:]
+        assert not db.exists(), point  # never a half-made store where MLflow looks: only the temporary file
+        assert creating.exists(), point
+        if point in half:  # killed between migration steps: the temporary file is half-made
+            assert sqlite_store.schema_problem(creating, head=_head()) is not None, point
+    # the last creation was killed before its move: the next one clears the temporary file and makes a complete store
     sqlite_store.ensure_store(db)
     assert sqlite_store.schema_problem(db, head=_head()) is None and not creating.exists()
 
@@ -223,34 +212,31 @@ def test_a_store_that_cannot_be_read_is_left_alone_with_the_fix(tmp_path: Path):
 # --------------------------------------------------------------- a real cell, killed and rerun
 
 N_PROBLEMS = 4
-# (event, seconds after it): across the cell's first seconds, and inside the store's creation
-KILL_POINTS = [("start", 0.5), ("start", 1.5), ("creating", 0.2), ("creating", 2.0), ("store", 0.0),
-               ("record", 0.0)]  # fmt: skip
+# Where the cell is killed: events of its own, so each kill lands in the same state on any machine. A kill as
+# the store's creation begins is the creation test's above; one after the first record is test_resume_after_kill9's.
+KILL_POINTS = [
+    f"sql:30:{MIGRATION_STEP}",       # half-way through the store's migrations
+    "sql:1:INSERT INTO runs",         # the store in place, the cell's MLflow run being created
+    "sql:1:INSERT INTO params",       # the run created, its params being logged
+    f"record:{N_PROBLEMS}",           # every problem recorded, the run not yet finished
+]  # fmt: skip
 
 
-def test_a_cell_killed_anywhere_in_its_first_seconds_reruns_to_a_complete_cell_and_run(
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # 4 kills and 4 reruns of a real cell, each a fresh interpreter: minutes on 2 busy cores
+def test_a_cell_killed_anywhere_reruns_to_a_complete_cell_and_run(
     tmp_path: Path, apps_data_dir: Path
 ):
     args = ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "dataset.split=train",
             f"limit={N_PROBLEMS}", "concurrency=1", "processes=1", "judge.workers=1", "progress=false"]  # fmt: skip
-    landed = set()
-    for i, (event, delay) in enumerate(KILL_POINTS):
+    for i, point in enumerate(KILL_POINTS):
         cwd = tmp_path / f"k{i}"
         cwd.mkdir()
         db = cwd / "outputs" / "mlflow.db"
-        ready = {
-            "start": lambda: True,
-            "creating": lambda db=db: db.with_name("mlflow.db.creating").exists(),
-            "store": lambda db=db: db.exists(),
-            "record": lambda cwd=cwd: any(cwd.glob("outputs/cells/*/records.jsonl")),
-        }[event]
-        proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args, "model.latency_ms=700"], cwd=cwd,
-                                env=cli_env(cwd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-        if _kill_when(proc, ready, delay):
-            landed.add((event, delay))
+        killed = _run_killed_at([*kill_at_mod.cli(), *args], cwd, point)
+        assert _killed(killed), f"{point}: the cell ended before its kill point\n" + killed.stdout[-2000:] + killed.stderr[-2000:]
         r = run_cli(args, cwd)
-        assert r.returncode == 0, f"kill {event}+{delay}s: " + r.stdout[-2000:] + r.stderr[-3000:]
+        assert r.returncode == 0, f"killed at {point}: " + r.stdout[-2000:] + r.stderr[-3000:]
         [cell] = list((cwd / "outputs" / "cells").iterdir())
         recs = [json.loads(x) for x in (cell / "records.jsonl").read_text().splitlines() if x.strip()]
         summary = json.loads((cell / "summary.json").read_text())
@@ -266,4 +252,3 @@ def test_a_cell_killed_anywhere_in_its_first_seconds_reruns_to_a_complete_cell_a
         identity = json.loads((cell / "cell.json").read_text())["identity"]
         assert run.data.params == flatten(identity)  # every param, even if the kill cut their logging
         sqlite_store.forget_engine(f"sqlite:///{db}")
-    assert len(landed) >= len(KILL_POINTS) - 1, landed  # the kills hit a running cell, not a finished one
