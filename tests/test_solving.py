@@ -288,7 +288,7 @@ def test_workers_die_with_a_killed_cell(tmp_path: Path, apps_data_dir: Path, mlf
     os.kill(proc.pid, signal.SIGKILL)  # only the cell's process: no solver process may outlive it
     proc.wait(timeout=30)
     proc.stdout.close()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # bounds a hang only: they die on their parent's death (no timing asserted)
     while time.monotonic() < deadline and any(_running(p) for p in (server, *workers)):
         time.sleep(0.05)
     alive = [p for p in (server, *workers) if _running(p)]
