@@ -405,7 +405,14 @@ def test_close_while_a_run_is_in_flight_leaves_nothing_running():
     out: list = []
     t = threading.Thread(target=lambda: out.append(p.run(RunRequest("while True: pass", "stdin", ["", ""], timeout_s=30))))
     t.start()
-    time.sleep(0.5)
+    # closed once the run holds the pool's one worker and its program runs (a process under the worker), not
+    # after a fixed sleep: on a busy machine the run may not even have started by then
+    from apps_bench.sandbox.contain import _descendants
+
+    deadline = time.monotonic() + 50  # bounds a hang only
+    while (p._free.qsize() or not _descendants(mine[0])) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not p._free.qsize() and _descendants(mine[0]), "the run never started"
     p.close()
     t.join()
     assert out and out[0][-1].status == "sandbox_error"
