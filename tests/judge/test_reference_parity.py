@@ -122,6 +122,7 @@ def test_seed_keeps_its_own_verdicts(pool, rows, programs, cap) -> None:
     assert sum(got[p].passed != original[(p, cap)]["passed"] for p in got) >= 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cap", CAPS, ids=lambda c: f"max_tests_{c}")
 def test_judge_cli_gives_the_original_verdicts_on_every_program(tmp_path, rows, programs, cap) -> None:
     """`python -m apps_bench.judge --profile reference` on the whole corpus in one command: each
@@ -167,6 +168,7 @@ if __name__ == "__main__":  # regenerate seed_verdicts.jsonl (the seed profile's
     (FIXTURES / "seed_verdicts.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cap", CAPS, ids=lambda c: f"max_tests_{c}")
 def test_a_cell_with_judge_reference_gives_the_original_verdicts(tmp_path, mlflow_template, cap) -> None:
     """`python -m apps_bench judge=reference` (the gold model answers with each row's reference

@@ -67,6 +67,7 @@ def _half_made_store(db: Path, cwd: Path) -> None:
     assert db.exists() and sqlite_store.schema_problem(db, head=_head()) is not None
 
 
+@pytest.mark.slow  # 7 interpreters, each importing MLflow
 def test_a_new_store_killed_at_any_moment_of_its_creation_is_absent_or_complete(tmp_path: Path):
     db = tmp_path / "s" / "mlflow.db"
     code = f"from pathlib import Path; from apps_bench.tracking import sqlite_store; sqlite_store.ensure_store(Path('{db}'))"
