@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import cli_env, compose_cell, fresh_store, run_cli
+from conftest import cli_env, fresh_store, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -34,13 +34,17 @@ def test_an_unreachable_endpoint_leaves_no_cell_folder(tmp_path: Path, args: lis
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no outputs/: no cell.json, config.yaml, prompts.json
 
 
-def _half_made_cell(folder: Path) -> str:
+def _half_made_cell(folder: Path, cwd: Path) -> str:
     """The folder an older apps-bench left for a cell refused at its endpoint check: cell.json,
-    config.yaml and prompts.json, no records. -> its cell key."""
+    config.yaml and prompts.json, no records. -> its cell key. (Composed by the CLI itself.)"""
+    from omegaconf import OmegaConf
+
     from apps_bench.cell import guard
     from apps_bench.config import cell_data
 
-    data = cell_data(compose_cell("model=qwen", "progress=false"))
+    composed = run_cli(["--cfg", "job", "model=qwen", "progress=false"], cwd, timeout=120)
+    assert composed.returncode == 0, composed.stderr[-2000:]
+    data = cell_data(OmegaConf.create(composed.stdout))
     cell = guard(data)
     folder.mkdir(parents=True)
     (folder / "cell.json").write_text(json.dumps({"key": cell.key, "name": cell.name, "axes": cell.axes()}))
@@ -60,7 +64,7 @@ def _runs(db: Path) -> int:
 def test_rescoring_a_cell_with_no_records_is_refused_and_logs_nothing(tmp_path: Path, mlflow_template: Path):
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     cell = tmp_path / "outputs" / "cells" / "half-made"
-    _half_made_cell(cell)
+    _half_made_cell(cell, tmp_path)
     before = sorted(p.name for p in cell.iterdir())
     r = subprocess.run([sys.executable, "-m", "apps_bench.rescore", str(cell), "judge=reference"], cwd=tmp_path,
                        env=cli_env(tmp_path), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)  # fmt: skip
