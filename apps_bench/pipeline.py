@@ -137,7 +137,7 @@ def prepare(cfg: Any) -> Prepared:
         raise CellSetupError(str(exc)) from exc
     store = RecordStore(cell_dir_for(config.out_dir, cell))
     recorded = {r["key"] for r in store.records() if not r.get("error")}  # read only, before any check
-    left = any(record_key(p.split, p.id) not in recorded for p in loaded.problems)
+    left = cell.optimizer != "none" or any(record_key(p.split, p.id) not in recorded for p in loaded.problems)
     endpoint = _check_endpoint(config) if left else None  # a cell with nothing to solve needs no model
     check_store(config)
     try:
