@@ -173,6 +173,14 @@ def _forget_run_dir() -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {".hydra", "apps_bench.log"}:
         shutil.rmtree(run_dir, ignore_errors=True)
+        cwd = Path.cwd().resolve()
+        for parent in run_dir.resolve().parents:  # outputs/hydra/<date>/, outputs/: when Hydra made them for this run
+            if parent == cwd or cwd not in parent.parents:
+                break
+            try:
+                parent.rmdir()  # only an empty folder
+            except OSError:
+                break
 
 
 if __name__ == "__main__":

@@ -109,6 +109,19 @@ class ToolConfig:
 
 
 @dataclass
+class CellLockConfig:
+    heartbeat_s: float = MISSING  # how often a running cell refreshes its folder's lock (tracking/cell_lock.py)
+    stale_after_s: float = MISSING  # a lock whose heartbeat is older is a dead run's: taken over
+
+
+@dataclass
+class StoreCheckConfig:
+    check_timeout_s: float = MISSING  # the one request that checks an MLflow server at the start
+    http_retries: int = MISSING  # MLFLOW_HTTP_REQUEST_MAX_RETRIES, unless the environment sets it
+    http_timeout_s: int = MISSING  # MLFLOW_HTTP_REQUEST_TIMEOUT, unless the environment sets it
+
+
+@dataclass
 class TrackingConfig:
     """Where a cell is logged. The store URI is not here: MLFLOW_TRACKING_URI (env) or the
     embedded default, an absolute-path SQLite file under the working directory's `outputs/`."""
@@ -119,6 +132,8 @@ class TrackingConfig:
     # a trace per problem in the cell's run; null = on for real models, off for model=gold
     # (the rule: tracking/traces.traces_enabled)
     traces: Optional[bool] = MISSING
+    cell_lock: CellLockConfig = MISSING  # one writer per cell folder
+    store: Optional[StoreCheckConfig] = MISSING  # the MLflow store's check (null for tracking=none)
 
 
 @dataclass

@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from apps_bench.cell import Cell, guard
 from apps_bench.config import Config, cell_data, problems_in_flight, typed_config
 from apps_bench.tracking.console import Progress, print_problem, print_summary
+from apps_bench.tracking.mlflow import StoreUnavailable
 from apps_bench.tracking.records import (
     CELL,
     CONFIG,
@@ -78,6 +79,7 @@ class Prepared:
     todo: list[Any]
     n_done: int
     t_start: float
+    endpoint: Any = None  # a remote model endpoint, probed by prepare (None: a built-in server, started by evaluate)
 
     @property
     def problems(self) -> list[Any]:
@@ -90,20 +92,28 @@ class Prepared:
 
 def run_cell(cfg: Any) -> CellResult:
     """Run (or resume) one cell: records, summary and tracking run. An optimizer cell
-    optimizes its prompts first (apps_bench/optimizers/cell.py), then runs this same spine."""
+    optimizes its prompts first (apps_bench/optimizers/cell.py), then runs this same spine.
+    The cell's folder is locked from `prepare` until its run is finished (one writer per cell)."""
     prep = prepare(cfg)
-    if prep.cell.optimizer != "none":
-        from apps_bench.optimizers.cell import run_optimizer_cell
+    try:
+        if prep.cell.optimizer != "none":
+            from apps_bench.optimizers.cell import run_optimizer_cell
 
-        return run_optimizer_cell(prep)
-    return evaluate(prep)
+            _keep_lock(prep)  # an optimizer cell starts its own threads; a plain one its forkserver first
+            return run_optimizer_cell(prep)
+        return evaluate(prep)
+    finally:
+        prep.store.release()
 
 
 def prepare(cfg: Any) -> Prepared:
-    """Check the cell against the grid and its settings, load its problems, claim its folder."""
+    """Check the cell against the grid and its settings, load its problems, check the model
+    endpoint and the tracking store, then claim (lock) its folder: a refusal writes nothing."""
     import yaml
 
     from apps_bench.data import load_selection
+    from apps_bench.tracking.cell_lock import CellBusy, lock_times
+    from apps_bench.tracking.run import check_store
 
     t_start = time.perf_counter()
     _quiet_libraries()
@@ -119,19 +129,33 @@ def prepare(cfg: Any) -> Prepared:
         raise InvalidSettings([empty])  # a cell of zero problems is an error, not a 0.0 score
     if loaded.missing_ids:
         print(f"warning: no row has IDs {', '.join(loaded.missing_ids)}", file=sys.stderr)
-    store = RecordStore(cell_dir_for(config.out_dir, cell))
-    store.claim(cell.key, _cell_info(cell))
-    store.write_config(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     try:
         from apps_bench.topologies.prompts import load_prompts
 
-        store.write_json(PROMPTS, dict(load_prompts(config.topology).texts))
+        prompts = dict(load_prompts(config.topology).texts)
     except Exception as exc:  # noqa: BLE001 - a bad prompt set is a setup error with its own message
         raise CellSetupError(str(exc)) from exc
-    state = store.resume()
+    store = RecordStore(cell_dir_for(config.out_dir, cell))
+    recorded = {r["key"] for r in store.records() if not r.get("error")}  # read only, before any check
+    left = cell.optimizer != "none" or any(record_key(p.split, p.id) not in recorded for p in loaded.problems)
+    endpoint = _check_endpoint(config) if left else None  # a cell with nothing to solve needs no model
+    check_store(config)
+    try:
+        note = store.claim(cell.key, _cell_info(cell), lock=lock_times(config.tracking.cell_lock))
+    except CellBusy as exc:
+        raise CellSetupError(str(exc)) from None
+    if note:
+        print(f"apps-bench: {note}", file=sys.stderr)
+    try:
+        store.write_config(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        store.write_json(PROMPTS, prompts)
+        state = store.resume()
+    except BaseException:
+        store.release()
+        raise
     todo = [p for p in loaded.problems if record_key(p.split, p.id) not in state.done]
     prep = Prepared(config=config, cell=cell, loaded=loaded, store=store, todo=todo,
-                    n_done=len(loaded.problems) - len(todo), t_start=t_start)  # fmt: skip
+                    n_done=len(loaded.problems) - len(todo), t_start=t_start, endpoint=endpoint)  # fmt: skip
     print(
         f"apps-bench: cell {cell.name} [{cell.key}] dataset={cell.dataset} ({loaded.source}, revision {loaded.revision}): "
         f"{len(loaded.problems)} problems, {prep.n_done} already recorded, {len(todo)} to run"
@@ -162,11 +186,13 @@ def evaluate(prep: Prepared, *, prompts: Any = None, final_eval_of: Any = None) 
     tracker_future: Future[Any] | None = None
     try:
         if not prep.todo:
+            _keep_lock(prep)
             tracker = open_run(config, cell, prep.loaded, final_eval_of=final_eval_of)
         else:
             with ExitStack() as stack:
                 n_workers = _workers_for(prep)
                 ctx = _forkserver(prep) if n_workers else None  # first: before this process starts any thread
+                _keep_lock(prep)
                 endpoint = _open_endpoint(stack, prep)
                 tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
                 stack.callback(tx.shutdown, wait=True)
@@ -181,12 +207,17 @@ def evaluate(prep: Prepared, *, prompts: Any = None, final_eval_of: Any = None) 
                 sandbox = pool.features
             tracker = tracker_future.result()
     except BaseException as exc:
-        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):  # an interrupted run stays open for its rerun
-            _fail_runs(exc, tracker_future, final_eval_of)
+        if not isinstance(exc, (KeyboardInterrupt, SystemExit, StoreUnavailable)):  # an interrupted run stays open
+            _fail_runs(exc, tracker_future, final_eval_of)  # for its rerun; a store that is gone cannot be told
+        if isinstance(exc, StoreUnavailable):
+            raise StoreUnavailable(_store_lost(prep, exc)) from None
         raise
     finally:
         prep.store.close()
-    return finish(prep, tracker, phases=phases, solvers=solvers, sandbox=sandbox)
+    try:
+        return finish(prep, tracker, phases=phases, solvers=solvers, sandbox=sandbox)
+    except StoreUnavailable as exc:
+        raise StoreUnavailable(_store_lost(prep, exc)) from None
 
 
 def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers: int, sandbox: Any) -> CellResult:
@@ -297,10 +328,26 @@ def _forkserver(prep: Prepared) -> Any:
     return start_forkserver(topology.name)
 
 
-def _open_endpoint(stack: ExitStack, prep: Prepared) -> Any:
-    """The model endpoint, first and fast: an unreachable one fails before any tracking run exists."""
+def _check_endpoint(config: Config) -> Any:
+    """A remote model endpoint, probed now, before the cell's folder exists (an unreachable one
+    leaves nothing behind); None for a built-in server (gold, local), which `evaluate` starts."""
     from apps_bench.models import ModelEndpointError, open_endpoint
 
+    if config.model.provider in ("gold", "local") and not config.model.base_url:
+        return None
+    try:
+        with open_endpoint(config.model, ()) as endpoint:  # a remote endpoint: nothing to stop afterwards
+            return endpoint
+    except ModelEndpointError as exc:
+        raise CellSetupError(str(exc)) from exc
+
+
+def _open_endpoint(stack: ExitStack, prep: Prepared) -> Any:
+    """The model endpoint: the remote one `prepare` probed, or the built-in server, started now."""
+    from apps_bench.models import ModelEndpointError, open_endpoint
+
+    if prep.endpoint is not None:
+        return prep.endpoint
     try:
         return stack.enter_context(open_endpoint(prep.config.model, prep.problems))
     except ModelEndpointError as exc:
@@ -333,6 +380,22 @@ def _sandbox_pool(config: Config) -> Any:
     from apps_bench.sandbox import SandboxPool
 
     return SandboxPool.from_config(config.judge)
+
+
+def _keep_lock(prep: Prepared) -> None:
+    """Start the heartbeat of the cell's folder lock (after the forkserver: it is a thread)."""
+    if prep.store.lock is not None:
+        prep.store.lock.start_heartbeat()
+
+
+def _store_lost(prep: Prepared, exc: BaseException) -> str:
+    """What a store that failed mid-cell means for the cell: nothing is lost, and what the rerun does."""
+    selected = {record_key(p.split, p.id) for p in prep.loaded.problems}
+    n = sum(1 for r in prep.store.records() if r["key"] in selected and not r.get("error"))
+    rerun = ("it logs the finished cell to its MLflow run without solving anything again" if n == len(selected)
+             else f"it solves only the {len(selected) - n} problems left, then logs the cell")  # fmt: skip
+    return (f"{exc}. Nothing computed is lost: {prep.dir} keeps every record ({n} of {len(selected)} problems "
+            f"recorded). Once the store answers again, rerun the same command: {rerun}.")
 
 
 def _fail_runs(exc: BaseException, tracker_future: Any, final_eval_of: Any) -> None:

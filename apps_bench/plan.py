@@ -4,10 +4,11 @@ would do, without calling any model.
 Takes exactly the main command's overrides (experiment files and `-m` sweeps included),
 composes every cell the way the real command would (Hydra's config loader, the sweep
 expanded as Hydra's basic sweeper does), and for each cell reports its key, its state
-from the records on disk (done / partial with n of N recorded / new), the grid guard's
-verdict, and the model calls and tokens still to spend, estimated from finished cells of
+from the records on disk (done / partial with n of N recorded / new; `invalid` for bad
+settings, which select no problems), the grid guard's verdict, and the model calls and tokens still to spend, estimated from finished cells of
 the same topology and model (saying when there are none). Nothing is written: no cell
-folder, no MLflow run, no model endpoint, no sandbox.
+folder, no MLflow run, no model endpoint, no sandbox. It exits 2 when any cell it lists
+would be refused or cannot read its data here (so it can gate a script), else 0.
 
     python -m apps_bench.plan -m topology=single,independent seed=0,1 dataset=apps limit=50
     python -m apps_bench.plan experiment=study --json plan.json     # also machine-readable
@@ -47,7 +48,7 @@ class PlannedCell:
     dir: str
     guard: str  # "allowed", "allowed (allow_any_cell)" or the refusal
     allowed: bool
-    state: str  # done | partial | new | unknown
+    state: str  # done | partial | new | unknown (data not readable here) | invalid (bad settings)
     n_selected: int | None
     n_recorded: int  # recorded without error (kept on resume)
     n_errors: int  # recorded errors: retried by the run
@@ -152,19 +153,22 @@ def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: list[Any]
     else:
         guard, allowed = (refusal, False) if refusal else ("allowed", True)
     cell_dir = cell_dir_for(data.get("out_dir"), cell)
+    invalid = False
     try:  # bad settings refuse a cell whatever allow_any_cell says
         check_settings(data)
         keys, why = _selected_keys(data, cache)
     except InvalidSettings as exc:
-        guard, allowed = str(exc), False
-        keys, why = set(), ""
+        guard, allowed, invalid = str(exc), False, True
+        keys, why = None, ""  # no selection: never `done`
     recs = _recorded(cell_dir)
     if keys is not None:
         recs = [r for r in recs if r.get("key") in keys]
     ok = [r for r in recs if not r.get("error")]
     errors = len(recs) - len(ok)
     n = len(keys) if keys is not None else None
-    if n is None:
+    if invalid:
+        state = "invalid"
+    elif n is None:
         state = "unknown" if recs else "new"
     elif len(ok) >= n:
         state = "done"
@@ -209,7 +213,9 @@ def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = 
         "command": ["python", "-m", "apps_bench", *(["-m"] if multirun else []), *overrides],
         "n_cells": len(cells),
         "grid_guard": "refused: nothing would run" if refused else "allowed",
-        "states": {s: sum(c.state == s for c in cells) for s in ("done", "partial", "new", "unknown")},
+        "states": {s: sum(c.state == s for c in cells) for s in ("done", "partial", "new", "unknown", "invalid")},
+        # what the command would stop on: refused cells, and cells whose data cannot be read here
+        "blocked": [c.name for c in cells if not c.allowed or c.n_selected is None],
         "problems_to_run": sum(c.n_to_run or 0 for c in runnable),
         "cells_with_unknown_problems": [c.name for c in runnable if c.n_to_run is None],
         "estimated_model_calls": sum(c.estimate.calls or 0.0 for c in estimated),
@@ -300,6 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         if json_out:
             Path(json_out).write_text(text + "\n", encoding="utf-8")
             print(f"plan written to {json_out}")
+    if plan["blocked"]:  # a gate for scripts: the command would not run these cells
+        n = len(plan["blocked"])
+        print(f"apps-bench plan: {n} of {plan['n_cells']} cells would be refused or cannot read their data here "
+              f"({', '.join(plan['blocked'][:5])}{', ...' if n > 5 else ''}): fix them before running the command",
+              file=sys.stderr)  # fmt: skip
+        return 2
     return 0
 
 

@@ -281,6 +281,10 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
         raise RescoreError(f"judge settings and test cap are the cell's own (judge={data['judge']['profile']}, "
                            f"max_tests_per_row={data['max_tests_per_row']}): nothing to re-score; pass e.g. judge=reference or max_tests_per_row=0")
     records = RecordStore(cell_dir).records()  # read only: the cell's records are never rewritten
+    if not records:  # before anything is written: a re-scoring of nothing is not a pass@1 of 0
+        raise RescoreError(f"{cell_dir} has no recorded problems ({RECORDS} is missing or empty: the cell was refused or "
+                           "stopped before its first problem); nothing to re-score. Run the cell first (the same "
+                           "`python -m apps_bench ...` command), then re-score it.")  # fmt: skip
     profile, cap = str(new["judge"]["profile"]), int(new["max_tests_per_row"])
     out_dir = cell_dir / RESCORE_DIR / f"{profile}-max{cap}-{new_key}"
     store = RecordStore(out_dir)

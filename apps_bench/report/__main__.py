@@ -56,12 +56,27 @@ def _baseline(spec: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if not args.cells_dir:
+            _store_exists(args.tracking_uri)
         if args.metric != "pass_at_1":
             return _metric_table(args)
         return _report(args)
     except ReportError as exc:
         print(f"apps-bench report: {exc}", file=sys.stderr)
         return 2
+
+
+def _store_exists(uri: str | None) -> None:
+    """A local store that does not exist holds nothing to report: say so, and create none."""
+    from apps_bench.tracking import mlflow as mlf
+
+    uri = mlf.tracking_uri() if uri is None else uri
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+        raise ReportError(
+            f"nothing to report: there is no MLflow store at {uri[len('sqlite:///') :]} (no cell has logged here). "
+            "Run the report where the cells ran, point --tracking-uri (or MLFLOW_TRACKING_URI) at their store, "
+            "or read the cell folders with --cells-dir outputs/cells"
+        )
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -182,6 +182,7 @@ class SweepTracking(Callback):
 
         experiment = str(OmegaConf.select(config, "tracking.experiment") or "apps")
         uri = mlf.tracking_uri()
+        _check_store(uri, OmegaConf.select(config, "tracking.store"))
         overrides = " ".join(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))  # type: ignore[arg-type]
         tags = {"sweep_overrides": overrides[:5000], "n_cells": str(n), **mlf.git_info()}
         tags["package_version"] = mlf.package_version()
@@ -276,6 +277,20 @@ class SweepTracking(Callback):
             for sig, handler in self._handlers.items():
                 if threading.current_thread() is threading.main_thread():
                     signal.signal(sig, handler)
+
+
+def _check_store(uri: str, settings: Any) -> None:
+    """The sweep's store, checked once here before any cell starts (tracking/mlflow.check_store)."""
+    if settings is None:
+        return
+    from apps_bench.tracking import mlflow as mlf
+
+    try:
+        mlf.check_store(uri, settings)
+    except mlf.StoreError as exc:
+        print(f"apps-bench: {exc}", file=sys.stderr)
+        sys.stderr.flush()
+        raise SystemExit(2) from None
 
 
 def _stop_idle_launcher_workers() -> None:

@@ -19,11 +19,12 @@ import json
 import os
 import subprocess
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
-from apps_bench.tracking.sqlite_store import StoreError
+from apps_bench.tracking.sqlite_store import ELSEWHERE, StoreError
 
 PARENT_RUN_ENV = "APPS_BENCH_PARENT_RUN_ID"
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
@@ -105,13 +106,133 @@ def _server_client(mlflow: Any, uri: str) -> Any:
     except mlflow.exceptions.MlflowException as exc:
         text = str(exc)
         if "403" in text or "Forbidden" in text or "Invalid Host header" in text:
-            raise StoreError(
-                f"the MLflow server at {uri} refused this client (HTTP 403): MLflow's server accepts only the host "
-                f"names it was told. Start it with MLFLOW_SERVER_ALLOWED_HOSTS including the host in this URI "
-                f"(launchers/mlflow_server.sh sets it), or use the address it prints. Server said: {text[:500]}"
-            ) from None
+            raise StoreError(_refused(uri, text)) from None
         raise
     return c
+
+
+def _refused(uri: str, said: str) -> str:
+    return (
+        f"the MLflow server at {uri} refused this client (HTTP 403): MLflow's server accepts only the host "
+        f"names it was told. Start it with MLFLOW_SERVER_ALLOWED_HOSTS including the host in this URI "
+        f"(launchers/mlflow_server.sh sets it), or use the address it prints. Server said: {said[:500]}"
+    )
+
+
+# ----------------------------------------------------------------------------- the store, checked first
+
+
+class StoreUnavailable(StoreError):
+    """The store failed while a cell ran (a server gone, a disk full); the cell's folder keeps its records."""
+
+
+def check_store(uri: str, settings: Any) -> None:
+    """One cheap look at the store before a cell or a sweep creates anything, as the model endpoint
+    gets: a server that does not answer or refuses this client, and a SQLite store this user cannot
+    write, fail now with the fix (StoreError). MLflow's own HTTP retries are bounded by `settings`
+    (conf/tracking/mlflow.yaml `store:`) unless the environment sets them, so a server that goes
+    away mid-cell costs seconds, not minutes of retries."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(int(settings.http_retries)))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(int(settings.http_timeout_s)))
+    if uri.startswith(("http://", "https://")):
+        _probe_server(uri, float(settings.check_timeout_s))
+    elif uri.startswith("sqlite:///"):
+        _probe_sqlite(Path(uri[len("sqlite:///") :]))
+
+
+_NO_SERVER_FIX = ("Start it (launchers/mlflow_server.sh prints the address to use), correct MLFLOW_TRACKING_URI, or unset "
+                  "it to log to the local SQLite store outputs/mlflow.db.")  # fmt: skip
+
+
+def _probe_server(uri: str, timeout_s: float) -> None:
+    """One GET with MLflow's own credentials (MLFLOW_TRACKING_USERNAME/PASSWORD or _TOKEN); any
+    answer but a refusal or a server error means the server is there."""
+    import base64
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    headers = {"User-Agent": "apps-bench-store-check"}
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    elif os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        headers["Authorization"] = f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"
+    context = None
+    if uri.startswith("https://"):
+        if os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() == "true":
+            context = ssl._create_unverified_context()  # noqa: S323 - what MLflow's client does with this setting
+        else:
+            context = ssl.create_default_context(cafile=os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or None)
+    url = f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout_s, context=context):
+            return
+    except urllib.error.HTTPError as exc:
+        said = exc.read(500).decode("utf-8", "replace").strip()
+        if exc.code == 403:
+            raise StoreError(_refused(uri, said or "403 Forbidden") + "; nothing was created.") from None
+        if exc.code == 401:
+            given = "the credentials in MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) were refused" \
+                if "Authorization" in headers else "none were given"
+            raise StoreError(
+                f"the MLflow server at {uri} requires a login (HTTP 401) and {given}; nothing was created. Export "
+                f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) of a user of that "
+                f"server. Server said: {said[:300]}"
+            ) from None
+        if exc.code < 500:
+            return  # it answers (a 404 only says the experiment does not exist)
+        raise StoreError(f"the MLflow server at {uri} answers HTTP {exc.code}: {said[:300]}; nothing was created. "
+                         f"Look at the server's log, or point MLFLOW_TRACKING_URI at a working store.") from None  # fmt: skip
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise StoreError(f"the MLflow tracking server at {uri} does not answer ({reason}, after one request of at most "
+                         f"{timeout_s:g} s); nothing was created. {_NO_SERVER_FIX}") from None  # fmt: skip
+
+
+def _probe_sqlite(db: Path) -> None:
+    """A SQLite store must be writable (or creatable) by this user; nothing is created here."""
+    if db.exists():
+        bad = [str(p) for p in (db, db.parent) if not os.access(p, os.R_OK | os.W_OK)]
+        if bad:
+            raise StoreError(f"the MLflow store {db} cannot be written by this user ({' and '.join(bad)} not writable; "
+                             f"SQLite writes a journal beside it); nothing was created. Fix its permissions, {ELSEWHERE}")  # fmt: skip
+        return
+    parent = db.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot create the MLflow store {db}: {parent} is not a folder this user can write; nothing "
+                         f"was created. Run from a writable folder, {ELSEWHERE}")  # fmt: skip
+
+
+def store_calls_failed(uri: str, exc: BaseException) -> StoreUnavailable | None:
+    """`exc`, raised by a call to the store at `uri`, as a StoreUnavailable (None when it is not a store failure)."""
+    mlflow = _mlflow()
+    try:
+        import requests
+
+        transport: tuple[type[BaseException], ...] = (requests.exceptions.RequestException,)
+    except ImportError:  # pragma: no cover - mlflow depends on requests
+        transport = ()
+    if isinstance(exc, StoreError):
+        return None
+    if isinstance(exc, (mlflow.exceptions.MlflowException, OSError, *transport)):
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        return StoreUnavailable(f"the MLflow store at {uri} failed: {type(exc).__name__}: {first[:400]}")
+    return None
+
+
+@contextmanager
+def store_calls(uri: str) -> Iterator[None]:
+    """Calls to the store at `uri`: a failure of the store itself surfaces as StoreUnavailable."""
+    try:
+        yield
+    except Exception as exc:
+        lost = store_calls_failed(uri, exc)
+        if lost is None:
+            raise
+        raise lost from exc
 
 
 def experiment_id(c: Any, name: str, uri: str) -> str:
@@ -248,6 +369,13 @@ class CellRun:
             raise SweepSettingsMissing(problem)
         tags = {**identity_tags(params), **tags}
         uri = uri or tracking_uri()
+        with store_calls(uri):
+            return cls._open(uri, experiment=experiment, cell_key=cell_key, run_name=run_name, params=params, tags=tags,
+                             key_tag=key_tag, parent_run_id=parent_run_id)  # fmt: skip
+
+    @classmethod
+    def _open(cls, uri: str, *, experiment: str, cell_key: str, run_name: str, params: Mapping[str, Any],
+              tags: Mapping[str, str], key_tag: str, parent_run_id: str | None) -> CellRun:  # fmt: skip
         c = client(uri)
         exp_id = experiment_id(c, experiment, uri)
         from mlflow.entities import Param, RunTag
@@ -291,6 +419,11 @@ class CellRun:
         tags: Mapping[str, str] | None = None,
         dirs: Mapping[str, Path] | None = None,
     ) -> None:
+        with store_calls(self.uri):
+            self._finish(metrics=metrics, rows=rows, files=files, complete=complete, tags=tags, dirs=dirs)
+
+    def _finish(self, *, metrics: Mapping[str, float], rows: list[dict[str, Any]], files: Iterable[Path], complete: bool,
+                tags: Mapping[str, str] | None, dirs: Mapping[str, Path] | None) -> None:  # fmt: skip
         c = client(self.uri)
         from mlflow.entities import Metric, RunTag
 
@@ -326,9 +459,10 @@ class CellRun:
             client(self.uri).log_batch(self.run_id, metrics=ms)
 
     def fail(self, message: str) -> None:
-        c = client(self.uri)
-        c.set_tag(self.run_id, "error", message[:5000])
-        c.set_terminated(self.run_id, status="FAILED")
+        with store_calls(self.uri):
+            c = client(self.uri)
+            c.set_tag(self.run_id, "error", message[:5000])
+            c.set_terminated(self.run_id, status="FAILED")
 
 
 def log_table(c: Any, run_id: str, rows: list[dict[str, Any]], artifact_file: str, columns: list[str] | None = None) -> None:

@@ -5,7 +5,8 @@ SLURM pre-emption) and must resume without losing or duplicating work. Each reco
 written with one `write` on an O_APPEND descriptor and fsynced; on open, a torn last line
 (a write cut by a kill) is cut off, and records of problems that hit an infrastructure
 error are dropped (the file is rewritten atomically), so a rerun retries exactly those
-and the file never holds two lines for one problem.
+and the file never holds two lines for one problem. A cell run takes the folder's lock
+first (cell_lock.py): two runs of one cell never append to one file.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+
+from apps_bench.tracking.cell_lock import LOCK, CellLock, LockTimes
 
 RECORDS = "records.jsonl"
 TRANSCRIPTS = "transcripts.jsonl"
@@ -91,24 +94,45 @@ class RecordStore:
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._tfd: int | None = None
+        self.lock: CellLock | None = None
 
     # -- setup -----------------------------------------------------------------
-    def claim(self, cell_key: str, cell_info: dict[str, Any]) -> None:
-        """Create the folder, or check it belongs to this cell: never mix two cells' records."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+    def claim(self, cell_key: str, cell_info: dict[str, Any], lock: LockTimes | None = None) -> str | None:
+        """Create the folder, or check it belongs to this cell: never mix two cells' records.
+
+        With `lock`, take the folder's lock first (CellBusy when another run holds it; nothing is
+        written then); -> the take-over message when a dead holder's lock was taken over."""
         marker = self.dir / CELL
+        existing = None
         if marker.exists():
             try:
                 existing = json.loads(marker.read_text(encoding="utf-8")).get("key")
             except ValueError:
                 existing = None
-            if existing and existing != cell_key:
-                raise CellDirConflict(
-                    f"{self.dir} holds records of cell {existing}, not of this cell ({cell_key}): "
-                    "a setting that changes results differs. Use another out_dir (or leave out_dir "
-                    "unset: each cell then gets its own folder under outputs/cells/)."
-                )
+        if existing and existing != cell_key:
+            raise CellDirConflict(
+                f"{self.dir} holds records of cell {existing}, not of this cell ({cell_key}): "
+                "a setting that changes results differs. Use another out_dir (or leave out_dir "
+                "unset: each cell then gets its own folder under outputs/cells/)."
+            )
+        self.dir.mkdir(parents=True, exist_ok=True)
+        note = None
+        if lock is not None:
+            self.lock = CellLock(self.dir / LOCK, lock)
+            try:
+                note = self.lock.acquire()
+            except BaseException:
+                self.lock = None
+                raise
         atomic_write_text(marker, json.dumps({"key": cell_key, **cell_info}, indent=2, default=str) + "\n")
+        return note
+
+    def release(self) -> None:
+        """Close the files and give the folder's lock back (a no-op when none was taken)."""
+        self.close()
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     def resume(self) -> ResumeState:
         """Read what is recorded; cut a torn tail; drop error records so they are retried."""
@@ -160,6 +184,8 @@ class RecordStore:
         """Append one problem's record (and its transcript), flushed to disk before returning.
         The transcript goes first: a record on disk always has its transcript."""
         with self._lock:
+            if self.lock is not None:
+                self.lock.check()  # taken over by another run: never two writers
             self._open()
             assert self._fd is not None and self._tfd is not None
             if transcript is not None:

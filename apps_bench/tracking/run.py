@@ -1,8 +1,10 @@
 """A cell's tracking run: an MLflow run (`tracking=mlflow`) or none (`tracking=none`).
 
-The cell opens it on a background thread while its first problems run (importing mlflow
-and reaching the store take seconds); a store that fails stops the cell at the next
-recorded problem, and the records written so far are kept for the rerun.
+The store is checked first, before the cell creates anything (`check_store`: one request
+to a server, a permission look at a SQLite file). The cell then opens its run on a
+background thread while its first problems run (importing mlflow and reaching the store
+take seconds); a store that fails stops the cell at the next recorded problem, and the
+records written so far are kept for the rerun (which logs them without solving them again).
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ class NoRun:
 
     def fail(self, message: str) -> None:
         pass
+
+
+def check_store(config: Config) -> None:
+    """The cell's tracking store, checked before anything is created (StoreError with the fix)."""
+    if config.tracking.backend == "none" or config.tracking.store is None:
+        return
+    from apps_bench.tracking import mlflow as mlf
+
+    mlf.check_store(mlf.tracking_uri(), config.tracking.store)
 
 
 def cell_tags(config: Config, cell: Cell, loaded: Any) -> dict[str, str]:

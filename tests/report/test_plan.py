@@ -72,7 +72,8 @@ def test_plan_on_a_half_finished_sweep(tmp_path: Path, mlflow_template: Path, ap
                     tmp_path, env=env, module="apps_bench.plan")  # fmt: skip
     finally:
         model.close()
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.returncode == 2, p.stdout[-3000:] + p.stderr[-3000:]  # seed 7 is refused: a script must not go on
+    assert "2 of 6 cells would be refused" in p.stderr
     assert model.accepted == 0  # no model was called
     assert _snapshot(tmp_path / "outputs") == before  # no record, folder or MLflow row written
 
@@ -91,7 +92,8 @@ def test_plan_on_a_half_finished_sweep(tmp_path: Path, mlflow_template: Path, ap
     for topo in ("single", "independent"):
         refused = cells[(topo, 7)]
         assert not refused["allowed"] and "seed=7 is outside the experiment grid" in refused["guard"]
-    assert plan["states"] == {"done": 1, "partial": 1, "new": 4, "unknown": 0}
+    assert plan["states"] == {"done": 1, "partial": 1, "new": 4, "unknown": 0, "invalid": 0}
+    assert sorted(plan["blocked"]) == ["independent·gold·none·s7", "single·gold·none·s7"]
     assert plan["grid_guard"].startswith("refused")
     assert plan["estimated_model_calls"] == pytest.approx(2 * calls_pp)
     assert sorted(plan["cells_without_estimate"]) == ["independent·gold·none·s0", "independent·gold·none·s1"]
@@ -109,3 +111,24 @@ def test_plan_on_a_half_finished_sweep(tmp_path: Path, mlflow_template: Path, ap
     assert sorted(c["axes"]["seed"] for c in json.loads(smoke.stdout)["cells"]) == [0, 1]
     bad = run_cli(["seed=0,1"], tmp_path, env=env, module="apps_bench.plan")
     assert bad.returncode == 2 and "--multirun" in bad.stderr
+
+
+def test_plan_gates_a_script_on_invalid_settings_and_unreadable_data(tmp_path: Path, apps_data_dir: Path):
+    """An invalid cell is never `done` and a cell whose data cannot be read is not runnable: exit 2,
+    so `python -m apps_bench.plan ... && python -m apps_bench ...` stops where the command would."""
+    env = cli_env(tmp_path)
+    rows = f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}"
+    bad = run_cli(["dataset=apps", rows, "limit=-1", "--json", "-"], tmp_path, env=env, module="apps_bench.plan")
+    assert bad.returncode == 2, bad.stdout[-3000:] + bad.stderr[-3000:]
+    [cell] = json.loads(bad.stdout)["cells"]
+    assert cell["state"] == "invalid" and not cell["allowed"] and "limit" in cell["guard"]
+    assert cell["n_selected"] is None and cell["n_to_run"] is None
+
+    gone = run_cli(["dataset=apps", f"dataset.path={tmp_path / 'no_such_rows.jsonl'}", "limit=3"], tmp_path, env=env,
+                   module="apps_bench.plan")  # fmt: skip
+    assert gone.returncode == 2, gone.stdout[-3000:] + gone.stderr[-3000:]
+    assert "dataset not readable here" in gone.stdout and "cannot read their data" in gone.stderr
+
+    ok = run_cli(["dataset=apps", rows, "limit=3"], tmp_path, env=env, module="apps_bench.plan")
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+    assert not (tmp_path / "outputs").exists()  # a plan writes nothing
