@@ -32,8 +32,9 @@ class SweepIncomplete(ReportError):
 
     def __init__(self, sweep: str, missing: list[str]) -> None:
         self.missing = missing
+        self.prefix = f"sweep {sweep}: "
         super().__init__(
-            f"sweep {sweep}: {len(missing)} member cell(s) missing, so no comparison is drawn over the others:\n  "
+            f"{self.prefix}{len(missing)} member cell(s) missing, so no comparison is drawn over the others:\n  "
             + "\n  ".join(missing)
             + "\nRerun the sweep's command (the parent run's sweep_overrides tag) to finish them: finished problems "
             "are not solved again."
@@ -83,9 +84,11 @@ def publish(uri: str, parent_run_id: str) -> list[dict[str, Any]]:
     members = {x.key for x in found if x.run_kind != "rescore"}
     tags = {"comparison_cells": str(len(members)), "comparison_leader": leader(rows)}
     c.log_batch(parent_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-    for stale in ("comparison_missing",):
-        if stale in c.get_run(parent_run_id).data.tags:
-            c.delete_tag(parent_run_id, stale)
+    now = c.get_run(parent_run_id).data.tags  # an earlier publish's complaint no longer holds
+    if "comparison_missing" in now:
+        c.delete_tag(parent_run_id, "comparison_missing")
+    if now.get("error", "").startswith(SweepIncomplete(parent_run_id, []).prefix):
+        c.delete_tag(parent_run_id, "error")
     return rows
 
 

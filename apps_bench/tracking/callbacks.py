@@ -32,6 +32,7 @@ from typing import Any, Callable
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from apps_bench.tracking import membership
 from apps_bench.tracking.membership import Member
 
 ROOT_ENV = "APPS_BENCH_ROOT"  # the launching command's directory: cells' outputs/ go under it on every launcher
@@ -198,8 +199,6 @@ class SweepTracking(Callback):
         uri, run_id, continued = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri,
                                                       sweep_key=sweep_key(experiment, [m.key for m in members]))  # fmt: skip
         self._parent = (uri, run_id)
-        from apps_bench.tracking import membership
-
         membership.record(mlf.client(uri), run_id, members)  # before any cell: membership never depends on order
         _ACTIVE = self
         env = {"MLFLOW_TRACKING_URI": uri, mlf.PARENT_RUN_ENV: run_id, ROOT_ENV: str(Path.cwd().resolve())}
@@ -262,8 +261,6 @@ class SweepTracking(Callback):
             status, message = "KILLED", message or f"the launching command was interrupted ({self._interrupted})"
         try:
             if self._interrupted is not None:  # the cells it stopped (a rerun continues them)
-                from apps_bench.tracking import membership
-
                 for k in membership.member_runs(mlf.client(uri), run_id)[1].values():
                     if k.info.status == "RUNNING":
                         mlf.end_run(uri, k.info.run_id, "KILLED")

@@ -4,8 +4,8 @@ Mapping: experiment = the study (`tracking.experiment`); run = one cell, found a
 its `cell_key` tag so a resumed cell continues its own run; a multirun sweep gets a
 parent run (created by the Hydra callback before any cell starts) and each cell's run
 nests under it (a run that existed before the sweep is a member all the same: the parent
-lists its members, tracking/membership.py). An optimizer cell's final evaluation is a child of the cell's run, found
-again by its own tag (`key_tag="final_eval_of"`, `parent_run_id`). Params are the flattened identity of the cell (settings that change
+lists its members, tracking/membership.py). An optimizer cell's final evaluation is a
+child of the cell's run, found again by its own tag (`key_tag="final_eval_of"`, `parent_run_id`). Params are the flattened identity of the cell (settings that change
 results), which is the same on every resume, so MLflow's immutable params never clash.
 
 Store: `MLFLOW_TRACKING_URI` if set, else an absolute-path SQLite file
