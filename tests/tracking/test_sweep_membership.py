@@ -29,6 +29,9 @@ def _common(data_dir: Path, *extra: str) -> list[str]:
             *extra]  # fmt: skip
 
 
+SWEEP_TIMEOUT = 900  # a loaded 2-core machine: a 4-cell gold sweep can take minutes
+
+
 def _parent_id(stderr: str) -> str:
     m = re.search(r"(?:MLflow parent run|continues the parent run of its earlier run) ([0-9a-f]{32})", stderr)
     assert m, stderr[-3000:]
@@ -65,7 +68,7 @@ def test_a_cell_that_ran_alone_first_is_one_of_the_sweeps_cells(tmp_path: Path, 
     first = _records(tmp_path, "single", 0)
     assert len(first) == 3
 
-    r = run_cli(["-m", "topology=single,sequential_langgraph", "seed=0,1", *_common(apps_data_dir)], tmp_path)
+    r = run_cli(["-m", "topology=single,sequential_langgraph", "seed=0,1", *_common(apps_data_dir)], tmp_path, timeout=SWEEP_TIMEOUT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "3 already recorded, 0 to run" in r.stderr
     parent = _parent_id(r.stderr)
@@ -89,9 +92,9 @@ def test_a_cell_of_two_sweeps_counts_in_both_and_each_sweep_publishes_once(tmp_p
     server = loopback_mlflow
     env = cli_env(tmp_path, MLFLOW_TRACKING_URI=server.url)
     common = _common(apps_data_dir, "tracking.experiment=two_sweeps")
-    a = run_cli(["-m", "topology=single", "seed=0,1", *common], tmp_path, env=env)
+    a = run_cli(["-m", "topology=single", "seed=0,1", *common], tmp_path, env=env, timeout=SWEEP_TIMEOUT)
     assert a.returncode == 0, a.stderr[-3000:]
-    b = run_cli(["-m", "topology=single,sequential_langgraph", "seed=0", *common], tmp_path, env=env)
+    b = run_cli(["-m", "topology=single,sequential_langgraph", "seed=0", *common], tmp_path, env=env, timeout=SWEEP_TIMEOUT)
     assert b.returncode == 0, b.stderr[-3000:]
     pa, pb = _parent_id(a.stderr), _parent_id(b.stderr)
     assert pa != pb and "3 already recorded, 0 to run" in b.stderr
@@ -108,7 +111,7 @@ def test_a_cell_of_two_sweeps_counts_in_both_and_each_sweep_publishes_once(tmp_p
     assert [server.artifact_writes(p, sweep_run.TABLE) for p in (pa, pb)] == [1, 1]
 
     # a rerun of a sweep publishes again at its end (once), solving nothing
-    b2 = run_cli(["-m", "topology=single,sequential_langgraph", "seed=0", *common], tmp_path, env=env)
+    b2 = run_cli(["-m", "topology=single,sequential_langgraph", "seed=0", *common], tmp_path, env=env, timeout=SWEEP_TIMEOUT)
     assert b2.returncode == 0, b2.stderr[-3000:]
     assert _parent_id(b2.stderr) == pb and b2.stderr.count("3 already recorded, 0 to run") == 2
     assert [server.artifact_writes(p, sweep_run.TABLE) for p in (pa, pb)] == [1, 2]
@@ -145,7 +148,7 @@ def test_a_member_missing_at_the_sweeps_end_is_named_never_a_smaller_table(tmp_p
     (tmp_path / "probe" / "h2_lose.py").write_text(LOSE)
     env = cli_env(tmp_path, PYTHONPATH=os.pathsep.join([str(tmp_path / "probe"), os.environ.get("PYTHONPATH", "")]))
     args = ["-m", "topology=single,sequential_langgraph", "seed=0,1", *_common(apps_data_dir)]
-    r = run_cli([*args, "+hydra.callbacks.lose._target_=h2_lose.LoseRecords"], tmp_path, env=env)
+    r = run_cli([*args, "+hydra.callbacks.lose._target_=h2_lose.LoseRecords"], tmp_path, env=env, timeout=SWEEP_TIMEOUT)
     lost = (tmp_path / "lost").read_text()
     assert r.returncode == 1, r.stderr[-3000:]
     assert "1 member cell(s) missing" in r.stderr and lost in r.stderr and "no per-problem records" in r.stderr
@@ -161,7 +164,7 @@ def test_a_member_missing_at_the_sweeps_end_is_named_never_a_smaller_table(tmp_p
     assert part.returncode == 0 and "1 member cell(s) missing" in part.stdout and lost in part.stdout
 
     # the rerun logs the cell again from its folder (nothing solved again) and publishes the whole table
-    again = run_cli(args, tmp_path)
+    again = run_cli(args, tmp_path, timeout=SWEEP_TIMEOUT)
     assert again.returncode == 0, again.stderr[-3000:]
     assert _parent_id(again.stderr) == parent and again.stderr.count("3 already recorded, 0 to run") == 4
     tags = _client(uri).get_run(parent).data.tags
