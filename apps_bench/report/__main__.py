@@ -3,6 +3,7 @@ comparisons against a baseline, cost per problem / role / framework, a tidy expo
 
     python -m apps_bench.report                              # experiment `apps` in the default store
     python -m apps_bench.report --sweep <parent run id> --compare baseline=single
+    python -m apps_bench.report --sweep <parent run id> --publish   # (re)write the sweep's comparison on its parent run
     python -m apps_bench.report --cells-dir outputs/cells    # local cell folders instead of MLflow
     python -m apps_bench.report --judge reference            # only verdicts of one judge profile
     python -m apps_bench.report --plots outputs/report       # pass_at_1.png, pareto.png (+ forest.png)
@@ -33,7 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     sel.add_argument("--model", help="only cells of this model (e.g. qwen)")
     sel.add_argument("--seeds", metavar="S,S", help="only these seeds (e.g. 0 to compare single cells)")
     sel.add_argument("--judge", metavar="PROFILE", help="only verdicts of this judge profile (profiles are never pooled)")
-    sel.add_argument("--include-incomplete", action="store_true", help="also count cells marked incomplete")
+    sel.add_argument("--include-incomplete", action="store_true",
+                     help="also count cells marked incomplete (with --sweep: show the cells there are, naming the missing ones)")
     out = ap.add_argument_group("what to produce")
     out.add_argument("--compare", metavar="baseline=TOPOLOGY", nargs="?", const="baseline=single",
                      help="paired comparison of every topology against the baseline, per model (default baseline: single)")
@@ -42,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     out.add_argument("--pareto", metavar="FILE.png", help="pass@1 against tokens per problem, with the Pareto front")
     out.add_argument("--plots", metavar="DIR", help="all charts into DIR: pass_at_1.png, pareto.png, forest.png")
     out.add_argument("--export", metavar="FILE", action="append", default=[], help="tidy per-problem table (.csv or .parquet; repeatable)")
+    out.add_argument("--publish", action="store_true",
+                     help="with --sweep: write the sweep's comparison on its parent run (for cells started by hand under it)")
     out.add_argument("--metric", default="pass_at_1", help="another MLflow metric: mean ± std over seeds of the cells' runs")
     return ap
 
@@ -55,12 +59,19 @@ def _baseline(spec: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from apps_bench.report.sweep_run import SweepIncomplete
+
     try:
         if not args.cells_dir:
             _store_exists(args.tracking_uri)
+        if args.publish:
+            return _publish(args)
         if args.metric != "pass_at_1":
             return _metric_table(args)
         return _report(args)
+    except SweepIncomplete as exc:  # not bad input: the sweep is not whole yet
+        print(f"apps-bench report: {exc}", file=sys.stderr)
+        return 1
     except ReportError as exc:
         print(f"apps-bench report: {exc}", file=sys.stderr)
         return 2
@@ -88,9 +99,19 @@ def _report(args: argparse.Namespace) -> int:
     if args.cells_dir:
         found = cellmod.from_dirs(args.cells_dir)
         where = f"cell folders under {args.cells_dir}"
+    elif args.sweep:
+        found, missing = cellmod.sweep_cells(args.sweep, uri=args.tracking_uri)
+        where = f"sweep {args.sweep}"
+        if missing:  # never a smaller table that looks whole
+            from apps_bench.report.sweep_run import SweepIncomplete
+
+            if not args.include_incomplete:
+                raise SweepIncomplete(args.sweep, missing)
+            print(f"warning: sweep {args.sweep}: {len(missing)} member cell(s) missing from these figures:\n  "
+                  + "\n  ".join(missing))  # fmt: skip
     else:
-        found = cellmod.from_mlflow(experiment=args.experiment, sweep=args.sweep, uri=args.tracking_uri)
-        where = f"sweep {args.sweep}" if args.sweep else f"experiment {args.experiment!r}"
+        found = cellmod.from_mlflow(experiment=args.experiment, uri=args.tracking_uri)
+        where = f"experiment {args.experiment!r}"
     chosen = cellmod.select(
         found, dataset=args.dataset, optimizer=args.optimizer, judge=args.judge, include_incomplete=args.include_incomplete,
         model=args.model, seeds=[x.strip() for x in args.seeds.split(",")] if args.seeds else None,
@@ -147,6 +168,20 @@ def _report(args: argparse.Namespace) -> int:
     for path in args.export:
         n = export.write(chosen, path)
         print(f"tidy table written to {path} ({n} rows)")
+    return 0
+
+
+def _publish(args: argparse.Namespace) -> int:
+    """The sweep's comparison, written on its parent run as the sweep's end writes it; exit 1
+    (naming them) when member cells are missing."""
+    from apps_bench.report import sweep_run
+    from apps_bench.tracking import mlflow as mlf
+
+    if not args.sweep:
+        raise ReportError("--publish writes a sweep's comparison: give the sweep's parent run, --sweep PARENT_RUN_ID")
+    uri = mlf.tracking_uri() if args.tracking_uri is None else args.tracking_uri
+    rows = sweep_run.publish(uri, args.sweep)
+    print(f"comparison of sweep {args.sweep} written on its parent run ({len(rows)} rows)")
     return 0
 
 

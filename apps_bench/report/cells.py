@@ -272,21 +272,44 @@ def _search(c: Any, exp_ids: list[str], filt: str) -> list[Any]:
 
 
 def find_runs(c: Any, uri: str, *, experiment: str, sweep: str | None) -> list[Any]:
-    """The cell runs of an experiment, or of one sweep (its children and their re-scoring runs)."""
+    """The cell runs of an experiment, or of one sweep (its member cells' runs, found by their
+    keys wherever they first ran (tracking/membership.py), and their re-scoring runs)."""
     if sweep:
-        try:
-            parent = c.get_run(sweep)
-        except Exception as exc:  # noqa: BLE001 - MLflow raises its own exception types
-            raise ReportError(f"no run {sweep!r} in {uri}: {exc}") from None
-        exp_ids = [parent.info.experiment_id]
-        runs = _search(c, exp_ids, f"tags.mlflow.parentRunId = '{sweep}'")
-        ids = {r.info.run_id for r in runs}
-        return runs + [r for r in _search(c, exp_ids, "tags.run_kind = 'rescore'") if r.data.tags.get("rescore_of") in ids]
+        return _sweep_runs(c, uri, sweep)[0]
     exp = c.get_experiment_by_name(experiment)
     if exp is None:
         names = [e.name for e in c.search_experiments()]
         raise ReportError(f"no experiment {experiment!r} in {uri}; experiments there: {names or 'none'}")
     return _search(c, [exp.experiment_id], "tags.cell_key != ''")
+
+
+def _sweep_runs(c: Any, uri: str, sweep: str) -> tuple[list[Any], list[str]]:
+    """(runs, missing): the runs of a sweep's members and their re-scoring runs; a description of
+    each member that has no run."""
+    from apps_bench.tracking import membership
+
+    try:
+        parent = c.get_run(sweep)
+    except Exception as exc:  # noqa: BLE001 - MLflow raises its own exception types
+        raise ReportError(f"no run {sweep!r} in {uri}: {exc}") from None
+    members, by_key = membership.member_runs(c, sweep)
+    missing = [f"{m.describe()}: no run with its cell key {m.key} in {uri}" for m in members or [] if m.key not in by_key]
+    runs = list(by_key.values())
+    ids = {r.info.run_id for r in runs}
+    rescored = [r for r in _search(c, [parent.info.experiment_id], "tags.run_kind = 'rescore'") if r.data.tags.get("rescore_of") in ids]
+    return runs + rescored, missing
+
+
+def _member_problem(r: Any, cell: CellData | None, error: str = "") -> str | None:
+    """Why a member's run cannot stand for it in the sweep's comparison, or None."""
+    name = f"{r.data.tags.get('cell_name', r.info.run_name)} (run {r.info.run_id})"
+    if error:
+        return f"{name}: its records cannot be read: {error}"
+    if r.info.status != "FINISHED" or r.data.tags.get("complete") != "true":
+        return f"{name}: unfinished (status {r.info.status}, complete={r.data.tags.get('complete', 'unset')})"
+    if cell is not None and not cell.problems:
+        return f"{name}: no per-problem records (records.jsonl / problems.json)"
+    return None
 
 
 def _download(c: Any, run_id: str, name: str, dst: Path) -> Path | None:
@@ -317,51 +340,80 @@ def from_mlflow(
     uri: str | None = None,
     with_roles: bool = True,
 ) -> list[CellData]:
-    """Cell runs of an experiment (or of one sweep, with the re-scoring runs of its cells)."""
-    import os
+    """Cell runs of an experiment (or of one sweep, with the re-scoring runs of its cells; a
+    member cell that is missing, unfinished or unreadable is left out: `sweep_cells` names it)."""
+    return _read(experiment=experiment, sweep=sweep, uri=uri, with_roles=with_roles)[0]
 
-    from apps_bench import provenance
+
+def sweep_cells(sweep: str, *, uri: str | None = None, with_roles: bool = True) -> tuple[list[CellData], list[str]]:
+    """(cells, missing) of a sweep: `missing` names every member cell with no run, an unfinished
+    run, or records that cannot be read; the sweep's figures are whole only when it is empty."""
+    return _read(experiment="", sweep=sweep, uri=uri, with_roles=with_roles)
+
+
+def _read(*, experiment: str, sweep: str | None, uri: str | None, with_roles: bool) -> tuple[list[CellData], list[str]]:
+    import os
+    import sys
+
+    from tqdm import tqdm
+
     from apps_bench.tracking import mlflow as mlf
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar of ours, not one per file
     uri = mlf.tracking_uri() if uri is None else uri
     c = mlf.client(uri)
-    runs = find_runs(c, uri, experiment=experiment, sweep=sweep)
+    if sweep:
+        runs, missing = _sweep_runs(c, uri, sweep)
+    else:
+        runs, missing = find_runs(c, uri, experiment=experiment, sweep=None), []
     by_id = {r.info.run_id: r for r in runs}
     cells = []
-    import sys
-
-    from tqdm import tqdm
-
     bar = tqdm(runs, desc="reading cell runs", unit="run", file=sys.stderr, disable=len(runs) < 20 or not sys.stderr.isatty())
     with tempfile.TemporaryDirectory(prefix="apps-bench-report-") as tmp:
         for i, r in enumerate(bar):
-            t, p = r.data.tags, r.data.params
-            if "cell_key" not in t:
+            if "cell_key" not in r.data.tags:
                 continue
-            if not p and t.get("rescore_of") in by_id:  # a re-scoring run: selection from the run it re-scored
-                p = by_id[t["rescore_of"]].data.params
-            data_run = t.get("final_eval_run_id") or r.info.run_id  # an optimizer cell's problems: its final eval
+            member = bool(sweep) and r.data.tags.get("run_kind") != "rescore"
             dst = Path(tmp) / str(i)
             dst.mkdir()
-            cell = CellData(
-                dataset=t.get("dataset", "?"), topology=t.get("topology", "?"), model=t.get("model", "?"),
-                optimizer=t.get("optimizer", "?"), seed=t.get("seed", "?"), key=t.get("cell_key", ""),
-                judge_profile=t.get("judge_profile") or p.get("judge.profile", "?"),
-                max_tests_per_row=t.get("max_tests_per_row") or p.get("max_tests_per_row", "?"),
-                judge_rules=t.get("judge_rules") or p.get("judge.rules", "?"),
-                selection={k: p.get(k, "") for k in SELECTION_PARAMS}, complete=t.get("complete") == "true",
-                settings=_settings(p),
-                source=r.info.run_id, framework=t.get("framework") or p.get("topology.framework", ""),
-                flow=p.get("topology.flow", ""), run_kind=t.get("run_kind", "cell"),
-                provenance=provenance.from_tags(t), problems=_problems_of_run(c, data_run, dst),
-            )  # fmt: skip
-            if with_roles:
-                path = _download(c, data_run, "transcripts.jsonl", dst)
-                if path is not None:
-                    cell.roles = {str(x.get("key")): role_uses(x.get("events") or []) for x in _jsonl(path)}
+            try:
+                cell = _cell_of_run(c, r, by_id, dst, with_roles)
+            except Exception as exc:  # noqa: BLE001 - MLflow's artifact stores raise their own types
+                if not member:
+                    raise
+                missing.append(_member_problem(r, None, f"{type(exc).__name__}: {exc}") or "")
+                continue
+            why = _member_problem(r, cell) if member else None
+            if why:
+                missing.append(why)
             cells.append(cell)
-    return cells
+    return cells, missing
+
+
+def _cell_of_run(c: Any, r: Any, by_id: Mapping[str, Any], dst: Path, with_roles: bool) -> CellData:
+    from apps_bench import provenance
+
+    t, p = r.data.tags, r.data.params
+    if not p and t.get("rescore_of") in by_id:  # a re-scoring run: selection from the run it re-scored
+        p = by_id[t["rescore_of"]].data.params
+    data_run = t.get("final_eval_run_id") or r.info.run_id  # an optimizer cell's problems: its final eval
+    cell = CellData(
+        dataset=t.get("dataset", "?"), topology=t.get("topology", "?"), model=t.get("model", "?"),
+        optimizer=t.get("optimizer", "?"), seed=t.get("seed", "?"), key=t.get("cell_key", ""),
+        judge_profile=t.get("judge_profile") or p.get("judge.profile", "?"),
+        max_tests_per_row=t.get("max_tests_per_row") or p.get("max_tests_per_row", "?"),
+        judge_rules=t.get("judge_rules") or p.get("judge.rules", "?"),
+        selection={k: p.get(k, "") for k in SELECTION_PARAMS}, complete=t.get("complete") == "true",
+        settings=_settings(p),
+        source=r.info.run_id, framework=t.get("framework") or p.get("topology.framework", ""),
+        flow=p.get("topology.flow", ""), run_kind=t.get("run_kind", "cell"),
+        provenance=provenance.from_tags(t), problems=_problems_of_run(c, data_run, dst),
+    )  # fmt: skip
+    if with_roles:
+        path = _download(c, data_run, "transcripts.jsonl", dst)
+        if path is not None:
+            cell.roles = {str(x.get("key")): role_uses(x.get("events") or []) for x in _jsonl(path)}
+    return cell
 
 
 def select(

@@ -2,25 +2,24 @@
 
 The parent run holds the report's pass@1 table (`render.pass_rows`) as a table artifact, its
 text form and its bar chart (`plots.pass_figure`) as a logged figure, and tags naming the
-leader. It is rewritten whole, from the store's current state, each time a cell of the sweep
-finishes (in the cell's own process, wherever it runs: it knows the parent from
-APPS_BENCH_PARENT_RUN_ID), when the sweep starts and when it ends (in the launching process).
+leader and the number of member cells it covers. Publishing belongs to the sweep: the launching
+process writes it once, when every cell of the sweep has ended (and again at the end of a rerun
+or continuation); a cell only logs its own run. Cells started by hand under a parent run (no
+launching process to see the end) publish with `python -m apps_bench.report --sweep ID --publish`.
 
-Concurrent writers: every write is a complete table computed from the store at that moment;
-the last writer wins. On a SQLite store (one file, so one filesystem for every writer) the
-read-and-write is serialised under a lock beside the store, so the last writer has read every
-cell finished before it. Against an MLflow server cells on other hosts cannot share a lock:
-a write may then miss a cell finishing at the same moment, and the launching process's
-rewrite at the sweep's end makes the table whole.
+The comparison covers every member cell (tracking/membership.py) or is not drawn: a member that
+has no run, an unfinished run or unreadable records makes `SweepIncomplete`, which names them,
+and the parent's `comparison_missing` and `error` tags say the same, never a smaller table.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
+from apps_bench.report.table import ReportError
 
 TABLE = "sweep_comparison.json"
 TEXT = "sweep_comparison.txt"
@@ -28,15 +27,18 @@ FIGURE = "sweep_pass_at_1.png"
 COLUMNS = ["topology", "model", "pass_at_1", "ci_low", "ci_high", "seeds", "n_seeds", "n_problems", "comparability"]
 
 
-@contextlib.contextmanager
-def _store_lock(uri: str) -> Iterator[None]:
-    if not uri.startswith("sqlite:///"):
-        yield
-        return
-    from filelock import FileLock
+class SweepIncomplete(ReportError):
+    """Member cells of a sweep that its figures cannot cover."""
 
-    with FileLock(uri[len("sqlite:///") :] + ".comparison.lock", timeout=600):
-        yield
+    def __init__(self, sweep: str, missing: list[str]) -> None:
+        self.missing = missing
+        self.prefix = f"sweep {sweep}: "
+        super().__init__(
+            f"{self.prefix}{len(missing)} member cell(s) missing, so no comparison is drawn over the others:\n  "
+            + "\n  ".join(missing)
+            + "\nRerun the sweep's command (the parent run's sweep_overrides tag) to finish them: finished problems "
+            "are not solved again."
+        )
 
 
 def leader(rows: list[dict[str, Any]]) -> str:
@@ -51,39 +53,57 @@ def leader(rows: list[dict[str, Any]]) -> str:
 
 
 def publish(uri: str, parent_run_id: str) -> list[dict[str, Any]]:
-    """Rewrite the parent run's comparison from the sweep's finished cells; -> the table's rows."""
+    """Rewrite the parent run's comparison from its member cells; -> the table's rows.
+    SweepIncomplete (after tagging the parent with it) when a member is missing."""
+    from mlflow.entities import RunTag
+
     from apps_bench.report import cells as cellmod
     from apps_bench.report import groups, plots, render
     from apps_bench.tracking import mlflow as mlf
 
     c = mlf.client(uri)
-    with _store_lock(uri):
-        chosen = cellmod.select(cellmod.from_mlflow(sweep=parent_run_id, uri=uri, with_roles=False))
-        gs = groups.group_cells(chosen)
-        rows = render.pass_rows(gs)
-        mlf.log_table(c, parent_run_id, rows, TABLE, columns=COLUMNS)
-        text = render.pass_table(gs) if gs else "pass@1 by topology × model: no cell of this sweep has finished yet"
-        c.log_text(parent_run_id, text + "\n", TEXT)
-        if gs:
-            fig = plots.pass_figure(gs)
-            try:
-                c.log_figure(parent_run_id, fig, FIGURE)
-            finally:
-                plots.close(fig)
-        from mlflow.entities import RunTag
-
-        tags = {"comparison_cells": str(len(chosen)), "comparison_leader": leader(rows)}
+    found, missing = cellmod.sweep_cells(parent_run_id, uri=uri, with_roles=False)
+    if missing:
+        err = SweepIncomplete(parent_run_id, missing)
+        c.log_text(parent_run_id, str(err) + "\n", TEXT)
+        tags = {"comparison_missing": "\n".join(missing)[:5000], "error": str(err)[:5000], "comparison_cells": ""}
         c.log_batch(parent_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        raise err
+    chosen = cellmod.select(found)
+    gs = groups.group_cells(chosen)
+    rows = render.pass_rows(gs)
+    mlf.log_table(c, parent_run_id, rows, TABLE, columns=COLUMNS)
+    text = render.pass_table(gs) if gs else "pass@1 by topology × model: this sweep has no cell"
+    c.log_text(parent_run_id, text + "\n", TEXT)
+    if gs:
+        fig = plots.pass_figure(gs)
+        try:
+            c.log_figure(parent_run_id, fig, FIGURE)
+        finally:
+            plots.close(fig)
+    members = {x.key for x in found if x.run_kind != "rescore"}
+    tags = {"comparison_cells": str(len(members)), "comparison_leader": leader(rows)}
+    c.log_batch(parent_run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+    now = c.get_run(parent_run_id).data.tags  # an earlier publish's complaint no longer holds
+    if "comparison_missing" in now:
+        c.delete_tag(parent_run_id, "comparison_missing")
+    if now.get("error", "").startswith(SweepIncomplete(parent_run_id, []).prefix):
+        c.delete_tag(parent_run_id, "error")
     return rows
 
 
-def publish_quietly(uri: str, parent_run_id: str) -> None:
-    """`publish`, for a cell's end and the sweep's: a comparison that cannot be written is said
-    on stderr, never the cell's failure (its own run is already complete)."""
+def publish_or_say(uri: str, parent_run_id: str) -> list[str] | None:
+    """`publish` at the sweep's end: -> the missing members (said on stderr), [] once published,
+    None when the store failed (said on stderr: the cells' own runs are complete)."""
     try:
         publish(uri, parent_run_id)
+    except SweepIncomplete as exc:
+        print(f"apps-bench: {exc}", file=sys.stderr)
+        return exc.missing
     except Exception as exc:  # noqa: BLE001 - MLflow, pandas and matplotlib raise their own types
-        print(f"apps-bench: the sweep's comparison on parent run {parent_run_id} was not updated: {exc}", file=sys.stderr)
+        print(f"apps-bench: the sweep's comparison on parent run {parent_run_id} was not written: {exc}", file=sys.stderr)
+        return None
+    return []
 
 
 def read(uri: str, parent_run_id: str) -> list[dict[str, Any]]:

@@ -7,10 +7,15 @@ outside the grid: `SystemExit(2)` (Hydra only warns on a plain exception from a 
 Then it creates the tracking store, the experiment and the sweep's parent run (a rerun of
 the same cells continues the earlier parent), and hands the store URI, the parent run id and
 the launching directory to every cell through `hydra.job.env_set` (cells may run in other
-processes or hosts: joblib, submitit, Ray; a cell that misses them refuses to run). The
-parent run is closed in `on_multirun_end`, at exit when a cell failed (Hydra skips
+processes or hosts: joblib, submitit, Ray; a cell that misses them refuses to run). The parent
+records its member cells first (tracking/membership.py), so a cell that ran before the sweep,
+alone or in another sweep, is one of its cells all the same.
+
+The parent run is closed in `on_multirun_end`, at exit when a cell failed (Hydra skips
 `on_multirun_end` then: FAILED), or KILLED on Ctrl-C / SIGTERM after the launchers' cancel
-hooks (`on_sweep_interrupt`) ran.
+hooks (`on_sweep_interrupt`) ran. Closing it (unless interrupted) publishes the sweep's
+comparison once, from the launching process (report/sweep_run.py); a member missing from it
+ends the parent FAILED and the command with exit 1, naming the member.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ from typing import Any, Callable
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from apps_bench.tracking import membership
+from apps_bench.tracking.membership import Member
 
 ROOT_ENV = "APPS_BENCH_ROOT"  # the launching command's directory: cells' outputs/ go under it on every launcher
 
@@ -52,9 +60,9 @@ def sweep_overrides(config: DictConfig) -> list[list[str]]:
     return [list(cell) for cell in itertools.product(*choices)]
 
 
-def check_sweep(config: DictConfig) -> tuple[int, list[str], list[str]]:
+def check_sweep(config: DictConfig) -> tuple[int, list[str], list[Member]]:
     """Compose every cell of the sweep; check its settings and the grid guard, and (for local
-    data: the demos or a file) that its selection holds problems. -> (cells, refusals, cell keys).
+    data: the demos or a file) that its selection holds problems. -> (cells, refusals, members).
 
     A hub dataset's selection is checked by each cell at its start instead: reading the hub
     here would stream the rows once more, and the launching host may not be where cells run."""
@@ -68,12 +76,13 @@ def check_sweep(config: DictConfig) -> tuple[int, list[str], list[str]]:
     loader = GlobalHydra.instance().config_loader()
     cells = sweep_overrides(config)
     refusals: list[str] = []
-    keys: list[str] = []
+    members: list[Member] = []
     checked: dict[str, str | None] = {}  # selection -> refusal (cells of a sweep mostly share one)
     for overrides in cells:
         data = cell_data(loader.load_sweep_config(master_config=config, sweep_overrides=list(overrides)))
         try:
-            keys.append(guard(data).key)
+            cell = guard(data)
+            members.append(Member(key=cell.key, name=cell.name, overrides=" ".join(overrides)))
             ds = data.get("dataset") or {}
             if ds.get("source") == "demo" or ds.get("path"):
                 sel = {k: data.get(k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
@@ -84,7 +93,7 @@ def check_sweep(config: DictConfig) -> tuple[int, list[str], list[str]]:
                     raise CellRefused(checked[key])
         except CellRefused as e:
             refusals.append(f"[{' '.join(overrides)}] {e}")
-    return len(cells), refusals, keys
+    return len(cells), refusals, members
 
 
 def _selection_refusal(data: dict[str, Any]) -> str | None:
@@ -164,10 +173,11 @@ class SweepTracking(Callback):
         self._closed = False
         self._handlers: dict[int, Any] = {}
         self._interrupted: str | None = None
+        self._missing: list[str] = []  # member cells the comparison could not cover at the end
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _ACTIVE
-        n, refusals, keys = check_sweep(config)
+        n, refusals, members = check_sweep(config)
         if refusals:
             print(
                 f"apps-bench: {len(refusals)} of {n} cells of this sweep are refused; nothing was run.",
@@ -188,8 +198,9 @@ class SweepTracking(Callback):
         tags["package_version"] = mlf.package_version()
         name = f"sweep·{n} cells"
         uri, run_id, continued = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri,
-                                                      sweep_key=sweep_key(experiment, keys))  # fmt: skip
+                                                      sweep_key=sweep_key(experiment, [m.key for m in members]))  # fmt: skip
         self._parent = (uri, run_id)
+        membership.record(mlf.client(uri), run_id, members)  # before any cell: membership never depends on order
         _ACTIVE = self
         env = {"MLFLOW_TRACKING_URI": uri, mlf.PARENT_RUN_ENV: run_id, ROOT_ENV: str(Path.cwd().resolve())}
         share = joblib_share(config, n)
@@ -199,9 +210,6 @@ class SweepTracking(Callback):
             env[SHARE_ENV] = f"{share}:joblib"
         os.environ.update(env)
         forward_to_jobs(config, env)
-        from apps_bench.report.sweep_run import publish_quietly
-
-        publish_quietly(uri, run_id)  # the comparison exists before any cell writes it (cells only rewrite it)
         how = "continues the parent run of its earlier run" if continued else "MLflow parent run"
         print(f"apps-bench: sweep of {n} cells; {how} {run_id} ({uri})", file=sys.stderr)
         atexit.register(self._close, "FAILED")
@@ -212,6 +220,8 @@ class SweepTracking(Callback):
             self._close("FINISHED")
         finally:
             _stop_idle_launcher_workers()
+        if self._missing:  # said on stderr and in the parent's tags by the comparison
+            raise SystemExit(1)
 
     def _install_signal_handlers(self) -> None:
         """Ctrl-C and SIGTERM on the launching command cancel what the sweep submitted and end
@@ -251,21 +261,19 @@ class SweepTracking(Callback):
         if self._interrupted is not None:
             status, message = "KILLED", message or f"the launching command was interrupted ({self._interrupted})"
         try:
-            if status == "FINISHED":
-                # cells that failed or stayed incomplete make the sweep incomplete
-                kids = mlf.child_runs(uri, run_id)
-                if any(k.info.status != "FINISHED" for k in kids):
-                    status = "FAILED"
-            elif self._interrupted is not None:  # the cells it stopped (a rerun continues them)
-                for k in mlf.child_runs(uri, run_id):
+            if self._interrupted is not None:  # the cells it stopped (a rerun continues them)
+                for k in membership.member_runs(mlf.client(uri), run_id)[1].values():
                     if k.info.status == "RUNNING":
                         mlf.end_run(uri, k.info.run_id, "KILLED")
-            if message:
-                mlf.client(uri).set_tag(run_id, "error", message[:5000])
-            if self._interrupted is None:  # every cell has ended: the comparison as it stands, whole
-                from apps_bench.report.sweep_run import publish_quietly
+            else:  # every cell has ended: the sweep publishes its comparison, once, over every member
+                from apps_bench.report.sweep_run import publish_or_say
 
-                publish_quietly(uri, run_id)
+                missing = publish_or_say(uri, run_id)
+                if missing != []:  # members missing, unfinished or unreadable (or the store failed): not FINISHED
+                    status = "FAILED"
+                    self._missing = missing or ["the comparison could not be written"]
+            if message:  # a launcher's reason comes last: it says why the sweep ended
+                mlf.client(uri).set_tag(run_id, "error", message[:5000])
             mlf.end_run(uri, run_id, status)
         finally:
             from apps_bench.cpus import SHARE_ENV

@@ -3,8 +3,9 @@
 Mapping: experiment = the study (`tracking.experiment`); run = one cell, found again by
 its `cell_key` tag so a resumed cell continues its own run; a multirun sweep gets a
 parent run (created by the Hydra callback before any cell starts) and each cell's run
-nests under it. An optimizer cell's final evaluation is a child of the cell's run, found
-again by its own tag (`key_tag="final_eval_of"`, `parent_run_id`). Params are the flattened identity of the cell (settings that change
+nests under it (a run that existed before the sweep is a member all the same: the parent
+lists its members, tracking/membership.py). An optimizer cell's final evaluation is a
+child of the cell's run, found again by its own tag (`key_tag="final_eval_of"`, `parent_run_id`). Params are the flattened identity of the cell (settings that change
 results), which is the same on every resume, so MLflow's immutable params never clash.
 
 Store: `MLFLOW_TRACKING_URI` if set, else an absolute-path SQLite file
@@ -393,6 +394,9 @@ class CellRun:
             run_id = found[0].info.run_id
             c.update_run(run_id, status="RUNNING")
             resumed = True
+            parent = parent_run_id or os.environ.get(PARENT_RUN_ENV, "").strip()
+            if parent and not found[0].data.tags.get("mlflow.parentRunId"):  # a cell first run alone: nest it in
+                tags = {**tags, "mlflow.parentRunId": parent}  # the sweep's UI (its membership is the parent's list)
             have = found[0].data.params  # a run killed while its params were logged gets the rest now
             missing = [Param(k, v) for k, v in sorted(flat.items()) if k not in have]
         else:
@@ -443,11 +447,7 @@ class CellRun:
                 if f.is_file() and f.suffix in (".json", ".jsonl", ".yaml", ".txt"):
                     c.log_artifact(self.run_id, str(f), artifact_path=name)
         c.set_terminated(self.run_id, status="FINISHED" if complete else "FAILED")
-        parent = os.environ.get(PARENT_RUN_ENV, "").strip()
-        if parent:  # the sweep's comparison now counts this cell (lazy: the report is heavier than tracking)
-            from apps_bench.report.sweep_run import publish_quietly
-
-            publish_quietly(self.uri, parent)
+        # the sweep's comparison is the launching process's, once every cell has ended (report/sweep_run.py)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
         """Step metrics during a cell (e.g. an optimizer's progress, step = charged rollouts)."""

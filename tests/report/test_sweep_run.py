@@ -1,6 +1,6 @@
 """The sweep's comparison on its parent run (apps_bench/report/sweep_run.py): a real gold sweep
 through the real CLI into a real SQLite store; the parent's table artifact must hold the report's
-rows, which must match the cells' records on disk; each finishing cell rewrites it on its own."""
+rows, which must match the cells' records on disk; cells started by hand publish with report --publish."""
 
 from __future__ import annotations
 
@@ -93,9 +93,11 @@ def test_children_carry_the_axes_as_tags(sweep: dict):
     assert axes == {(t, "gold", s, "apps", "none") for t in ("single", "sequential_langgraph") for s in ("0", "1")}
 
 
-def test_each_finishing_cell_rewrites_the_comparison(tmp_path: Path, mlflow_template: Path, apps_data_dir: Path):
-    """Cells started by hand under a parent run (as a remote launcher starts them): no launching
-    process publishes anything, so only the cells' own updates can put their rows there."""
+def test_cells_started_by_hand_under_a_parent_leave_publishing_to_report_publish(
+    tmp_path: Path, mlflow_template: Path, apps_data_dir: Path
+):
+    """Cells started by hand under a parent run (no launching process sees their end): each logs
+    only its own run; `report --sweep ID --publish` writes the comparison over all of them."""
     from apps_bench.tracking import mlflow as mlf
 
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
@@ -103,12 +105,15 @@ def test_each_finishing_cell_rewrites_the_comparison(tmp_path: Path, mlflow_temp
     _, parent, _ = mlf.start_parent_run(experiment="apps", run_name="sweep·by hand", tags={}, uri=uri)
     env = cli_env(tmp_path, MLFLOW_TRACKING_URI=uri, APPS_BENCH_PARENT_RUN_ID=parent)
     common = ["model=gold", "dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "limit=3", "progress=false"]
-    seen = []
     for topology in ("single", "sequential_langgraph"):
         r = run_cli([f"topology={topology}", *common], tmp_path, env=env)
         assert r.returncode == 0, r.stderr[-3000:]
-        seen.append([(x["topology"], x["n_seeds"], x["n_problems"]) for x in sweep_run.read(uri, parent)])
-    assert seen == [[("single", 1, 3)], [("sequential_langgraph", 1, 3), ("single", 1, 3)]]
+        assert sweep_run.TABLE not in {f.path for f in mlf.client(uri).list_artifacts(parent)}  # a cell never publishes
+    pub = run_cli(["--sweep", parent, "--publish"], tmp_path, env=env, module="apps_bench.report")
+    assert pub.returncode == 0, pub.stderr[-3000:]
+    assert sorted((x["topology"], x["n_seeds"], x["n_problems"]) for x in sweep_run.read(uri, parent)) == [
+        ("sequential_langgraph", 1, 3), ("single", 1, 3)]  # fmt: skip
+    assert mlf.client(uri).get_run(parent).data.tags["comparison_cells"] == "2"
 
 
 def test_concurrent_writers_leave_a_whole_table(sweep: dict):
