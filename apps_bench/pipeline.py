@@ -104,6 +104,7 @@ def prepare(cfg: Any) -> Prepared:
     import yaml
 
     from apps_bench.data import load_selection
+    from apps_bench.models.gold_policy import print_start_notes
 
     t_start = time.perf_counter()
     _quiet_libraries()
@@ -139,12 +140,7 @@ def prepare(cfg: Any) -> Prepared:
         + (f", {loaded.n_skipped} rows skipped" if loaded.n_skipped else ""),
         file=sys.stderr,
     )
-    if config.model.provider == "gold":
-        print(
-            "apps-bench: model=gold is the built-in harness self-check server: it answers with reference "
-            "solutions; it is not an LLM and its scores measure the harness, not a model.",
-            file=sys.stderr,
-        )
+    print_start_notes(config.model, loaded.problems)  # model=gold: what it is, the rows it cannot answer
     return prep
 
 
