@@ -112,6 +112,7 @@ def prepare(cfg: Any) -> Prepared:
     import yaml
 
     from apps_bench.data import load_selection
+    from apps_bench.models.gold_policy import print_start_notes
     from apps_bench.tracking.cell_lock import CellBusy, lock_times
     from apps_bench.tracking.run import check_store
 
@@ -163,12 +164,7 @@ def prepare(cfg: Any) -> Prepared:
         + (f", {loaded.n_skipped} rows skipped" if loaded.n_skipped else ""),
         file=sys.stderr,
     )
-    if config.model.provider == "gold":
-        print(
-            "apps-bench: model=gold is the built-in harness self-check server: it answers with reference "
-            "solutions; it is not an LLM and its scores measure the harness, not a model.",
-            file=sys.stderr,
-        )
+    print_start_notes(config.model, loaded.problems)  # model=gold: what it is, the rows it cannot answer
     return prep
 
 

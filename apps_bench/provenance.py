@@ -78,13 +78,19 @@ SANDBOX_FLAGS = ("contained", "user_namespace", "pid_namespace", "net_namespace"
 
 def sandbox_summary(features: Mapping[str, Any] | None) -> str:
     """The containment features that change what programs may do, as one comparable string
-    (e.g. `contained,pid_namespace,...,uid_switch,nice=0`); a feature the workers disagree on
+    (e.g. `contained,pid_namespace,...,uid_switch,numpy==2.4.6,nice=0`: the judged programs' packages
+    too, so the report warns when compared cells judged with other versions); a feature the workers disagree on
     shows as `<name>=mixed`."""
     if not features:
         return "unknown"
     on = [f"{k}=mixed" if features.get(k) == "mixed" else k for k in SANDBOX_FLAGS if features.get(k)]
     if not any(features.get(k) for k in ("contained", "pid_namespace", "pids_cgroup", "uid_switch")):
         on.insert(0, "rlimits_only")
+    packages = features.get("packages")  # what judged programs could import (sandbox/packages.py): verdicts follow it
+    if isinstance(packages, dict):
+        on += [f"{name}=={version}" for name, version in sorted(packages.items())]
+    elif packages is not None:
+        on.append(f"packages={packages}")
     if "nice" in features:
         on.append(f"nice={features['nice']}")
     return ",".join(on)

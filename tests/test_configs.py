@@ -184,7 +184,7 @@ def test_run_only_settings_keep_the_cell(base: dict, override: str):
      "judge.sandbox.output_cap_bytes=1000", "judge.sandbox.pids_max=64", "judge.sandbox.nproc=32",
      "judge.sandbox.nofile=64", "judge.sandbox.tmp_size=64m", "judge.sandbox.shm_size=16m", "judge.sandbox.grace_s=1",
      "judge.sandbox.first_test_slack_s=1", "judge.sandbox.cpu_slack_s=5", "judge.sandbox.exec_memory_bytes=1000000",
-     "judge.sandbox.stderr_chars=100"],
+     "judge.sandbox.stderr_chars=100", "judge.sandbox.packages=[numpy,sortedcontainers]"],
 )
 def test_result_settings_change_the_cell(base: dict, override: str):
     assert _key_with(base, override) != resolve_cell(base).key
@@ -213,7 +213,8 @@ def test_sandbox_limits_are_the_values_the_code_had_before_they_were_config():
 
     was = {"output_cap_bytes": 8 << 20, "pids_max": 128, "nproc": 64, "nofile": 256, "tmp_size": "256m",
            "shm_size": "64m", "grace_s": 0.25, "first_test_slack_s": 0.5, "cpu_slack_s": 2,
-           "exec_memory_bytes": 2 << 30, "stderr_chars": 2000}
+           "exec_memory_bytes": 2 << 30, "stderr_chars": 2000,
+           "packages": ["numpy"]}  # added later: what a program may import (the rules were bumped with it)
     for profile in ("seed", "reference"):
         cfg = _compose([f"judge={profile}"])
         assert SandboxLimits.from_config(cfg.judge.sandbox).to_dict() == was, profile

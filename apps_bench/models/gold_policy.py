@@ -431,3 +431,23 @@ def respond(request: dict[str, Any], index: ProblemIndex, *, wrong_fraction: flo
                     problem=problem.key,
                 )
     return _final(problem, seed, wrong_fraction)
+
+
+def without_solution(problems: Sequence[Any]) -> list[Any]:
+    """The problems gold cannot answer: their rows have no reference solution."""
+    return [p for p in problems if not getattr(p, "solutions", None)]
+
+
+def print_start_notes(model_cfg: Any, problems: Sequence[Any]) -> None:
+    """At the start of a gold cell: what gold is, and how many selected rows it cannot answer and
+    what that does to the score (a cell on rows without solutions scores 0 by construction)."""
+    if (model_cfg.get("provider") if isinstance(model_cfg, dict) else getattr(model_cfg, "provider", None)) != "gold":
+        return
+    print("apps-bench: model=gold is the built-in harness self-check server: it answers with reference "
+          "solutions; it is not an LLM and its scores measure the harness, not a model.", file=sys.stderr)
+    missing, n = len(without_solution(problems)), len(problems)
+    if missing:
+        print(f"apps-bench: model=gold: {missing} of {n} selected problems have no reference solution in their rows; "
+              f"gold gives no program for them, so they score 0 and this cell's pass@1 is at most {n - missing}/{n} = "
+              f"{(n - missing) / n:.4f} (and its agents call no tools on them). To check the harness, select rows with "
+              "solutions (e.g. the shared train_mini150.jsonl).", file=sys.stderr)

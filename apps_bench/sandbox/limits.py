@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+from .packages import check_declared
 
 
 @dataclass
@@ -26,9 +28,13 @@ class SandboxLimits:
     cpu_slack_s: int  # RLIMIT_CPU backstop: seconds of CPU past timeout_s before SIGXCPU
     exec_memory_bytes: int  # RLIMIT_AS of the agents' python_exec programs (they share this sandbox)
     stderr_chars: int  # stderr tail kept per test (verdict details, python_exec's stderr)
+    # the third-party packages a program may import besides the standard library (packages.py); checked installed
+    packages: list[str]
 
     def __post_init__(self) -> None:
         for f in fields(self):
+            if f.name == "packages":
+                continue
             v = getattr(self, f.name)
             want = {"int": int, "float": (int, float), "str": str}[str(f.type)]
             if isinstance(v, bool) or not isinstance(v, want):
@@ -42,6 +48,9 @@ class SandboxLimits:
         for name in ("output_cap_bytes", "pids_max", "nproc", "nofile", "stderr_chars"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"judge.sandbox.{name} must be > 0, got {getattr(self, name)!r}")
+        if isinstance(self.packages, str) or not isinstance(self.packages, (list, tuple)):
+            raise ValueError(f"judge.sandbox.packages must be a list of module names, got {self.packages!r}")
+        self.packages = list(check_declared(self.packages))
 
     @classmethod
     def from_config(cls, node: Any) -> SandboxLimits:
@@ -63,6 +72,8 @@ class SandboxLimits:
             raise ValueError(f"judge sandbox limits: {'; '.join(parts)} (the keys are those of conf/judge/seed.yaml's "
                              f"`sandbox:` block: {', '.join(names)})")
         floats = {f.name for f in fields(cls) if f.type == "float"}
+        if not isinstance(data["packages"], (str, bytes)) and isinstance(data["packages"], Sequence):
+            data["packages"] = list(data["packages"])  # a ListConfig too
         return cls(**{n: float(data[n]) if n in floats and type(data[n]) is int else data[n] for n in names})
 
     def to_dict(self) -> dict[str, Any]:

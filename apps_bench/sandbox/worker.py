@@ -2,7 +2,8 @@
 
 Start-up (once): numeric libraries pinned to one thread, then the interpreter, the
 APPS prelude (numpy included) and the stdlib modules programs commonly use are
-imported, so forked children start warm. In contained mode the worker is PID 1 of
+imported, so forked children start warm; then only the standard library and the judge
+profile's `sandbox.packages` stay importable (packages.py). In contained mode the worker is PID 1 of
 fresh PID/net/IPC/mount namespaces and builds its filesystem view (contain.py).
 
 Per job (one program and its test inputs): fork one contained child that runs the
@@ -33,7 +34,7 @@ import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
-from . import contain  # noqa: E402
+from . import contain, packages  # noqa: E402
 from .harness import ChildSpec, child_main, prelude_namespace, stdin_bytes  # noqa: E402
 from .protocol import ChannelClosed, ChannelCorrupt, ChannelTimeout, FrameReader, send_frame  # noqa: E402
 
@@ -549,6 +550,12 @@ def main() -> None:
     cfg = json.loads(sys.argv[1])
     w = Worker(cfg)
     try:
+        # Before any program: only the standard library and the profile's packages stay importable
+        # (packages.py); their versions are what the programs get, recorded with the features.
+        packages.restrict(cfg["limits"]["packages"])
+        w.features["packages"] = packages.versions(cfg["limits"]["packages"])
+        gc.collect()
+        gc.freeze()
         w.setup()
     except Exception as e:  # report why, so the pool can fall back loudly
         try:

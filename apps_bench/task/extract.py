@@ -11,11 +11,12 @@ the end of the reply.
 
 from __future__ import annotations
 
-import ast
 import functools
 import re
 import textwrap
 from dataclasses import dataclass
+
+from apps_bench.task.syntax import parse
 
 PYTHON_LABELS = frozenset({"python", "py", "python3", "py3"})
 CONTAINER_LABELS = frozenset({"", "markdown", "md"})  # may wrap a whole answer, fences included
@@ -93,7 +94,7 @@ def parses(code: str) -> bool:
     if not code.strip():
         return False
     try:
-        ast.parse(code)
+        parse(code)  # under the process's one AST lock (syntax.py): solver threads extract at once
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True

@@ -53,10 +53,22 @@ def tool_protocol(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def tool_warnings(records: Sequence[Mapping[str, Any]], topology_cfg: Any, model_cfg: Any) -> list[str]:
     """Warnings for the summary and MLflow: tools the model never used, or cannot use."""
+    out: list[str] = []
+    if _get(model_cfg, "provider") == "gold":
+        # gold gives no program (and calls no tool) where a row has no reference solution: that is
+        # the rows, not the server dropping tools, so those problems say nothing about tool use
+        unanswered = [r for r in records if not r.get("extracted") and not r.get("error")]
+        if unanswered:
+            n = len(records)
+            out.append(
+                f"model=gold gave no program for {len(unanswered)} of {n} problems: their rows have no reference "
+                f"solution (gold answers only with one), so they score 0 and pass@1 is at most {n - len(unanswered)}/{n}"
+                f" = {(n - len(unanswered)) / n:.4f}; a score on rows without solutions measures the rows, not the "
+                "harness")
+            records = [r for r in records if r.get("extracted") or r.get("error")]
     offered = roles_offered_tools(topology_cfg)
     if not offered or not records:
-        return []
-    out: list[str] = []
+        return out
     known_without = not _get(model_cfg, "tools_supported", True) or (
         _get(model_cfg, "provider") == "local" and not _get(model_cfg, "chat_format")
     )  # a local GGUF served with its own chat template: SmolLM2's drops `tools`

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from typing import Sequence
 
+from apps_bench.task.syntax import parse
 from apps_bench.types import Candidate, Vote
 
 _DOC_OWNERS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -42,7 +43,7 @@ def normalize_program(program: str) -> str:
     identical broken program but never with a valid one.
     """
     try:
-        tree = ast.parse(program)
+        tree = parse(program)  # under the process's one AST lock (task/syntax.py)
     except (SyntaxError, ValueError):
         lines = [ln.rstrip() for ln in program.strip("\n").splitlines() if ln.strip()]
         return "# unparsable\n" + "\n".join(lines)

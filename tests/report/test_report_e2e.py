@@ -198,7 +198,7 @@ def test_a_rescore_run_is_a_cell_of_its_own_profile_and_never_compared_across(sw
         r = run_cli(["--experiment", EXPERIMENT, "--compare", "baseline=single", "--forest", str(tmp_path / "f.png")],
                     sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
         assert r.returncode == 0, r.stderr[-3000:]
-        assert "judge=reference rules=1 cap=0" in r.stdout and "judge=seed rules=2 cap=20" in r.stdout  # never pooled
+        assert "judge=reference rules=2 cap=0" in r.stdout and "judge=seed rules=3 cap=20" in r.stdout  # never pooled
         refused = next(x for x in r.stdout.splitlines() if "refused" in x)
         assert "independent − single · gold" in refused and "different judge profiles (reference vs seed)" in refused
         row = next(x for x in r.stdout.splitlines() if x.startswith("independent  [dataset=apps judge=reference"))
@@ -236,20 +236,20 @@ def test_a_cell_judged_under_other_rules_is_refused(sweep: dict, tmp_path: Path)
     c.log_artifact(run.info.run_id, str(d / "records.jsonl"))
     c.log_metric(run.info.run_id, "latency_mean_s", orig.data.metrics["latency_mean_s"])
     c.set_terminated(run.info.run_id)
-    want = "different judge rules (profile seed: rules 1 vs 2)"
+    want = "different judge rules (profile seed: rules 1 vs 3)"
     try:
         r = run_cli(["--experiment", EXPERIMENT, "--compare", "baseline=single", "--forest", str(tmp_path / "f.png")],
                     sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
         assert r.returncode == 0, r.stderr[-3000:]
         refused = [x for x in r.stdout.splitlines() if "refused, not compared" in x]
         assert len(refused) == 1 and "independent − single · gold" in refused[0] and want in refused[0], r.stdout
-        assert "judge=seed rules=1 cap=20" in r.stdout and "judge=seed rules=2 cap=20" in r.stdout
+        assert "judge=seed rules=1 cap=20" in r.stdout and "judge=seed rules=3 cap=20" in r.stdout
         # the current rules' independent cells are still compared with single
         assert re.search(r"gold\s+independent\s+single\s+-", r.stdout), r.stdout
         # any other metric: mean ± std over seeds, never pooled across rules versions
         m = run_cli(["--experiment", EXPERIMENT, "--metric", "latency_mean_s"], sweep["cwd"], env=sweep["env"],
                     module="apps_bench.report")  # fmt: skip
-        assert m.returncode == 2 and "judge=seed rules=1 cap=20, judge=seed rules=2 cap=20" in m.stderr, m.stderr
+        assert m.returncode == 2 and "judge=seed rules=1 cap=20, judge=seed rules=3 cap=20" in m.stderr, m.stderr
     finally:
         c.delete_run(run.info.run_id)
 

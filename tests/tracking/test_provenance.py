@@ -36,3 +36,13 @@ def test_differences_warn_only_about_what_differs():
     assert warns == ["git_sha differs — abc: a; def: c", "pkg.openai differs — 3.3.0: a; 3.4.0: c"]
     old = {}  # a cell recorded before provenance existed
     assert any(w.startswith("python differs — (not recorded): old") for w in provenance.differences({"a": a, "old": old}))
+
+
+def test_the_judged_programs_packages_are_in_the_compared_sandbox():
+    """Cells whose programs could import other package versions judged differently: the report must say so."""
+    base = {"contained": True, "uid_switch": True, "nice": 0}
+    new = provenance.sandbox_summary({**base, "packages": {"numpy": "2.4.6"}})
+    old = provenance.sandbox_summary({**base, "packages": {"numpy": "1.26.4"}})
+    assert new == "contained,uid_switch,numpy==2.4.6,nice=0"
+    assert provenance.differences({"a": {"sandbox": new}, "b": {"sandbox": old}}) == [
+        f"sandbox differs — {old}: b; {new}: a"]
