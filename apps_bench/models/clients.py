@@ -235,7 +235,12 @@ class ModelClients:
     # ------------------------------------------------------------ CrewAI
 
     def crewai_llm(self, seed: int, *, role: str = "") -> Any:
-        """crewai.LLM on the native OpenAI provider (no litellm), metered through client_params."""
+        """crewai.LLM on the native OpenAI provider (no litellm), metered through client_params.
+
+        CrewAI's ReAct executor stops each reply at its stop word (`\\nObservation:`), but its OpenAI
+        provider only cuts the text after it arrives: the server would write on to EOS or the token
+        cap, and that discarded tail would count in CrewAI's tokens and time. So the stop word is
+        sent with every request (`stop`) and the server stops there."""
         crewai = _require("crewai", "crewai", "crewai")
         kwargs: dict[str, Any] = dict(
             model=self.model_id,  # no provider prefix: "openai/..." would route through litellm
@@ -251,4 +256,16 @@ class ModelClients:
             client_params={"http_client": self.http_client(role=role)},
         )
         self._add_extras(kwargs)
+        extra = dict(kwargs.get("extra_body") or {})
+        own = extra.get("stop") or []
+        extra["stop"] = list(dict.fromkeys([*([own] if isinstance(own, str) else own), *crewai_stop_words()]))
+        kwargs["extra_body"] = extra
         return crewai.LLM(**kwargs)
+
+
+def crewai_stop_words() -> list[str]:
+    """The stop words CrewAI's agent executor registers for every agent (crewai/agent/core.py:
+    the i18n slice "observation"), read from CrewAI so they follow its version."""
+    from crewai.utilities.i18n import I18N
+
+    return [I18N().slice("observation")]

@@ -100,6 +100,43 @@ def test_token_cap_reaches_the_server_the_same_way_from_every_framework(endpoint
     assert call["finish_reason"] == "length" and call["completion_tokens"] == usage.completion_tokens
 
 
+# A ReAct step the model copies up to and past CrewAI's stop word (`\nObservation:`).
+REACT_STEP = (
+    "Copy this text exactly, then stop:\nThought: I should run the code.\nAction: python_exec\n"
+    'Action Input: {"code": "print(1)"}\nObservation: 1\nThought: I now know the final answer.\nFinal Answer: print(1)'
+)
+
+
+def test_a_crewai_reply_ends_at_its_stop_word_on_the_server():
+    """CrewAI cuts a ReAct reply at `\nObservation:`; sent as `stop`, the server ends the reply there
+    instead of writing on (before: the same tokens as a request without stop, cut afterwards).
+    Own server, without the prompt cache and with another prompt between the two requests: on this
+    server a prompt it has already evaluated comes back as a different reply."""
+    from apps_bench.models import open_endpoint
+
+    with open_endpoint(cfg("model.prompt_cache_mb=0").model) as ep:
+        free, stopped = Usage(), Usage()
+
+        async def without_stop() -> str:
+            mc = clients(ep, free, max_tokens=48, temperature=0.0)
+            c = mc.async_openai()
+            r = await c.chat.completions.create(
+                model=mc.model_id, messages=[{"role": "user", "content": REACT_STEP}], **mc.request_params(0)
+            )
+            await c.close()
+            await mc.aclose()
+            return r.choices[0].message.content
+
+        written = asyncio.run(without_stop())
+        asyncio.run(_ask("openai", clients(ep, Usage(), max_tokens=1), "Say hi."))
+        mc = clients(ep, stopped, max_tokens=48, temperature=0.0)
+        kept = mc.crewai_llm(0).call([{"role": "user", "content": REACT_STEP}])
+    assert "\nObservation:" in written, written  # the model does write past the stop word
+    (call,) = stopped.calls
+    assert call["completion_tokens"] < free.calls[0]["completion_tokens"], (stopped.calls, free.calls)
+    assert call["finish_reason"] == "stop" and kept == written.split("\nObservation:")[0].strip()
+
+
 def test_finish_reasons_are_counted_in_the_cell_summary(endpoint):
     from apps_bench.tracking.summary import summarize_cell, usage_record
 

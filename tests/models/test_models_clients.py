@@ -255,6 +255,34 @@ def test_crewai_llm_and_sequential_crew_counted_once(gold, rows):
     assert st.seeds == [2, 3, 3, 4] and st.headers[-1] == {"x-apps-bench-run": "run-7"}
 
 
+def test_crewai_requests_carry_the_stop_words_crewai_cuts_replies_at(gold, rows):
+    """CrewAI's executor cuts a ReAct reply at its stop words after it arrives; sent as `stop`, the
+    server ends the reply there instead of writing on (tokens and time CrewAI then throws away)."""
+    from crewai import Agent, Crew, Process, Task
+    from crewai.tools import BaseTool
+
+    class PythonExec(BaseTool):
+        name: str = "python_exec"
+        description: str = "Run Python code (argument code) with standard input (argument stdin)."
+
+        def _run(self, code: str, stdin: str = "") -> str:
+            return "exit code 0"
+
+    ep, cfg = gold
+    p = stdin_problem(rows)
+    coder = Agent(role="coder", goal="solve", backstory="writes programs", llm=ModelClients(ep, cfg, Usage()).crewai_llm(seed=3),
+                  tools=[PythonExec()], allow_delegation=False, verbose=False, max_iter=4)
+    task = Task(description=prompt(p), expected_output="a python program", agent=coder)
+    Crew(agents=[coder], tasks=[task], process=Process.sequential, memory=False, verbose=False).kickoff()
+    st = ep.server.stats
+    assert st.kinds["crewai_action"] == 1 and st.replies == 2  # an Action reply, then the final answer
+    applied = coder.llm.stop  # what CrewAI's executor cut the replies at (it adds its own during kickoff)
+    assert "\nObservation:" in applied
+    for request in st.last_requests:
+        assert request["stop"] == applied, request.get("stop")
+        assert request["chat_template_kwargs"] == {"enable_thinking": False}  # the model's extra_body is kept
+
+
 # ------------------------------------------------------------------ retries and failures
 
 

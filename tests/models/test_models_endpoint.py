@@ -33,13 +33,13 @@ def closed_port() -> int:
         return s.getsockname()[1]  # nothing listens once the socket closes
 
 
-@pytest.mark.parametrize("name", ["gold", "qwen", "qwen_122b", "openai"])
+@pytest.mark.parametrize("name", ["gold", "qwen", "qwen_122b", "qwen_thinking", "openai"])
 def test_model_configs_match_the_schema(name, monkeypatch):
     for var in ("MODEL_ID", "VLLM_BASE_URL", "OPENAI_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
     cfg = model_cfg(name)
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves, every type checks
-    assert (cfg.temperature, cfg.top_p) == (0.2, 0.9)
+    assert 0 <= cfg.temperature <= 2 and 0 < cfg.top_p <= 1
     assert cfg.max_retries >= 1 and cfg.request_timeout_s > 0
     assert [k for k in cfg if "key" in k] == ["api_key_env"]  # the key itself never enters config
     assert re.fullmatch(r"[A-Z_][A-Z0-9_]*", cfg.api_key_env)  # the name of an env var
@@ -50,13 +50,14 @@ def test_qwen_configs_read_endpoint_and_model_from_env(monkeypatch):
     monkeypatch.delenv("VLLM_BASE_URL", raising=False)
     q = model_cfg("qwen")
     assert (q.model_id, q.base_url) == ("Qwen/Qwen3.5-9B", "http://127.0.0.1:8000/v1")
-    assert q.extra_body.chat_template_kwargs.enable_thinking is False and q.extra_body.repetition_penalty > 1
+    assert q.extra_body.chat_template_kwargs.enable_thinking is False
     assert model_cfg("qwen_122b").model_id == "Qwen/Qwen3.5-122B-A10B"
+    assert model_cfg("qwen_thinking").extra_body.chat_template_kwargs.enable_thinking is True
     monkeypatch.setenv("MODEL_ID", "my-model")
     monkeypatch.setenv("VLLM_BASE_URL", "http://gpu7:8000/v1")
     q = model_cfg("qwen")
     assert (q.model_id, q.base_url) == ("my-model", "http://gpu7:8000/v1")
-    assert model_cfg("qwen_122b").model_id == "my-model"
+    assert model_cfg("qwen_122b").model_id == "my-model" and model_cfg("qwen_thinking").model_id == "my-model"
 
 
 def test_gold_endpoint_starts_on_loopback_and_stops():
@@ -130,3 +131,16 @@ def test_gold_with_base_url_uses_a_running_gold_server():
     with GoldServer([PROBLEM]) as srv:
         with open_endpoint(model_cfg("gold", base_url=srv.base_url), []) as ep:
             assert ep.base_url == srv.base_url and ep.model_id == "gold" and ep.server is None
+
+
+def test_the_thinking_preset_is_outside_the_study_grid_until_asked_for():
+    """qwen_thinking needs run settings of its own (fewer problems at once, longer time caps):
+    a sweep of the study grid never picks it up by default."""
+    from conftest import compose_cell
+
+    from apps_bench.cell import CellRefused, guard
+
+    with pytest.raises(CellRefused, match="qwen_thinking"):
+        guard(compose_cell("model=qwen_thinking", "dataset=apps"))
+    cell = guard(compose_cell("model=qwen_thinking", "dataset=apps", "allow_any_cell=true", "concurrency=16"))
+    assert cell.axes()["model"] == "qwen_thinking"
