@@ -55,7 +55,9 @@ Examples:
 
 Config groups (conf/ in the package):
 {groups}
-Run options (top level): seed, limit, offset, only=[ids], difficulty, max_tests_per_row (20; <=0 keeps all),
+Run options (top level): seed, limit (the first N rows after offset; a row that cannot be used still counts,
+  so limit=50 on the test split is the 50 eval IDs, and each skipped row is named), offset, only=[ids], difficulty,
+  max_tests_per_row (20; <=0 keeps all),
   concurrency (64), processes (auto), allow_any_cell (false), out_dir, verbose, progress, tool.timeout_s, tool.output_chars,
   tracking.experiment (MLflow experiment, default apps)
 
@@ -91,6 +93,18 @@ def _refuse_seed_flags(argv: list[str]) -> None:
             "e.g. python -m apps_bench dataset=apps limit=50 out_dir=results/single\n"
             "The seed's optimizer command, flags and all: python -m apps_bench.optimize --method maspo ... (see its --help)\n"
         )
+        raise SystemExit(2)
+
+
+def _refuse_bad_overrides(argv: list[str]) -> None:
+    """A misspelt option or setting, or a value of the wrong type, answered like every other bad
+    setting (exit 2, the fix) before Hydra composes anything or makes its output folder."""
+    from apps_bench.overrides import check_overrides, with_range_problems
+    from apps_bench.validate import InvalidSettings
+
+    bad = check_overrides(argv, Path(CONF_DIR))
+    if bad:
+        sys.stderr.write(f"apps-bench: {InvalidSettings(with_range_problems(bad, argv, Path(CONF_DIR)))}\n")
         raise SystemExit(2)
 
 
@@ -147,6 +161,7 @@ def main() -> None:
         _print_help()
         return
     _refuse_seed_flags(args)
+    _refuse_bad_overrides(args)
     import hydra
 
     from apps_bench.config import register_configs

@@ -164,6 +164,9 @@ def prepare(cfg: Any) -> Prepared:
         + (f", {loaded.n_skipped} rows skipped" if loaded.n_skipped else ""),
         file=sys.stderr,
     )
+    if loaded.skipped_rows:
+        shown = "; ".join(loaded.skipped_rows[:10]) + (f"; and {len(loaded.skipped_rows) - 10} more" if len(loaded.skipped_rows) > 10 else "")
+        print(f"apps-bench: rows skipped (they still count toward limit/offset): {shown}", file=sys.stderr)
     print_start_notes(config.model, loaded.problems)  # model=gold: what it is, the rows it cannot answer
     return prep
 
@@ -232,7 +235,7 @@ def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers
     summary["cell"] = {"key": cell.key, "name": cell.name, **cell.axes(), "model_label": cell.model_label}
     summary["tool_protocol"] = tool_protocol(records)
     summary["warnings"] = tool_warnings(records, config.topology, config.model)
-    summary["dataset"] = {"source": loaded.source, "revision": loaded.revision}
+    summary["dataset"] = {"source": loaded.source, "revision": loaded.revision, "rows_skipped": list(loaded.skipped_rows)}
     summary["provenance"] = provenance.collect(config.topology.framework, sandbox)
     store.write_json(CELL, {"key": cell.key, **_cell_info(cell), "provenance": summary["provenance"]})
     summary_path = store.write_summary(summary)

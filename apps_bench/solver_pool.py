@@ -33,7 +33,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
 
 from apps_bench.solving import Solved
 
@@ -67,8 +67,23 @@ def start_forkserver(topology: str) -> Any:
         multiprocessing.set_start_method("forkserver", force=True)
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(preload_modules(topology))
-    forkserver.ensure_running()
+    with _sigint_ignored():  # inherited through exec: Ctrl-C is the cell's, never a traceback mid-import there
+        forkserver.ensure_running()
     return ctx
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored in this process while a child is started (from the main thread; elsewhere
+    Python cannot change handlers, and the child keeps the default)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # ----------------------------------------------------------------------------- wire

@@ -239,6 +239,13 @@ def _ignored(data: Mapping[str, Any]) -> list[BadSetting]:
             f"only the decentralized (debate) flow has rounds; topology={topo.get('name')} ({topo.get('flow')}) would ignore it",
             "topology.rounds=1, or topology=decentralized_langgraph / decentralized_openai",
         ))  # fmt: skip
+    dataset = data.get("dataset") or {}
+    if dataset.get("source") == "demo" and dataset.get("path"):
+        bad.append(BadSetting(
+            "dataset.path", dataset["path"],
+            f"dataset={dataset.get('name')} is the built-in problems and reads no file; dataset=apps reads a local file",
+            f"dataset=apps dataset.path={dataset['path']}",
+        ))  # fmt: skip
     opt = data.get("optimizer") or {}
     pool = _section(opt, "params.pool")
     if opt.get("name") not in (None, "none") and pool is not None:

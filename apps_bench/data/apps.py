@@ -38,6 +38,7 @@ class LoadResult:
     missing_ids: tuple[str, ...] = ()  # `only` IDs that no row had (skipped rows count as present)
     rows_selected: int = 0  # rows that passed the filters (problems + skipped)
     rows_matched: int = 0  # rows that `only`/`difficulty` matched, before `offset`/`limit` (validate.empty_selection)
+    skipped_rows: tuple[str, ...] = ()  # each skipped row: its line (a local JSONL file) or id, and why
 
     @property
     def n_skipped(self) -> int:
@@ -106,15 +107,36 @@ def _check_schema(row: Mapping[str, Any], source: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Unparsable:
+    """A JSONL line that is not a JSON object: kept in the stream so the row counts, and said by line."""
+
+    line: int
+
+
+class NotJsonLines(ValueError):
+    """A .jsonl/.json file that holds one JSON document (an array, or pretty-printed) instead of one object per line."""
+
+
 def _iter_jsonl(path: Path) -> Iterator[Any]:
     with path.open("r", encoding="utf-8") as f:
-        for line in f:
+        first = True
+        for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
+            if first and line.lstrip()[:1] == "[" or first and line.strip() == "{":
+                kind = "a JSON array" if line.lstrip()[:1] == "[" else "one pretty-printed JSON document"
+                raise NotJsonLines(
+                    f"dataset file {path} is not JSON Lines (one JSON object per line): it holds {kind}. Write one row "
+                    "per line, e.g. python -c \"import json,sys; [print(json.dumps(r)) for r in json.load(open(sys.argv[1]))]\" "
+                    f"{path} > rows.jsonl"
+                )
+            first = False
             try:
-                yield json.loads(line)
+                row = json.loads(line)
             except ValueError:
-                yield None  # counted as UNPARSABLE_ROW by the caller
+                row = None
+            yield row if isinstance(row, Mapping) else Unparsable(number)
 
 
 def _iter_parquet(path: Path) -> Iterator[Any]:
@@ -126,6 +148,8 @@ def _iter_parquet(path: Path) -> Iterator[Any]:
 
 
 def _iter_local(path: Path) -> Iterator[Any]:
+    if path.is_dir():
+        raise IsADirectoryError(f"dataset.path={path} is a directory; give one codeparrot-schema .jsonl or .parquet file in it")
     if not path.is_file():
         raise FileNotFoundError(f"dataset file {path} not found (dataset.path must be a codeparrot-schema .jsonl or .parquet file)")
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
@@ -183,7 +207,8 @@ def load_problems(
 
     `dataset_cfg` follows `DatasetConfig` (an OmegaConf node, the dataclass, or a dict).
     `limit` and `offset` count rows that pass `only`/`difficulty`, skipped rows included,
-    so `limit=50` on the test split is exactly problem IDs 0-49.
+    so `limit=50` on the test split is exactly problem IDs 0-49 (the eval IDs), whatever rows
+    among them cannot be used; each skipped row is named in `skipped_rows`.
     """
     from apps_bench.data.demo import DEMO_PROBLEMS
 
@@ -221,6 +246,7 @@ def load_problems(
         raise ValueError(f"unknown dataset.source {source_kind!r}; choose hub, file or demo")
 
     skipped: Counter[str] = Counter()
+    which: list[str] = []
     problems: list[Problem] = []
     n_selected = 0
     checked = False
@@ -228,6 +254,7 @@ def load_problems(
         n_selected += 1
         if not isinstance(row, Mapping):
             skipped[UNPARSABLE_ROW] += 1
+            which.append(f"line {row.line}: not a JSON object" if isinstance(row, Unparsable) else "a row that is not a JSON object")
             continue
         if not checked:
             _check_schema(row, source)
@@ -236,7 +263,8 @@ def load_problems(
             problems.append(parse_row(row, split=split, max_tests_per_row=max_tests_per_row))
         except RowError as e:
             skipped[e.reason] += 1
-    return _result(problems, skipped, source, revision, only, tally, n_selected)
+            which.append(f"id {row_id(row)}: {e.reason}")
+    return _result(problems, skipped, source, revision, only, tally, n_selected, which)
 
 
 def load_selection(config: Any) -> LoadResult:
@@ -253,13 +281,13 @@ def load_selection(config: Any) -> LoadResult:
 
 def _result(
     problems: list[Problem], skipped: Counter[str], source: str, revision: str, only: Sequence[str],
-    tally: Mapping[str, Any], n: int,
+    tally: Mapping[str, Any], n: int, which: Sequence[str] = (),
 ) -> LoadResult:  # fmt: skip
     found = tally.get("found") or set()
     missing = tuple(i for i in only if i not in found)
     return LoadResult(
         problems=problems, skipped=dict(skipped), source=source, revision=revision, missing_ids=missing,
-        rows_selected=n, rows_matched=int(tally.get("matched") or 0),
+        rows_selected=n, rows_matched=int(tally.get("matched") or 0), skipped_rows=tuple(which),
     )  # fmt: skip
 
 

@@ -1,0 +1,111 @@
+"""A new user's mistakes, each answered the project's way through the real CLI: exit 2, what was wrong,
+the fix (a suggestion that works, never Hydra's `+key`), every bad setting at once, and nothing written
+(no cell folder, no MLflow store, no Hydra output folder)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import cli_env, run_cli
+
+
+def _refused(args: list[str], cwd: Path) -> str:
+    r = run_cli(args, cwd)
+    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert not (cwd / "outputs").exists(), sorted(str(p) for p in (cwd / "outputs").rglob("*"))
+    return r.stderr
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["topology=singel"], ["topology=singel", "did you mean single", "Fix: topology=single"]),
+        (["-m", "topology=single,singel", "seed=0,1"], ["topology=singel", "did you mean single"]),
+        (["limt=5"], ["unknown setting", "did you mean limit", "Fix: limit=5"]),
+        (["+limt=5"], ["unknown setting", "did you mean limit", "Fix: limit=5"]),
+        (["dataset.pth=rows.jsonl"], ["did you mean dataset.path", "Fix: dataset.path=rows.jsonl"]),
+        (["limit=abc"], ["limit=abc", "a whole number >= 1", "Fix: limit=50"]),
+        (["only=8"], ["only=8", "a list", "Fix: only=[8]"]),
+        (["verbose=maybe"], ["verbose=maybe", "true or false"]),
+        (["seed=[0,"], ["seed=[0,", "cannot be read as an override"]),
+    ],
+)
+def test_a_misspelt_or_mistyped_override_is_a_bad_setting(args: list[str], words: list[str], tmp_path: Path):
+    err = _refused(args, tmp_path)
+    for w in words:
+        assert w in err, err
+    assert "+limt" not in err and "Hydra" not in err
+
+
+def test_every_bad_setting_is_listed_at_once_type_errors_included(tmp_path: Path):
+    err = _refused(["tool.timeout_s=-1", "max_tests_per_row=abc", "concurrency=0"], tmp_path)
+    assert "invalid settings, nothing was run" in err
+    for key in ("tool.timeout_s=-1", "max_tests_per_row=abc", "concurrency=0"):
+        assert f"  {key}:" in err, err
+
+
+def test_the_demo_reads_no_file(tmp_path: Path, apps_data_dir: Path):
+    err = _refused(["dataset=demo", f"dataset.path={apps_data_dir / 'test_more.jsonl'}"], tmp_path)
+    assert "reads no file" in err and "Fix: dataset=apps dataset.path=" in err
+
+
+def test_a_directory_is_not_a_dataset_file(tmp_path: Path):
+    (tmp_path / "rows").mkdir()
+    err = _refused(["dataset=apps", "dataset.path=rows"], tmp_path)
+    assert "is a directory" in err
+
+
+@pytest.mark.parametrize("shape", ["array", "pretty"])
+def test_a_json_document_is_not_json_lines(shape: str, tmp_path: Path, apps_data_dir: Path):
+    rows = [json.loads(x) for x in (apps_data_dir / "test_more.jsonl").read_text().splitlines()[:3]]
+    data = tmp_path / "data"
+    data.mkdir()
+    path = data / "rows.json"
+    path.write_text(json.dumps(rows) if shape == "array" else json.dumps(rows[0], indent=2))
+    err = _refused(["dataset=apps", f"dataset.path={path}"], tmp_path)
+    assert "is not JSON Lines (one JSON object per line)" in err, err
+    assert "select other rows" not in err
+
+
+def test_a_malformed_line_is_named_by_its_number_and_still_counts_toward_limit(tmp_path: Path, apps_data_dir: Path):
+    lines = (apps_data_dir / "train_mini150.jsonl").read_text().splitlines()[:6]
+    lines.insert(2, '{"problem_id": 7, broken')
+    (tmp_path / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    r = run_cli(["dataset=apps", "dataset.path=rows.jsonl", "limit=5", "tracking=none", "progress=false"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "line 3: not a JSON object" in r.stderr, r.stderr[-3000:]
+    assert "4 problems" in r.stderr and "count toward limit" in r.stderr
+    [cell] = list((tmp_path / "outputs" / "cells").iterdir())
+    summary = json.loads((cell / "summary.json").read_text())
+    assert summary["dataset"]["rows_skipped"] == ["line 3: not a JSON object"]
+    assert len((cell / "records.jsonl").read_text().splitlines()) == 4
+
+
+def test_ctrl_c_prints_one_line_and_no_traceback(tmp_path: Path, apps_data_dir: Path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) right after the cell starts its
+    solver processes (their framework imports take seconds): the forkserver and its workers leave it to
+    the cell, which says how to resume."""
+    args = ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "limit=4", "processes=2",
+            "topology=sequential_langgraph", "model.latency_ms=300", "tracking=none", "progress=false"]  # fmt: skip
+    log = tmp_path / "cell.log"
+    proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args], cwd=tmp_path, env=cli_env(tmp_path),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log.open("w"),
+                            start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while "apps-bench: cell " not in log.read_text():  # prepare is done: the forkserver starts next
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the command
+    assert proc.wait(timeout=120) == 130
+    time.sleep(1)  # any child still writing would have done so by now
+    err = log.read_text()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-4000:]
+    assert err.rstrip().endswith("rerun the same command to finish the rest.")
