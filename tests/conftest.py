@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]
 # The suite's own real APPS rows (MIT; tests/fixtures/apps/SOURCE.md says where they came from):
 # train_mini150.jsonl, test_more.jsonl, test_0-49_partial.jsonl. Vendored, so no test skips on a fresh clone.
 APPS_DATA_DIR = Path(__file__).resolve().parent / "fixtures" / "apps"
@@ -185,3 +187,54 @@ def gold_sweep(cwd: Path, data_dir: Path, *extra: str, template: Path | None = N
     r = run_cli(args, cwd, env=env, timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return uri
+
+
+# --- a real MLflow tracking server on loopback -------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def mlflow_server(root: Path):
+    """launchers/mlflow_server.sh on a free loopback port (one worker, store and artifacts under `root`);
+    yields its MLFLOW_TRACKING_URI once /health answers; stops it (its whole session) on exit."""
+    import signal
+    import time
+    import urllib.request
+
+    env = {**os.environ, "MLFLOW_SERVER_DIR": str(root), "PORT": str(_free_port()), "WORKERS": "1", "PYTHON": sys.executable}
+    log_path = root / "server.log"  # a file, not a pipe: a pipe nobody drains blocks the server once full
+    log = log_path.open("w")
+    proc = subprocess.Popen([str(REPO / "launchers" / "mlflow_server.sh")], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not log_path.read_text().startswith("MLFLOW_TRACKING_URI="):  # the script's first line
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.2)
+        uri = log_path.read_text().splitlines()[0].split("=", 1)[1].strip()
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.5)
+        yield uri
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the script's own session: the server and its worker
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()

@@ -13,17 +13,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from conftest import cli_env, gold_sweep
+from conftest import cli_env, gold_sweep, mlflow_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -46,46 +41,11 @@ def _browser() -> tuple[str, str]:
     return chrome, driver
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """launchers/mlflow_server.sh on a free loopback port (one worker), stopped after the module."""
-    root = tmp_path_factory.mktemp("mlflow_server")
-    env = {**os.environ, "MLFLOW_SERVER_DIR": str(root), "PORT": str(_free_port()), "WORKERS": "1", "PYTHON": sys.executable}
-    log_path = root / "server.log"  # a file, not a pipe: a pipe nobody drains blocks the server once full
-    log = log_path.open("w")
-    proc = subprocess.Popen([str(REPO / "launchers" / "mlflow_server.sh")], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while not log_path.read_text().startswith("MLFLOW_TRACKING_URI="):  # the script's first line
-            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
-            time.sleep(0.2)
-        uri = log_path.read_text().splitlines()[0].split("=", 1)[1].strip()
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
-            time.sleep(0.5)
+    with mlflow_server(tmp_path_factory.mktemp("mlflow_server")) as uri:
         yield uri
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the script's own session: the server and its worker
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
 
 
 @pytest.fixture(scope="module")
