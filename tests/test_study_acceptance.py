@@ -51,7 +51,10 @@ def _cell_dirs(cwd: Path) -> dict[tuple[str, str], Path]:
     out = {}
     root = cwd / "outputs" / "cells"
     for d in root.iterdir() if root.is_dir() else ():
-        axes = json.loads((d / "cell.json").read_text())["axes"]
+        try:
+            axes = json.loads((d / "cell.json").read_text())["axes"]
+        except (OSError, ValueError):  # a cell that is being claimed right now: its cell.json comes next
+            continue
         out[(axes["topology"], str(axes["seed"]))] = d
     return out
 

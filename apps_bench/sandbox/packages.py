@@ -21,7 +21,9 @@ the process is the boundary.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+from importlib.machinery import PathFinder
 from typing import Any, Iterable
 
 # What the APPS prelude imports besides the standard library (harness.PRELUDE: `import numpy as np`).
@@ -70,11 +72,17 @@ class DeclaredOnly:
 
     def __init__(self, packages: Iterable[str]) -> None:
         self.packages = frozenset(packages)
+        # The interpreter's own library directories: a standard module sys.stdlib_module_names does
+        # not list (the platform's `_sysconfigdata_*`, which `sysconfig` imports) is found there.
+        lib = os.path.dirname(os.__file__)
+        self.stdlib_dirs = [lib, os.path.join(lib, "lib-dynload")]
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
         top = _top(fullname)
         if _always(top) or top in self.packages:
             return None  # the ordinary finders decide
+        if "." not in fullname and PathFinder.find_spec(fullname, self.stdlib_dirs) is not None:
+            return None
         raise ModuleNotFoundError(
             f"No module named {fullname!r} (judged programs may import the standard library and "
             f"{', '.join(sorted(self.packages))} only: the judge profile's sandbox.packages)", name=fullname)
