@@ -39,3 +39,16 @@ def test_gold_on_rows_without_solutions_says_so_and_never_blames_the_tools(
     [run] = MlflowClient(f"sqlite:///{db}").search_runs(
         [e.experiment_id for e in MlflowClient(f"sqlite:///{db}").search_experiments()])
     assert run.data.tags["warnings"] == warning and run.data.tags["n_warnings"] == "1"
+
+
+def test_gold_on_rows_that_all_lack_solutions_scores_zero_and_says_why(apps_data_dir: Path, tmp_path: Path):
+    """Rows 0-2 have no solution: gold calls no tool on any problem, which used to read as dropped tools."""
+    r = run_cli(["model=gold", "dataset=apps", f"dataset.path={apps_data_dir / 'test_more.jsonl'}", "limit=3",
+                 "topology=single", "progress=false", "tracking.backend=none"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "3 of 3 selected problems have no reference solution" in r.stderr and "at most 0/3 = 0.0000" in r.stderr
+    [summary_path] = tmp_path.glob("outputs/cells/**/summary.json")
+    summary = json.loads(summary_path.read_text())
+    assert summary["pass_at_1"] == 0.0
+    assert [w[:60] for w in summary["warnings"]] == ["model=gold gave no program for 3 of 3 problems: their rows h"]
+    assert "no tool call" not in r.stdout + r.stderr

@@ -198,7 +198,7 @@ def test_a_rescore_run_is_a_cell_of_its_own_profile_and_never_compared_across(sw
         r = run_cli(["--experiment", EXPERIMENT, "--compare", "baseline=single", "--forest", str(tmp_path / "f.png")],
                     sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
         assert r.returncode == 0, r.stderr[-3000:]
-        assert "judge=reference rules=2 cap=0" in r.stdout and "judge=seed rules=3 cap=20" in r.stdout  # never pooled
+        assert "judge=reference rules=1 cap=0" in r.stdout and "judge=seed rules=3 cap=20" in r.stdout  # never pooled
         refused = next(x for x in r.stdout.splitlines() if "refused" in x)
         assert "independent − single · gold" in refused and "different judge profiles (reference vs seed)" in refused
         row = next(x for x in r.stdout.splitlines() if x.startswith("independent  [dataset=apps judge=reference"))
