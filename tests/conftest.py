@@ -6,6 +6,7 @@ import contextlib
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,55 @@ def mlflow_server(root: Path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+@dataclass(frozen=True)
+class PlainMlflow:
+    """A plain `mlflow server` on loopback that accepts only the host name 127.0.0.1:<port>."""
+
+    url: str
+    port: int
+    access_log: Path  # uvicorn's access lines: '"PUT /api/2.0/mlflow-artifacts/artifacts/<exp>/<run>/artifacts/<file> ...'
+
+    def artifact_writes(self, run_id: str, name: str) -> int:
+        """How many times `name` was uploaded to run `run_id` through this server."""
+        needle = '"PUT /api/2.0/mlflow-artifacts/artifacts/'
+        tail = f"/{run_id}/artifacts/{name} HTTP"
+        return sum(1 for line in self.access_log.read_text().splitlines() if needle in line and tail in line)
+
+
+@contextlib.contextmanager
+def plain_mlflow_server(root: Path):
+    """`mlflow server` on 127.0.0.1 (SQLite and artifacts under `root`) that accepts only the host name
+    127.0.0.1 (MLflow's DNS-rebinding guard: `localhost` gets a 403); yields a PlainMlflow once /health answers."""
+    import signal
+    import time
+    import urllib.request
+
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ALLOWED_HOSTS": f"127.0.0.1:{port}", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+                             "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination",
+                             str(root / "artifacts"), "--workers", "1"], cwd=root, env=env, stdin=subprocess.DEVNULL,
+                            stdout=open(root / "access.log", "w"), stderr=open(root / "server.log", "w"),
+                            start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("mlflow server did not start:\n" + (root / "server.log").read_text()[-3000:])
+                time.sleep(0.5)
+        yield PlainMlflow(url=url, port=port, access_log=root / "access.log")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

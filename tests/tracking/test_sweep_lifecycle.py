@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import cli_env, fresh_store, run_cli
+from conftest import cli_env, fresh_store, plain_mlflow_server, run_cli
 
 from apps_bench.tracking.mlflow import PARENT_RUN_ENV
 
@@ -144,45 +144,10 @@ def test_sigterm_and_ctrl_c_cancel_the_sweep_and_end_its_parent_killed(
 # ----------------------------------------------------------- against a real MLflow server (loopback)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
-    """`mlflow server` on 127.0.0.1 that accepts only the host name 127.0.0.1 (MLflow's DNS-rebinding guard)."""
-    import urllib.request
-
-    root = tmp_path_factory.mktemp("mlflow_server")
-    port = _free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ALLOWED_HOSTS": f"127.0.0.1:{port}", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-                             "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination",
-                             str(root / "artifacts"), "--workers", "1"], cwd=root, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"), start_new_session=True)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(url + "/health", timeout=2).read()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                pytest.fail("mlflow server did not start:\n" + (root / "server.log").read_text()[-3000:])
-            time.sleep(0.5)
-    yield url, port
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    with plain_mlflow_server(tmp_path_factory.mktemp("mlflow_server")) as server:
+        yield server.url, server.port
 
 
 def test_a_server_that_refuses_the_host_name_stops_the_cell_with_the_fix(tmp_path: Path, mlflow_server):

@@ -8,15 +8,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, fresh_store, run_cli
+from conftest import cli_env, fresh_store, plain_mlflow_server, run_cli
 
 from apps_bench.report import sweep_run
 
@@ -174,56 +169,7 @@ def test_a_member_missing_at_the_sweeps_end_is_named_never_a_smaller_table(tmp_p
 
 # ----------------------------------------------------------- a real MLflow server on loopback
 
-@dataclass(frozen=True)
-class LoopbackMlflow:
-    url: str
-    port: int
-    access_log: Path  # uvicorn's access lines: '"PUT /api/2.0/mlflow-artifacts/artifacts/<exp>/<run>/artifacts/<file> ...'
-
-    def artifact_writes(self, run_id: str, name: str) -> int:
-        """How many times `name` was uploaded to run `run_id` through this server."""
-        needle = '"PUT /api/2.0/mlflow-artifacts/artifacts/'
-        tail = f"/{run_id}/artifacts/{name} HTTP"
-        return sum(1 for line in self.access_log.read_text().splitlines() if needle in line and tail in line)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def loopback_mlflow(tmp_path_factory: pytest.TempPathFactory):
-    """`mlflow server` on 127.0.0.1 that accepts only the host name 127.0.0.1 (MLflow's DNS-rebinding guard)."""
-    import urllib.request
-
-    root = tmp_path_factory.mktemp("mlflow_server")
-    port = _free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ALLOWED_HOSTS": f"127.0.0.1:{port}", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-                             "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination",
-                             str(root / "artifacts"), "--workers", "1"], cwd=root, env=env, stdin=subprocess.DEVNULL,
-                            stdout=open(root / "access.log", "w"), stderr=open(root / "server.log", "w"),
-                            start_new_session=True)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(url + "/health", timeout=2).read()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                pytest.fail("mlflow server did not start:\n" + (root / "server.log").read_text()[-3000:])
-            time.sleep(0.5)
-    yield LoopbackMlflow(url=url, port=port, access_log=root / "access.log")
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    with plain_mlflow_server(tmp_path_factory.mktemp("mlflow_server")) as server:
+        yield server
