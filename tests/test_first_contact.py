@@ -5,15 +5,10 @@ the fix (a suggestion that works, never Hydra's `+key`), every bad setting at on
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, run_cli
+from conftest import run_cli
 
 
 def _refused(args: list[str], cwd: Path) -> str:
@@ -87,25 +82,3 @@ def test_a_malformed_line_is_named_by_its_number_and_still_counts_toward_limit(t
     summary = json.loads((cell / "summary.json").read_text())
     assert summary["dataset"]["rows_skipped"] == ["line 3: not a JSON object"]
     assert len((cell / "records.jsonl").read_text().splitlines()) == 4
-
-
-def test_ctrl_c_prints_one_line_and_no_traceback(tmp_path: Path, apps_data_dir: Path):
-    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) right after the cell starts its
-    solver processes (their framework imports take seconds): the forkserver and its workers leave it to
-    the cell, which says how to resume."""
-    args = ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "limit=4", "processes=2",
-            "topology=sequential_langgraph", "model.latency_ms=300", "tracking=none", "progress=false"]  # fmt: skip
-    log = tmp_path / "cell.log"
-    proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args], cwd=tmp_path, env=cli_env(tmp_path),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log.open("w"),
-                            start_new_session=True)  # fmt: skip
-    deadline = time.monotonic() + 120
-    while "apps-bench: cell " not in log.read_text():  # prepare is done: the forkserver starts next
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the command
-    assert proc.wait(timeout=120) == 130
-    time.sleep(1)  # any child still writing would have done so by now
-    err = log.read_text()
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-4000:]
-    assert err.rstrip().endswith("rerun the same command to finish the rest.")

@@ -74,6 +74,9 @@ class SequentialCrewAI(FlowRunner):
             await _in_own_thread(f"crew-{ctx.problem.id}", self._kickoff, ctx, team, stop)
         finally:
             stop.set()  # a crew cut short by the wall clock stops at its next step
+            # CrewAI catches what its step callbacks raise and calls the model again: closing its clients makes
+            # every further call of a crew cut by the wall clock fail at once, instead of keeping the server busy
+            _close_clients(team.data.get("crew_llms", ()))
 
     def _kickoff(self, ctx: SolveContext, team: Team, stop: threading.Event) -> None:
         prepare_crewai_env()
@@ -166,6 +169,7 @@ class SequentialCrewAI(FlowRunner):
                     callback=on_task_done,
                 )
             )
+        team.data["crew_llms"] = [agent.llm for agent in agents]
         crew = Crew(
             agents=agents,
             tasks=tasks,
@@ -191,10 +195,7 @@ class SequentialCrewAI(FlowRunner):
                 raise exc.__cause__ from None
             raise
         finally:
-            for agent in agents:  # one HTTP client per LLM; release its connections now
-                client = getattr(agent.llm, "client", None)
-                if client is not None and hasattr(client, "close"):
-                    client.close()
+            _close_clients([agent.llm for agent in agents])  # one HTTP client per LLM; release its connections now
 
     def finish(self, ctx: SolveContext, team: Team) -> Attempt:
         last_stage = agent_names(ctx.roles)[-1]
@@ -206,6 +207,13 @@ class SequentialCrewAI(FlowRunner):
         attempt.usage = replace(ctx.usage)
         attempt.transcript = list(ctx.transcript)
         return attempt
+
+
+def _close_clients(llms: Any) -> None:
+    for llm in llms:
+        client = getattr(llm, "client", None)
+        if client is not None and hasattr(client, "close"):
+            client.close()
 
 
 async def _in_own_thread(name: str, fn: Any, *args: Any) -> Any:

@@ -174,6 +174,7 @@ class SweepTracking(Callback):
         self._handlers: dict[int, Any] = {}
         self._interrupted: str | None = None
         self._missing: list[str] = []  # member cells the comparison could not cover at the end
+        self._members: list[Any] | None = None  # the member list this process recorded on the parent
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _ACTIVE
@@ -200,6 +201,7 @@ class SweepTracking(Callback):
         uri, run_id, continued = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri,
                                                       sweep_key=sweep_key(experiment, [m.key for m in members]))  # fmt: skip
         self._parent = (uri, run_id)
+        self._members = list(members)
         membership.record(mlf.client(uri), run_id, members)  # before any cell: membership never depends on order
         _ACTIVE = self
         env = {"MLFLOW_TRACKING_URI": uri, mlf.PARENT_RUN_ENV: run_id, ROOT_ENV: str(Path.cwd().resolve())}
@@ -262,9 +264,12 @@ class SweepTracking(Callback):
             status, message = "KILLED", message or f"the launching command was interrupted ({self._interrupted})"
         try:
             if self._interrupted is not None:  # the cells it stopped (a rerun continues them)
-                for k in membership.member_runs(mlf.client(uri), run_id)[1].values():
-                    if k.info.status == "RUNNING":
-                        mlf.end_run(uri, k.info.run_id, "KILLED")
+                try:
+                    for k in membership.member_runs(mlf.client(uri), run_id, self._members)[1].values():
+                        if k.info.status == "RUNNING":
+                            mlf.end_run(uri, k.info.run_id, "KILLED")
+                except Exception as exc:  # noqa: BLE001 - the parent still ends KILLED; the cells' runs stay open for the rerun
+                    print(f"apps-bench: could not mark the stopped cells' runs KILLED ({type(exc).__name__}: {exc})", file=sys.stderr)
             else:  # every cell has ended: the sweep publishes its comparison, once, over every member
                 from apps_bench.report.sweep_run import publish_or_say
 

@@ -56,12 +56,14 @@ def cell_run(c: Any, experiment_id: str, key: str) -> Any | None:
     return next((r for r in found if r.data.tags.get("run_kind") != "rescore"), None)
 
 
-def member_runs(c: Any, parent_run_id: str) -> tuple[list[Member] | None, dict[str, Any]]:
+def member_runs(c: Any, parent_run_id: str, members: list[Member] | None = None) -> tuple[list[Member] | None, dict[str, Any]]:
     """(member list or None, member key -> its run) of a sweep; a member without a run is absent
-    from the dict. Without a member list: the parent's nested children, by their keys."""
+    from the dict. `members`: the list when the caller has it (the launching process, which wrote it:
+    no artifact download, which MLflow cannot do at interpreter exit); else it is read from the parent.
+    Without a member list: the parent's nested children, by their keys."""
     parent = c.get_run(parent_run_id)
     exp = parent.info.experiment_id
-    members = read(c, parent_run_id)
+    members = members if members is not None else read(c, parent_run_id)
     if members is None:
         kids = c.search_runs([exp], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'", max_results=5000)
         return None, {r.data.tags.get("cell_key", r.info.run_id): r for r in kids}
