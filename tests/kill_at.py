@@ -8,7 +8,9 @@ the machine is:
 - `sql:N` — just before the Nth SQL statement any SQLAlchemy engine of the process executes
   (MLflow's migrations, its run and param inserts);
 - `sql:N:TEXT` — just before the Nth statement whose text contains TEXT (e.g. `INSERT INTO params`);
-- `record:N` — just after the Nth record a cell appends to its records.jsonl (RecordStore.append).
+- `record:N` — just after the Nth record a cell appends to its records.jsonl (RecordStore.append);
+- `record:N:run` — the same, once the cell's MLflow run is also open: the run opens on a thread of
+  its own while the first problems are solved, so `record:N` alone may land before the run exists.
 
 With `APPS_TEST_KILL_COUNT=PATH` and no kill, the child writes at exit how many statements it ran
 (`{"sql": [first words of each statement, ...], "records": n}`), so a test can spread its kill
@@ -22,6 +24,7 @@ import json
 import os
 import signal
 import sys
+import threading
 
 KILL_AT = "APPS_TEST_KILL_AT"
 KILL_COUNT = "APPS_TEST_KILL_COUNT"
@@ -68,13 +71,34 @@ def install() -> None:
         from apps_bench.tracking.records import RecordStore
 
         original = RecordStore.append
+        run_open = _watch_run_open() if kind == "record" and text == "run" else None
+        one_at_a_time = threading.Lock()  # records are appended from worker threads: no other lands while the Nth waits
 
         def append(self, *args, **kwargs) -> None:
-            original(self, *args, **kwargs)
-            seen["records"] += 1
-            if kind == "record" and seen["records"] == target:
-                _die()
+            with one_at_a_time:
+                original(self, *args, **kwargs)
+                seen["records"] += 1
+                if kind == "record" and seen["records"] == target:
+                    if run_open is not None:
+                        run_open.wait(timeout=600)
+                    _die()
 
         RecordStore.append = append  # type: ignore[method-assign]
     if count_path:
         atexit.register(lambda: open(count_path, "w").write(json.dumps(seen)))
+
+
+def _watch_run_open() -> threading.Event:
+    """An event set once a cell's MLflow run has been created or found again (CellRun.open returned)."""
+    from apps_bench.tracking.mlflow import CellRun
+
+    opened = threading.Event()
+    original = CellRun.open.__func__
+
+    def open_(cls, *args, **kwargs):
+        run = original(cls, *args, **kwargs)
+        opened.set()
+        return run
+
+    CellRun.open = classmethod(open_)  # type: ignore[method-assign]
+    return opened

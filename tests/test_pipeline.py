@@ -151,10 +151,10 @@ def test_resume_after_kill9(tmp_path: Path, apps_data_dir: Path, mlflow_template
     args = ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", f"limit={N_KILL}", "concurrency=2", "progress=false"]
     env = cli_env(tmp_path)
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")  # as after a first run
-    # the whole cell (CLI, gold server, sandbox workers) SIGKILLed by itself right after its 2nd record (kill_at.py)
+    # the whole cell (CLI, gold server, sandbox workers) SIGKILLed by itself right after its 2nd record, its run open (kill_at.py)
     log = tmp_path / "killed.log"
     with open(log, "w") as out:  # a file, not a pipe: nothing outside the killed group can hold the test up
-        proc = subprocess.Popen([*kill_at.cli(), *args], cwd=tmp_path, env={**env, kill_at.KILL_AT: f"record:{N_BEFORE_KILL}"},
+        proc = subprocess.Popen([*kill_at.cli(), *args], cwd=tmp_path, env={**env, kill_at.KILL_AT: f"record:{N_BEFORE_KILL}:run"},
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         proc.wait(timeout=240)
     assert proc.returncode == -signal.SIGKILL, "cell ended before it could be killed:\n" + log.read_text()[-3000:]
