@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from apps_bench import event_loop
 from apps_bench.cell import Cell, guard
 from apps_bench.config import Config, cell_data, problems_in_flight, typed_config
 from apps_bench.tracking.console import Progress, print_problem, print_summary
@@ -201,7 +202,7 @@ def evaluate(prep: Prepared, *, prompts: Any = None, final_eval_of: Any = None) 
                 progress = Progress(len(prep.problems), prep.n_done, config.progress, cell.name)
                 stack.callback(progress.close)
                 phases["setup_s"] = time.perf_counter() - prep.t_start
-                asyncio.run(_solve_all(prep, solve, pool, endpoint, progress, tracker_future))
+                event_loop.run(_solve_all(prep, solve, pool, endpoint, progress, tracker_future))
                 phases["problems_s"] = time.perf_counter() - prep.t_start - phases["setup_s"]
                 sandbox = pool.features
             tracker = tracker_future.result()

@@ -35,6 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
 
+from apps_bench import event_loop
 from apps_bench.solving import Solved
 
 if TYPE_CHECKING:
@@ -251,10 +252,11 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
             proxy.wire = wire
             wire.start()
             await done.wait()
+            event_loop.cut(mute=True)  # the cell hung up: what is still solving is dropped, quietly
             for task in list(tasks):
                 task.cancel()
 
-    asyncio.run(run())
+    event_loop.run(run())
 
 
 # ----------------------------------------------------------------------------- cell side

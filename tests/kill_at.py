@@ -10,7 +10,9 @@ the machine is:
 - `sql:N:TEXT` — just before the Nth statement whose text contains TEXT (e.g. `INSERT INTO params`);
 - `record:N` — just after the Nth record a cell appends to its records.jsonl (RecordStore.append);
 - `record:N:run` — the same, once the cell's MLflow run is also open: the run opens on a thread of
-  its own while the first problems are solved, so `record:N` alone may land before the run exists.
+  its own while the first problems are solved, so `record:N` alone may land before the run exists;
+- `record:N:sigint` — a Ctrl-C instead of the kill: SIGINT to the whole process group (as a terminal
+  sends it) just after the Nth record, and the child goes on to handle it.
 
 With `APPS_TEST_KILL_COUNT=PATH` and no kill, the child writes at exit how many statements it ran
 (`{"sql": [first words of each statement, ...], "records": n}`), so a test can spread its kill
@@ -81,7 +83,10 @@ def install() -> None:
                 if kind == "record" and seen["records"] == target:
                     if run_open is not None:
                         run_open.wait(timeout=600)
-                    _die()
+                    if text == "sigint":
+                        os.killpg(os.getpgrp(), signal.SIGINT)
+                    else:
+                        _die()
 
         RecordStore.append = append  # type: ignore[method-assign]
     if count_path:

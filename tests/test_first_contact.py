@@ -82,3 +82,39 @@ def test_a_malformed_line_is_named_by_its_number_and_still_counts_toward_limit(t
     summary = json.loads((cell / "summary.json").read_text())
     assert summary["dataset"]["rows_skipped"] == ["line 3: not a JSON object"]
     assert len((cell / "records.jsonl").read_text().splitlines()) == 4
+
+
+@pytest.mark.parametrize(
+    "topology, processes",
+    [("sequential_langgraph", "1"), ("centralized_autogen", "2"), ("sequential_crewai", "2")],
+)
+def test_ctrl_c_mid_cell_prints_the_one_line_and_the_rerun_finishes(
+    topology: str, processes: str, tmp_path: Path, apps_data_dir: Path
+):
+    """Ctrl-C (SIGINT to the whole group, as a terminal sends it) right after the first record, with
+    problems in the middle of their graphs in this process or in solver workers."""
+    import subprocess
+
+    import kill_at
+    from conftest import cli_env
+
+    args = ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "dataset.split=train",
+            "limit=8", "concurrency=4", f"processes={processes}", f"topology={topology}", "model.latency_ms=200",
+            "progress=false"]  # fmt: skip
+    env = {**cli_env(tmp_path), kill_at.KILL_AT: "record:1:sigint"}
+    r = subprocess.run([*kill_at.cli(), *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=300, start_new_session=True)  # fmt: skip
+    assert r.returncode == 130, (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
+    out = r.stdout + r.stderr
+    assert "apps-bench: interrupted. Every problem recorded so far is kept; rerun the same command" in r.stderr
+    for noise in ("Traceback", "Exception ignored", "Error", "Task exception", "GeneratorExit"):
+        assert noise not in out, f"{noise!r} printed on Ctrl-C:\n{out[-4000:]}"
+    [cell] = list((tmp_path / "outputs" / "cells").iterdir())
+    kept = [json.loads(x)["key"] for x in (cell / "records.jsonl").read_text().splitlines() if x.strip()]
+    assert 1 <= len(kept) < 8
+
+    again = run_cli(args, tmp_path)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"{len(kept)} already recorded, {8 - len(kept)} to run" in again.stderr
+    keys = [json.loads(x)["key"] for x in (cell / "records.jsonl").read_text().splitlines() if x.strip()]
+    assert len(keys) == len(set(keys)) == 8 and set(kept) <= set(keys)

@@ -25,6 +25,7 @@ import argparse
 import hashlib
 import json
 import logging
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -183,6 +184,12 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 256  # bursts of many problems in flight
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-request (a cut cell, a timed-out call) is no server error."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 def _chunks(text: str, n: int = 3) -> list[str]:

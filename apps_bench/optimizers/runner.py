@@ -14,6 +14,7 @@ import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence
 
+from apps_bench import event_loop
 from apps_bench.optimizers.protocol import ProblemKey
 from apps_bench.optimizers.scoring import Rollout, rollout_from_attempt
 from apps_bench.topologies.base import PromptSet
@@ -45,7 +46,7 @@ class PipelineRunner:
         missing = [k for k, _ in jobs if tuple(k) not in self.problems]
         if missing:
             raise KeyError(f"the runner was given no problem rows for {missing[:5]}")
-        return asyncio.run(self._run_all(prompt_set, list(jobs)))
+        return event_loop.run(self._run_all(prompt_set, list(jobs)))
 
     async def _run_all(self, prompt_set: PromptSet, jobs: list[tuple[ProblemKey, int]]) -> list[Rollout]:
         from apps_bench.solving import solver_threads  # noqa: PLC0415
