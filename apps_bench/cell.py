@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from apps_bench.config import as_plain
+from apps_bench.data.rows import EVAL_SPLIT
 
 AXES: tuple[str, ...] = ("dataset", "topology", "model", "optimizer", "seed")
 
@@ -59,6 +60,7 @@ class Cell:
     key: str
     identity: Mapping[str, Any] = field(repr=False, compare=False)
     model_id: str = ""  # the served model id, for presets whose id varies (openai, local); "" otherwise
+    split: str = ""  # the rows' split as the user said it (dataset.split): in record keys, and in the name
 
     @property
     def model_label(self) -> str:
@@ -70,8 +72,10 @@ class Cell:
 
     @property
     def name(self) -> str:
-        """Human-readable run name, e.g. `sequential_langgraph·qwen·none·s0`."""
-        return f"{self.topology}·{self.model_label}·{self.optimizer}·s{self.seed}"
+        """Human-readable run name, e.g. `sequential_langgraph·qwen·none·s0`; a cell on rows other than
+        the evaluation split says which (`single·gold·none·s0·train`)."""
+        split = f"·{self.split}" if self.split and self.split not in (EVAL_SPLIT, self.dataset) else ""
+        return f"{self.topology}·{self.model_label}·{self.optimizer}·s{self.seed}{split}"
 
     @property
     def dir_name(self) -> str:
@@ -137,6 +141,7 @@ def resolve_cell(cfg: Any) -> Cell:
         key=cell_key(ident),
         identity=ident,
         model_id=_varying_model_id(data.get("model")),
+        split=str((data.get("dataset") or {}).get("split") or ""),
     )
 
 

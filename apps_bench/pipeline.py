@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from apps_bench import event_loop
 from apps_bench.cell import Cell, guard
 from apps_bench.config import Config, cell_data, problems_in_flight, typed_config
+from apps_bench.data.rows import split_named_by
 from apps_bench.tracking.console import Progress, print_problem, print_summary
 from apps_bench.tracking.mlflow import StoreUnavailable
 from apps_bench.tracking.records import (
@@ -159,7 +160,8 @@ def prepare(cfg: Any) -> Prepared:
     prep = Prepared(config=config, cell=cell, loaded=loaded, store=store, todo=todo,
                     n_done=len(loaded.problems) - len(todo), t_start=t_start, endpoint=endpoint)  # fmt: skip
     print(
-        f"apps-bench: cell {cell.name} [{cell.key}] dataset={cell.dataset} ({loaded.source}, revision {loaded.revision}): "
+        f"apps-bench: cell {cell.name} [{cell.key}] dataset={cell.dataset} split={cell.split} "
+        f"({loaded.source}, revision {loaded.revision}): "
         f"{len(loaded.problems)} problems, {prep.n_done} already recorded, {len(todo)} to run"
         + (f" ({len(state.retried)} retried after errors)" if state.retried else "")
         + (f", {loaded.n_skipped} rows skipped" if loaded.n_skipped else ""),
@@ -168,6 +170,11 @@ def prepare(cfg: Any) -> Prepared:
     if loaded.skipped_rows:
         shown = "; ".join(loaded.skipped_rows[:10]) + (f"; and {len(loaded.skipped_rows) - 10} more" if len(loaded.skipped_rows) > 10 else "")
         print(f"apps-bench: rows skipped (they still count toward limit/offset): {shown}", file=sys.stderr)
+    named = split_named_by(config.dataset.path) if config.dataset.path else None
+    if named and named != cell.split:
+        print(f"apps-bench: warning: the rows file {Path(config.dataset.path).name} names the {named} split, but its problems "
+              f"are recorded as split {cell.split} (dataset.split); if they are {named} rows, say dataset.split={named}",
+              file=sys.stderr)  # fmt: skip
     print_start_notes(config.model, loaded.problems)  # model=gold: what it is, the rows it cannot answer
     return prep
 

@@ -118,3 +118,21 @@ def test_ctrl_c_mid_cell_prints_the_one_line_and_the_rerun_finishes(
     assert f"{len(kept)} already recorded, {8 - len(kept)} to run" in again.stderr
     keys = [json.loads(x)["key"] for x in (cell / "records.jsonl").read_text().splitlines() if x.strip()]
     assert len(keys) == len(set(keys)) == 8 and set(kept) <= set(keys)
+
+
+def test_a_file_s_split_is_the_one_the_user_says_and_shows_in_name_keys_and_header(tmp_path: Path, apps_data_dir: Path):
+    rows = apps_data_dir / "train_mini150.jsonl"
+    said = run_cli(["dataset=apps", f"dataset.path={rows}", "dataset.split=train", "limit=2", "progress=false"], tmp_path)
+    assert said.returncode == 0, said.stdout[-3000:] + said.stderr[-3000:]
+    assert "cell single·gold·none·s0·train [" in said.stderr and " split=train (" in said.stderr
+    assert "names the train split" not in said.stderr
+    [cell] = list((tmp_path / "outputs" / "cells").iterdir())
+    recs = [json.loads(x) for x in (cell / "records.jsonl").read_text().splitlines() if x.strip()]
+    assert len(recs) == 2 and all(r["key"].startswith("train/") and r["split"] == "train" for r in recs)
+    assert json.loads((cell / "summary.json").read_text())["cell"]["name"] == "single·gold·none·s0·train"
+
+    (tmp_path / "unsaid").mkdir()
+    unsaid = run_cli(["dataset=apps", f"dataset.path={rows}", "limit=2", "progress=false"], tmp_path / "unsaid")
+    assert unsaid.returncode == 0, unsaid.stdout[-3000:] + unsaid.stderr[-3000:]
+    assert "cell single·gold·none·s0 [" in unsaid.stderr and " split=test (" in unsaid.stderr
+    assert "the rows file train_mini150.jsonl names the train split" in unsaid.stderr and "dataset.split=train" in unsaid.stderr

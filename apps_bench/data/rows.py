@@ -13,6 +13,9 @@ from typing import Any, Mapping
 from apps_bench.types import Problem, TestSuite
 
 # Skip reasons, counted by the loader and reported with every run.
+APPS_SPLITS = ("train", "test")
+EVAL_SPLIT = "test"  # APPS reports on its test split; the train split is for fitting (optimizers)
+
 MISSING_ID = "missing_id"
 EMPTY_QUESTION = "empty_question"
 MISSING_INPUT_OUTPUT = "missing_input_output"
@@ -133,3 +136,13 @@ def parse_row(row: Mapping[str, Any], *, split: str = "test", max_tests_per_row:
         solutions=parse_solutions(row.get("solutions")),
         split=split,
     )
+
+
+def split_named_by(path: str) -> str | None:
+    """The APPS split a rows file's name says it holds (`train.jsonl`, `train_mini150.jsonl`,
+    `test-0-49.jsonl`), or None."""
+    import re
+    from pathlib import Path
+
+    name = Path(path).name.lower()
+    return next((s for s in APPS_SPLITS if re.match(rf"{s}(?![a-z])", name)), None)
