@@ -60,12 +60,22 @@ def comparable(records: Path) -> list[dict]:
     return sorted(out, key=lambda r: r["key"])
 
 
-def count_traces(store: Path, experiment: str) -> int:
+def differences(a: list[dict], b: list[dict]) -> list[str]:
+    """Which problems' records differ, and in which fields (e.g. a test timed out on a loaded machine)."""
+    bk = {r["key"]: r for r in b}
+    return [f"{r['key']}: {sorted(k for k in r.keys() | bk.get(r['key'], {}).keys() if r.get(k) != bk.get(r['key'], {}).get(k))}"
+            for r in a if r != bk.get(r["key"])][:10]  # fmt: skip
+
+
+def count_traces(store: Path, experiment: str) -> tuple[int, int]:
+    """(traces, spans) in the store; every trace must be whole (its judge span written too)."""
     import mlflow
 
     mlflow.set_tracking_uri(f"sqlite:///{store}")
     exp = mlflow.get_experiment_by_name(experiment)
-    return len(mlflow.search_traces(locations=[exp.experiment_id], return_type="list"))
+    traces = mlflow.search_traces(locations=[exp.experiment_id], return_type="list")
+    assert all(any(sp.name == "judge" for sp in t.data.spans) for t in traces), "a trace was stored without its judge span"
+    return len(traces), sum(len(t.data.spans) for t in traces)
 
 
 def main() -> int:
@@ -104,12 +114,14 @@ def main() -> int:
             results[mode].append((wall, cpu))
             recs = comparable(work / tag / "records.jsonl")
             records.setdefault(mode, recs)
-            assert recs == records[mode], f"{mode} run {i}: records differ from the first {mode} run"
-            n_traces = count_traces(store, f"trace_overhead_{tag}")
+            assert recs == records[mode], f"{mode} run {i}: records differ from the first {mode} run: {differences(recs, records[mode])}"
+            n_traces, n_spans = count_traces(store, f"trace_overhead_{tag}")
             print(f"traces {mode:>3} run {i}: wall {wall:6.1f} s  cpu {cpu:6.1f} s  problems {len(recs)}  "
-                  f"traces {n_traces}  load {load[-1]:.1f}", flush=True)  # fmt: skip
+                  f"traces {n_traces} ({n_spans} spans)  load {load[-1]:.1f}", flush=True)  # fmt: skip
             assert n_traces == (len(recs) if mode == "on" else 0)
     same = records["on"] == records["off"]
+    if not same:
+        print("records that differ on/off:", differences(records["on"], records["off"]))
     med = {m: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for m, v in results.items()}
     print()
     print(f"trace overhead: {args.n} problems, model=gold, topology={args.topology}, median of {args.repeat} each "

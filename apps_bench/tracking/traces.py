@@ -78,12 +78,18 @@ class TraceWriter:
                       file=sys.stderr)  # fmt: skip
 
     def close(self) -> None:
-        """Wait for every trace submitted (the cell's run is finished after them)."""
+        """Wait for every trace submitted to be in the store (the cell's run is finished after them)."""
         self._tx.shutdown(wait=True)
+        if self._pending:
+            from apps_bench.tracking.mlflow import _mlflow as import_mlflow
+
+            import_mlflow().flush_trace_async_logging()
 
 
 def _mlflow(uri: str) -> Any:
-    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "false")  # this thread is already off the loop
+    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "true")  # with the batch span processor (MLflow's
+    os.environ.setdefault("MLFLOW_USE_BATCH_SPAN_PROCESSOR", "true")  # default): many spans per store transaction,
+    os.environ.setdefault("MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE", "256")  # not MLflow's 5
     from apps_bench.tracking.mlflow import _mlflow as import_mlflow
 
     mlflow = import_mlflow()

@@ -1,0 +1,103 @@
+#!/usr/bin/env python
+"""The harness's own CPU per model call, per topology: what decides how many agents one node
+can drive against a fast server.
+
+For each topology, two gold cells of different sizes (`--sizes`, problems of train_mini150) run
+at zero added latency in one process (`processes=1`) against one gold server started apart
+(`python -m apps_bench.models.gold`), so its CPU is read from its own process (/proc) and
+reported apart. The cell's CPU is that of the whole command and every process it waited for (the
+sandbox's children included: the judge is part of the harness), as `wait4` reports it. Per call
+= (CPU of the big cell - CPU of the small one) / (model calls of the big - of the small): the
+start-up (imports, store, forkserver) cancels out.
+
+Usage (from anywhere):
+  python benchmarks/harness_cpu.py [--sizes 6 24] [--topology single ...] [--rows FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_ROWS = REPO / "tests" / "fixtures" / "apps" / "train_mini150.jsonl"
+TOPOLOGIES = ("single", "independent", "sequential_langgraph", "sequential_crewai", "centralized_langgraph",
+              "centralized_autogen", "decentralized_langgraph", "decentralized_openai")  # fmt: skip
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a running process (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def run_cell(args: list[str], cwd: Path, env: dict[str, str]) -> float:
+    """CPU seconds of the command and its waited-for descendants."""
+    proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"cell failed: {' '.join(args)}\n{proc.stderr.read().decode(errors='replace')[-3000:]}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=Path, default=DEFAULT_ROWS)
+    ap.add_argument("--sizes", type=int, nargs=2, default=[6, 24], metavar=("SMALL", "BIG"))
+    ap.add_argument("--topology", nargs="+", default=list(TOPOLOGIES))
+    args = ap.parse_args()
+    small, big = args.sizes
+    work = Path(tempfile.mkdtemp(prefix="harness_cpu_"))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "HF_HUB_OFFLINE": "1",
+           "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip
+    env.pop("APPS_BENCH_PARENT_RUN_ID", None)
+    port = free_port()
+    gold = subprocess.Popen([sys.executable, "-m", "apps_bench.models.gold", "--rows", str(args.rows), "--split", "train",
+                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)  # fmt: skip
+    try:
+        gold.stdout.readline()  # its banner: serving
+        base = ["model=gold", f"model.base_url=http://127.0.0.1:{port}/v1", "dataset=apps", f"dataset.path={args.rows}",
+                "dataset.split=train", "processes=1", "progress=false", "allow_any_cell=true"]  # fmt: skip
+        run_cell([*base, "limit=1", "out_dir=warm"], work, env)  # the store's migrations, once
+        rows = []
+        print(f"{'topology':<24}{'calls':>12}{'harness ms/call':>17}{'gold ms/call':>14}", flush=True)
+        for topo in args.topology:
+            seen = {}
+            for n in (small, big):
+                out = work / f"{topo}-{n}"
+                g0 = proc_cpu(gold.pid)
+                cpu = run_cell([*base, f"topology={topo}", f"limit={n}", f"out_dir={out}"], work, env)
+                g1 = proc_cpu(gold.pid)
+                s = json.loads((out / "summary.json").read_text())
+                calls = s["usage"]["model_calls"]
+                seen[n] = (cpu, g1 - g0, calls)
+            d_calls = seen[big][2] - seen[small][2]
+            harness = (seen[big][0] - seen[small][0]) / d_calls * 1000
+            server = (seen[big][1] - seen[small][1]) / d_calls * 1000
+            rows.append({"topology": topo, "calls": [seen[small][2], seen[big][2]], "harness_ms": harness, "gold_ms": server})
+            print(f"{topo:<24}{seen[small][2]:>5} -> {seen[big][2]:<5}{harness:>14.1f}{server:>14.1f}", flush=True)
+        print(f"(sizes {small} and {big} problems; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+        (work / "harness_cpu.json").write_text(json.dumps(rows, indent=1))
+        print(f"table: {work / 'harness_cpu.json'}")
+    finally:
+        gold.terminate()
+        gold.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
