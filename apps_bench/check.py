@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     except ModelEndpointError as exc:
         sys.stderr.write(f"apps-bench check: {exc}\n")
         return 2
+    except ImportError as exc:  # MissingFrameworkError: the pip extra to install
+        sys.stderr.write(f"apps-bench check: {exc}; or check only the installed frameworks: server_check.frameworks=[...]\n")
+        return 2
     target = "-" if as_json else config.server_check.json
     if target == "-":
         sys.stdout.write(json.dumps(result, indent=1) + "\n")

@@ -353,7 +353,7 @@ def _check_server(config: Config, endpoint: Any) -> Any:
 
     try:
         return cell_check(config, endpoint)
-    except (ToolDropRefused, ModelEndpointError, LocalModelError) as exc:
+    except (ToolDropRefused, ModelEndpointError, LocalModelError, ImportError) as exc:  # ImportError: a framework not installed
         raise CellSetupError(str(exc)) from exc
 
 

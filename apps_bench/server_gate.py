@@ -69,7 +69,8 @@ def cell_check(config: Config, endpoint: Any) -> dict[str, Any]:
                                                      max_tokens=config.server_check.max_tokens))  # fmt: skip
             entry = {"tools": sc.tools_verdict(findings, framework), "kind": server.kind, "server_key": server.key,
                      "checked_at": time.time(), "findings": sc.as_json(findings)}  # fmt: skip
-            sc.cache_write(path, key, entry)
+            if entry["tools"] != "error":  # an error may pass (a server still loading): asked again next time
+                sc.cache_write(path, key, entry)
     result = {**base, **entry, "cached": cached}
     if result["needs_tools"] and result["tools"] in REFUSED_VERDICTS and not result["accepted"]:
         raise ToolDropRefused(refusal(result))

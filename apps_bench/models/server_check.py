@@ -172,12 +172,12 @@ def _remote_listing(endpoint: Any) -> tuple[list[dict[str, Any]], str]:
 
 
 def _clients(endpoint: Any, model_cfg: Any, usage: Any, **settings: Any) -> Any:
-    """ModelClients for the check: the model's own settings, with these overridden, and no
-    client-side slots or retries (the check measures the server, once)."""
+    """ModelClients for the check: the model's own settings (its retries of 429/5xx too), with these
+    overridden, and no client-side slots (the sweep measures what the server runs at once)."""
     from apps_bench.models.clients import ModelClients
 
     cfg = dict(as_plain(model_cfg))
-    cfg.update(max_concurrency=0, max_retries=0, retry_timeouts=False, **settings)
+    cfg.update(max_concurrency=0, retry_timeouts=False, **settings)
     return ModelClients(endpoint, cfg, usage)
 
 
@@ -197,6 +197,8 @@ async def send(
     out = Sent()
     try:
         out.tools, out.text = await _ask(framework, mc, text, tools, tool_choice, stream)
+    except ImportError:
+        raise  # a framework not installed (MissingFrameworkError names the pip extra): not the server's answer
     except Exception as exc:  # noqa: BLE001 - what the server answered is the finding
         out.error = f"{type(exc).__name__}: {str(exc)[:300]}"
     finally:
