@@ -8,8 +8,8 @@ own requests, through the project's client stack (`ModelClients`: the same SDK o
 metered transport), and reports one `Finding` per framework and item, each failure with the fix.
 
 The *quick* part (`quick_findings`: a request offering a tool in the framework's own shape, one
-without tools to see whether the tools reached the prompt, and one with `tool_choice: "auto"`
-when the first got no call) is what a cell runs at its start (`cell_check`), cached per
+without tools to see whether the tools reached the prompt, and the same with `tool_choice: "auto"`
+for the frameworks that send none, so both shapes are reported) is what a cell runs at its start (`cell_check`), cached per
 endpoint, model and server identity. The full check (`full_findings`) adds the token cap, `stop`,
 usage (streamed and not), thinking, a context overflow and the concurrency sweep.
 `python -m apps_bench.check` prints it (apps_bench/check.py).
