@@ -27,7 +27,8 @@ KEY_VERSION = 1  # bump when the identity layout changes
 # Settings that never change a cell's results, by config section ("" = top level).
 RUN_ONLY: dict[str, frozenset[str]] = {
     "": frozenset(
-        {"concurrency", "processes", "allow_any_cell", "out_dir", "verbose", "progress", "tracking", "grid", "hydra"}
+        {"concurrency", "processes", "allow_any_cell", "out_dir", "verbose", "progress", "tracking", "grid", "hydra",
+         "server_check"}
     ),
     "model": frozenset(
         {
@@ -37,6 +38,7 @@ RUN_ONLY: dict[str, frozenset[str]] = {
             "max_retries",
             "retry_backoff_s",
             "check_endpoint",
+            "accept_tool_drop",  # whether a cell may run on a server that drops tools (recorded in provenance)
             "latency_ms",  # gold: added latency per call
             "fault_fraction",  # gold: injected infrastructure faults (errors are retried, never scored)
         }

@@ -44,6 +44,7 @@ class ModelConfig:
     max_concurrency: int = 0  # model requests on the wire at once, across the cell's processes; 0 = no limit
     retry_timeouts: bool = True  # false: a timed-out request fails instead of being sent again
     tools_supported: bool = True  # false: the server/model is known to ignore `tools` (warned about)
+    accept_tool_drop: bool = False  # run a tool-using cell on a server that drops its tools (server check)
     # local-only (provider local): the GGUF and llama-cpp-python server settings (apps_bench/models/local.py)
     gguf_package: Optional[str] = None
     gguf_file: Optional[str] = None
@@ -109,6 +110,21 @@ class ToolConfig:
 
 
 @dataclass
+class ServerCheckConfig:
+    """The model server's check (models/server_check.py; python -m apps_bench.check)."""
+
+    at_cell_start: bool = MISSING  # a cell on a real model runs the quick part first (cached)
+    cache: str = MISSING  # the cache of cell checks (JSON): the user's cache directory
+    cache_max_age_s: float = MISSING  # a remote server's cached check is redone after this long
+    max_tokens: int = MISSING  # per check request (model=local makes ~15 tokens/s)
+    frameworks: list[str] = field(default_factory=list)  # the CLI's frameworks (a cell checks its own)
+    concurrency_levels: list[int] = field(default_factory=list)  # the CLI's throughput sweep
+    min_gain: float = MISSING  # the sweep stops when throughput rises by less than this fraction
+    quick: bool = MISSING  # the CLI: only the quick part (what a cell runs)
+    json: Optional[str] = None  # the CLI: also write the result as JSON to this path ("-" = stdout)
+
+
+@dataclass
 class CellLockConfig:
     heartbeat_s: float = MISSING  # how often a running cell refreshes its folder's lock (tracking/cell_lock.py)
     stale_after_s: float = MISSING  # a lock whose heartbeat is older is a dead run's: taken over
@@ -145,6 +161,7 @@ class Config:
     grid: GridConfig = MISSING
     judge: JudgeConfig = MISSING
     tool: ToolConfig = MISSING
+    server_check: ServerCheckConfig = MISSING
     seed: int = MISSING
     limit: Optional[int] = None
     offset: int = 0

@@ -82,6 +82,7 @@ class Prepared:
     n_done: int
     t_start: float
     endpoint: Any = None  # a remote model endpoint, probed by prepare (None: a built-in server, started by evaluate)
+    server: Any = None  # what the server check found for this cell's tool requests (server_gate.py); None: not run
 
     @property
     def problems(self) -> list[Any]:
@@ -142,6 +143,7 @@ def prepare(cfg: Any) -> Prepared:
     recorded = {r["key"] for r in store.records() if not r.get("error")}  # read only, before any check
     left = cell.optimizer != "none" or any(record_key(p.split, p.id) not in recorded for p in loaded.problems)
     endpoint = _check_endpoint(config) if left else None  # a cell with nothing to solve needs no model
+    server = _check_server(config, endpoint) if left else None
     check_store(config)
     try:
         note = store.claim(cell.key, _cell_info(cell), lock=lock_times(config.tracking.cell_lock))
@@ -158,7 +160,7 @@ def prepare(cfg: Any) -> Prepared:
         raise
     todo = [p for p in loaded.problems if record_key(p.split, p.id) not in state.done]
     prep = Prepared(config=config, cell=cell, loaded=loaded, store=store, todo=todo,
-                    n_done=len(loaded.problems) - len(todo), t_start=t_start, endpoint=endpoint)  # fmt: skip
+                    n_done=len(loaded.problems) - len(todo), t_start=t_start, endpoint=endpoint, server=server)  # fmt: skip
     print(
         f"apps-bench: cell {cell.name} [{cell.key}] dataset={cell.dataset} split={cell.split} "
         f"({loaded.source}, revision {loaded.revision}): "
@@ -245,6 +247,7 @@ def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers
     summary["warnings"] = tool_warnings(records, config.topology, config.model)
     summary["dataset"] = {"source": loaded.source, "revision": loaded.revision, "rows_skipped": list(loaded.skipped_rows)}
     summary["provenance"] = provenance.collect(config.topology.framework, sandbox)
+    summary["provenance"]["server"] = prep.server or _previous_provenance(prep.dir).get("server")
     store.write_json(CELL, {"key": cell.key, **_cell_info(cell), "provenance": summary["provenance"]})
     summary_path = store.write_summary(summary)
     if config.verbose or config.dataset.source == "demo":
@@ -349,6 +352,19 @@ def _check_endpoint(config: Config) -> Any:
         raise CellSetupError(str(exc)) from exc
 
 
+def _check_server(config: Config, endpoint: Any) -> Any:
+    """The quick server check (server_gate.py): a tool-using topology on a server that drops its
+    tools is refused here, before the cell's folder exists."""
+    from apps_bench.models import ModelEndpointError
+    from apps_bench.models.local import LocalModelError
+    from apps_bench.server_gate import ToolDropRefused, cell_check
+
+    try:
+        return cell_check(config, endpoint)
+    except (ToolDropRefused, ModelEndpointError, LocalModelError, ImportError) as exc:  # ImportError: a framework not installed
+        raise CellSetupError(str(exc)) from exc
+
+
 def _open_endpoint(stack: ExitStack, prep: Prepared) -> Any:
     """The model endpoint: the remote one `prepare` probed, or the built-in server, started now."""
     from apps_bench.models import ModelEndpointError, open_endpoint
@@ -438,7 +454,13 @@ def _quiet_libraries() -> None:
 
 def _previous_sandbox(cell_dir: Path) -> Any:
     """The sandbox features an earlier run of this cell recorded (None when none did)."""
+    return _previous_provenance(cell_dir).get("sandbox")
+
+
+def _previous_provenance(cell_dir: Path) -> dict[str, Any]:
+    """The provenance an earlier run of this cell recorded ({} when none did)."""
     try:
-        return (json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8")).get("provenance") or {}).get("sandbox")
+        prov = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8")).get("provenance")
+        return prov if isinstance(prov, dict) else {}
     except (OSError, ValueError, AttributeError):
-        return None
+        return {}

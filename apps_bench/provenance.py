@@ -110,7 +110,8 @@ def sandbox_tags(features: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def as_tags(prov: Mapping[str, Any]) -> dict[str, str]:
-    """Flat MLflow tags: prov.python, prov.pkg.<name>, prov.git_sha, prov.git_dirty, prov.host, prov.sandbox[.<feature>]."""
+    """Flat MLflow tags: prov.python, prov.pkg.<name>, prov.git_sha, prov.git_dirty, prov.host, prov.sandbox[.<feature>],
+    prov.server.<tools|kind|accepted>."""
     tags = {
         f"{TAG_PREFIX}python": str(prov.get("python", "")),
         f"{TAG_PREFIX}git_sha": str(prov.get("git_sha", "")),
@@ -123,7 +124,20 @@ def as_tags(prov: Mapping[str, Any]) -> dict[str, str]:
     for name, ver in (prov.get("packages") or {}).items():
         tags[f"{TAG_PREFIX}pkg.{name}"] = str(ver)
     tags.update(sandbox_tags(prov.get("sandbox")))
+    tags.update(server_tags(prov.get("server")))
     return tags
+
+
+def server_tags(server: Mapping[str, Any] | None) -> dict[str, str]:
+    """What the server check found for the cell's tool requests (server_gate.py): prov.server.tools
+    (called, dropped, as_text, no_call, prompt_text, not_checked), .kind, .accepted."""
+    if not isinstance(server, Mapping):
+        return {}
+    return {
+        f"{TAG_PREFIX}server.tools": str(server.get("tools", "")),
+        f"{TAG_PREFIX}server.kind": str(server.get("kind", "")),
+        f"{TAG_PREFIX}server.accepted": str(bool(server.get("accepted"))).lower(),
+    }
 
 
 def from_tags(tags: Mapping[str, str]) -> dict[str, str]:

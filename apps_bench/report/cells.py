@@ -115,6 +115,15 @@ def incomparable_reason(a: CellData, b: CellData) -> str | None:
     diff = [f"{k}: {a.selection.get(k)} vs {b.selection.get(k)}" for k in SELECTION_PARAMS if a.selection.get(k) != b.selection.get(k)]
     if diff:
         return "different problem selections (" + "; ".join(diff) + ")"
+    # what each server did with the cell's tool requests (server_gate.py); prompt_text (CrewAI) and not_checked pair with any
+    outcomes = ("called", "dropped", "as_text", "no_call", "error")
+    ta, tb = a.provenance.get("server.tools"), b.provenance.get("server.tools")
+    if ta in outcomes and tb in outcomes and ta != tb:
+        return (
+            f"their servers did different things with the tools ({a.label} s{a.seed}: {ta}, {b.label} s{b.seed}: {tb}; "
+            "prov.server.tools, from the server check at each cell's start): one team worked with its tools and the "
+            "other without; rerun both on a server that gives every framework its tools (python -m apps_bench.check)"
+        )
     ka, kb = set(a.outcomes()), set(b.outcomes())
     if ka != kb:
         return (
