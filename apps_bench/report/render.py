@@ -18,7 +18,7 @@ Blocks = dict[tuple[str, ...], str]  # comparability class -> block letter (grou
 WIDTH = 120  # what every line of the report fits in
 
 
-def wrap(text: str, indent: str = "  ") -> str:
+def wrap(text: str, indent: str = "    ") -> str:
     """A long line (a caption, a note, a refusal's reason) folded to WIDTH, continuation lines indented."""
     import textwrap
 

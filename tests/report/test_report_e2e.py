@@ -217,7 +217,8 @@ def test_a_rescore_run_is_a_cell_of_its_own_profile_and_never_compared_across(sw
                        module="apps_bench.report")  # fmt: skip
         assert only.returncode == 0 and "single" not in only.stdout.split("cost per problem")[0]
         none = run_cli(["--experiment", EXPERIMENT, "--judge", "nope"], sweep["cwd"], env=sweep["env"], module="apps_bench.report")
-        assert none.returncode == 2 and "judge profiles there: reference, seed" in none.stderr
+        assert none.returncode == 2 and "--judge nope: no such judge profile (judge profiles: reference, seed)" in none.stderr
+        assert none.stdout == ""  # refused before any cell is read
     finally:
         c.delete_run(run.info.run_id)
 
@@ -342,6 +343,6 @@ def test_framework_siblings_and_provenance_warnings(tmp_path: Path, mlflow_templ
     (crew / "summary.json").write_text(json.dumps(summary))
     rep = run_cli(args, tmp_path, env=env, module="apps_bench.report")
     assert rep.returncode == 0, rep.stderr[-3000:]
-    warns = [x for x in rep.stdout.splitlines() if x.startswith("warning: sequential_crewai − sequential_langgraph")]
+    warns = [x for x in _unwrap(rep.stdout).splitlines() if x.startswith("warning: sequential_crewai − sequential_langgraph")]
     assert any("pkg.openai differs" in w and "0.0.1: sequential_crewai·s0" in w for w in warns), rep.stdout
     assert any("git_sha differs" in w for w in warns)
