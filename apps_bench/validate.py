@@ -123,8 +123,8 @@ RULES: tuple[Rule, ...] = (
     ("model", "wrong_fraction", _fraction, "a fraction from 0 to 1", "model.wrong_fraction=0"),
     ("model", "fault_fraction", _fraction, "a fraction from 0 to 1", "model.fault_fraction=0"),
     ("model", "prompt_cache_mb", _int_min(0), "a whole number of MiB >= 0 (0 = off)", "model.prompt_cache_mb=1024"),
-    ("model.price", "input_per_mtok", _opt_price, "USD per million tokens >= 0, or null (no price)", "model.price.input_per_mtok=2.5"),  # fmt: skip
-    ("model.price", "output_per_mtok", _opt_price, "USD per million tokens >= 0, or null (no price)", "model.price.output_per_mtok=10"),  # fmt: skip
+    ("model.price", "input_per_mtok", _opt_price, "USD per million tokens >= 0, or null (no price)", "model.price.input_per_mtok=3.7 (your vendor's price)"),  # fmt: skip
+    ("model.price", "output_per_mtok", _opt_price, "USD per million tokens >= 0, or null (no price)", "model.price.output_per_mtok=11.3 (your vendor's price)"),  # fmt: skip
     ("topology", "team_size", _int_min(1), "a whole number >= 1", "topology.team_size=4"),
     ("topology", "rounds", _int_min(1), "a whole number >= 1", "topology.rounds=2"),
     ("topology", "max_steps", _int_min(1), "a whole number >= 1 (model calls per agent's tool loop)", "topology.max_steps=8"),

@@ -26,7 +26,7 @@ TOPOLOGIES = ("single", "independent", "sequential_langgraph")
 SEEDS = ("0", "1")
 FILES = ("part_a.jsonl", "part_b.jsonl")
 LIMIT = 3
-PRICE_IN, PRICE_OUT, AS_OF = 2.5, 10.0, "2026-12-03"  # made up for the test: USD per million tokens
+PRICE_IN, PRICE_OUT, AS_OF = 3.7, 11.3, "2026-12-03"  # made up for the test (no vendor's): USD per million tokens
 PRICE = [f"model.price.input_per_mtok={PRICE_IN}", f"model.price.output_per_mtok={PRICE_OUT}", f"model.price.as_of={AS_OF}"]
 TITLES = ("pass@1 by topology × model", "paired comparison against the baseline", "cost per problem", "cost in money",
           "cost per agent role")  # fmt: skip
