@@ -32,7 +32,9 @@ def test_retried_tokens_are_billed_per_cell_problem_and_solved():
     assert (cost["input_tokens"], cost["output_tokens"]) == (8500, 750)
     assert cost["usd"] == pytest.approx(USD)
     assert cost["usd_per_problem"] == pytest.approx(USD / 3) and cost["usd_per_solved"] == pytest.approx(USD / 2)
-    assert money.metrics(cost) == pytest.approx({"cost_usd": USD, "cost_usd_per_problem": USD / 3, "cost_usd_per_solved": USD / 2})
+    assert money.metrics(cost) == pytest.approx(
+        {"cost_usd": USD, "cost_usd_per_problem": USD / 3, "cost_usd_per_solved": USD / 2}
+    )
     # the report prices the same records the same way, at the price the cell recorded
     cell = CellData(dataset="apps", topology="single", model="m", optimizer="none", seed="0", key="k", judge_profile="seed",
                     max_tests_per_row="20", selection={}, complete=True, source="x", price=dict(PRICE),
