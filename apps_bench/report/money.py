@@ -85,14 +85,14 @@ def cost_line(cost: Mapping[str, Any] | None, model: str) -> str:
     """The end-of-cell console line."""
     if not cost:
         return f"cost: {NO_PRICE}"
-    tokens = f"{cost['input_tokens']:,} input + {cost['output_tokens']:,} output tokens (retries included)"
+    tokens = f"{cost['input_tokens']:,} input + {cost['output_tokens']:,} output tokens, retried attempts' included"
     price = price_of(cost.get("price"))
     if price is None:
-        return (f"cost: {NO_PRICE} for model {model} ({tokens}); set model.price.input_per_mtok, "
-                "model.price.output_per_mtok and model.price.as_of to see it in USD")  # fmt: skip
+        return (f"cost: {NO_PRICE} for model {model} (set model.price.input_per_mtok, .output_per_mtok and .as_of "
+                f"to see it in USD); {tokens}")  # fmt: skip
     per_solved = dollars(cost["usd_per_solved"]) if cost.get("usd_per_solved") is not None else "- (none solved)"
     return (f"cost: {dollars(cost['usd'])} for the cell, {dollars(cost['usd_per_problem'])}/problem, "
-            f"{per_solved}/solved ({tokens} at {price.describe()})")  # fmt: skip
+            f"{per_solved}/solved at {price.describe()}; {tokens}")  # fmt: skip
 
 
 def metrics(cost: Mapping[str, Any] | None) -> dict[str, float]:
