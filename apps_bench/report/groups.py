@@ -78,15 +78,18 @@ def blocks(groups: list[Group]) -> dict[tuple[str, ...], str]:
     every table and chart of the report names its rows by, the header saying what each is."""
     out: dict[tuple[str, ...], str] = {}
     for g in groups:
-        if g.comparability not in out:
-            n, name = len(out), ""
-            while True:
-                name = chr(ord("A") + n % 26) + name
-                n = n // 26 - 1
-                if n < 0:
-                    break
-            out[g.comparability] = name
+        out.setdefault(g.comparability, letter(len(out)))
     return out
+
+
+def letter(n: int) -> str:
+    """The n-th block's name (0 -> A, 25 -> Z, 26 -> AA)."""
+    name = ""
+    while True:
+        name = chr(ord("A") + n % 26) + name
+        n = n // 26 - 1
+        if n < 0:
+            return name
 
 
 @dataclass

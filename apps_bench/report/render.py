@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from apps_bench.report import money, stats
 from apps_bench.report.cost import CostRow, FrameworkRow, RoleRow
-from apps_bench.report.groups import Comparison, Group, blocks, classes
+from apps_bench.report.groups import Comparison, Group, blocks, classes, letter
 
 Blocks = dict[tuple[str, ...], str]  # comparability class -> block letter (groups.blocks)
 WIDTH = 120  # what every line of the report fits in
@@ -53,7 +53,7 @@ def block_header(groups: list[Group]) -> str:
     """Each block once, with its letter: what the tables' `block X` titles refer to."""
     names, labels = blocks(groups), classes(groups)
     lines = ["blocks (cells are compared problem by problem only within one block):"]
-    lines += [wrap(f"  {letter}  {labels[cls]}", "     ") for cls, letter in names.items()]
+    lines += [wrap(f"  {name}  {labels[cls]}", "     ") for cls, name in names.items()]
     return "\n".join(lines)
 
 
@@ -64,12 +64,12 @@ def _sections(title: str, head: Sequence[str], rows: Sequence[tuple[tuple[str, .
     if names is None:
         names = {}
         for cls, _ in rows:
-            names.setdefault(cls, chr(ord("A") + len(names)) if len(names) < 26 else f"#{len(names) + 1}")
+            names.setdefault(cls, letter(len(names)))
     parts = []
-    for cls, letter in names.items():
+    for cls, name in names.items():
         mine = [r for c, r in rows if c == cls]
         if mine:
-            parts.append(text_table(f"{title} · block {letter}", head, mine))
+            parts.append(text_table(f"{title} · block {name}", head, mine))
     if caption:
         parts[-1:] = [(parts[-1] if parts else title) + "\n" + wrap(caption, "")]
     return "\n\n".join(parts)
