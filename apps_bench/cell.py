@@ -3,7 +3,7 @@
 The key is a hash of everything that changes a cell's results (the five axes, the
 dataset revision/path, problem selection, test cap, judge profile and settings (its
 sandbox limits included: `judge.sandbox`), tool limits, prompts, team size/rounds/limits, model sampling). Run-only settings
-(concurrency, paths, verbosity, endpoint location, retries, injected latency/faults)
+(concurrency, paths, verbosity, endpoint location, retries, injected latency/faults, prices)
 are left out, so changing them resumes the same cell instead of starting a new one.
 Anything not listed as run-only is part of the key: a new setting is safe by default.
 """
@@ -41,6 +41,7 @@ RUN_ONLY: dict[str, frozenset[str]] = {
             "accept_tool_drop",  # whether a cell may run on a server that drops tools (recorded in provenance)
             "latency_ms",  # gold: added latency per call
             "fault_fraction",  # gold: injected infrastructure faults (errors are retried, never scored)
+            "price",  # what tokens cost: changes a cell's cost in money, not its results
         }
     ),
     "dataset": frozenset({"streaming"}),

@@ -27,6 +27,16 @@ class DatasetConfig:
 
 
 @dataclass
+class PriceConfig:
+    """What the model's tokens cost, to show a cell's cost in money (never part of its identity:
+    a price changes what a cell cost, not what it measured). Null = no price known."""
+
+    input_per_mtok: Optional[float] = None  # USD per million prompt tokens
+    output_per_mtok: Optional[float] = None  # USD per million completion tokens
+    as_of: Optional[str] = None  # the date the prices were read (e.g. 2026-01-31), shown with every figure
+
+
+@dataclass
 class ModelConfig:
     name: str = MISSING
     provider: str = MISSING  # gold (built-in server) | local (a small real LLM started here) | openai (any endpoint)
@@ -45,6 +55,7 @@ class ModelConfig:
     retry_timeouts: bool = True  # false: a timed-out request fails instead of being sent again
     tools_supported: bool = True  # false: the server/model is known to ignore `tools` (warned about)
     accept_tool_drop: bool = False  # run a tool-using cell on a server that drops its tools (server check)
+    price: PriceConfig = field(default_factory=PriceConfig)  # run-only (cell.RUN_ONLY): cost in money
     # local-only (provider local): the GGUF and llama-cpp-python server settings (apps_bench/models/local.py)
     gguf_package: Optional[str] = None
     gguf_file: Optional[str] = None

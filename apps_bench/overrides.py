@@ -80,13 +80,13 @@ def _values(ov: Any) -> list[Any]:
     return list(value.list) if isinstance(value, ChoiceSweep) else []
 
 
-def _closest(word: str, choices: Iterable[str]) -> str | None:
+def closest(word: str, choices: Iterable[str]) -> str | None:
     found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return found[0] if found else None
 
 
 def _no_option(group: str, value: Any, choices: list[str]) -> BadSetting:
-    guess = _closest(str(value), choices)
+    guess = closest(str(value), choices)
     hint = f", did you mean {guess}" if guess else ""
     return BadSetting(group, value, f"no such {group}{hint} (options: {', '.join(choices)})",
                       f"{group}={guess or choices[0]}")  # fmt: skip
@@ -167,7 +167,7 @@ def _setting_problems(key: str, values: list[Any]) -> list[BadSetting]:
     """An unknown setting (with the closest real one), or values its schema type refuses."""
     known, typ = _walk(key.split("."))
     if not known:
-        guess = _closest(key, _leaf_keys())
+        guess = closest(key, _leaf_keys())
         shown = values[0] if values else ""
         return [BadSetting(key, shown, f"unknown setting{f' (did you mean {guess})' if guess else ''}",
                            f"{guess}={_shown(shown)}" if guess else "python -m apps_bench --help lists the settings")]  # fmt: skip

@@ -232,6 +232,7 @@ def evaluate(prep: Prepared, *, prompts: Any = None, final_eval_of: Any = None) 
 def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers: int, sandbox: Any) -> CellResult:
     """summary.json, the tracking run's metrics/tags/artifacts, and the printed summary."""
     from apps_bench import provenance
+    from apps_bench.report import money
     from apps_bench.topologies.tool_use import tool_protocol, tool_warnings  # not at import: re-scoring loads no topology
 
     config, cell, loaded, store = prep.config, prep.cell, prep.loaded, prep.store
@@ -248,6 +249,7 @@ def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers
     summary["dataset"] = {"source": loaded.source, "revision": loaded.revision, "rows_skipped": list(loaded.skipped_rows)}
     summary["provenance"] = provenance.collect(config.topology.framework, sandbox)
     summary["provenance"]["server"] = prep.server or _previous_provenance(prep.dir).get("server")
+    summary["cost"] = money.cell_cost(records, money.price_of(config.model.price))
     store.write_json(CELL, {"key": cell.key, **_cell_info(cell), "provenance": summary["provenance"]})
     summary_path = store.write_summary(summary)
     if config.verbose or config.dataset.source == "demo":
@@ -261,7 +263,7 @@ def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers
         metrics=metrics_of(summary), rows=table_rows(records), files=files, complete=bool(summary["complete"]),
         tags={**summary_tags(summary), **provenance.as_tags(summary["provenance"])},
     )  # fmt: skip
-    print_summary(summary, cell, store.dir, tracker.run_id)
+    print_summary(summary, cell, store.dir, tracker.run_id, getattr(tracker, "uri", None))
     return CellResult(cell=cell, dir=store.dir, summary=summary, complete=bool(summary["complete"]),
                       run_id=tracker.run_id, records=records)  # fmt: skip
 

@@ -88,6 +88,10 @@ def _processes(v: Any) -> bool:
     return True
 
 
+def _opt_price(v: Any) -> bool:
+    return v is None or (_is_num(v) and v >= 0)
+
+
 def _difficulty(v: Any) -> bool:
     from apps_bench.data import DIFFICULTIES
 
@@ -119,6 +123,8 @@ RULES: tuple[Rule, ...] = (
     ("model", "wrong_fraction", _fraction, "a fraction from 0 to 1", "model.wrong_fraction=0"),
     ("model", "fault_fraction", _fraction, "a fraction from 0 to 1", "model.fault_fraction=0"),
     ("model", "prompt_cache_mb", _int_min(0), "a whole number of MiB >= 0 (0 = off)", "model.prompt_cache_mb=1024"),
+    ("model.price", "input_per_mtok", _opt_price, "USD per million tokens >= 0, or null (no price)", "model.price.input_per_mtok=3.7 (your vendor's price)"),  # fmt: skip
+    ("model.price", "output_per_mtok", _opt_price, "USD per million tokens >= 0, or null (no price)", "model.price.output_per_mtok=11.3 (your vendor's price)"),  # fmt: skip
     ("topology", "team_size", _int_min(1), "a whole number >= 1", "topology.team_size=4"),
     ("topology", "rounds", _int_min(1), "a whole number >= 1", "topology.rounds=2"),
     ("topology", "max_steps", _int_min(1), "a whole number >= 1 (model calls per agent's tool loop)", "topology.max_steps=8"),
@@ -246,11 +252,25 @@ def _ignored(data: Mapping[str, Any]) -> list[BadSetting]:
             f"dataset={dataset.get('name')} is the built-in problems and reads no file; dataset=apps reads a local file",
             f"dataset=apps dataset.path={dataset['path']}",
         ))  # fmt: skip
+    bad.extend(_half_price(model.get("price") or {}))
     opt = data.get("optimizer") or {}
     pool = _section(opt, "params.pool")
     if opt.get("name") not in (None, "none") and pool is not None:
         bad.extend(pool_problems(data.get("dataset") or {}, pool))
     return bad
+
+
+def _half_price(price: Mapping[str, Any]) -> list[BadSetting]:
+    """A price is both token prices and the date they were read, or none of them: half a price
+    would show a cost that leaves out what the other half costs, or one nobody can date."""
+    given = {k: price.get(k) for k in ("input_per_mtok", "output_per_mtok", "as_of")}
+    if all(v is None for v in given.values()) or all(v not in (None, "") for v in given.values()):
+        return []
+    unset = [k for k, v in given.items() if v in (None, "")]
+    return [BadSetting(
+        f"model.price.{k}", None, "a price needs both token prices and the date they were read (as_of)",
+        "model.price.input_per_mtok=X model.price.output_per_mtok=Y model.price.as_of=YYYY-MM-DD, or none of them",
+    ) for k in unset]  # fmt: skip
 
 
 def pool_problems(dataset: Mapping[str, Any], pool: Mapping[str, Any]) -> list[BadSetting]:

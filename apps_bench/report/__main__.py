@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from apps_bench.report import options
 from apps_bench.report.table import ReportError
 
 DEFAULT_FOREST = "outputs/report/forest.png"
@@ -50,25 +51,19 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _baseline(spec: str) -> str:
-    key, sep, value = spec.partition("=")
-    if key.strip() != "baseline" or not sep or not value.strip():
-        raise ReportError(f"--compare {spec!r}: write --compare baseline=TOPOLOGY, e.g. --compare baseline=single")
-    return value.strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from apps_bench.report.sweep_run import SweepIncomplete
 
     try:
+        baseline = options.check(args)  # every bad option, before any cell is read or anything printed
         if not args.cells_dir:
             _store_exists(args.tracking_uri)
         if args.publish:
             return _publish(args)
         if args.metric != "pass_at_1":
             return _metric_table(args)
-        return _report(args)
+        return _report(args, baseline)
     except SweepIncomplete as exc:  # not bad input: the sweep is not whole yet
         print(f"apps-bench report: {exc}", file=sys.stderr)
         return 1
@@ -90,12 +85,11 @@ def _store_exists(uri: str | None) -> None:
         )
 
 
-def _report(args: argparse.Namespace) -> int:
+def _report(args: argparse.Namespace, baseline: str | None) -> int:
     from apps_bench import provenance
     from apps_bench.report import cells as cellmod
     from apps_bench.report import cost, export, groups, plots, render
 
-    baseline = _baseline(args.compare) if args.compare else None
     if args.cells_dir:
         found = cellmod.from_dirs(args.cells_dir)
         where = f"cell folders under {args.cells_dir}"
@@ -122,44 +116,50 @@ def _report(args: argparse.Namespace) -> int:
         extra = f"; judge profiles there: {', '.join(profiles)}" if args.judge and profiles else ""
         raise ReportError(f"no finished cells with per-problem records in {where}{hint}{extra}")
     gs = groups.group_cells(chosen)
+    if baseline is not None and not any(g.label == baseline for g in gs):  # before anything is printed
+        labels = sorted({g.label for g in gs})
+        guess = options.closest(baseline, labels)
+        hint = f"; did you mean --compare baseline={guess}?" if guess else ""
+        raise ReportError(f"--compare baseline={baseline}: no such topology among the cells{hint} ({', '.join(labels)})")
+    names = groups.blocks(gs)
     print(render.pass_table(gs))
     if baseline is None:  # with --compare, each comparison says what differs between its own cells
         for w in provenance.differences({f"{c.label}·{c.model}·s{c.seed}": c.provenance for c in chosen}):
-            print(f"warning: provenance: {w}")
+            print(render.wrap(f"warning: provenance: {w}"))
 
     comps = []
     if baseline is not None:
-        if not any(g.label == baseline for g in gs):
-            labels = sorted({g.label for g in gs})
-            raise ReportError(f"--compare baseline={baseline}: no such topology among the cells ({', '.join(labels)})")
         comps = groups.compare_to_baseline(gs, baseline)
         print()
-        print(render.compare_table(comps))
+        print(render.compare_table(comps, names))
         for c in comps:
+            where = f"{c.name} [block {names[c.comparability]}]"
             for w in provenance.differences({f"{x.label}·s{x.seed}": x.provenance for x in c.cells()}):
-                print(f"warning: {c.name}: provenance: {w}")
+                print(render.wrap(f"warning: {where}: provenance: {w}"))
             if c.pair is not None:
                 diff = cellmod.setting_differences(c.pair[0].cells[0], c.pair[1].cells[0])
                 if diff:
-                    print(f"note: {c.name}: settings differ ({c.label} vs {c.baseline}): " + "; ".join(diff))
+                    print(render.wrap(f"note: {where}: settings differ ({c.label} vs {c.baseline}): " + "; ".join(diff)))
 
     costs = cost.cost_rows(gs)
     print()
-    print(render.cost_table(costs))
+    print(render.cost_table(costs, names))
+    print()
+    print(render.money_table(costs, names))
     roles = cost.role_rows(gs)
     print()
-    print(render.role_table(roles) if roles else "cost per agent role: these cells recorded neither the role of each call nor transcripts")
+    print(render.role_table(roles, names) if roles else "cost per agent role: these cells recorded neither the role of each call nor transcripts")
     print()
-    print(render.framework_table(cost.framework_rows(gs, costs, roles)))
+    print(render.framework_table(cost.framework_rows(gs, costs, roles), names))
 
     charts = _chart_paths(args, compared=bool(comps))
     if "plot" in charts:
         plots.pass_plot(gs, charts["plot"])
     if "pareto" in charts:
-        plots.pareto_plot(costs, charts["pareto"])
+        plots.pareto_plot(costs, charts["pareto"], gs)
     if "forest" in charts:
         if any(c.result is not None for c in comps):
-            plots.forest_plot(comps, charts["forest"])
+            plots.forest_plot(comps, charts["forest"], gs)
         else:
             charts.pop("forest")
             print("forest plot not written: every comparison was refused")
@@ -177,8 +177,6 @@ def _publish(args: argparse.Namespace) -> int:
     from apps_bench.report import sweep_run
     from apps_bench.tracking import mlflow as mlf
 
-    if not args.sweep:
-        raise ReportError("--publish writes a sweep's comparison: give the sweep's parent run, --sweep PARENT_RUN_ID")
     uri = mlf.tracking_uri() if args.tracking_uri is None else args.tracking_uri
     rows = sweep_run.publish(uri, args.sweep)
     print(f"comparison of sweep {args.sweep} written on its parent run ({len(rows)} rows)")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from apps_bench.report.money import billed_tokens
 from apps_bench.report.table import ReportError
 
 # identity params that define which problems a cell is judged on
@@ -53,6 +54,7 @@ class CellData:
     flow: str = ""
     run_kind: str = "cell"
     judge_rules: str = "?"  # the profile's rules version (conf/judge/*.yaml `rules`)
+    price: dict[str, Any] | None = None  # the model.price it was costed at when it ran (report.money); None = no price
     provenance: dict[str, str] = field(default_factory=dict)
     settings: dict[str, str] = field(default_factory=dict)  # model/judge/tool settings from the cell's identity
     problems: list[dict[str, Any]] = field(default_factory=list)  # one row per recorded problem
@@ -95,8 +97,33 @@ def setting_differences(a: CellData, b: CellData) -> list[str]:
 
 
 def comparability_label(c: CellData) -> str:
-    sel = ", ".join(f"{k}={v}" for k, v in c.selection.items() if v not in ("", "None", "[]", "0", "null") and k != "dataset.name")
-    return f"dataset={c.dataset} judge={c.judge_profile} rules={c.judge_rules} cap={c.max_tests_per_row}" + (f" [{sel}]" if sel else "")
+    """The block a cell belongs to, short enough for a header line: the data (a local file by its
+    name, the hub by its revision), the judge profile and its rules version, the test cap and the
+    problem selection (`python -m apps_bench.report` prints each block once, with a letter)."""
+    sel = c.selection
+    path = sel.get("dataset.path") or ""
+    if path not in ("", "None", "null"):
+        data = f"{c.dataset} · file {Path(path).name} (local)"
+    else:
+        rev = str(sel.get("dataset.revision") or "?")
+        data = f"{c.dataset} · hub rev {rev[:7] if len(rev) == 40 else rev}"
+    split = sel.get("dataset.split") or ""
+    if split not in ("", "test", "None", "demo"):
+        data += f" split {split}"
+    cap = c.max_tests_per_row
+    tests = "all tests" if cap.lstrip("-").isdigit() and int(cap) <= 0 else f"cap {cap} tests"
+    picked = [f"{k} {v}" for k, v in sel.items()
+              if k in ("limit", "offset", "only", "difficulty") and v not in ("", "None", "[]", "0", "null")]  # fmt: skip
+    return " · ".join([data, f"judge {c.judge_profile} (rules {c.judge_rules})", tests, *picked])
+
+
+def _selection(get: Any) -> dict[str, str]:
+    """The cell's problem selection; a local file's revision is `local`, whatever the hub's pin said
+    (the configured revision is not what a file's rows came from)."""
+    sel = {k: str(get(k, "")) for k in SELECTION_PARAMS}
+    if sel.get("dataset.path") not in ("", "None", "null"):
+        sel["dataset.revision"] = "local"
+    return sel
 
 
 def incomparable_reason(a: CellData, b: CellData) -> str | None:
@@ -142,6 +169,7 @@ def problem_row(rec: Mapping[str, Any]) -> dict[str, Any]:
     split = str(rec.get("split") or "test")
     pid = str(rec.get("id"))
     prompt, completion = int(u.get("prompt_tokens", 0) or 0), int(u.get("completion_tokens", 0) or 0)
+    billed_in, billed_out = billed_tokens(u)
     calls = u.get("calls")
     n_calls = int(u.get("model_calls", 0) or 0)
     return {
@@ -154,6 +182,8 @@ def problem_row(rec: Mapping[str, Any]) -> dict[str, Any]:
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "billed_input_tokens": billed_in,  # retried attempts' discarded replies included: what money counts
+        "billed_output_tokens": billed_out,
         "model_calls": n_calls,
         "tool_calls": int(u.get("tool_calls", 0) or 0),
         "latency_s": float(rec.get("latency_s", 0.0) or 0.0),
@@ -255,7 +285,8 @@ def from_dirs(root: Path | str, *, with_roles: bool = True) -> list[CellData]:
             optimizer=str(axes.get("optimizer", "?")), seed=str(axes.get("seed", "?")), key=str(info.get("key", "")),
             judge_profile=ident.get("judge.profile", "?"), max_tests_per_row=ident.get("max_tests_per_row", "?"),
             judge_rules=ident.get("judge.rules", "?"),
-            selection={k: ident.get(k, "") for k in SELECTION_PARAMS}, complete=bool(summary.get("complete")),
+            selection=_selection(ident.get), complete=bool(summary.get("complete")),
+            price=(summary.get("cost") or {}).get("price"),
             settings=_settings(ident),
             source=str(d), framework=ident.get("topology.framework", ""), flow=ident.get("topology.flow", ""),
             provenance=provenance.comparable(prov) if prov else {},
@@ -412,7 +443,8 @@ def _cell_of_run(c: Any, r: Any, by_id: Mapping[str, Any], dst: Path, with_roles
         judge_profile=t.get("judge_profile") or p.get("judge.profile", "?"),
         max_tests_per_row=t.get("max_tests_per_row") or p.get("max_tests_per_row", "?"),
         judge_rules=t.get("judge_rules") or p.get("judge.rules", "?"),
-        selection={k: p.get(k, "") for k in SELECTION_PARAMS}, complete=t.get("complete") == "true",
+        selection=_selection(p.get), complete=t.get("complete") == "true",
+        price={k: t.get(f"price_{k}") for k in ("input_per_mtok", "output_per_mtok", "as_of")} if t.get("price_input_per_mtok") else None,
         settings=_settings(p),
         source=r.info.run_id, framework=t.get("framework") or p.get("topology.framework", ""),
         flow=p.get("topology.flow", ""), run_kind=t.get("run_kind", "cell"),

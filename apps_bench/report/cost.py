@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from apps_bench.report import money
 from apps_bench.report.groups import Group
 
 
@@ -32,6 +33,22 @@ class CostRow:
     solve_s: float  # per problem: the agents' wall time (model and python_exec)
     tool_s: float  # per problem: inside python_exec (the sandbox)
     judge_s: float  # per problem: judging, apart from solving
+    comparability: tuple[str, ...] = ()  # the group's class (its block)
+    n_cells: int = 0
+    usd: float | None = None  # the group's cells at their recorded prices (retries included); None = no price
+    price: str = ""  # the price the cells were costed at ("mixed" when seeds ran at different prices)
+
+    @property
+    def usd_per_cell(self) -> float | None:
+        return self.usd / self.n_cells if self.usd is not None and self.n_cells else None
+
+    @property
+    def usd_per_problem(self) -> float | None:
+        return self.usd / self.n_problems if self.usd is not None and self.n_problems else None
+
+    @property
+    def usd_per_solved(self) -> float | None:
+        return self.usd / self.n_solved if self.usd is not None and self.n_solved else None
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,7 @@ class RoleRow:
     calls: float
     token_share: float  # of the group's tokens
     measured: bool = True  # False: the group's records do not say who made each call; tokens/calls estimated
+    comparability: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,6 +81,7 @@ class FrameworkRow:
     # per role, counted on both sides: (role, (tokens base, other), (calls base, other)); a role one
     # side lacks (AutoGen's selector) has 0 there. Empty when either side's roles are estimated.
     roles: tuple[tuple[str, tuple[float, float], tuple[float, float]], ...] = ()
+    comparability: tuple[str, ...] = ()
 
 
 def _avg(total: float, n: int) -> float:
@@ -84,10 +103,25 @@ def cost_rows(groups: list[Group]) -> list[CostRow]:
                 tool_calls_per_problem=_avg(sum(p["tool_calls"] for p in probs), n),
                 tokens_per_solved=_avg(tokens, solved),
                 solve_s=_avg(sum(p["solve_s"] for p in probs), n), tool_s=_avg(sum(p["tool_s"] for p in probs), n),
-                judge_s=_avg(sum(p["judge_s"] for p in probs), n),
+                judge_s=_avg(sum(p["judge_s"] for p in probs), n), comparability=g.comparability, n_cells=len(g.cells),
+                **_money(g),
             )  # fmt: skip
         )
     return out
+
+
+def _money(g: Group) -> dict:
+    """The group's cost in USD, each cell at the price it recorded: none when any cell has no price."""
+    prices = [money.price_of(c.price) for c in g.cells]
+    if not prices or any(p is None for p in prices):
+        return {"usd": None, "price": money.NO_PRICE}
+    usd = sum(p.usd(sum(x["billed_input_tokens"] for x in c.problems), sum(x["billed_output_tokens"] for x in c.problems))
+              for p, c in zip(prices, g.cells) if p is not None)  # fmt: skip
+    shown = {(p.input_per_mtok, p.output_per_mtok, p.as_of) for p in prices if p is not None}
+    if len(shown) > 1:
+        return {"usd": usd, "price": "mixed (seeds ran at different prices)"}
+    i, o, as_of = shown.pop()
+    return {"usd": usd, "price": f"${i:g} / ${o:g} ({as_of})"}
 
 
 def role_rows(groups: list[Group]) -> list[RoleRow]:
@@ -139,6 +173,7 @@ def _measured(g: Group, probs: list) -> list[RoleRow]:
                 turns=_avg(t[1], covered), replies=_avg(t[2], covered), tool_calls=_avg(t[3], covered),
                 tokens=_avg(tokens, n), calls=_avg(calls, n),
                 token_share=tokens / group_tokens if group_tokens else float("nan"), measured=True,
+                comparability=g.comparability,
             )  # fmt: skip
         )
     return out
@@ -170,6 +205,7 @@ def _estimated(g: Group, probs: list) -> list[RoleRow]:
                 turns=_avg(t[1], covered), replies=_avg(t[2], covered), tool_calls=_avg(t[3], covered),
                 tokens=_avg(tokens, covered), calls=_avg(calls, covered),
                 token_share=tokens / group_tokens if group_tokens else float("nan"), measured=False,
+                comparability=g.comparability,
             )  # fmt: skip
         )
     return out
@@ -179,10 +215,10 @@ def framework_rows(groups: list[Group], costs: list[CostRow], roles: list[RoleRo
     """Sibling runners of one flow (same flow, model, optimizer and comparability class, two
     frameworks): the difference is what the framework itself adds, in all and (with `roles`
     counted on both sides) role by role."""
-    by_name = {(c.label, c.model): c for c in costs}
-    role_map: dict[tuple[str, str], list[RoleRow]] = {}
+    by_name = {(c.label, c.model, c.comparability): c for c in costs}
+    role_map: dict[tuple[str, str, tuple[str, ...]], list[RoleRow]] = {}
     for r in roles or ():
-        role_map.setdefault((r.label, r.model), []).append(r)
+        role_map.setdefault((r.label, r.model, r.comparability), []).append(r)
     buckets: dict[tuple, list[Group]] = {}
     for g in groups:
         first = g.cells[0]
@@ -190,21 +226,21 @@ def framework_rows(groups: list[Group], costs: list[CostRow], roles: list[RoleRo
             continue
         buckets.setdefault((first.flow, g.model, first.optimizer, g.comparability), []).append(g)
     out = []
-    for (flow, model, _opt, _cls), members in sorted(buckets.items(), key=lambda kv: kv[0][:3]):
+    for (flow, model, _opt, cls), members in sorted(buckets.items(), key=lambda kv: (kv[0][3], *kv[0][:3])):
         members = sorted(members, key=lambda g: (g.cells[0].framework != "langgraph", g.cells[0].framework))
         base = members[0]
         for other in members[1:]:
             if other.cells[0].framework == base.cells[0].framework:
                 continue
-            a, b = by_name[(base.label, model)], by_name[(other.label, model)]
-            ra, rb = role_map.get((base.label, model), []), role_map.get((other.label, model), [])
+            a, b = by_name[(base.label, model, cls)], by_name[(other.label, model, cls)]
+            ra, rb = role_map.get((base.label, model, cls), []), role_map.get((other.label, model, cls), [])
             both = bool(ra and rb) and all(r.measured for r in ra + rb)
             out.append(
                 FrameworkRow(
                     flow=flow, model=model, base=base.cells[0].framework, other=other.cells[0].framework,
                     base_label=base.label, other_label=other.label,
                     tokens=(a.tokens_per_problem, b.tokens_per_problem), calls=(a.calls_per_problem, b.calls_per_problem),
-                    pass_at_1=(a.pass_at_1, b.pass_at_1), roles=_role_pairs(ra, rb) if both else (),
+                    pass_at_1=(a.pass_at_1, b.pass_at_1), roles=_role_pairs(ra, rb) if both else (), comparability=cls,
                 )  # fmt: skip
             )
     return out

@@ -59,9 +59,37 @@ def group_cells(cells: list[CellData]) -> list[Group]:
     return out
 
 
-def classes(groups: list[Group]) -> dict[tuple[str, str, str, str], str]:
-    """Comparability class -> a readable label (dataset, judge profile, cap, selection)."""
-    return {g.comparability: comparability_label(g.cells[0]) for g in groups}
+def classes(groups: list[Group]) -> dict[tuple[str, ...], str]:
+    """Comparability class -> a readable label (dataset, judge profile, cap, selection); two
+    classes whose short labels read the same (e.g. two files of one name) show their whole selection."""
+    out = {g.comparability: comparability_label(g.cells[0]) for g in groups}
+    seen: dict[str, int] = {}
+    for label in out.values():
+        seen[label] = seen.get(label, 0) + 1
+    for g in groups:
+        if seen[out[g.comparability]] > 1:
+            sel = g.cells[0].selection
+            out[g.comparability] += " · " + ", ".join(f"{k}={v}" for k, v in sel.items() if v not in ("", "None", "null"))
+    return out
+
+
+def blocks(groups: list[Group]) -> dict[tuple[str, ...], str]:
+    """Comparability class -> its block letter (A, B, ... in the groups' order; AA after Z): what
+    every table and chart of the report names its rows by, the header saying what each is."""
+    out: dict[tuple[str, ...], str] = {}
+    for g in groups:
+        out.setdefault(g.comparability, letter(len(out)))
+    return out
+
+
+def letter(n: int) -> str:
+    """The n-th block's name (0 -> A, 25 -> Z, 26 -> AA)."""
+    name = ""
+    while True:
+        name = chr(ord("A") + n % 26) + name
+        n = n // 26 - 1
+        if n < 0:
+            return name
 
 
 @dataclass
@@ -75,6 +103,7 @@ class Comparison:
     p_holm: float | None = None
     refused: str | None = None  # why it was not compared
     pair: tuple[Group, Group] | None = None  # (compared, baseline) when compared
+    comparability: tuple[str, ...] = ()  # the compared group's class (its block)
 
     def cells(self) -> list[CellData]:
         """The cells the comparison used (its common seeds, both sides)."""
@@ -112,7 +141,8 @@ def compare_to_baseline(groups: list[Group], baseline: str, *, all_groups: list[
             continue
         bases = [b for b in everyone if b.label == baseline and b.model == g.model]
         same = [b for b in bases if b.comparability == g.comparability]
-        cmp = Comparison(model=g.model, label=g.label, baseline=baseline, cls=labels[g.comparability], seeds=[])
+        cmp = Comparison(model=g.model, label=g.label, baseline=baseline, cls=labels[g.comparability], seeds=[],
+                         comparability=g.comparability)  # fmt: skip
         if same:
             cmp.result, cmp.seeds, cmp.refused = pair(g, same[0])
             cmp.pair = (g, same[0]) if cmp.result is not None else None

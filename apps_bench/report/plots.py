@@ -1,5 +1,7 @@
 """The report's charts (matplotlib, Agg): pass@1 with intervals, a forest plot of paired
-differences, and pass@1 against tokens per problem with its Pareto front."""
+differences, and pass@1 against tokens per problem with its Pareto front. Each chart names
+the comparability blocks it draws (the report's letters, spelled out under the axes), and
+with several blocks each bar, point or line carries its block's letter."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import math
 from typing import Any
 
 from apps_bench.report.cost import CostRow
-from apps_bench.report.groups import Comparison, Group
+from apps_bench.report.groups import Comparison, Group, blocks, classes
 
 
 def _pyplot() -> Any:
@@ -20,7 +22,7 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, path: str) -> None:
-    fig.tight_layout()
+    _layout(fig)
     fig.savefig(path, dpi=110)
     _pyplot().close(fig)
 
@@ -29,43 +31,69 @@ def close(fig: Any) -> None:
     _pyplot().close(fig)
 
 
+def _blocks_note(fig: Any, groups: list[Group]) -> None:
+    """The blocks the chart draws, spelled out under the axes (the report's header, in small print)."""
+    import textwrap
+
+    letters, labels = blocks(groups), classes(groups)
+    lines = [ln for cls, letter in letters.items() for ln in textwrap.wrap(f"block {letter}: {labels[cls]}", 110)]
+    fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, va="bottom", ha="left", family="monospace")
+    fig._apps_bench_note_lines = len(lines)  # _layout keeps the axes above them
+
+
+def _layout(fig: Any) -> None:
+    lines = getattr(fig, "_apps_bench_note_lines", 0)
+    height = fig.get_size_inches()[1] * 72  # points
+    fig.tight_layout(rect=(0, min(0.5, (lines * 9 + 8) / height) if lines else 0, 1, 1))
+
+
+def _which(groups: list[Group]) -> str:
+    letters = sorted(set(blocks(groups).values()), key=lambda x: (len(x), x))
+    return f"block {letters[0]}" if len(letters) == 1 else f"blocks {', '.join(letters)}"
+
+
 def pass_plot(groups: list[Group], path: str) -> None:
     """Bars = pooled pass@1 per topology × model; error bars = the 95% cluster-bootstrap interval."""
     _save(pass_figure(groups), path)
 
 
 def pass_figure(groups: list[Group]) -> Any:
-    """The figure of `pass_plot` (a sweep's parent run logs it with MLflow's log_figure)."""
+    """The figure of `pass_plot` (a sweep's parent run logs it with MLflow's log_figure): one bar group
+    per topology (per block and topology when there are several blocks)."""
     plt = _pyplot()
-    labels = list(dict.fromkeys(g.label for g in groups))
+    letters = blocks(groups)
+    many = len(letters) > 1
+    xs_keys = list(dict.fromkeys((g.comparability, g.label) for g in groups))
     models = sorted({g.model for g in groups})
-    at = {(g.label, g.model): g for g in groups}
+    at = {(g.comparability, g.label, g.model): g for g in groups}
     width = 0.8 / max(1, len(models))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(labels) + 2), 4.5))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(xs_keys) + 2), 4.5 + 0.15 * len(letters)))
     for i, m in enumerate(models):
-        xs = [j + i * width for j in range(len(labels))]
-        ivs = [at[(t, m)].interval if (t, m) in at else None for t in labels]
+        xs = [j + i * width for j in range(len(xs_keys))]
+        ivs = [at[(c, t, m)].interval if (c, t, m) in at else None for c, t in xs_keys]
         est = [iv.estimate if iv else math.nan for iv in ivs]
         lo = [iv.estimate - iv.low if iv else 0.0 for iv in ivs]
         hi = [iv.high - iv.estimate if iv else 0.0 for iv in ivs]
         ax.bar(xs, est, width, yerr=[lo, hi], capsize=4, label=m)
-    ax.set_xticks([j + width * (len(models) - 1) / 2 for j in range(len(labels))])
-    ax.set_xticklabels(labels, rotation=30, ha="right")
+    ax.set_xticks([j + width * (len(models) - 1) / 2 for j in range(len(xs_keys))])
+    ax.set_xticklabels([f"{t} [{letters[c]}]" if many else t for c, t in xs_keys], rotation=30, ha="right")
     ax.set_ylabel("pass@1 (95% CI, bootstrap over problems)")
     ax.set_ylim(0, 1.05)
     ax.legend(title="model")
-    ax.set_title("APPS pass@1 by topology × model")
-    fig.tight_layout()
+    ax.set_title(f"APPS pass@1 by topology × model · {_which(groups)}")
+    _blocks_note(fig, groups)
+    _layout(fig)
     return fig
 
 
-def forest_plot(comps: list[Comparison], path: str) -> None:
+def forest_plot(comps: list[Comparison], path: str, groups: list[Group]) -> None:
     """One line per comparison: Δ pass@1 and its paired-bootstrap interval; 0 = no difference."""
     plt = _pyplot()
     done = [c for c in comps if c.result is not None]
     if not done:
         raise ValueError("no comparison to plot (every one was refused)")
-    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.55 * len(done)))
+    letters = blocks(groups)
+    fig, ax = plt.subplots(figsize=(7.5, 1.6 + 0.55 * len(done) + 0.15 * len(letters)))
     for y, c in enumerate(reversed(done)):
         r = c.result
         assert r is not None
@@ -74,11 +102,12 @@ def forest_plot(comps: list[Comparison], path: str) -> None:
         ax.annotate(f"p_Holm={c.p_holm:.3g}", (r.high, y), xytext=(6, -3), textcoords="offset points", fontsize=8)
     ax.axvline(0.0, color="grey", linestyle="--", linewidth=1)
     ax.set_yticks(range(len(done)))
-    ax.set_yticklabels([c.name for c in reversed(done)])
+    ax.set_yticklabels([f"{c.name} [{letters.get(c.comparability, '?')}]" for c in reversed(done)])
     lim = max(0.05, *(max(abs(c.result.low), abs(c.result.high)) for c in done if c.result))  # type: ignore[union-attr]
     ax.set_xlim(-lim * 1.15, lim * 1.6)
     ax.set_xlabel("Δ pass@1 vs baseline (95% paired bootstrap CI)")
-    ax.set_title("paired differences against the baseline")
+    ax.set_title(f"paired differences against the baseline · {_which([g for c in done for g in c.pair or ()])}")
+    _blocks_note(fig, [g for c in done for g in c.pair or ()])
     _save(fig, path)
 
 
@@ -91,7 +120,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: points[i][0])
 
 
-def pareto_plot(costs: list[CostRow], path: str) -> None:
+def pareto_plot(costs: list[CostRow], path: str, groups: list[Group]) -> None:
     """pass@1 against tokens per problem, one point per topology × model; the front joined."""
     plt = _pyplot()
     rows = [c for c in costs if not math.isnan(c.tokens_per_problem) and not math.isnan(c.pass_at_1)]
@@ -99,13 +128,16 @@ def pareto_plot(costs: list[CostRow], path: str) -> None:
         raise ValueError("no cell with tokens and pass@1 to plot")
     pts = [(c.tokens_per_problem, c.pass_at_1) for c in rows]
     front = pareto_front(pts)
-    fig, ax = plt.subplots(figsize=(7.0, 4.8))
+    letters = blocks(groups)
+    many = len(letters) > 1
+    fig, ax = plt.subplots(figsize=(7.0, 4.8 + 0.15 * len(letters)))
     models = sorted({c.model for c in rows})
     for m in models:
         mine = [c for c in rows if c.model == m]
         ax.scatter([c.tokens_per_problem for c in mine], [c.pass_at_1 for c in mine], s=50, label=m, zorder=3)
     for c in rows:
-        ax.annotate(c.label, (c.tokens_per_problem, c.pass_at_1), xytext=(5, 4), textcoords="offset points", fontsize=8)
+        name = f"{c.label} [{letters.get(c.comparability, '?')}]" if many else c.label
+        ax.annotate(name, (c.tokens_per_problem, c.pass_at_1), xytext=(5, 4), textcoords="offset points", fontsize=8)
     ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "--", color="grey", zorder=2)
     ax.scatter([pts[i][0] for i in front], [pts[i][1] for i in front], s=170, facecolors="none", edgecolors="black",
                zorder=4, label="Pareto front")  # fmt: skip
@@ -114,5 +146,6 @@ def pareto_plot(costs: list[CostRow], path: str) -> None:
     ax.set_ylim(min(0.0, min(p[1] for p in pts)), 1.05)
     ax.set_xlim(0, max(p[0] for p in pts) * 1.25)
     ax.legend()
-    ax.set_title("pass@1 vs cost per problem")
+    ax.set_title(f"pass@1 vs cost per problem · {_which(groups)}")
+    _blocks_note(fig, groups)
     _save(fig, path)

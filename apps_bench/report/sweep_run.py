@@ -24,7 +24,8 @@ from apps_bench.report.table import ReportError
 TABLE = "sweep_comparison.json"
 TEXT = "sweep_comparison.txt"
 FIGURE = "sweep_pass_at_1.png"
-COLUMNS = ["topology", "model", "pass_at_1", "ci_low", "ci_high", "seeds", "n_seeds", "n_problems", "comparability"]
+COLUMNS = ["topology", "model", "pass_at_1", "ci_low", "ci_high", "seeds", "n_seeds", "n_problems", "per_seed", "block",
+           "comparability"]  # fmt: skip
 
 
 class SweepIncomplete(ReportError):
@@ -55,6 +56,11 @@ def leader(rows: list[dict[str, Any]]) -> str:
 def publish(uri: str, parent_run_id: str) -> list[dict[str, Any]]:
     """Rewrite the parent run's comparison from its member cells; -> the table's rows.
     SweepIncomplete (after tagging the parent with it) when a member is missing."""
+    return _publish(uri, parent_run_id)[0]
+
+
+def _publish(uri: str, parent_run_id: str) -> tuple[list[dict[str, Any]], str]:
+    """`publish`, -> (the table's rows, its text as the parent run holds it)."""
     from mlflow.entities import RunTag
 
     from apps_bench.report import cells as cellmod
@@ -89,20 +95,37 @@ def publish(uri: str, parent_run_id: str) -> list[dict[str, Any]]:
         c.delete_tag(parent_run_id, "comparison_missing")
     if now.get("error", "").startswith(SweepIncomplete(parent_run_id, []).prefix):
         c.delete_tag(parent_run_id, "error")
-    return rows
+    return rows, text
+
+
+def where_next(uri: str, parent_run_id: str, rows: list[dict[str, Any]]) -> str:
+    """The commands that show the sweep again: the whole report (compared against single, or the
+    first topology when single did not run), and the MLflow UI on its store."""
+    from apps_bench.tracking.console import mlflow_ui
+
+    topologies = [r["topology"] for r in rows]
+    base = "single" if "single" in topologies or not topologies else topologies[0]
+    compare = f" --compare baseline={base}" if len(set(topologies)) > 1 else ""
+    return "\n".join([
+        f"full report (comparison, cost, charts): python -m apps_bench.report --sweep {parent_run_id} --tracking-uri {uri}"
+        + compare,
+        mlflow_ui(uri) + f"   (the sweep's parent run: {parent_run_id})",
+    ])  # fmt: skip
 
 
 def publish_or_say(uri: str, parent_run_id: str) -> list[str] | None:
-    """`publish` at the sweep's end: -> the missing members (said on stderr), [] once published,
-    None when the store failed (said on stderr: the cells' own runs are complete)."""
+    """`publish` at the sweep's end, and the comparison printed with where to look next: -> the missing
+    members (said on stderr), [] once published, None when the store failed (said on stderr: the cells'
+    own runs are complete)."""
     try:
-        publish(uri, parent_run_id)
+        rows, text = _publish(uri, parent_run_id)
     except SweepIncomplete as exc:
         print(f"apps-bench: {exc}", file=sys.stderr)
         return exc.missing
     except Exception as exc:  # noqa: BLE001 - MLflow, pandas and matplotlib raise their own types
         print(f"apps-bench: the sweep's comparison on parent run {parent_run_id} was not written: {exc}", file=sys.stderr)
         return None
+    print(f"\nsweep {parent_run_id}: every cell has ended\n\n{text}\n\n{where_next(uri, parent_run_id, rows)}", flush=True)
     return []
 
 

@@ -33,11 +33,21 @@ def print_problem(rec: Mapping[str, Any], out: Any = None) -> None:
         print(f"  test {t['index']}: {t['outcome']} ({t.get('seconds', 0):.3f} s){detail}", file=out)
 
 
-def print_summary(summary: Mapping[str, Any], cell: Cell, cell_dir: Path, run_id: str | None) -> None:
+def mlflow_ui(uri: str | None) -> str:
+    """How to open the MLflow UI on a store: its address for a server, `mlflow ui` for a database."""
+    if not uri:
+        return ""
+    if uri.startswith(("http://", "https://")):
+        return f"MLflow UI: {uri}"
+    return f"MLflow UI: mlflow ui --backend-store-uri {uri}"
+
+
+def print_summary(summary: Mapping[str, Any], cell: Cell, cell_dir: Path, run_id: str | None, uri: str | None = None) -> None:
     from rich.console import Console
     from rich.markup import escape
 
     from apps_bench.judge.summary import pass_table
+    from apps_bench.report.money import cost_line
 
     console = Console(file=sys.stdout, width=max(100, Console().width))
     ci = summary.get("pass_at_1_ci") or {}
@@ -59,8 +69,12 @@ def print_summary(summary: Mapping[str, Any], cell: Cell, cell_dir: Path, run_id
         + (f"; wall {summary['wall_s']:.2f} s" if summary.get("wall_s") is not None else ""),
         "rows skipped: "
         + (", ".join(f"{k}={v}" for k, v in sorted((summary.get("skipped") or {}).items())) or "0"),
+        cost_line(summary.get("cost"), cell.model_label),
         f"outputs: {cell_dir}" + (f"   MLflow run: {run_id}" if run_id else ""),
+        f"report: python -m apps_bench.report --cells-dir {cell_dir}",
     ]
+    if run_id and uri:
+        lines.append(mlflow_ui(uri))
     lines += [f"WARNING: {w}" for w in summary.get("warnings") or ()]
     for line in lines:
         print(line)

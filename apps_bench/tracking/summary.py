@@ -95,9 +95,12 @@ def cell_interval(passed: list[bool]) -> dict[str, Any]:
 
 def summary_tags(summary: Mapping[str, Any]) -> dict[str, str]:
     """What a cell's MLflow run shows besides metrics: its warnings, finish reasons and tool protocol."""
+    from apps_bench.report import money
+
     proto = summary.get("tool_protocol") or {}
     warnings = list(summary.get("warnings") or ())
     return {
+        **money.tags(summary.get("cost")),
         "warnings": " | ".join(warnings)[:5000] if warnings else "",
         "n_warnings": str(len(warnings)),
         "finish_reasons": json.dumps(summary.get("finish_reasons") or {}, sort_keys=True),
@@ -106,7 +109,10 @@ def summary_tags(summary: Mapping[str, Any]) -> dict[str, str]:
 
 
 def metrics_of(summary: Mapping[str, Any]) -> dict[str, float]:
+    from apps_bench.report import money
+
     m = dict(summary.get("metrics") or {})
+    m.update(money.metrics(summary.get("cost")))
     ci = summary.get("pass_at_1_ci") or {}
     if ci.get("n"):
         m.update(pass_at_1_ci_low=ci["low"], pass_at_1_ci_high=ci["high"])
@@ -144,6 +150,8 @@ def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "n_tests": v.get("n_tests", 0),
                 "prompt_tokens": u.get("prompt_tokens", 0),
                 "completion_tokens": u.get("completion_tokens", 0),
+                "retried_prompt_tokens": u.get("retried_prompt_tokens", 0),
+                "retried_completion_tokens": u.get("retried_completion_tokens", 0),
                 "model_calls": u.get("model_calls", 0),
                 "tool_calls": u.get("tool_calls", 0),
                 "latency_s": r.get("latency_s", 0.0),

@@ -57,6 +57,11 @@ def _pooled(cells: dict, topology: str) -> dict[str, list[float]]:
     return out
 
 
+def _unwrap(text: str) -> str:
+    """The report folds long notes and refusals at 120 columns (continuation lines indented): one line each again."""
+    return re.sub(r"\n {4,}(?=\S)", " ", text)
+
+
 def _png_ok(path: Path) -> None:
     import numpy as np
     from matplotlib import image
@@ -85,7 +90,7 @@ def test_report_on_a_sweep(sweep: dict, tmp_path: Path):
     text = r.stdout
 
     # 1. intervals per cell group, as the records on disk give them (clustered over the two seeds)
-    assert "clustered by problem across seeds" in text
+    assert "clustered by problem across seeds" in " ".join(text.split())  # captions fold at 120 columns
     for topo in ("single", "sequential_langgraph", "independent"):
         iv = bootstrap_interval(_pooled(cells, topo))
         line = next(x for x in text.splitlines() if x.startswith(topo + " "))
@@ -108,11 +113,13 @@ def test_report_on_a_sweep(sweep: dict, tmp_path: Path):
     assert row.split()[-4] == f"{ind.p_value:.3f}" and p == pytest.approx(min(1.0, 2 * ind.p_value)), row
     assert "not comparable" not in text
     notes = [x for x in text.splitlines() if x.startswith("note:")]
-    assert notes == ["note: independent − single · gold: settings differ (independent vs single): model.wrong_fraction: 0.4 vs 0.0"]
+    assert notes == [
+        "note: independent − single · gold [block A]: settings differ (independent vs single): model.wrong_fraction: 0.4 vs 0.0"
+    ]
 
     # 3. cost per role: sequential_langgraph's four roles, counted from the role of every recorded call
     role_part = text.split("cost per agent role")[1].split("framework overhead")[0]
-    assert "≈" not in role_part and "counted at the HTTP transport per role" in role_part
+    assert "≈" not in role_part and "counted at the HTTP transport per role" in " ".join(role_part.split())
     role_rows = [x.split() for x in role_part.splitlines() if x.startswith("sequential_langgraph")]
     assert [x[2] for x in role_rows] == ["analyzer", "coder", "tester", "debugger"]
     recs = [json.loads(x) for s in "01" for x in (cells[("sequential_langgraph", s)] / "records.jsonl").read_text().splitlines()]
@@ -198,16 +205,20 @@ def test_a_rescore_run_is_a_cell_of_its_own_profile_and_never_compared_across(sw
         r = run_cli(["--experiment", EXPERIMENT, "--compare", "baseline=single", "--forest", str(tmp_path / "f.png")],
                     sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
         assert r.returncode == 0, r.stderr[-3000:]
-        assert "judge=reference rules=1 cap=0" in r.stdout and "judge=seed rules=3 cap=20" in r.stdout  # never pooled
-        refused = next(x for x in r.stdout.splitlines() if "refused" in x)
-        assert "independent − single · gold" in refused and "different judge profiles (reference vs seed)" in refused
-        row = next(x for x in r.stdout.splitlines() if x.startswith("independent  [dataset=apps judge=reference"))
+        header = r.stdout.split("\n\n")[0].splitlines()  # the blocks, each once: never pooled
+        ref = next(x.split()[0] for x in header[1:] if "judge reference (rules 1) · all tests" in x)
+        assert any("judge seed (rules 3) · cap 20 tests" in x for x in header[1:])
+        refused = next(x for x in _unwrap(r.stdout).splitlines() if "refused" in x)
+        assert f"independent − single · gold [block {ref}]" in refused and "different judge profiles (reference vs seed)" in refused
+        section = r.stdout.split(f"pass@1 by topology × model · block {ref}\n")[1].split("\n\n")[0]
+        row = next(x for x in section.splitlines() if x.startswith("independent "))
         assert "1.000 [1.000, 1.000] (1s × 10p)" in row
         only = run_cli(["--experiment", EXPERIMENT, "--judge", "reference"], sweep["cwd"], env=sweep["env"],
                        module="apps_bench.report")  # fmt: skip
         assert only.returncode == 0 and "single" not in only.stdout.split("cost per problem")[0]
         none = run_cli(["--experiment", EXPERIMENT, "--judge", "nope"], sweep["cwd"], env=sweep["env"], module="apps_bench.report")
-        assert none.returncode == 2 and "judge profiles there: reference, seed" in none.stderr
+        assert none.returncode == 2 and "--judge nope: no such judge profile (judge profiles: reference, seed)" in none.stderr
+        assert none.stdout == ""  # refused before any cell is read
     finally:
         c.delete_run(run.info.run_id)
 
@@ -241,9 +252,9 @@ def test_a_cell_judged_under_other_rules_is_refused(sweep: dict, tmp_path: Path)
         r = run_cli(["--experiment", EXPERIMENT, "--compare", "baseline=single", "--forest", str(tmp_path / "f.png")],
                     sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
         assert r.returncode == 0, r.stderr[-3000:]
-        refused = [x for x in r.stdout.splitlines() if "refused, not compared" in x]
+        refused = [x for x in _unwrap(r.stdout).splitlines() if "refused, not compared" in x]
         assert len(refused) == 1 and "independent − single · gold" in refused[0] and want in refused[0], r.stdout
-        assert "judge=seed rules=1 cap=20" in r.stdout and "judge=seed rules=3 cap=20" in r.stdout
+        assert "judge seed (rules 1) · cap 20 tests" in r.stdout and "judge seed (rules 3) · cap 20 tests" in r.stdout
         # the current rules' independent cells are still compared with single
         assert re.search(r"gold\s+independent\s+single\s+-", r.stdout), r.stdout
         # any other metric: mean ± std over seeds, never pooled across rules versions
@@ -265,7 +276,7 @@ def test_a_cell_judged_under_other_rules_is_refused(sweep: dict, tmp_path: Path)
     r = run_cli(["--cells-dir", str(root), "--compare", "baseline=single", "--forest", str(tmp_path / "g.png")],
                 sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
-    refused = [x for x in r.stdout.splitlines() if "refused, not compared" in x]
+    refused = [x for x in _unwrap(r.stdout).splitlines() if "refused, not compared" in x]
     assert len(refused) == 1 and want in refused[0], r.stdout
     assert "forest plot not written: every comparison was refused" in r.stdout
 
@@ -308,7 +319,7 @@ def test_framework_siblings_and_provenance_warnings(tmp_path: Path, mlflow_templ
     assert rep.returncode == 0, rep.stderr[-3000:]
     row = next(x for x in rep.stdout.split("framework overhead")[1].splitlines() if x.startswith("sequential "))
     lg, cr = per_problem("sequential_langgraph", "total_tokens"), per_problem("sequential_crewai", "total_tokens")
-    assert "sequential_crewai vs sequential_langgraph" in row and f"{cr:,.0f} vs {lg:,.0f}" in row
+    assert "crewai vs langgraph" in row and f"{cr:,.0f} vs {lg:,.0f}" in row
     assert f"{cr - lg:+,.0f}" in row
     calls = per_problem("sequential_crewai", "model_calls") - per_problem("sequential_langgraph", "model_calls")
     assert f"{calls:+.2f}" in row
@@ -332,6 +343,6 @@ def test_framework_siblings_and_provenance_warnings(tmp_path: Path, mlflow_templ
     (crew / "summary.json").write_text(json.dumps(summary))
     rep = run_cli(args, tmp_path, env=env, module="apps_bench.report")
     assert rep.returncode == 0, rep.stderr[-3000:]
-    warns = [x for x in rep.stdout.splitlines() if x.startswith("warning: sequential_crewai − sequential_langgraph")]
+    warns = [x for x in _unwrap(rep.stdout).splitlines() if x.startswith("warning: sequential_crewai − sequential_langgraph")]
     assert any("pkg.openai differs" in w and "0.0.1: sequential_crewai·s0" in w for w in warns), rep.stdout
     assert any("git_sha differs" in w for w in warns)

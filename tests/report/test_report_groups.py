@@ -81,7 +81,8 @@ def test_cells_judged_under_other_rules_are_refused_and_never_pooled():
     assert cmp.result is None and "different judge rules (profile seed: rules 1 vs 2)" in cmp.refused
     text = compare_table([cmp]) + pass_table(group_cells(cells))
     assert "refused, not compared — different judge rules" in text
-    assert "judge=seed rules=1 cap=20" in text and "judge=seed rules=2 cap=20" in text
+    # the report's header names each block once: the two rules versions are two blocks
+    assert "judge seed (rules 1) · cap 20 tests" in text and "judge seed (rules 2) · cap 20 tests" in text
 
 
 def test_seeds_pool_into_one_interval_and_profiles_never_pool():

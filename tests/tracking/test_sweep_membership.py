@@ -100,7 +100,7 @@ def test_a_cell_of_two_sweeps_counts_in_both_and_each_sweep_publishes_once(tmp_p
         assert _rows(server.url, parent) == rows
         rep = run_cli(["--sweep", parent], tmp_path, env=env, module="apps_bench.report")
         assert rep.returncode == 0, rep.stderr[-3000:]
-        assert set(re.findall(r"^(\S+) .*\(\ds × 3p\)$", rep.stdout, re.M)) == {t for t, _, _ in rows}, rep.stdout
+        assert set(re.findall(r"^(\S+) .*\(\ds × 3p\)", rep.stdout, re.M)) == {t for t, _, _ in rows}, rep.stdout
     [shared] = [x for x in _cell_runs(server.url, "two_sweeps") if (x.data.tags["topology"], x.data.tags["seed"]) == ("single", "0")]
     assert shared.data.tags["mlflow.parentRunId"] == pa
     assert [server.artifact_writes(p, sweep_run.TABLE) for p in (pa, pb)] == [1, 1]

@@ -1,0 +1,101 @@
+"""The report's options, checked before any cell is read or anything is printed or written.
+
+A misspelt name (a baseline topology, a judge profile, a dataset, an optimizer, a model
+preset) is answered with "did you mean" and the options conf/ offers; a file the report
+cannot write (an export or chart of another type) with the types it can. Every problem is
+listed at once; the command exits 2 (report.__main__).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from apps_bench.overrides import closest, groups
+from apps_bench.report.table import ReportError
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+EXPORT_SUFFIXES = (".csv", ".parquet", ".pq")
+CHART_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def _name(option: str, value: str, choices: list[str], what: str) -> str | None:
+    if value in choices:
+        return None
+    guess = closest(value, choices)
+    hint = f"; did you mean {option} {guess}?" if guess else ""
+    return f"{option} {value}: no such {what}{hint} ({what}s: {', '.join(choices)})"
+
+
+def topology_labels(options: dict[str, list[str]]) -> list[str]:
+    """What a baseline can be: a topology, or topology+optimizer (the report's row label)."""
+    topos = options.get("topology", [])
+    opts = [o for o in options.get("optimizer", []) if o != "none"]
+    return topos + [f"{t}+{o}" for t in topos for o in opts]
+
+
+def baseline_of(spec: str) -> str:
+    key, sep, value = spec.partition("=")
+    if key.strip() != "baseline" or not sep or not value.strip():
+        raise ReportError(f"--compare {spec!r}: write --compare baseline=TOPOLOGY, e.g. --compare baseline=single")
+    return value.strip()
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """Every bad option at once (ReportError) before any work; -> the --compare baseline, if any."""
+    options = groups(CONF_DIR)
+    bad: list[str] = []
+    baseline = None
+    if args.compare:
+        try:
+            baseline = baseline_of(args.compare)
+        except ReportError as exc:
+            bad.append(str(exc))
+        else:
+            labels = topology_labels(options)
+            if baseline not in labels:
+                guess = closest(baseline, labels)
+                hint = f"; did you mean --compare baseline={guess}?" if guess else ""
+                bad.append(f"--compare baseline={baseline}: no such topology{hint} (topologies: {', '.join(options.get('topology', []))}; "
+                           "with an optimizer: TOPOLOGY+OPTIMIZER, e.g. single+maspo)")  # fmt: skip
+    for option, value, group in (("--judge", args.judge, "judge"), ("--dataset", args.dataset, "dataset"),
+                                 ("--optimizer", args.optimizer, "optimizer")):  # fmt: skip
+        if value:
+            why = _name(option, value, options.get(group, []), f"{group} profile" if group == "judge" else group)
+            if why:
+                bad.append(why)
+    if args.model:  # a preset, or preset:MODEL_ID for presets that serve any model (openai:gpt-x)
+        why = _name("--model", args.model.split(":", 1)[0], options.get("model", []), "model preset")
+        if why:
+            bad.append(why)
+    if args.seeds:
+        wrong = [s for s in (x.strip() for x in args.seeds.split(",")) if not s.isdigit()]
+        if wrong:
+            bad.append(
+                f"--seeds {args.seeds}: seeds are whole numbers >= 0 separated by commas, e.g. --seeds 0,1 (not {', '.join(wrong)})"
+            )
+    for path in args.export:
+        if Path(path).suffix not in EXPORT_SUFFIXES:
+            bad.append(
+                f"--export {path}: the tidy table is written as .csv or .parquet; e.g. --export {Path(path).with_suffix('.csv')}"
+            )
+    for option in ("plot", "pareto", "forest"):
+        path = getattr(args, option)
+        if path and Path(path).suffix not in CHART_SUFFIXES:
+            bad.append(f"--{option} {path}: charts are written as {', '.join(CHART_SUFFIXES)}; "
+                       f"e.g. --{option} {Path(path).with_suffix('.png')}")  # fmt: skip
+    if args.forest and not args.compare:
+        bad.append(f"--forest {args.forest}: the forest plot draws --compare's differences; add --compare baseline=TOPOLOGY")
+    if args.cells_dir and not Path(args.cells_dir).is_dir():
+        bad.append(f"--cells-dir {args.cells_dir}: no such folder; point it at a folder of cells (e.g. outputs/cells)")
+    if args.publish and not args.sweep:
+        bad.append("--publish writes a sweep's comparison: give the sweep's parent run, --sweep PARENT_RUN_ID")
+    if args.metric != "pass_at_1":
+        ignored = [o for o, v in (("--compare", args.compare), ("--export", args.export), ("--plots", args.plots),
+                                  ("--pareto", args.pareto), ("--forest", args.forest), ("--cells-dir", args.cells_dir)) if v]  # fmt: skip
+        if ignored:
+            bad.append(f"--metric {args.metric}: another metric is one table of means over seeds (and --plot); "
+                       f"{', '.join(ignored)} need the per-problem records of pass@1: drop --metric or them")  # fmt: skip
+    if bad:
+        raise ReportError("bad option" + ("s" if len(bad) > 1 else "") + ", nothing was read or written:\n  " + "\n  ".join(bad))
+    return baseline
