@@ -245,7 +245,8 @@ def test_the_parent_run_shows_the_comparison_table(sweep: dict, page: Page):
 
 
 def _shown(v: Any) -> str:
-    """A table value as the UI's table view prints it (JSON numbers without a trailing .0)."""
+    """A table value as the UI's table view prints it: JSON numbers without a trailing .0, and runs of
+    spaces as one (HTML collapses them: per_seed's "s0 1.000  s1 1.000" reads "s0 1.000 s1 1.000")."""
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
-    return str(v)
+    return " ".join(str(v).split())
