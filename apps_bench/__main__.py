@@ -127,12 +127,28 @@ def _enter_sweep(cfg: Any, multirun: bool) -> None:
         raise mlf.SweepSettingsMissing(problem)
 
 
+def run_cell(cfg: Any) -> Any:
+    """Run (or resume) one cell: a plain one (pipeline.py) or an optimizer cell, which optimizes
+    its prompts first, then evaluates them on the same engine (optimizers/cell.py). The cell's
+    folder is locked from `prepare` until its run is finished (one writer per cell)."""
+    from apps_bench.pipeline import evaluate, prepare
+
+    prep = prepare(cfg)
+    try:
+        if prep.cell.optimizer != "none":
+            from apps_bench.optimizers.cell import run_optimizer_cell
+
+            return run_optimizer_cell(prep)
+        return evaluate(prep)
+    finally:
+        prep.store.release()
+
+
 def _task(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from apps_bench.cell import CellRefused
-    from apps_bench.pipeline import CellSetupError, run_cell
+    from apps_bench.cell import CellRefused, CellSetupError
     from apps_bench.tracking.records import CellDirConflict
     from apps_bench.tracking.sqlite_store import StoreError
 

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from apps_bench.config import as_plain
 from apps_bench.data.rows import EVAL_SPLIT
+from apps_bench.validate import CellRefused, check_settings
 
 AXES: tuple[str, ...] = ("dataset", "topology", "model", "optimizer", "seed")
 
@@ -49,8 +50,8 @@ RUN_ONLY: dict[str, frozenset[str]] = {
 }
 
 
-class CellRefused(Exception):
-    """The composed cell lies outside the experiment grid (and allow_any_cell is false)."""
+class CellSetupError(Exception):
+    """The cell cannot start (bad selection, unreadable data, missing framework...): says what to fix."""
 
 
 @dataclass(frozen=True)
@@ -193,8 +194,6 @@ def grid_refusal(cell: Cell, grid: Mapping[str, Any]) -> str | None:
 def guard(cfg: Any) -> Cell:
     """Resolve the cell, refuse it if it lies outside the grid (unless allow_any_cell), then
     check its settings (validate.py). Both refusals come before anything of the cell exists."""
-    from apps_bench.validate import check_settings
-
     data = as_plain(cfg)
     cell = resolve_cell(data)
     if not data.get("allow_any_cell", False):

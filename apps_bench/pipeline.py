@@ -1,10 +1,10 @@
 """The cell's spine: prepare -> solve every problem -> finish.
 
 prepare: the grid guard and settings, the selection, the cell's folder and what is left
-to run. evaluate: the model endpoint, the solver (this process, or worker processes from
-the forkserver: solver_pool.py), the sandbox pool and the tracking run, all in one
-ExitStack; every problem goes through the per-problem step (step.py), `concurrency` in
-flight at once (asyncio), judging in threads on the shared SandboxPool. Every problem's record is flushed as it completes, so a
+to run. evaluate: the cell's engine (engine.py: the model endpoint, the sandbox pool, the
+judge, the solver processes) and the tracking run; every problem goes through the engine's
+step, `concurrency` in flight at once (asyncio), judging in threads on the shared
+SandboxPool. Every problem's record is flushed as it completes, so a
 killed cell resumes where it stopped. A problem whose model calls still fail after
 retries (or whose judging hit a sandbox error) is recorded as an *error*, never as a wrong
 answer: it is left out of pass@1, counted apart, marks the cell incomplete, and is retried
@@ -14,6 +14,7 @@ by the next run of the same cell.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 import time
@@ -21,12 +22,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from apps_bench import event_loop
-from apps_bench.cell import Cell, guard
+from apps_bench.cell import Cell, CellSetupError, guard
 from apps_bench.config import Config, cell_data, problems_in_flight, typed_config
 from apps_bench.data.rows import split_named_by
+from apps_bench.engine import CELL_JOB, Engine, Job, fork_solvers
 from apps_bench.tracking.console import Progress, print_problem, print_summary
 from apps_bench.tracking.mlflow import StoreUnavailable
 from apps_bench.tracking.records import (
@@ -41,10 +42,6 @@ from apps_bench.tracking.records import (
 )
 from apps_bench.tracking.summary import metrics_of, summarize_cell, summary_tags, table_rows
 from apps_bench.validate import InvalidSettings, empty_selection
-
-
-class CellSetupError(Exception):
-    """The cell cannot start (bad selection, unreadable data, missing framework...): says what to fix."""
 
 
 @dataclass
@@ -91,22 +88,6 @@ class Prepared:
     @property
     def dir(self) -> Path:
         return self.store.dir
-
-
-def run_cell(cfg: Any) -> CellResult:
-    """Run (or resume) one cell: records, summary and tracking run. An optimizer cell
-    optimizes its prompts first (apps_bench/optimizers/cell.py), then runs this same spine.
-    The cell's folder is locked from `prepare` until its run is finished (one writer per cell)."""
-    prep = prepare(cfg)
-    try:
-        if prep.cell.optimizer != "none":
-            from apps_bench.optimizers.cell import run_optimizer_cell
-
-            _keep_lock(prep)  # an optimizer cell starts its own threads; a plain one its forkserver first
-            return run_optimizer_cell(prep)
-        return evaluate(prep)
-    finally:
-        prep.store.release()
 
 
 def prepare(cfg: Any) -> Prepared:
@@ -181,43 +162,46 @@ def prepare(cfg: Any) -> Prepared:
     return prep
 
 
-def evaluate(prep: Prepared, *, prompts: Any = None, final_eval_of: Any = None) -> CellResult:
+def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = None,
+             open_tracker: Callable[[], Any] | None = None) -> CellResult:  # fmt: skip
     """Solve, judge and record every problem left, then write the summary and finish the run.
 
+    `engine`: an optimizer cell's, already open (default: this cell's, opened here);
     `prompts`: the PromptSet to solve with (an optimizer's choice; default the config's);
-    `final_eval_of`: the optimizer cell's run, whose child this evaluation's run is."""
+    `open_tracker`: opens the run this evaluation logs to (default: the cell's own,
+    tracking/run.py), on a thread while the first problems are solved."""
     from apps_bench.tracking.run import open_run
 
     config, cell = prep.config, prep.cell
+    open_tracker = open_tracker or functools.partial(open_run, config, cell, prep.loaded)
     phases: dict[str, float] = {}
     sandbox: Any = _previous_sandbox(prep.dir)  # a rerun with nothing to solve starts no sandbox
     solvers = 0
     tracker_future: Future[Any] | None = None
     try:
         if not prep.todo:
-            _keep_lock(prep)
-            tracker = open_run(config, cell, prep.loaded, final_eval_of=final_eval_of)
+            keep_lock(prep)
+            tracker = open_tracker()
         else:
             with ExitStack() as stack:
-                n_workers = _workers_for(prep)
-                ctx = _forkserver(prep) if n_workers else None  # first: before this process starts any thread
-                _keep_lock(prep)
-                endpoint = _open_endpoint(stack, prep)
+                if engine is None:
+                    forked = fork_solvers(config, len(prep.todo))  # first: before this process starts any thread
+                    keep_lock(prep)
+                    engine = stack.enter_context(open_engine(prep, prep.problems, forked))
                 tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
                 stack.callback(tx.shutdown, wait=True)
-                tracker_future = tx.submit(open_run, config, cell, prep.loaded, final_eval_of=final_eval_of)
-                pool = stack.enter_context(_sandbox_pool(config))  # while the forkserver imports the framework
-                solve, solvers = _solver(stack, prep, ctx, n_workers, endpoint=endpoint, prompts=prompts)
+                tracker_future = tx.submit(open_tracker)
                 progress = Progress(len(prep.problems), prep.n_done, config.progress, cell.name)
                 stack.callback(progress.close)
                 phases["setup_s"] = time.perf_counter() - prep.t_start
-                event_loop.run(_solve_all(prep, solve, pool, endpoint, progress, tracker_future))
+                job = Job(prompts=prompts) if prompts is not None else CELL_JOB
+                engine.run(lambda: _solve_all(prep, engine, job, progress, tracker_future))
                 phases["problems_s"] = time.perf_counter() - prep.t_start - phases["setup_s"]
-                sandbox = pool.features
+                sandbox, solvers = engine.features, engine.solvers
             tracker = tracker_future.result()
     except BaseException as exc:
         if not isinstance(exc, (KeyboardInterrupt, SystemExit, StoreUnavailable)):  # an interrupted run stays open
-            _fail_runs(exc, tracker_future, final_eval_of)  # for its rerun; a store that is gone cannot be told
+            _fail_run(exc, tracker_future)  # for its rerun; a store that is gone cannot be told
         if isinstance(exc, StoreUnavailable):
             raise StoreUnavailable(_store_lost(prep, exc)) from None
         raise
@@ -271,41 +255,33 @@ def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers
 # ----------------------------------------------------------------------------- its steps
 
 
-async def _solve_all(prep: Prepared, solve: Any, pool: Any, endpoint: Any, progress: Progress, tracker_future: Any) -> None:
-    """Every problem left: the per-problem step (apps_bench/step.py), `problems_in_flight` at a time,
-    each record flushed as it completes."""
-    from apps_bench.judge import Judge
-    from apps_bench.solving import solver_threads
-    from apps_bench.step import record_of, solve_and_judge
+async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progress, tracker_future: Any) -> None:
+    """Every problem left through the engine's step, `problems_in_flight` at a time, each record
+    flushed as it completes."""
+    from apps_bench.step import record_of
 
-    config = prep.config
-    concurrency = problems_in_flight(config)
-    loop = asyncio.get_running_loop()
-    loop.set_default_executor(ThreadPoolExecutor(max_workers=solver_threads(concurrency), thread_name_prefix="apps-bench"))
-    judge = Judge.from_config(pool, config.judge)
-    keep = config.tracking.log_transcripts
-    traces = _trace_writer(config, tracker_future)
-    sem = asyncio.Semaphore(concurrency)
+    keep = prep.config.tracking.log_transcripts
+    traces = _trace_writer(prep.config, tracker_future)
     store_failed: list[BaseException] = []
-    async with solve.serving(pool, endpoint):
-        async def one(problem: Any) -> None:
-            async with sem:
-                if store_failed:
-                    return  # the tracking store is unusable: start no more problems
-                outcome = await solve_and_judge(problem, solve, judge)
-                rec = record_of(outcome, prep.cell.key).to_json()
-                await asyncio.to_thread(prep.store.append, rec, outcome.solved.transcript if keep else None)  # fsync off the loop
-                if traces is not None:
-                    traces.submit(outcome, rec)  # after the record: a trace never changes what is recorded
-                progress.update(1, rec)
-                if tracker_future.done() and tracker_future.exception() is not None and not store_failed:
-                    store_failed.append(tracker_future.exception())
 
-        try:
-            await asyncio.gather(*(one(p) for p in prep.todo))
-        finally:
+    async def one(problem: Any) -> None:
+        async with engine.slot():
+            if store_failed:
+                return  # the tracking store is unusable: start no more problems
+            outcome = await engine.step(problem, job)
+            rec = record_of(outcome, prep.cell.key).to_json()
+            await asyncio.to_thread(prep.store.append, rec, outcome.solved.transcript if keep else None)  # fsync off the loop
             if traces is not None:
-                await asyncio.to_thread(traces.close)
+                traces.submit(outcome, rec)  # after the record: a trace never changes what is recorded
+            progress.update(1, rec)
+            if tracker_future.done() and tracker_future.exception() is not None and not store_failed:
+                store_failed.append(tracker_future.exception())
+
+    try:
+        await asyncio.gather(*(one(p) for p in prep.todo))
+    finally:
+        if traces is not None:
+            await asyncio.to_thread(traces.close)
     if store_failed:  # raised once the problems in flight are recorded (none is cut halfway)
         raise store_failed[0]
 
@@ -315,29 +291,6 @@ def _trace_writer(config: Config, tracker_future: Any) -> Any:
     from apps_bench.tracking.traces import TraceWriter, traces_enabled
 
     return TraceWriter(tracker_future) if traces_enabled(config) else None
-
-
-def _workers_for(prep: Prepared) -> int:
-    from apps_bench.solver_pool import solver_count
-
-    try:
-        return solver_count(prep.config.processes, concurrency=problems_in_flight(prep.config), n_problems=len(prep.todo))
-    except ValueError as exc:
-        raise CellSetupError(str(exc)) from exc
-
-
-def _forkserver(prep: Prepared) -> Any:
-    """The forkserver, importing the cell's framework (a missing one fails here, with the pip command)."""
-    from apps_bench.models.clients import MissingFrameworkError
-    from apps_bench.solver_pool import start_forkserver
-    from apps_bench.topologies.registry import check_framework
-
-    topology = prep.config.topology
-    try:
-        check_framework(topology.framework, topology.name)
-    except MissingFrameworkError as exc:
-        raise CellSetupError(str(exc)) from exc
-    return start_forkserver(topology.name)
 
 
 def _check_endpoint(config: Config) -> Any:
@@ -367,47 +320,13 @@ def _check_server(config: Config, endpoint: Any) -> Any:
         raise CellSetupError(str(exc)) from exc
 
 
-def _open_endpoint(stack: ExitStack, prep: Prepared) -> Any:
-    """The model endpoint: the remote one `prepare` probed, or the built-in server, started now."""
-    from apps_bench.models import ModelEndpointError, open_endpoint
-
-    if prep.endpoint is not None:
-        return prep.endpoint
-    try:
-        return stack.enter_context(open_endpoint(prep.config.model, prep.problems))
-    except ModelEndpointError as exc:
-        raise CellSetupError(str(exc)) from exc
+def open_engine(prep: Prepared, problems: list[Any], forked: Any) -> Any:
+    """The cell's engine (engine.py) on the endpoint `prepare` probed, or on the built-in server
+    started now with `problems`' rows."""
+    return Engine.open(prep.config, problems, forked=forked, endpoint=prep.endpoint)
 
 
-def _solver(stack: ExitStack, prep: Prepared, ctx: Any, n_workers: int, *, endpoint: Any, prompts: Any) -> tuple[Any, int]:
-    """-> (the solve callable for the per-problem step, how many processes solve)."""
-    from apps_bench.solving import solver_threads, time_cap
-
-    if n_workers:
-        from apps_bench.solver_pool import SolverPool
-
-        workers = SolverPool.start(ctx, n_workers, cfg=prep.config, prompts=prompts,
-                                   threads=solver_threads(problems_in_flight(prep.config)),
-                                   timeout_s=time_cap(prep.config.topology) + 60)  # fmt: skip
-        stack.callback(workers.close)
-        return workers, n_workers
-    from apps_bench.solving import LocalSolver
-    from apps_bench.topologies.registry import get_topology
-
-    try:
-        topology = get_topology(prep.config.topology)  # a missing framework fails now, with the pip command
-    except ImportError as exc:
-        raise CellSetupError(str(exc)) from exc
-    return LocalSolver(prep.config, topology, prompts=prompts), 1
-
-
-def _sandbox_pool(config: Config) -> Any:
-    from apps_bench.sandbox import SandboxPool
-
-    return SandboxPool.from_config(config.judge)
-
-
-def _keep_lock(prep: Prepared) -> None:
+def keep_lock(prep: Prepared) -> None:
     """Start the heartbeat of the cell's folder lock (after the forkserver: it is a thread)."""
     if prep.store.lock is not None:
         prep.store.lock.start_heartbeat()
@@ -423,16 +342,13 @@ def _store_lost(prep: Prepared, exc: BaseException) -> str:
             f"recorded). Once the store answers again, rerun the same command: {rerun}.")
 
 
-def _fail_runs(exc: BaseException, tracker_future: Any, final_eval_of: Any) -> None:
-    """Mark the cell's run (and an optimizer cell's own) FAILED with the error; the store's own
-    failure must not hide the cell's error."""
-    for get_run in (lambda: tracker_future.result() if tracker_future is not None else None, lambda: final_eval_of):
-        try:
-            run = get_run()
-            if run is not None:
-                run.fail(f"{type(exc).__name__}: {exc}")
-        except Exception:  # noqa: BLE001
-            pass
+def _fail_run(exc: BaseException, tracker_future: Any) -> None:
+    """Mark the cell's run FAILED with the error; the store's own failure must not hide the cell's error."""
+    try:
+        if tracker_future is not None:
+            tracker_future.result().fail(f"{type(exc).__name__}: {exc}")
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _typed(data: Mapping[str, Any]) -> Config:

@@ -10,7 +10,7 @@ copy-on-write, and none inherits the cell process's threads, locks or sockets.
 
 The protocol, over one duplex pipe per worker:
   cell -> worker   ("setup", endpoint)            once, before any problem
-                   ("solve", index, problem)      a tests-free view of the problem
+                   ("solve", index, problem, job) a tests-free view of the problem, and its engine.Job
                    ("exec_result", id, ok, value) the answer to a python_exec call
   worker -> cell   ("solved", index, Solved)
                    ("exec", id, code, stdin, timeout_s, output_chars)
@@ -194,7 +194,6 @@ class WorkerSpec:
     """What a worker needs besides the problems: sent once, when it starts."""
 
     cfg: Config  # the cell's typed config
-    prompts: Any  # the PromptSet to solve with (an optimizer's choice), or None for the config's
     threads: int  # its default executor's size (tool calls)
     env: dict[str, str]  # the cell process's environment now (the forkserver's is older)
     cwd: str
@@ -219,7 +218,7 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
     assert msg[0] == "setup", msg
     endpoint = msg[1]
     proxy = ExecProxy()
-    solver = LocalSolver(spec.cfg, topology, prompts=spec.prompts)  # this process solves as a one-process cell does
+    solver = LocalSolver(spec.cfg, topology)  # this process solves as a one-process cell does
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -227,13 +226,13 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
         done = asyncio.Event()
         tasks: set[asyncio.Task[Any]] = set()
 
-        async def one(index: int, problem: Any) -> None:
-            solved = await solver(problem)
+        async def one(index: int, problem: Any, job: Any) -> None:
+            solved = await solver(problem, job)
             solved.solver = spec.name
             wire.send(("solved", index, solved))
 
-        def start(index: int, problem: Any) -> None:
-            task = loop.create_task(one(index, problem))
+        def start(index: int, problem: Any, job: Any) -> None:
+            task = loop.create_task(one(index, problem, job))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
 
@@ -241,7 +240,7 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
             if msg[0] == "exec_result":  # a tool thread waits on it: answer without the loop
                 proxy.answer(msg[1], msg[2], msg[3])
             elif msg[0] == "solve":
-                loop.call_soon_threadsafe(start, msg[1], msg[2])
+                loop.call_soon_threadsafe(start, msg[1], msg[2], msg[3])
 
         def on_close() -> None:
             proxy.fail_all("the cell process closed the connection")
@@ -280,9 +279,9 @@ class Worker:
 class SolverPool:
     """`n` worker processes solving the cell's problems (see the module doc).
 
-    `start(...)` forks them from the forkserver (no event loop needed); inside the cell's
-    event loop, `attach(pool, endpoint)` then `await solve(index, problem, timeout_s)`;
-    `close()` ends them.
+    `start(...)` forks them from the forkserver (no event loop needed); inside an event loop,
+    `serving(pool, endpoint)` then `await pool(problem, job)`; `close()` ends them. The workers
+    outlive an event loop: an optimizer serves each batch of rollouts from a loop of its own.
     """
 
     def __init__(self, ctx: Any, spec: WorkerSpec, timeout_s: float) -> None:
@@ -298,10 +297,10 @@ class SolverPool:
         self._closing = False
 
     @classmethod
-    def start(cls, ctx: Any, n: int, *, cfg: Config, prompts: Any, threads: int, timeout_s: float) -> SolverPool:
+    def start(cls, ctx: Any, n: int, *, cfg: Config, threads: int, timeout_s: float) -> SolverPool:
         """`timeout_s`: a safety net above the runner's own time cap; a worker that does not
         answer a problem by then is stuck, and is ended."""
-        pool = cls(ctx, WorkerSpec(cfg=cfg, prompts=prompts, threads=threads, env=dict(os.environ),
+        pool = cls(ctx, WorkerSpec(cfg=cfg, threads=threads, env=dict(os.environ),
                                    cwd=os.getcwd(), name=""), timeout_s)  # fmt: skip
         for _ in range(n):
             pool._spawn()
@@ -317,24 +316,29 @@ class SolverPool:
         theirs.close()
         worker = Worker(process=proc, conn=mine, name=name)
         self.workers.append(worker)
-        if self._loop is not None:
+        if self._endpoint is not None:
             self._serve(worker)
         return worker
 
     @contextlib.asynccontextmanager
     async def serving(self, pool: Any, endpoint: Any) -> AsyncIterator[None]:
-        """While the cell's event loop runs its problems (the LocalSolver's twin)."""
+        """While an event loop runs problems (the LocalSolver's twin)."""
         self.attach(pool, endpoint)
-        yield
+        try:
+            yield
+        finally:
+            self._loop = None
 
     def attach(self, pool: Any, endpoint: Any) -> None:
-        """Start serving the workers (call inside the running event loop): `pool` runs their
-        python_exec; `endpoint` (without its server object, which stays here) is theirs to call."""
+        """Serve the workers from the running event loop: `pool` runs their python_exec; `endpoint`
+        (without its server object, which stays here) is theirs to call, told once per worker."""
         self._loop = asyncio.get_running_loop()
         self._pool = pool
-        self._endpoint = replace(endpoint, server=None) if hasattr(endpoint, "server") else endpoint
-        for w in self.workers:
-            self._serve(w)
+        if self._endpoint is None:
+            self._endpoint = replace(endpoint, server=None) if hasattr(endpoint, "server") else endpoint
+        for w in list(self.workers):
+            if w.wire is None and w.alive:
+                self._serve(w)
 
     def _serve(self, w: Worker) -> None:
         w.wire = Wire(w.conn, lambda msg, w=w: self._on_message(w, msg), lambda w=w: self._on_close(w), f"apps-bench-{w.name}")
@@ -346,8 +350,8 @@ class SolverPool:
         live = [w for w in self.workers if w.alive]
         return min(live, key=lambda w: len(w.in_flight), default=None)
 
-    async def __call__(self, problem: Any) -> Solved:
-        """Solve `problem` on the least busy worker."""
+    async def __call__(self, problem: Any, job: Any) -> Solved:
+        """Solve `problem` as `job` (engine.Job) says, on the least busy worker."""
         index, timeout_s = next(self._ids), self.timeout_s
         worker = self.pick()
         if worker is None:
@@ -356,7 +360,7 @@ class SolverPool:
         assert self._loop is not None and worker.wire is not None
         fut: asyncio.Future[Solved] = self._loop.create_future()
         worker.in_flight[index] = fut
-        worker.wire.send(("solve", index, problem.without_tests()))
+        worker.wire.send(("solve", index, problem.without_tests(), job))
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except TimeoutError:
@@ -370,9 +374,10 @@ class SolverPool:
             worker.in_flight.pop(index, None)
 
     def _on_message(self, worker: Worker, msg: Any) -> None:
-        assert self._loop is not None
         if msg[0] == "solved":
-            self._loop.call_soon_threadsafe(self._resolve, worker, msg[1], msg[2])
+            loop = self._loop
+            if loop is not None:  # else its problem was given up with the loop that asked for it
+                loop.call_soon_threadsafe(self._resolve, worker, msg[1], msg[2])
         elif msg[0] == "exec":
             threading.Thread(target=self._exec, args=(worker, msg), daemon=True, name="apps-bench-exec").start()
         elif msg[0] == "broken":
@@ -394,8 +399,14 @@ class SolverPool:
             fut.set_result(solved)
 
     def _on_close(self, worker: Worker) -> None:
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._died, worker)
+        loop = self._loop
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._died, worker)
+                return
+            except RuntimeError:  # that loop has closed
+                pass
+        self._died(worker)  # between two loops: nothing is in flight
 
     def _died(self, worker: Worker) -> None:
         worker.alive = False

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
 
 if TYPE_CHECKING:
@@ -30,6 +30,20 @@ class Solved:
     error: str | None = None
     solve_s: float = 0.0
     solver: str = "main"  # which process solved it: "main" (the cell's) or "solver-<n>"
+
+
+@dataclass(frozen=True)
+class Job:
+    """How one problem is solved, beyond the cell's settings."""
+
+    prompts: Any = None  # the PromptSet; None: the topology's configured prompts
+    seed: int | None = None  # the request seed; None: the cell's
+    headers: Mapping[str, str] | None = None  # sent with every model request (an optimizer's rollout tag)
+    base_url: str | None = None  # another route to the same model (the optimizer's replay proxy)
+    trace: bool | None = None  # record the problem's trace; None: the cell's tracking setting
+
+
+CELL_JOB = Job()
 
 
 def time_cap(topology_cfg: TopologyConfig) -> float:
@@ -125,12 +139,11 @@ def requested_processes(setting: Any) -> int | None:
 
 class LocalSolver:
     """Solving in the cell's own process (`processes=1`, or one usable CPU): the same calls as
-    solver_pool.SolverPool, so the cell's loop does not know which one it has."""
+    solver_pool.SolverPool, so the engine does not know which one it has."""
 
-    def __init__(self, cfg: Config, topology: Any, *, prompts: Any = None) -> None:
+    def __init__(self, cfg: Config, topology: Any) -> None:
         self.cfg = cfg
         self.topology = topology
-        self.prompts = prompts
         from apps_bench.tracking.traces import traces_enabled
 
         self.trace = traces_enabled(cfg)
@@ -149,7 +162,8 @@ class LocalSolver:
         finally:
             await self._connections.aclose()
 
-    async def __call__(self, problem: Any) -> Solved:
-        return await solve_problem(problem, cfg=self.cfg, topology=self.topology, endpoint=self._endpoint,
-                                   pool=self._pool, prompts=self.prompts, connections=self._connections,
-                                   trace=self.trace)  # fmt: skip
+    async def __call__(self, problem: Any, job: Job) -> Solved:
+        endpoint = replace(self._endpoint, base_url=job.base_url) if job.base_url else self._endpoint
+        return await solve_problem(problem, cfg=self.cfg, topology=self.topology, endpoint=endpoint, pool=self._pool,
+                                   prompts=job.prompts, connections=self._connections, seed=job.seed, headers=job.headers,
+                                   trace=self.trace if job.trace is None else job.trace)  # fmt: skip

@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from apps_bench.cell import CellRefused
-
 
 @dataclass(frozen=True)
 class BadSetting:
@@ -25,6 +23,10 @@ class BadSetting:
 
     def line(self) -> str:
         return f"{self.key}={_show(self.value)}: {self.allowed}. Fix: {self.fix}"
+
+
+class CellRefused(Exception):
+    """The composed cell lies outside the experiment grid (and allow_any_cell is false), or its settings are wrong."""
 
 
 class InvalidSettings(CellRefused):

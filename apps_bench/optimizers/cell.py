@@ -8,34 +8,65 @@ optimization instead of recomputing it; the run layout is optimizers/cell_runs.p
 
 from __future__ import annotations
 
+import functools
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from apps_bench.config import config_data
-from apps_bench.pipeline import CellResult, CellSetupError, Prepared, evaluate
+from apps_bench.engine import fork_solvers
+from apps_bench.optimizers.cell_runs import open_final_eval_run
+from apps_bench.pipeline import CellResult, CellSetupError, Prepared, evaluate, keep_lock, open_engine
+from apps_bench.tracking.mlflow import StoreUnavailable
 from apps_bench.tracking.records import CONFIG, PROMPTS
 
 
 def run_optimizer_cell(prep: Prepared) -> CellResult:
-    tracker, prompts, result = _optimize(prep)
-    prep.store.write_json(PROMPTS, dict(prompts.texts))
-    evaluated = evaluate(prep, prompts=prompts, final_eval_of=tracker)  # fails the optimizer run too on error
-    _finish(tracker, prep, result, evaluated)
-    return evaluated
-
-
-def _optimize(prep: Prepared) -> tuple[Any, Any, Any]:
-    """-> (the optimizer cell's tracking run, the chosen PromptSet, the OptimizeResult)."""
+    """One engine for the whole cell (engine.py): the rollouts and the final evaluation are solved
+    and judged by the same endpoint, sandbox pool, judge and solver processes."""
     cell = prep.cell
     try:
-        from apps_bench.optimizers.entry import run_optimizer
-        from apps_bench.optimizers.run import step_metrics
-        from apps_bench.optimizers.scoring import InfrastructureDown
+        from apps_bench.optimizers.entry import load_pool
     except ImportError as exc:
         raise CellSetupError(
             f"optimizer={cell.optimizer} needs the optimizers extra: pip install 'apps-bench[optimizers]' ({exc})"
         ) from exc
+    try:
+        pool = load_pool(prep.config)
+    except ValueError as exc:  # bad pool settings: the message says which
+        raise CellSetupError(f"optimizer={cell.optimizer}: {exc}") from exc
+    rows = list({p.key: p for p in [*pool.problems, *prep.problems]}.values())  # what a built-in server answers
+    forked = fork_solvers(prep.config, max(len(pool.problems), len(prep.todo)))  # before this process starts any thread
+    keep_lock(prep)
+    with open_engine(prep, rows, forked) as engine:
+        tracker, prompts, result = _optimize(prep, engine, pool)
+        prep.store.write_json(PROMPTS, dict(prompts.texts))
+        try:
+            final_run = functools.partial(open_final_eval_run, prep.config, cell, prep.loaded, tracker)
+            evaluated = evaluate(prep, engine=engine, prompts=prompts, open_tracker=final_run)
+        except BaseException as exc:
+            if not isinstance(exc, (KeyboardInterrupt, SystemExit, StoreUnavailable)):  # an interrupted run stays open
+                _fail(tracker, exc)
+            raise
+    _finish(tracker, prep, result, evaluated)
+    return evaluated
+
+
+def _fail(run: Any, exc: BaseException) -> None:
+    """The optimizer cell's run FAILED with the error; the store's own failure must not hide it."""
+    try:
+        run.fail(f"{type(exc).__name__}: {exc}")
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _optimize(prep: Prepared, engine: Any, pool: Any) -> tuple[Any, Any, Any]:
+    """-> (the optimizer cell's tracking run, the chosen PromptSet, the OptimizeResult)."""
+    from apps_bench.optimizers.entry import run_optimizer
+    from apps_bench.optimizers.run import step_metrics
+    from apps_bench.optimizers.scoring import InfrastructureDown
+
+    cell = prep.cell
     from apps_bench.optimizers.cell_runs import StepMetricsSink, link_tags, seed_cell_of
     from apps_bench.topologies.base import PromptSet
     from apps_bench.tracking.run import open_run
@@ -46,7 +77,7 @@ def _optimize(prep: Prepared) -> tuple[Any, Any, Any]:
     tx.shutdown(wait=False)
     print(f"apps-bench: optimizer={cell.optimizer}: optimizing the {cell.topology} prompts first", file=sys.stderr)
     try:
-        result = run_optimizer(prep.config, out_dir=prep.dir / "optimizer", hook=sink)
+        result = run_optimizer(prep.config, out_dir=prep.dir / "optimizer", hook=sink, engine=engine, pool=pool)
         tracker = sink.flush()
     except ValueError as exc:  # bad pool / optimizer settings: the message says which
         sink.fail(f"{type(exc).__name__}: {exc}")

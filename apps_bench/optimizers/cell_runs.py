@@ -70,6 +70,23 @@ def final_eval_tags(cell_tags: Mapping[str, str], cell: Cell, seed: Cell, optimi
             "optimizer_run_id": optimizer_run_id}  # fmt: skip
 
 
+def open_final_eval_run(config: Any, cell: Cell, loaded: Any, optimizer_run: Any) -> Any:
+    """The final evaluation's run: a child of the optimizer cell's run, found again by its own
+    `final_eval_of` tag on resume."""
+    from apps_bench.config import config_data  # noqa: PLC0415
+    from apps_bench.tracking.run import NoRun, cell_tags  # noqa: PLC0415
+
+    if config.tracking.backend == "none":
+        return NoRun()
+    from apps_bench.tracking import mlflow as mlf  # noqa: PLC0415
+
+    tags = final_eval_tags(cell_tags(config, cell, loaded), cell, seed_cell_of(config_data(config)), optimizer_run.run_id)
+    return mlf.CellRun.open(
+        experiment=config.tracking.experiment, cell_key=cell.key, run_name=f"{cell.name}·final_eval",
+        params=dict(cell.identity), tags=tags, key_tag="final_eval_of", parent_run_id=optimizer_run.run_id,
+    )  # fmt: skip
+
+
 def optimizer_metrics(result: Any) -> dict[str, float]:
     """What the optimization cost and found, as the optimizer cell run's final metrics."""
     b = dict(result.budget)

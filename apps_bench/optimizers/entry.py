@@ -1,22 +1,26 @@
 """From a composed optimizer cell to a chosen PromptSet: what the CLI calls for
 `optimizer=maspo|gepa`, before it runs the final eval cell with the chosen prompts.
 
-`run_optimizer(cfg)` loads the pool (the train split by default), opens the task
-model endpoint (the gold server gets the pool's rows), the sandbox and the judge with
-the eval cell's own settings, opens the optimizer model (`optimizer.params.optimizer_model`,
-default the task model), and runs `run.optimize`. MLflow logging and the final cell are
-the caller's (`hook` receives every event for step metrics).
+`run_optimizer(cfg)` loads the pool (the train split by default) and runs `run.optimize` on
+the cell's engine (engine.py: the task model's endpoint, the sandbox, the judge and the solver
+processes, with the eval cell's own settings; the optimizer cell passes its own, which then
+evaluates the chosen prompts), behind the replay proxy, with the optimizer model
+(`optimizer.params.optimizer_model`, default the task model). MLflow logging and the final
+cell are the caller's (`hook` receives every event for step metrics).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from apps_bench.config import as_plain
+from apps_bench.config import Config, as_plain, typed_config
+from apps_bench.engine import Engine, fork_solvers
 from apps_bench.optimizers.run import OptimizeResult, optimize
+from apps_bench.types import Problem
 
 
 def pool_dataset_config(dataset_cfg: Mapping[str, Any], pool: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,48 +78,62 @@ def optimizer_model_config(value: Any, task_model: Any) -> Any:
         raise ValueError(f"optimizer.params.optimizer_model={value!r} is not a complete model config: {exc}") from exc
 
 
-def run_optimizer(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[str, Any]], None] | None = None) -> OptimizeResult:
+@dataclass(frozen=True)
+class OptimizerPool:
+    """The problems an optimizer trains on (`loaded`: the pool's split) and the eval cell's rows it must never see."""
 
-    from apps_bench.config import typed_config  # noqa: PLC0415
+    loaded: Any  # data.LoadResult
+    eval_rows: list[Problem]
+
+    @property
+    def problems(self) -> list[Problem]:
+        return list(self.loaded.problems)
+
+
+def load_pool(cfg: Config) -> OptimizerPool:
+    """The pool of `cfg`'s optimizer (ValueError: bad pool settings, with the fix)."""
     from apps_bench.data import eval_ids, load_problems  # noqa: PLC0415
-    from apps_bench.judge import Judge  # noqa: PLC0415
+
+    pool_p = dict(cfg.optimizer.params.get("pool") or {})
+    pool_ds = pool_dataset_config(dataclasses.asdict(cfg.dataset), pool_p)
+    loaded = load_problems(pool_ds, difficulty=pool_p.get("difficulty", "interview"), max_tests_per_row=int(cfg.max_tests_per_row))
+    eval_rows = load_problems(cfg.dataset, only=eval_ids(), max_tests_per_row=int(cfg.max_tests_per_row)).problems
+    return OptimizerPool(loaded=loaded, eval_rows=list(eval_rows))
+
+
+def run_optimizer(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[str, Any]], None] | None = None,
+                  engine: Engine | None = None, pool: OptimizerPool | None = None) -> OptimizeResult:  # fmt: skip
+    """Optimize `cfg`'s prompts on its pool, on `engine` (the cell's; default: one opened here for the pool)."""
+    cfg = typed_config(cfg)
+    pool = pool or load_pool(cfg)
+    if engine is None:
+        with Engine.open(cfg, pool.problems, forked=fork_solvers(cfg, len(pool.problems))) as own:
+            return run_optimizer(cfg, out_dir=out_dir, hook=hook, engine=own, pool=pool)
     from apps_bench.models import open_endpoint  # noqa: PLC0415
     from apps_bench.optimizers.chat import EndpointChat  # noqa: PLC0415
     from apps_bench.optimizers.protocol import load_eval_set  # noqa: PLC0415
     from apps_bench.optimizers.runner import PipelineRunner  # noqa: PLC0415
-    from apps_bench.sandbox import SandboxPool  # noqa: PLC0415
     from apps_bench.topologies.prompts import load_prompts, roles_for  # noqa: PLC0415
 
-    cfg = typed_config(cfg)
     method = cfg.optimizer.name
     params = dict(cfg.optimizer.params)
-    pool_p = dict(params.get("pool") or {})
-    pool_ds = pool_dataset_config(dataclasses.asdict(cfg.dataset), pool_p)
-    loaded = load_problems(pool_ds, difficulty=pool_p.get("difficulty", "interview"), max_tests_per_row=int(cfg.max_tests_per_row))
-    eval_rows = load_problems(cfg.dataset, only=eval_ids(), max_tests_per_row=int(cfg.max_tests_per_row)).problems
-    problems = {p.key: p for p in loaded.problems}
-
-    opt_model_cfg = params.get("optimizer_model")
+    problems = {p.key: p for p in pool.problems}
     with ExitStack() as stack:
-        ep = stack.enter_context(open_endpoint(cfg.model, loaded.problems))
-        task_ep = ep
-        proxy = None
+        proxy, replay_url = None, None
         if params.get("replay", True):  # partial re-runs: identical model requests are answered from the run's cache
             from apps_bench.optimizers.cache import RolloutCache  # noqa: PLC0415
             from apps_bench.optimizers.replay import ReplayProxy  # noqa: PLC0415
 
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             replay_cache = stack.enter_context(RolloutCache(Path(out_dir) / "cache.sqlite"))
-            proxy = ReplayProxy(ep.base_url, replay_cache, timeout_s=float(cfg.model.request_timeout_s) + 5)
-            url = stack.enter_context(proxy)
-            task_ep = dataclasses.replace(ep, base_url=url)
-        opt_cfg = optimizer_model_config(opt_model_cfg, cfg.model)
+            proxy = ReplayProxy(engine.endpoint.base_url, replay_cache, timeout_s=float(cfg.model.request_timeout_s) + 5)
+            replay_url = stack.enter_context(proxy)
+        opt_cfg = optimizer_model_config(params.get("optimizer_model"), cfg.model)
         if opt_cfg == cfg.model:
-            opt_ep = ep  # the task model's endpoint (one gold server, one vLLM connection)
+            opt_ep = engine.endpoint  # the task model's endpoint (one gold server, one vLLM connection)
         else:
-            opt_ep = stack.enter_context(open_endpoint(opt_cfg, loaded.problems))
-        pool = stack.enter_context(SandboxPool.from_config(cfg.judge))
-        runner = PipelineRunner(cfg, endpoint=task_ep, pool=pool, judge=Judge.from_config(pool, cfg.judge), problems=problems,
+            opt_ep = stack.enter_context(open_endpoint(opt_cfg, pool.problems))
+        runner = PipelineRunner(engine, problems=problems, replay_url=replay_url,
                                 replayed=proxy.pop_replayed if proxy is not None else None)  # fmt: skip
         chat = EndpointChat(opt_ep, opt_cfg) if method != "none" else None
         try:
@@ -125,10 +143,10 @@ def run_optimizer(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[st
                 flow=str(cfg.topology.flow),
                 roles=roles_for(cfg.topology),
                 seed_prompts=load_prompts(cfg.topology),
-                problems=loaded.problems,
-                dataset_revision=str(loaded.revision),
+                problems=pool.problems,
+                dataset_revision=str(pool.loaded.revision),
                 eval_set=load_eval_set(),
-                eval_problems=eval_rows,
+                eval_problems=pool.eval_rows,
                 runner=runner,
                 run_seed=int(cfg.seed),
                 model=runner.model_identity(),

@@ -1,102 +1,71 @@
 """The protocol's `Runner` over the real pipeline: a topology run per (problem, seed) with a
 candidate PromptSet, judged on the problem's training tests with the eval cell's settings.
 
-It is the same per-problem path as a cell (`build_context` -> `topology.solve` -> judge),
-with two differences an optimizer needs: the prompt set is the candidate's (a value,
-passed in), and each problem's request seed is the protocol's paired seed. A failure of
-one problem is a Rollout with `error` set (infrastructure), never an exception.
+It is the cell's own engine and step (engine.py: the same endpoint, sandbox pool, judge and
+solver processes), with two differences an optimizer needs: the prompt set is the candidate's
+(a value, passed in), and each problem's request seed is the protocol's paired seed. A failure
+of one problem is a Rollout with `error` set (infrastructure), never an exception.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence
 
-from apps_bench import event_loop
+from apps_bench.engine import Engine, Job
+from apps_bench.optimizers.cache import stable_hash
 from apps_bench.optimizers.protocol import ProblemKey
+from apps_bench.optimizers.replay import ROLLOUT_HEADER
 from apps_bench.optimizers.scoring import Rollout, rollout_from_attempt
 from apps_bench.topologies.base import PromptSet
 from apps_bench.types import Problem
 
 
 class PipelineRunner:
-    """`cfg`: the resolved cell config (attribute access: an OmegaConf node); `endpoint`:
-    an open model endpoint (`models.open_endpoint`); `pool`: the SandboxPool; `judge`: a
-    `judge.Judge` built from `cfg.judge` (the eval cell's profile, timeouts, test cap);
-    `replayed`: behind a `replay.ReplayProxy`, its `pop_replayed` (each rollout's requests
-    then carry the rollout's tag, and its replayed tokens are booked apart)."""
+    """The protocol's Runner on a cell's engine (engine.py): every rollout is one engine job with the
+    candidate's prompt set and the protocol's paired seed, on the engine's solver processes.
 
-    def __init__(self, cfg: Any, *, endpoint: Any, pool: Any, judge: Any, problems: Mapping[ProblemKey, Problem],
-                 concurrency: int | None = None, replayed: Callable[[str], int] | None = None) -> None:  # fmt: skip
-        from apps_bench.config import problems_in_flight, typed_config  # noqa: PLC0415
-        from apps_bench.topologies.registry import get_topology  # noqa: PLC0415
+    `problems`: the rows the rollouts draw from (with their training tests); `replay_url`: the
+    `replay.ReplayProxy` in front of the engine's model, and `replayed` its `pop_replayed` (each
+    rollout's requests then carry the rollout's tag, and its replayed tokens are booked apart)."""
 
-        self.cfg = typed_config(cfg)
-        self.endpoint = endpoint
-        self.pool = pool
-        self.judge = judge
+    def __init__(self, engine: Engine, *, problems: Mapping[ProblemKey, Problem], replay_url: str | None = None,
+                 replayed: Callable[[str], int] | None = None) -> None:  # fmt: skip
+        self.engine = engine
+        self.cfg = engine.config
         self.problems = dict(problems)
+        self.replay_url = replay_url
         self.replayed = replayed
-        self.topology = get_topology(self.cfg.topology)
-        self.concurrency = max(1, int(concurrency or problems_in_flight(self.cfg)))
 
     def run_batch(self, prompt_set: PromptSet, jobs: Sequence[tuple[ProblemKey, int]]) -> list[Rollout]:
         missing = [k for k, _ in jobs if tuple(k) not in self.problems]
         if missing:
             raise KeyError(f"the runner was given no problem rows for {missing[:5]}")
-        return event_loop.run(self._run_all(prompt_set, list(jobs)))
+        batch = [(tuple(k), int(s)) for k, s in jobs]
+        return list(self.engine.run(lambda: asyncio.gather(*(self._one(prompt_set, k, s) for k, s in batch))))
 
-    async def _run_all(self, prompt_set: PromptSet, jobs: list[tuple[ProblemKey, int]]) -> list[Rollout]:
-        from apps_bench.solving import solver_threads  # noqa: PLC0415
-
-        loop = asyncio.get_running_loop()
-        executor = ThreadPoolExecutor(max_workers=solver_threads(self.concurrency), thread_name_prefix="apps-bench-opt")
-        loop.set_default_executor(executor)
-        sem = asyncio.Semaphore(self.concurrency)
-        from apps_bench.models.client_stack import SharedConnections  # noqa: PLC0415
-
-        connections = SharedConnections()  # this batch's event loop: one HTTP pool for its rollouts
-        try:
-            return list(await asyncio.gather(*(self._one(sem, connections, prompt_set, tuple(k), int(s)) for k, s in jobs)))
-        finally:
-            await connections.aclose()
-            executor.shutdown(wait=False)
-
-    async def _one(self, sem: asyncio.Semaphore, connections: Any, prompt_set: PromptSet, key: ProblemKey,
-                   seed: int) -> Rollout:  # fmt: skip
-        if self.replayed is None:
-            return await self._solve(sem, connections, prompt_set, key, seed, {})
-        from apps_bench.optimizers.cache import stable_hash  # noqa: PLC0415
-        from apps_bench.optimizers.replay import ROLLOUT_HEADER  # noqa: PLC0415
-
-        tag = stable_hash({"roles": dict(prompt_set.texts), "problem": list(key), "seed": seed})[:20]
-        r = await self._solve(sem, connections, prompt_set, key, seed, {ROLLOUT_HEADER: tag})
-        return dataclasses.replace(r, replayed_tokens=self.replayed(tag))
-
-    async def _solve(self, sem: asyncio.Semaphore, connections: Any, prompt_set: PromptSet, key: ProblemKey, seed: int,
-                     headers: dict[str, str]) -> Rollout:  # fmt: skip
-        from apps_bench.solving import solve_problem  # noqa: PLC0415
-        from apps_bench.step import solve_and_judge  # noqa: PLC0415
-
-        async def solve(problem: Problem) -> Any:
-            return await solve_problem(
-                problem, cfg=self.cfg, topology=self.topology, endpoint=self.endpoint, pool=self.pool,
-                prompts=prompt_set, connections=connections, seed=seed, headers=headers,
-            )  # fmt: skip
-
-        async with sem:
-            outcome = await solve_and_judge(self.problems[key], solve, self.judge)
+    async def _one(self, prompt_set: PromptSet, key: ProblemKey, seed: int) -> Rollout:
+        tag = None
+        if self.replayed is not None:
+            tag = stable_hash({"roles": dict(prompt_set.texts), "problem": list(key), "seed": seed})[:20]
+        job = Job(prompts=prompt_set, seed=seed, headers={ROLLOUT_HEADER: tag} if tag else None,
+                  base_url=self.replay_url, trace=False)  # fmt: skip
+        async with self.engine.slot():
+            outcome = await self.engine.step(self.problems[key], job)
         solved = outcome.solved
         if outcome.error:  # tokens count when the runner returned (its own error), not after an exception
             spent = solved.usage.total_tokens if solved.attempt is not None else 0
-            return Rollout(key=key, seed=seed, error=outcome.error, task_tokens=spent)
-        return rollout_from_attempt(outcome.problem, seed, solved.attempt, outcome.verdict)
+            rollout = Rollout(key=key, seed=seed, error=outcome.error, task_tokens=spent)
+        else:
+            rollout = rollout_from_attempt(outcome.problem, seed, solved.attempt, outcome.verdict)
+        if tag is None or self.replayed is None:
+            return rollout
+        return dataclasses.replace(rollout, replayed_tokens=self.replayed(tag))
 
     def score_program(self, problem: Problem, program: str | None) -> Any:
         """The judge on a problem's training tests (MASPO's reward for intermediate programs)."""
-        return self.judge.score(problem, program)
+        return self.engine.judge.score(problem, program)
 
     def settings(self) -> dict[str, Any]:
         """What goes into the rollout cache key besides prompts: everything that changes a run."""

@@ -65,25 +65,12 @@ def cell_tags(config: Config, cell: Cell, loaded: Any) -> dict[str, str]:
     }
 
 
-def open_run(
-    config: Config, cell: Cell, loaded: Any, *, extra_tags: Mapping[str, str] | None = None,
-    final_eval_of: Any = None,
-) -> Any:  # fmt: skip
-    """The cell's run (found again by its cell key on resume); with `final_eval_of` (an
-    optimizer cell's run), its final-evaluation child run."""
+def open_run(config: Config, cell: Cell, loaded: Any, *, extra_tags: Mapping[str, str] | None = None) -> Any:
+    """The cell's run (found again by its cell key on resume)."""
     if config.tracking.backend == "none":
         return NoRun()
     from apps_bench.tracking import mlflow as mlf
 
     tags = {**cell_tags(config, cell, loaded), **(extra_tags or {})}
-    experiment = config.tracking.experiment
-    if final_eval_of is not None:
-        from apps_bench.config import config_data
-        from apps_bench.optimizers.cell_runs import final_eval_tags, seed_cell_of
-
-        return mlf.CellRun.open(
-            experiment=experiment, cell_key=cell.key, run_name=f"{cell.name}·final_eval", params=dict(cell.identity),
-            tags=final_eval_tags(tags, cell, seed_cell_of(config_data(config)), final_eval_of.run_id), key_tag="final_eval_of",
-            parent_run_id=final_eval_of.run_id,
-        )  # fmt: skip
-    return mlf.CellRun.open(experiment=experiment, cell_key=cell.key, run_name=cell.name, params=dict(cell.identity), tags=tags)
+    return mlf.CellRun.open(experiment=config.tracking.experiment, cell_key=cell.key, run_name=cell.name,
+                            params=dict(cell.identity), tags=tags)  # fmt: skip

@@ -54,7 +54,7 @@ def shared(apps_data_dir, tmp_path_factory):
     + [(t, "maspo") for t in ("sequential_crewai", "centralized_autogen", "decentralized_openai")],  # framework siblings
 )
 def test_method_runs_on_family(tmp_path, shared, topology, method):
-    from apps_bench.judge import Judge
+    from apps_bench.engine import Engine
     from apps_bench.optimizers.chat import EndpointChat
     from apps_bench.optimizers.protocol import load_eval_set
     from apps_bench.optimizers.run import optimize
@@ -64,18 +64,18 @@ def test_method_runs_on_family(tmp_path, shared, topology, method):
     loaded, ep, pool = shared
     size = [] if topology == "single" else ["topology.team_size=2"]
     cfg = _cfg(f"topology={topology}", *size, "tool.timeout_s=2", "judge.timeout_s=2", "concurrency=4", "model.wrong_fraction=0.5")
-    runner = PipelineRunner(cfg, endpoint=ep, pool=pool, judge=Judge.from_config(pool, cfg.judge),
-                            problems={p.key: p for p in loaded.problems})  # fmt: skip
     pool_p = {"train_size": 3, "val_size": 2, "split_seed": 0}
     params = {"maspo": {"budget": {"rollouts": 4}, "pool": pool_p, "K": 1, "Ksub": 1, "T": 1, "D": 1, "minibatch": 2},
               "gepa": {"budget": {"rollouts": 6}, "pool": pool_p, "minibatch": 2}}[method]  # fmt: skip
     chat = EndpointChat(ep, cfg.model)
     try:
-        res = optimize(method=method, params=params, flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),
-                       seed_prompts=load_prompts(cfg.topology), problems=loaded.problems, dataset_revision="local",
-                       eval_set=load_eval_set(), runner=runner, run_seed=0, model=runner.model_identity(),
-                       settings=runner.settings(), out_dir=tmp_path / "opt", chat=chat,
-                       score_program=runner.score_program)  # fmt: skip
+        with Engine.open(cfg, endpoint=ep, pool=pool) as engine:
+            runner = PipelineRunner(engine, problems={p.key: p for p in loaded.problems})
+            res = optimize(method=method, params=params, flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),
+                           seed_prompts=load_prompts(cfg.topology), problems=loaded.problems, dataset_revision="local",
+                           eval_set=load_eval_set(), runner=runner, run_seed=0, model=runner.model_identity(),
+                           settings=runner.settings(), out_dir=tmp_path / "opt", chat=chat,
+                           score_program=runner.score_program)  # fmt: skip
     finally:
         chat.close()
     events = [json.loads(line) for line in (tmp_path / "opt" / "events.jsonl").read_text().splitlines()]

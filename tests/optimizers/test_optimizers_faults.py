@@ -7,7 +7,6 @@ ends (same chosen prompts, val scores and charged budget). Without retries it st
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from contextlib import ExitStack
 from pathlib import Path
@@ -39,7 +38,7 @@ def rows(apps_data_dir):
 def _gepa(out: Path, rows, fault_fraction: float, infra_retries: int):
     """One GEPA run as an optimizer cell does it: task model behind the replay proxy, a separate
     (fault-free) gold endpoint as reflection model."""
-    from apps_bench.judge import Judge
+    from apps_bench.engine import Engine
     from apps_bench.models import open_endpoint
     from apps_bench.optimizers.cache import RolloutCache
     from apps_bench.optimizers.chat import EndpointChat
@@ -62,9 +61,8 @@ def _gepa(out: Path, rows, fault_fraction: float, infra_retries: int):
         pool = stack.enter_context(SandboxPool.from_config(cfg.judge, workers=2))
         proxy = ReplayProxy(ep.base_url, stack.enter_context(RolloutCache(out / "cache.sqlite")))
         url = stack.enter_context(proxy)
-        runner = PipelineRunner(cfg, endpoint=dataclasses.replace(ep, base_url=url), pool=pool,
-                                judge=Judge.from_config(pool, cfg.judge), problems={p.key: p for p in rows},
-                                replayed=proxy.pop_replayed)  # fmt: skip
+        engine = stack.enter_context(Engine.open(cfg, endpoint=ep, pool=pool))
+        runner = PipelineRunner(engine, problems={p.key: p for p in rows}, replay_url=url, replayed=proxy.pop_replayed)
         chat = stack.enter_context(_closing(EndpointChat(opt_ep, opt_cfg)))
         res = optimize(method="gepa", params=params, flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),
                        seed_prompts=load_prompts(cfg.topology), problems=rows, dataset_revision="local",

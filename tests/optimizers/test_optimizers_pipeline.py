@@ -37,7 +37,7 @@ def chat(messages, seed):
 def test_maspo_over_real_single_runner_with_gold(tmp_path, apps_data_dir):
     pytest.importorskip("apps_bench.sandbox.tool", reason="python_exec tool (sandbox engineer) not landed yet")
     from apps_bench.data import load_problems
-    from apps_bench.judge import Judge
+    from apps_bench.engine import Engine
     from apps_bench.models import open_endpoint
     from apps_bench.optimizers.protocol import load_eval_set
     from apps_bench.optimizers.run import optimize
@@ -52,8 +52,9 @@ def test_maspo_over_real_single_runner_with_gold(tmp_path, apps_data_dir):
               "K": 1, "Ksub": 1, "T": 2, "D": 1, "minibatch": 3}  # fmt: skip
     out = tmp_path / "opt"
     seed_prompts = load_prompts(cfg.topology)
-    with open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool.from_config(cfg.judge, workers=2) as pool:
-        runner = PipelineRunner(cfg, endpoint=ep, pool=pool, judge=Judge.from_config(pool, cfg.judge), problems=problems)
+    with (open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool.from_config(cfg.judge, workers=2) as pool,
+          Engine.open(cfg, endpoint=ep, pool=pool) as engine):  # fmt: skip
+        runner = PipelineRunner(engine, problems=problems)
 
         def run_once():
             return optimize(method="maspo", params=params, flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),

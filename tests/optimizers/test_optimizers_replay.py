@@ -6,7 +6,6 @@ real sandbox and judge, real APPS rows.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 def test_chain_child_replays_upstream_stages(tmp_path, apps_data_dir):
     pytest.importorskip("apps_bench.sandbox.tool")
     from apps_bench.data import load_problems
-    from apps_bench.judge import Judge
+    from apps_bench.engine import Engine
     from apps_bench.models import open_endpoint
     from apps_bench.optimizers.cache import RolloutCache
     from apps_bench.optimizers.replay import ReplayProxy
@@ -39,10 +38,8 @@ def test_chain_child_replays_upstream_stages(tmp_path, apps_data_dir):
     proxy = ReplayProxy("unused", cache)
     with open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool.from_config(cfg.judge, workers=2) as pool:
         proxy.upstream = ep.base_url
-        with proxy as url:
-            runner = PipelineRunner(cfg, endpoint=dataclasses.replace(ep, base_url=url), pool=pool,
-                                    judge=Judge.from_config(pool, cfg.judge), problems=problems,
-                                    replayed=proxy.pop_replayed)  # fmt: skip
+        with proxy as url, Engine.open(cfg, endpoint=ep, pool=pool) as engine:
+            runner = PipelineRunner(engine, problems=problems, replay_url=url, replayed=proxy.pop_replayed)
             parent = runner.run_batch(seed_ps, jobs)
             assert (proxy.hits, proxy.misses) == (0, sum(r.model_calls for r in parent))
             child_ps = seed_ps.replace("tester", seed_ps["tester"] + "\nBe thorough.")

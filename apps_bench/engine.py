@@ -1,0 +1,142 @@
+"""The cell's engine: what solves and judges problems, opened once per cell.
+
+One engine serves everything a cell solves: its own problems (pipeline.py) and, in an optimizer
+cell, the optimizer's rollouts (optimizers/runner.py) before them, so a candidate prompt set is
+scored by the same endpoint, sandbox pool, judge and solver processes as the final prompts. A
+`Job` says what differs per problem (the prompt set, the request seed, the request headers, the
+route to the model); everything else is the cell's.
+
+Process model: the cell's process judges and records; problems are solved in it (`processes=1`) or
+in worker processes forked from a forkserver started before the cell starts any thread
+(solver_pool.py). `Engine.run(main)` runs `main` on an event loop with the solvers attached;
+an optimizer calls it once per batch of rollouts, a cell once for all its problems.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, TypeVar
+
+from apps_bench import event_loop
+from apps_bench.cell import CellSetupError
+from apps_bench.config import Config, problems_in_flight, typed_config
+from apps_bench.solving import CELL_JOB, Job, LocalSolver, solver_threads, time_cap
+from apps_bench.step import Outcome, solve_and_judge
+
+T = TypeVar("T")
+__all__ = ["CELL_JOB", "Engine", "Forked", "Job", "fork_solvers"]
+
+
+@dataclass(frozen=True)
+class Forked:
+    """The solver processes a cell will fork (`workers` from `ctx`), decided before it starts any thread."""
+
+    ctx: Any
+    workers: int
+
+
+def fork_solvers(config: Config, n_problems: int) -> Forked | None:
+    """The forkserver for `config`'s topology, started now (before the cell starts any thread: its
+    workers inherit none), when `processes` asks for more than one; None: solve in this process."""
+    from apps_bench.models.clients import MissingFrameworkError
+    from apps_bench.solver_pool import solver_count, start_forkserver
+    from apps_bench.topologies.registry import check_framework
+
+    try:
+        n = solver_count(config.processes, concurrency=problems_in_flight(config), n_problems=n_problems)
+    except ValueError as exc:
+        raise CellSetupError(str(exc)) from exc
+    if not n:
+        return None
+    topology = config.topology
+    try:
+        check_framework(topology.framework, topology.name)  # a missing one fails here, with the pip command
+    except MissingFrameworkError as exc:
+        raise CellSetupError(str(exc)) from exc
+    return Forked(ctx=start_forkserver(topology.name), workers=n)
+
+
+class Engine:
+    """The endpoint, sandbox pool, judge and solver(s) of a cell; see the module doc."""
+
+    def __init__(self, config: Config, *, endpoint: Any, pool: Any, solver: Any, solvers: int) -> None:
+        from apps_bench.judge import Judge
+
+        self.config = config = typed_config(config)  # a composed node (tests, scripts) or the typed config
+        self.endpoint = endpoint
+        self.pool = pool
+        self.judge = Judge.from_config(pool, config.judge)
+        self.solver = solver
+        self.solvers = solvers  # how many processes solve
+        self.concurrency = problems_in_flight(config)
+        self._slots: asyncio.Semaphore | None = None
+
+    @classmethod
+    @contextlib.contextmanager
+    def open(
+        cls, config: Config, problems: Iterable[Any] = (), *, forked: Forked | None = None, endpoint: Any = None,
+        pool: Any = None,
+    ) -> Iterator[Engine]:  # fmt: skip
+        """The engine for `config`: `endpoint` and `pool` when given (the caller's to close), else
+        the model's endpoint (a built-in server gets `problems`' rows) and a new sandbox pool;
+        `forked` workers, else this process solves."""
+        from apps_bench.models import ModelEndpointError, open_endpoint
+        from apps_bench.sandbox import SandboxPool
+
+        config = typed_config(config)
+        with ExitStack() as stack:
+            if endpoint is None:
+                try:
+                    endpoint = stack.enter_context(open_endpoint(config.model, list(problems)))
+                except ModelEndpointError as exc:
+                    raise CellSetupError(str(exc)) from exc
+            if pool is None:
+                pool = stack.enter_context(SandboxPool.from_config(config.judge))  # while the forkserver imports
+            if forked is not None:
+                from apps_bench.solver_pool import SolverPool
+
+                solver: Any = SolverPool.start(forked.ctx, forked.workers, cfg=config, threads=solver_threads(problems_in_flight(config)),
+                                               timeout_s=time_cap(config.topology) + 60)  # fmt: skip
+                stack.callback(solver.close)
+            else:
+                from apps_bench.topologies.registry import get_topology
+
+                try:
+                    topology = get_topology(config.topology)  # a missing framework fails now, with the pip command
+                except ImportError as exc:
+                    raise CellSetupError(str(exc)) from exc
+                solver = LocalSolver(config, topology)
+            yield cls(config, endpoint=endpoint, pool=pool, solver=solver, solvers=forked.workers if forked else 1)
+
+    @property
+    def features(self) -> Any:
+        """What the sandbox enforces (provenance)."""
+        return self.pool.features
+
+    def run(self, main: Callable[[], Awaitable[T]]) -> T:
+        """`main()` on a new event loop, the solvers serving it (Ctrl-C: event_loop.run)."""
+        return event_loop.run(self._serve(main))
+
+    async def _serve(self, main: Callable[[], Awaitable[T]]) -> T:
+        loop = asyncio.get_running_loop()
+        executor = ThreadPoolExecutor(max_workers=solver_threads(self.concurrency), thread_name_prefix="apps-bench")
+        loop.set_default_executor(executor)  # tool calls and judging
+        self._slots = asyncio.Semaphore(self.concurrency)
+        async with self.solver.serving(self.pool, self.endpoint):
+            return await main()
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """One of the `problems_in_flight` places: hold it while a problem is solved and judged."""
+        assert self._slots is not None, "Engine.slot() outside Engine.run()"
+        async with self._slots:
+            yield
+
+    async def step(self, problem: Any, job: Job = CELL_JOB) -> Outcome:
+        """Solve `problem` as `job` says, then judge it (step.py)."""
+        return await solve_and_judge(problem, functools.partial(self.solver, job=job), self.judge)
