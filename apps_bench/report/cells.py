@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from apps_bench.report.money import billed_tokens
-from apps_bench.report.table import ReportError
+
+
+class ReportError(Exception):
+    """Nothing to report, or a store/experiment/run that does not exist: says what to check."""
 
 # identity params that define which problems a cell is judged on
 SELECTION_PARAMS = ("dataset.name", "dataset.revision", "dataset.path", "dataset.split", "limit", "offset", "only", "difficulty")

@@ -8,9 +8,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-
-class ReportError(Exception):
-    """Nothing to report, or a store/experiment/run that does not exist: says what to check."""
+from apps_bench.report.cells import ReportError, find_runs
 
 
 @dataclass(frozen=True)
@@ -46,7 +44,6 @@ def collect(
 ) -> list[RunPoint]:
     """One point per cell run; runs of several judge profiles, rules versions or test caps are
     refused unless `judge` picks one profile (they are never pooled into one mean)."""
-    from apps_bench.report.cells import find_runs
     from apps_bench.tracking import mlflow as mlf
 
     uri = mlf.tracking_uri() if uri is None else uri

@@ -1,4 +1,4 @@
-"""MLflow logging: the only module that imports mlflow (lazily, inside functions).
+"""MLflow logging (mlflow itself is imported lazily, through mlflow_internals.load_mlflow).
 
 Mapping: experiment = the study (`tracking.experiment`); run = one cell, found again by
 its `cell_key` tag so a resumed cell continues its own run; a multirun sweep gets a
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from apps_bench.tracking.mlflow_internals import forget_engine, load_mlflow
 from apps_bench.tracking.sqlite_store import ELSEWHERE, StoreError
 
 PARENT_RUN_ENV = "APPS_BENCH_PARENT_RUN_ID"
@@ -50,12 +51,7 @@ def tracking_uri(cwd: Path | None = None) -> str:
     return uri
 
 
-def _mlflow() -> Any:
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
-    import mlflow
-
-    return mlflow
+_mlflow = load_mlflow
 
 
 _CLIENTS: dict[str, Any] = {}
@@ -93,7 +89,7 @@ def _new_client(uri: str) -> Any:
     try:
         return open_store()
     except mlflow.exceptions.MlflowException as exc:
-        sqlite_store.forget_engine(uri)
+        forget_engine(uri)
         sqlite_store.diagnose(db, exc)  # remade, or StoreError with the fix (or exc again)
     return open_store()
 

@@ -20,7 +20,8 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import Any
+
+from apps_bench.tracking import mlflow_internals as mi
 
 CREATING_SUFFIX = ".creating"  # the temporary file a new store is migrated in (same directory)
 ELSEWHERE = ("or point this run at another store: MLFLOW_TRACKING_URI=sqlite:////path/to/new.db "
@@ -46,18 +47,9 @@ def ensure_store(db: Path) -> None:
         if not db.exists() or db.stat().st_size == 0:
             _create(db)
             return
-        problem = schema_problem(db, tables=mlflow_tables())
+        problem = schema_problem(db, tables=mi.store_tables())
         if problem is not None:
             repair(db, problem)
-
-
-def mlflow_tables() -> set[str]:
-    """Every table this MLflow's models define: a store missing one would be migrated in place by
-    MLflow on open (not atomic), so it counts as half-made here."""
-    from mlflow.store.db.base_sql_model import Base
-    from mlflow.store.tracking import sqlalchemy_store  # noqa: F401 - imports the models that define them
-
-    return set(Base.metadata.tables)
 
 
 def schema_problem(db: Path, head: str | None = None, tables: set[str] | None = None) -> str | None:
@@ -150,10 +142,8 @@ def diagnose(db: Path, exc: BaseException) -> None:
     """MLflow refused to open `db` (`exc`): remake it if it is a half-made store without runs,
     else raise StoreError with the fix; re-raise `exc` when the store looks complete."""
     from filelock import FileLock
-    from mlflow.store.db.utils import _get_latest_schema_revision
-
     with FileLock(lock_path(db)):
-        problem = schema_problem(db, head=_get_latest_schema_revision()) if db.exists() else None
+        problem = schema_problem(db, head=mi.latest_schema_revision()) if db.exists() else None
         if problem is None:
             raise exc
         repair(db, problem)
@@ -172,26 +162,8 @@ def _create(db: Path) -> None:
 
 
 def _migrate(uri: str) -> None:
-    from apps_bench.tracking.mlflow import _mlflow
-
-    _mlflow().MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates and migrates the schema
-    forget_engine(uri)  # close the file before it moves
-
-
-def forget_engine(uri: str) -> None:
-    """Close and drop MLflow's cached engine of `uri` (a file moved or remade is then opened afresh).
-
-    MLflow also caches each URI's store object, which holds the engine: left cached, a second
-    creation at the same path in one process reused it, reconnected to the new empty file and
-    skipped the migrations ("no such table: experiments"). That cache has no per-URI eviction, so
-    it is cleared; other stores are rebuilt on their next use around their cached engines."""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-    from mlflow.tracking._tracking_service.registry import TrackingStoreRegistry
-
-    engine: Any = SqlAlchemyStore._engine_map.pop(uri, None)
-    if engine is not None:
-        engine.dispose()
-    TrackingStoreRegistry._get_store_with_resolved_uri.cache_clear()
+    mi.load_mlflow().MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates and migrates the schema
+    mi.forget_engine(uri)  # close the file before it moves
 
 
 def _fsync_dir(path: Path) -> None:

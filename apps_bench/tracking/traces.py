@@ -81,7 +81,7 @@ class TraceWriter:
         """Wait for every trace submitted to be in the store (the cell's run is finished after them)."""
         self._tx.shutdown(wait=True)
         if self._pending:
-            from apps_bench.tracking.mlflow import _mlflow as import_mlflow
+            from apps_bench.tracking.mlflow_internals import load_mlflow as import_mlflow
 
             import_mlflow().flush_trace_async_logging()
 
@@ -90,7 +90,7 @@ def _mlflow(uri: str) -> Any:
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "true")  # with the batch span processor (MLflow's
     os.environ.setdefault("MLFLOW_USE_BATCH_SPAN_PROCESSOR", "true")  # default): many spans per store transaction,
     os.environ.setdefault("MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE", "256")  # not MLflow's 5
-    from apps_bench.tracking.mlflow import _mlflow as import_mlflow
+    from apps_bench.tracking.mlflow_internals import load_mlflow as import_mlflow
 
     mlflow = import_mlflow()
     if mlflow.get_tracking_uri() != uri:

@@ -19,7 +19,7 @@ import kill_at as kill_at_mod
 import pytest
 from conftest import cli_env, run_cli
 
-from apps_bench.tracking import sqlite_store
+from apps_bench.tracking import mlflow_internals, sqlite_store
 
 HEAD = None
 
@@ -27,9 +27,9 @@ HEAD = None
 def _head() -> str:
     global HEAD
     if HEAD is None:
-        from mlflow.store.db.utils import _get_latest_schema_revision
+        from apps_bench.tracking.mlflow_internals import latest_schema_revision
 
-        HEAD = _get_latest_schema_revision()
+        HEAD = latest_schema_revision()
     return HEAD
 
 
@@ -129,7 +129,7 @@ def _store_with_a_run(db: Path) -> None:
 
     c = mlf._new_client(f"sqlite:///{db}")
     c.create_run(mlf.experiment_id(c, "apps", f"sqlite:///{db}"))
-    sqlite_store.forget_engine(f"sqlite:///{db}")
+    mlflow_internals.forget_engine(f"sqlite:///{db}")
 
 
 def test_a_broken_store_with_runs_stops_the_cell_with_the_commands_that_fix_it(tmp_path: Path):
@@ -252,4 +252,4 @@ def test_a_cell_killed_anywhere_reruns_to_a_complete_cell_and_run(
         assert run.data.metrics["n_recorded"] == N_PROBLEMS and run.data.metrics["pass_at_1"] == summary["pass_at_1"]
         identity = json.loads((cell / "cell.json").read_text())["identity"]
         assert run.data.params == flatten(identity)  # every param, even if the kill cut their logging
-        sqlite_store.forget_engine(f"sqlite:///{db}")
+        mlflow_internals.forget_engine(f"sqlite:///{db}")
