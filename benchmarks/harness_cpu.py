@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import free_port, run_timed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROWS = REPO / "tests" / "fixtures" / "apps" / "train_mini150.jsonl"
@@ -40,18 +42,7 @@ def proc_cpu(pid: int) -> float:
 
 def run_cell(args: list[str], cwd: Path, env: dict[str, str]) -> float:
     """CPU seconds of the command and its waited-for descendants."""
-    proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    _, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"cell failed: {' '.join(args)}\n{proc.stderr.read().decode(errors='replace')[-3000:]}")
-    return usage.ru_utime + usage.ru_stime
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return run_timed([sys.executable, "-m", "apps_bench", *args], cwd, env)[1]
 
 
 def main() -> int:

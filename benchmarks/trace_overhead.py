@@ -23,26 +23,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import run_timed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROWS = REPO / "tests" / "fixtures" / "apps" / "train_mini150.jsonl"  # the vendored rows
 TIMING = {"latency_s", "solve_s", "judge_s", "completed_at", "solver"}
-
-
-def run_timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, int]:
-    """(wall s, CPU s of the command and its waited-for descendants, exit code)."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)  # fmt: skip
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{err[-3000:]}")
-    return wall, usage.ru_utime + usage.ru_stime, proc.returncode
 
 
 def comparable(records: Path) -> list[dict]:
@@ -109,7 +97,7 @@ def main() -> int:
             tag = f"{mode}_{i}"
             cmd = base + [f"tracking.traces={'true' if mode == 'on' else 'false'}", f"out_dir={work / tag}",
                           f"tracking.experiment=trace_overhead_{tag}"]  # fmt: skip
-            wall, cpu, _ = run_timed(cmd, work, env)
+            wall, cpu = run_timed(cmd, work, env)
             load.append(os.getloadavg()[0])
             results[mode].append((wall, cpu))
             recs = comparable(work / tag / "records.jsonl")

@@ -193,7 +193,7 @@ def gold_sweep(cwd: Path, data_dir: Path, *extra: str, template: Path | None = N
 # --- a real MLflow tracking server on loopback -------------------------------------------------
 
 
-def _free_port() -> int:
+def free_port() -> int:
     import socket
 
     with socket.socket() as s:
@@ -209,7 +209,7 @@ def mlflow_server(root: Path):
     import time
     import urllib.request
 
-    env = {**os.environ, "MLFLOW_SERVER_DIR": str(root), "PORT": str(_free_port()), "WORKERS": "1", "PYTHON": sys.executable}
+    env = {**os.environ, "MLFLOW_SERVER_DIR": str(root), "PORT": str(free_port()), "WORKERS": "1", "PYTHON": sys.executable}
     log_path = root / "server.log"  # a file, not a pipe: a pipe nobody drains blocks the server once full
     log = log_path.open("w")
     proc = subprocess.Popen([str(REPO / "launchers" / "mlflow_server.sh")], env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -264,7 +264,7 @@ def plain_mlflow_server(root: Path):
     import time
     import urllib.request
 
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "MLFLOW_SERVER_ALLOWED_HOSTS": f"127.0.0.1:{port}", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     env.pop("MLFLOW_TRACKING_URI", None)
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),

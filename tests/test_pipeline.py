@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
 import kill_at
 import pytest
-from conftest import cli_env, fresh_store, run_cli
+from conftest import cli_env, free_port, fresh_store, run_cli
 
 from apps_bench.judge.profiles import judge_config
 
@@ -211,14 +210,9 @@ def test_model_errors_are_recorded_apart_and_retried(tmp_path: Path, apps_data_d
 # ------------------------------------------------------------------------------- failures
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_unreachable_endpoint_fails_fast(tmp_path: Path):
-    env = cli_env(tmp_path, VLLM_BASE_URL=f"http://127.0.0.1:{_free_port()}/v1")
+    env = cli_env(tmp_path, VLLM_BASE_URL=f"http://127.0.0.1:{free_port()}/v1")
     r = run_cli(["model=qwen"], tmp_path, env=env, timeout=120)
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     assert "VLLM_BASE_URL" in r.stderr and "Traceback" not in r.stderr  # refused at the endpoint, before any problem

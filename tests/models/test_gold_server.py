@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import free_port
 
 from apps_bench.models.gold import GoldServer, load_rows
 from apps_bench.models.gold_policy import SELF_CHECK, GoldProblem, ProblemIndex, respond
@@ -295,14 +295,9 @@ def test_fault_injection_is_seeded_by_body_and_arrival(rows):
         GoldServer(rows, wrong_fraction=1.5)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_standalone_cli_serves_rows(apps_data_dir, rows):
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "apps_bench.models.gold", "--rows", str(apps_data_dir / "train_mini150.jsonl"),
          "--split", "train", "--port", str(port)],

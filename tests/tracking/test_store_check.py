@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -20,15 +19,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, run_cli
+from conftest import cli_env, free_port, run_cli
 
 pytestmark = pytest.mark.slow
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _nothing_created(cwd: Path, r: subprocess.CompletedProcess[str]) -> None:
@@ -39,7 +33,7 @@ def _nothing_created(cwd: Path, r: subprocess.CompletedProcess[str]) -> None:
 
 
 def test_a_server_that_does_not_answer_fails_at_once(tmp_path: Path):
-    uri = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     r = run_cli(["progress=false"], tmp_path, env=cli_env(tmp_path, MLFLOW_TRACKING_URI=uri), timeout=120)
     _nothing_created(tmp_path, r)
     assert f"the MLflow tracking server at {uri} does not answer" in r.stderr and "launchers/mlflow_server.sh" in r.stderr
@@ -109,7 +103,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def test_a_server_that_refuses_this_host_says_how_to_allow_it(tmp_path: Path):
-    port = _free_port()
+    port = free_port()
     server = _start_server(tmp_path / "server", port, "--allowed-hosts", "mlflow.example.invalid")
     try:
         cwd = tmp_path / "work"
@@ -143,7 +137,7 @@ def _logged_params(db: Path) -> int:
 
 
 def test_a_server_lost_mid_cell_loses_nothing_and_the_rerun_only_logs(tmp_path: Path, apps_data_dir: Path):
-    root, port = tmp_path / "server", _free_port()
+    root, port = tmp_path / "server", free_port()
     uri = f"http://127.0.0.1:{port}"
     cwd, cell = tmp_path / "work", tmp_path / "cell"
     cwd.mkdir()
