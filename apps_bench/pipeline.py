@@ -175,7 +175,8 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
     config, cell = prep.config, prep.cell
     open_tracker = open_tracker or functools.partial(open_run, config, cell, prep.loaded)
     phases: dict[str, float] = {}
-    sandbox: Any = _previous_sandbox(prep.dir)  # a rerun with nothing to solve starts no sandbox
+    previous = _previous_provenance(prep.dir)  # a rerun with nothing to solve starts no sandbox, checks no server
+    sandbox: Any = previous.get("sandbox")
     solvers = 0
     tracker_future: Future[Any] | None = None
     try:
@@ -208,12 +209,12 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
     finally:
         prep.store.close()
     try:
-        return finish(prep, tracker, phases=phases, solvers=solvers, sandbox=sandbox)
+        return finish(prep, tracker, phases=phases, solvers=solvers, sandbox=sandbox, server=prep.server or previous.get("server"))
     except StoreUnavailable as exc:
         raise StoreUnavailable(_store_lost(prep, exc)) from None
 
 
-def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers: int, sandbox: Any) -> CellResult:
+def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers: int, sandbox: Any, server: Any) -> CellResult:
     """summary.json, the tracking run's metrics/tags/artifacts, and the printed summary."""
     from apps_bench import provenance
     from apps_bench.report import money
@@ -232,7 +233,7 @@ def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers
     summary["warnings"] = tool_warnings(records, config.topology, config.model)
     summary["dataset"] = {"source": loaded.source, "revision": loaded.revision, "rows_skipped": list(loaded.skipped_rows)}
     summary["provenance"] = provenance.collect(config.topology.framework, sandbox)
-    summary["provenance"]["server"] = prep.server or _previous_provenance(prep.dir).get("server")
+    summary["provenance"]["server"] = server
     summary["cost"] = money.cell_cost(records, money.price_of(config.model.price))
     store.write_json(CELL, {"key": cell.key, **_cell_info(cell), "provenance": summary["provenance"]})
     summary_path = store.write_summary(summary)
@@ -368,11 +369,6 @@ def _quiet_libraries() -> None:
 
     for name in ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "mlflow", "alembic", "urllib3"):
         logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def _previous_sandbox(cell_dir: Path) -> Any:
-    """The sandbox features an earlier run of this cell recorded (None when none did)."""
-    return _previous_provenance(cell_dir).get("sandbox")
 
 
 def _previous_provenance(cell_dir: Path) -> dict[str, Any]:

@@ -251,7 +251,8 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
             proxy.wire = wire
             wire.start()
             await done.wait()
-            event_loop.cut(mute=True)  # the cell hung up: what is still solving is dropped, quietly
+            if tasks:  # the cell hung up mid-problem: what is still solving is dropped, quietly
+                event_loop.cut(mute=True)
             for task in list(tasks):
                 task.cancel()
 
