@@ -1,0 +1,153 @@
+"""Imports point down: the rooms of `apps_bench/` in layers (docs/architecture.md, "Who may import
+whom"), checked on every first-party import, the ones inside functions included (a lazy import
+never fails at import time, so only a reading of the source finds one that climbs or closes a cycle).
+
+`CLIMBS` lists the imports that still go up, each with why: the list may only shrink (an entry
+whose import is gone fails too, so it is removed with the fix).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "apps_bench"
+
+# room -> layer; a module may import its own room and any room of a lower layer. A room is a module's
+# longest prefix listed here: tracking's record and trace data sit low, its MLflow runs and sweeps high.
+LAYERS: dict[str, int] = {
+    "types": 0, "cpus": 0, "event_loop": 0, "tracking.capture": 0,
+    "config": 1, "data": 1, "task": 1, "tracking.cell_lock": 1, "tracking.records": 1, "tracking.mlflow_internals": 1,
+    "sandbox": 2, "models": 2,
+    "judge": 3, "topologies": 3, "tracking.summary": 3, "tracking.traces": 3,
+    "solving": 4, "step": 4, "solver_pool": 4, "provenance": 4, "validate": 4, "cell": 5,
+    "tracking": 6, "engine": 6, "server_gate": 6,
+    "report": 7, "overrides": 7,
+    "pipeline": 8, "rescore": 8, "launchers": 8,
+    "optimizers": 9,
+    "__main__": 10, "plan": 11, "check": 11, "optimize": 11,
+    "__init__": 12,
+}  # fmt: skip
+
+# (importing module, imported module): why it still climbs
+CLIMBS: dict[tuple[str, str], str] = {
+    ("config", "sandbox.limits"): "the typed config's judge.sandbox schema is the sandbox's own limits dataclass",
+    ("judge.cli", "provenance"): "the judge's CLI stamps its output with the versions it ran on",
+    ("provenance", "tracking.mlflow"): "provenance reads the package version and git info the tracking module computes",
+    ("tracking.callbacks", "report.sweep_run"): "a sweep's end publishes its comparison",
+    ("tracking.console", "report.money"): "the cell's printed summary shows its cost",
+    ("tracking.summary", "report.money"): "a cell's summary carries its cost",
+    ("tracking.summary", "report.stats"): "a cell's summary carries pass@1's interval",
+    ("validate", "optimizers.protocol"): "an optimizer's pool sources are the protocol's own list",
+}
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in PKG.rglob("*.py"):
+        parts = list(path.relative_to(PKG).with_suffix("").parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        mods[".".join(parts)] = path
+    return mods
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the first-party modules it imports (relative to apps_bench), anywhere in its source."""
+    mods = _modules()
+
+    def resolve(name: str) -> str | None:
+        name = name.removeprefix("apps_bench").lstrip(".")
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = defaultdict(set)
+    for mod, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names if a.name.split(".")[0] == "apps_bench"]
+            elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "apps_bench":
+                names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}".removeprefix("apps_bench.") in mods
+                         else str(node.module) for a in node.names]  # fmt: skip
+            for name in names:
+                target = resolve(name)
+                if target and target != mod:
+                    graph[mod].add(target)
+    return graph
+
+
+def _room(mod: str) -> str:
+    parts = mod.split(".")
+    return next(".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in LAYERS or n == 1)
+
+
+def climbs(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(a, b) for a, targets in graph.items() for b in targets if LAYERS[_room(b)] > LAYERS[_room(a)]}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_every_room_has_a_layer():
+    rooms = {_room(m) for m in _modules()}
+    assert rooms <= set(LAYERS), f"rooms without a layer in LAYERS (and docs/architecture.md): {sorted(rooms - set(LAYERS))}"
+
+
+def test_no_import_climbs_a_layer():
+    new = sorted(climbs(_graph()) - set(CLIMBS))
+    assert not new, "imports that climb a layer (docs/architecture.md, 'Who may import whom'):\n" + "\n".join(
+        f"  apps_bench.{a} -> apps_bench.{b}" for a, b in new
+    )
+
+
+def test_the_known_climbs_only_shrink():
+    gone = sorted(set(CLIMBS) - climbs(_graph()))
+    assert not gone, f"these no longer climb: remove them from CLIMBS: {gone}"
+
+
+def test_no_import_cycle():
+    found = cycles(_graph())
+    assert not found, "import cycles (lazy imports included): " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_checks_see_an_upward_import(tmp_path: Path):
+    """The checks are able to fail: a lazy import of the pipeline from the judge is caught as a climb and as a cycle."""
+    graph = _graph()
+    graph["judge.core"].add("pipeline")
+    assert ("judge.core", "pipeline") in climbs(graph) - set(CLIMBS)
+    assert any("judge.core" in c and "pipeline" in c for c in cycles(graph))
