@@ -178,24 +178,20 @@ class LocalServer:
 
 
 def server_for(model_cfg: Any) -> LocalServer:
-    """A (not yet started) LocalServer from a `model=local` config."""
-    from apps_bench.models.endpoint import cfg_value
-
-    path = cfg_value(model_cfg, "gguf_path", None)
-    model_path = Path(str(path)).expanduser() if path else gguf_path(
-        str(cfg_value(model_cfg, "gguf_package")), str(cfg_value(model_cfg, "gguf_file"))
-    )
+    """A (not yet started) LocalServer from a `model=local` config (the typed ModelConfig, or conf/model/local.yaml as loaded)."""
+    path = model_cfg.gguf_path
+    model_path = Path(str(path)).expanduser() if path else gguf_path(str(model_cfg.gguf_package), str(model_cfg.gguf_file))
     if not model_path.is_file():
         raise LocalModelError(f"model.gguf_path={str(model_path)!r} is not a file")
     from apps_bench.cpus import usable_cpus
 
-    threads = int(cfg_value(model_cfg, "n_threads")) or usable_cpus()
+    threads = int(model_cfg.n_threads) or usable_cpus()
     return LocalServer(
         model_path=model_path,
-        model_id=str(cfg_value(model_cfg, "model_id")),
-        chat_format=cfg_value(model_cfg, "chat_format", None) or None,
-        n_ctx=int(cfg_value(model_cfg, "n_ctx")),
+        model_id=str(model_cfg.model_id),
+        chat_format=model_cfg.chat_format or None,
+        n_ctx=int(model_cfg.n_ctx),
         n_threads=threads,
-        start_timeout_s=float(cfg_value(model_cfg, "start_timeout_s")),
-        prompt_cache_mb=int(cfg_value(model_cfg, "prompt_cache_mb")),
+        start_timeout_s=float(model_cfg.start_timeout_s),
+        prompt_cache_mb=int(model_cfg.prompt_cache_mb),
     )
