@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from apps_bench.judge.core import judge_program
 from apps_bench.tracking.records import CELL, CONFIG, RECORDS, SUMMARY, RecordStore, record_key
 
 RESCORE_DIR = "rescore"
@@ -185,11 +186,9 @@ def judge_records(store: RecordStore, todo: list[dict[str, Any]], problems: Mapp
         if problem is None:
             return _error_record(rec, f"problem {rec['key']} is not in the dataset any more", new_key, old_key)
         t0 = time.perf_counter()
-        verdict = judge.score(problem, rec.get("program"))
-        from apps_bench.judge import has_sandbox_error
-
-        if has_sandbox_error(verdict):
-            return _error_record(rec, "sandbox error while re-scoring (infrastructure, not scored)", new_key, old_key)
+        verdict, error = judge_program(judge, problem, rec.get("program"))
+        if error is not None:
+            return _error_record(rec, f"{error} (while re-scoring)", new_key, old_key)
         return _rescored_record(rec, verdict, time.perf_counter() - t0, new_key, old_key, old_cap)
 
     from tqdm import tqdm

@@ -12,10 +12,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Awaitable, Callable
 
+from apps_bench.judge.core import judge_program
 from apps_bench.solving import Solved
 from apps_bench.types import Problem, ProblemRecord, Verdict
-
-SANDBOX_ERROR = "sandbox_error: the sandbox failed while judging (infrastructure, not the program)"
 
 
 @dataclass
@@ -35,19 +34,12 @@ class Outcome:
 
 async def solve_and_judge(problem: Problem, solve: Callable[[Problem], Awaitable[Solved]], judge: Any) -> Outcome:
     """Solve `problem`, then judge its program in a thread; a sandbox failure or a judge crash
-    while judging is the problem's infrastructure error, never a wrong answer."""
-    from apps_bench.judge import has_sandbox_error
-
+    while judging is the problem's infrastructure error, never a wrong answer (judge_program)."""
     solved = await solve(problem)
     error, verdict = solved.error, None
     t1 = time.perf_counter()
     if error is None:
-        try:
-            verdict = await asyncio.to_thread(judge.score, problem, solved.attempt.program)
-            if has_sandbox_error(verdict):
-                error = SANDBOX_ERROR
-        except Exception as exc:  # noqa: BLE001 - a judge crash is infrastructure for this problem
-            error = f"judge {type(exc).__name__}: {exc}"
+        verdict, error = await asyncio.to_thread(judge_program, judge, problem, solved.attempt.program)
     return Outcome(problem=problem, solved=solved, verdict=verdict, error=error, judge_s=time.perf_counter() - t1)
 
 

@@ -56,6 +56,20 @@ def has_sandbox_error(verdict: Verdict) -> bool:
     return any(r.outcome is Outcome.SANDBOX_ERROR for r in verdict.results)
 
 
+SANDBOX_ERROR = "sandbox_error: the sandbox failed while judging (infrastructure, not the program)"
+
+
+def judge_program(judge: Any, problem: Problem, program: str | None) -> tuple[Verdict | None, str | None]:
+    """(verdict, infrastructure error) for one program: a sandbox failure or a judge crash while
+    judging is an error of the problem's run (not scored, retried), never a wrong answer. The one
+    rule for a cell's problems, an optimizer's rollouts and re-scoring (rescore.py): step.py and rescore.py call it."""
+    try:
+        verdict = judge.score(problem, program)
+    except Exception as exc:  # noqa: BLE001 - a judge crash is infrastructure for this problem
+        return None, f"judge {type(exc).__name__}: {exc}"
+    return verdict, SANDBOX_ERROR if has_sandbox_error(verdict) else None
+
+
 class Judge:
     """Strict-accuracy judge of one profile. Thread-safe: score() keeps no state between calls."""
 

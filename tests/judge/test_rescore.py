@@ -195,3 +195,40 @@ def test_a_cell_recorded_before_the_sandbox_limits_were_config_is_told_how_to_re
     assert proc.returncode == 2 and "judge.sandbox" in proc.stderr and "pass judge=seed" in proc.stderr, proc.stderr
     proc = rescore([str(old), "judge=seed", "--no-mlflow"], workdir)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s(tmp_path: Path):
+    """The one rule of step.py's judging (judge.core.judge_program) holds in re-scoring too: a judge that
+    crashes on one program makes that record an infrastructure error; the other records are re-scored."""
+    from conftest import compose_cell
+
+    from apps_bench.data import load_problems
+    from apps_bench.judge import Judge
+    from apps_bench.rescore import judge_records
+    from apps_bench.sandbox import SandboxPool
+    from apps_bench.tracking.records import RecordStore, record_key
+
+    [good, bad] = load_problems({"source": "file", "path": str(APPS_DATA_DIR / "train_mini150.jsonl"), "split": "train",
+                                 "name": "apps_train"}, only=("1", "9"), max_tests_per_row=3).problems  # fmt: skip
+    crash_on = bad.id
+
+    class CrashingJudge(Judge):
+        def score(self, problem, program):
+            if problem.id == crash_on:
+                raise RuntimeError("comparison blew up")
+            return super().score(problem, program)
+
+    (tmp_path / "cell").mkdir()
+    store = RecordStore(tmp_path / "cell")
+    key = {p.id: record_key(p.split, p.id) for p in (good, bad)}
+    todo = [{"key": key[p.id], "program": p.solutions[0], "passed": True} for p in (good, bad)]
+    judge_cfg = compose_cell().judge
+    with SandboxPool.from_config(judge_cfg, workers=1) as pool:
+        judge = Judge.from_config(pool, judge_cfg)
+        judge.__class__ = CrashingJudge
+        judge_records(store, todo, {key[p.id]: p for p in (good, bad)}, judge, workers=2, new_key="new", old_key="old",
+                      old_cap=None, progress=False)  # fmt: skip
+    got = {r["key"]: r for r in store.records()}
+    assert got[key[good.id]]["passed"] is True and not got[key[good.id]].get("error")
+    assert got[key[bad.id]]["passed"] is False
+    assert got[key[bad.id]]["error"] == "judge RuntimeError: comparison blew up (while re-scoring)"
