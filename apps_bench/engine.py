@@ -25,8 +25,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, 
 from apps_bench import event_loop
 from apps_bench.cell import CellSetupError
 from apps_bench.config import Config, problems_in_flight, typed_config
-from apps_bench.solving import CELL_JOB, Job, LocalSolver, solver_threads, time_cap
-from apps_bench.step import Outcome, solve_and_judge
+from apps_bench.sandbox.api import Sandbox
+from apps_bench.solving import CELL_JOB, Job, LocalSolver, Solver, solver_threads, time_cap
+from apps_bench.step import Judged, solve_and_judge
 
 T = TypeVar("T")
 __all__ = ["CELL_JOB", "Engine", "Forked", "Job", "fork_solvers"]
@@ -64,7 +65,7 @@ def fork_solvers(config: Config, n_problems: int) -> Forked | None:
 class Engine:
     """The endpoint, sandbox pool, judge and solver(s) of a cell; see the module doc."""
 
-    def __init__(self, config: Config, *, endpoint: Any, pool: Any, solver: Any, solvers: int) -> None:
+    def __init__(self, config: Config, *, endpoint: Any, pool: Sandbox, solver: Solver, solvers: int) -> None:
         from apps_bench.judge import Judge
 
         self.config = config = typed_config(config)  # a composed node (tests, scripts) or the typed config
@@ -137,6 +138,6 @@ class Engine:
         async with self._slots:
             yield
 
-    async def step(self, problem: Any, job: Job = CELL_JOB) -> Outcome:
+    async def step(self, problem: Any, job: Job = CELL_JOB) -> Judged:
         """Solve `problem` as `job` says, then judge it (step.py)."""
         return await solve_and_judge(problem, functools.partial(self.solver, job=job), self.judge)

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping, Protocol
 
 if TYPE_CHECKING:
     from apps_bench.config import Config, TopologyConfig
@@ -135,6 +135,16 @@ def requested_processes(setting: Any) -> int | None:
     if total < 1:
         raise ValueError(f"processes must be 'auto' or a positive integer, got {setting!r}")
     return total
+
+
+class Solver(Protocol):
+    """What the engine solves with: this process (LocalSolver) or its worker processes (solver_pool.SolverPool)."""
+
+    def serving(self, pool: Any, endpoint: Any) -> contextlib.AbstractAsyncContextManager[None]:
+        """While one event loop runs problems: `pool` runs the agents' python_exec, `endpoint` is the model."""
+        ...
+
+    async def __call__(self, problem: Any, job: Job) -> Solved: ...
 
 
 class LocalSolver:

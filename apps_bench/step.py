@@ -18,7 +18,7 @@ from apps_bench.types import Problem, ProblemRecord, Verdict
 
 
 @dataclass
-class Outcome:
+class Judged:
     """A problem solved and judged. `error` set = infrastructure (not scored, retried by the next run)."""
 
     problem: Problem
@@ -32,7 +32,7 @@ class Outcome:
         return bool(self.verdict is not None and self.verdict.passed and not self.error)
 
 
-async def solve_and_judge(problem: Problem, solve: Callable[[Problem], Awaitable[Solved]], judge: Any) -> Outcome:
+async def solve_and_judge(problem: Problem, solve: Callable[[Problem], Awaitable[Solved]], judge: Any) -> Judged:
     """Solve `problem`, then judge its program in a thread; a sandbox failure or a judge crash
     while judging is the problem's infrastructure error, never a wrong answer (judge_program)."""
     solved = await solve(problem)
@@ -40,10 +40,10 @@ async def solve_and_judge(problem: Problem, solve: Callable[[Problem], Awaitable
     t1 = time.perf_counter()
     if error is None:
         verdict, error = await asyncio.to_thread(judge_program, judge, problem, solved.attempt.program)
-    return Outcome(problem=problem, solved=solved, verdict=verdict, error=error, judge_s=time.perf_counter() - t1)
+    return Judged(problem=problem, solved=solved, verdict=verdict, error=error, judge_s=time.perf_counter() - t1)
 
 
-def record_of(outcome: Outcome, cell_key: str) -> ProblemRecord:
+def record_of(outcome: Judged, cell_key: str) -> ProblemRecord:
     """What records.jsonl keeps of a problem (the same whichever process solved it)."""
     from apps_bench.topologies.tool_use import tool_calls_by_role
     from apps_bench.tracking.records import record_key

@@ -11,7 +11,7 @@ from __future__ import annotations
 import decimal
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Protocol, Sequence
 
 RawStatus = Literal[
     "ok", "timeout", "runtime_error", "compile_error", "output_limit", "memory_limit", "sandbox_error"
@@ -92,3 +92,16 @@ def decode_value(value_json: str) -> Any:
     bool, None), accepting integers of any length and NaN/Infinity, without touching
     the process-wide int-string digit limit."""
     return json.loads(value_json, parse_int=_parse_big_int)
+
+
+class Sandbox(Protocol):
+    """What a cell's engine needs of its sandbox: the judge's runs, the agents' `python_exec`, and what
+    it enforces (provenance). pool.SandboxPool is the one there is; a solver worker's `python_exec`
+    goes to its cell's pool (solver_pool.ExecProxy)."""
+
+    @property
+    def features(self) -> dict[str, Any]: ...
+
+    def run(self, req: RunRequest, keep_going: Callable[[RawRun], bool] | None = None) -> list[RawRun]: ...
+
+    def python_exec(self, code: str, stdin: str = "", *, timeout_s: float, output_chars: int) -> ExecResult: ...

@@ -9,12 +9,24 @@ records written so far are kept for the rerun (which logs them without solving t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from apps_bench.cell import Cell
 
 if TYPE_CHECKING:
     from apps_bench.config import Config
+
+
+class Tracker(Protocol):
+    """A cell's tracking run: tracking.mlflow.CellRun, or NoRun for `tracking=none`."""
+
+    run_id: str | None
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None: ...
+
+    def finish(self, **fields: Any) -> None: ...
+
+    def fail(self, message: str) -> None: ...
 
 
 class NoRun:
@@ -65,7 +77,7 @@ def cell_tags(config: Config, cell: Cell, loaded: Any) -> dict[str, str]:
     }
 
 
-def open_run(config: Config, cell: Cell, loaded: Any, *, extra_tags: Mapping[str, str] | None = None) -> Any:
+def open_run(config: Config, cell: Cell, loaded: Any, *, extra_tags: Mapping[str, str] | None = None) -> Tracker:
     """The cell's run (found again by its cell key on resume)."""
     if config.tracking.backend == "none":
         return NoRun()
