@@ -153,9 +153,10 @@ def prepare(cfg: Any) -> Prepared:
     if loaded.skipped_rows:
         shown = "; ".join(loaded.skipped_rows[:10]) + (f"; and {len(loaded.skipped_rows) - 10} more" if len(loaded.skipped_rows) > 10 else "")
         print(f"apps-bench: rows skipped (they still count toward limit/offset): {shown}", file=sys.stderr)
-    named = split_named_by(config.dataset.path) if config.dataset.path else None
-    if named and named != cell.split:
-        print(f"apps-bench: warning: the rows file {Path(config.dataset.path).name} names the {named} split, but its problems "
+    rows_file = config.dataset.path
+    named = split_named_by(rows_file) if rows_file else None
+    if rows_file and named and named != cell.split:
+        print(f"apps-bench: warning: the rows file {Path(rows_file).name} names the {named} split, but its problems "
               f"are recorded as split {cell.split} (dataset.split); if they are {named} rows, say dataset.split={named}",
               file=sys.stderr)  # fmt: skip
     print_start_notes(config.model, loaded.problems)  # model=gold: what it is, the rows it cannot answer

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import os
 import queue
@@ -342,7 +343,7 @@ class SolverPool:
                 self._serve(w)
 
     def _serve(self, w: Worker) -> None:
-        w.wire = Wire(w.conn, lambda msg, w=w: self._on_message(w, msg), lambda w=w: self._on_close(w), f"apps-bench-{w.name}")
+        w.wire = Wire(w.conn, functools.partial(self._on_message, w), functools.partial(self._on_close, w), f"apps-bench-{w.name}")
         w.wire.start()
         w.wire.send(("setup", self._endpoint))
 

@@ -39,7 +39,8 @@ async def solve_and_judge(problem: Problem, solve: Callable[[Problem], Awaitable
     error, verdict = solved.error, None
     t1 = time.perf_counter()
     if error is None:
-        verdict, error = await asyncio.to_thread(judge_program, judge, problem, solved.attempt.program)
+        program = solved.attempt.program if solved.attempt is not None else None
+        verdict, error = await asyncio.to_thread(judge_program, judge, problem, program)
     return Judged(problem=problem, solved=solved, verdict=verdict, error=error, judge_s=time.perf_counter() - t1)
 
 

@@ -11,7 +11,7 @@ its value, what is allowed and the override that fixes it; the entrypoint exits 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeGuard
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 

@@ -19,7 +19,8 @@ from apps_bench.judge.compare import compare_call, compare_stdin
 from apps_bench.types import Outcome, Problem, TestResult, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
-    from apps_bench.sandbox import RawRun, SandboxPool
+    from apps_bench.sandbox import RawRun
+    from apps_bench.sandbox.api import Sandbox
 
 DETAIL_CHARS = 300
 
@@ -75,7 +76,7 @@ class Judge:
 
     def __init__(
         self,
-        pool: SandboxPool,
+        pool: Sandbox,
         *,
         profile: str,
         timeout_s: float,
@@ -101,9 +102,9 @@ class Judge:
         self._compare_stdin, self._compare_call = PROFILES[self.profile] or (compare_stdin, compare_call)
 
     @classmethod
-    def from_config(cls, pool: SandboxPool, judge_cfg: Any) -> Judge:
+    def from_config(cls, pool: Sandbox, judge_cfg: Any) -> Judge:
         """Build from a `JudgeConfig` node (conf/judge/*.yaml)."""
-        get = judge_cfg.get if isinstance(judge_cfg, Mapping) else lambda k: getattr(judge_cfg, k)
+        get: Callable[[str], Any] = judge_cfg.get if isinstance(judge_cfg, Mapping) else lambda k: getattr(judge_cfg, k)
         return cls(
             pool,
             profile=str(get("profile")),
@@ -153,6 +154,7 @@ class Judge:
         tests = problem.tests
         memory = self.call_memory_bytes if tests.mode == "call" else self.stdin_memory_bytes
         if self.reference:  # the original: one process, an alarm per test, a limit for the whole program
+            assert self.program_timeout_s is not None  # __init__ refuses a reference judge without one
             return RunRequest(code=program, mode=tests.mode, inputs=list(tests.raw_inputs or tests.inputs),
                               fn_name=tests.fn_name, timeout_s=self.program_timeout_s, alarm_s=self.timeout_s,
                               reference=True, memory_bytes=memory)

@@ -42,7 +42,7 @@ class PipelineRunner:
         missing = [k for k, _ in jobs if tuple(k) not in self.problems]
         if missing:
             raise KeyError(f"the runner was given no problem rows for {missing[:5]}")
-        batch = [(tuple(k), int(s)) for k, s in jobs]
+        batch = [((str(k[0]), str(k[1])), int(s)) for k, s in jobs]
         return list(self.engine.run(lambda: asyncio.gather(*(self._one(prompt_set, k, s) for k, s in batch))))
 
     async def _one(self, prompt_set: PromptSet, key: ProblemKey, seed: int) -> Rollout:
@@ -58,6 +58,7 @@ class PipelineRunner:
             spent = solved.usage.total_tokens if solved.attempt is not None else 0
             rollout = Rollout(key=key, seed=seed, error=outcome.error, task_tokens=spent)
         else:
+            assert solved.attempt is not None and outcome.verdict is not None  # no error: solved and judged
             rollout = rollout_from_attempt(outcome.problem, seed, solved.attempt, outcome.verdict)
         if tag is None or self.replayed is None:
             return rollout

@@ -9,7 +9,8 @@ records written so far are kept for the rerun (which logs them without solving t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
 
 from apps_bench.cell import Cell
 
@@ -20,11 +21,13 @@ if TYPE_CHECKING:
 class Tracker(Protocol):
     """A cell's tracking run: tracking.mlflow.CellRun, or NoRun for `tracking=none`."""
 
-    run_id: str | None
+    @property
+    def run_id(self) -> str | None: ...
 
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None: ...
 
-    def finish(self, **fields: Any) -> None: ...
+    def finish(self, *, metrics: Mapping[str, float], rows: list[dict[str, Any]], files: Iterable[Path], complete: bool,
+               tags: Mapping[str, str] | None = None, dirs: Mapping[str, Path] | None = None) -> None: ...  # fmt: skip
 
     def fail(self, message: str) -> None: ...
 
