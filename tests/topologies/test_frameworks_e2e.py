@@ -74,29 +74,30 @@ def _endpoint(problems, **gold: Any):
 
 
 def solve(topology_cfg: Any, problem, ep, model_cfg, pool, seed: int = 0):
-    """One problem through the runner, as the pipeline does it; returns (attempt, server usage delta)."""
-    from apps_bench.models import ModelClients
-    from apps_bench.sandbox.tool import PythonExecTool
-    from apps_bench.topologies.context import build_context
+    """One problem through the runner by the one solve step a cell uses (solving.solve_problem: the
+    problem's tests-free view, metered clients, python_exec); returns (attempt, server usage delta)."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from apps_bench.config import typed_config
+    from apps_bench.solving import solve_problem
     from apps_bench.topologies.registry import get_topology
 
     topology = get_topology(topology_cfg)  # imports the framework before the problem's clock starts
-    usage = Usage()
-    tool_cfg = compose().tool
-    tool = PythonExecTool(pool, float(tool_cfg.timeout_s), int(tool_cfg.output_chars), usage)
-    ctx = build_context(
-        problem, topology_cfg, models=ModelClients(ep, model_cfg, usage), tool=tool, seed=seed, usage=usage
-    )
+    cfg = dataclasses.replace(typed_config(compose()), topology=OmegaConf.to_object(topology_cfg),
+                              model=OmegaConf.to_object(model_cfg))  # fmt: skip
     stats = ep.server.stats
     before = (stats.replies, stats.prompt_tokens, stats.completion_tokens, len(stats.seeds))
-    attempt = asyncio.run(topology.solve(ctx))
+    solved = asyncio.run(solve_problem(problem, cfg=cfg, topology=topology, endpoint=ep, pool=pool, seed=seed))
+    assert solved.attempt is not None, solved.error  # the runner returned (its own errors are the attempt's)
     served = {
         "replies": stats.replies - before[0],
         "prompt_tokens": stats.prompt_tokens - before[1],
         "completion_tokens": stats.completion_tokens - before[2],
         "seeds": stats.seeds[before[3]:],
     }
-    return attempt, served
+    return solved.attempt, served
 
 
 def assert_usage_matches(attempt, served) -> None:
