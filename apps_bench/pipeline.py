@@ -186,13 +186,13 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
             tracker = open_tracker()
         else:
             with ExitStack() as stack:
-                if engine is None:
-                    forked = fork_solvers(config, len(prep.todo))  # first: before this process starts any thread
-                    keep_lock(prep)
-                    engine = stack.enter_context(open_engine(prep, prep.problems, forked))
+                forked = fork_solvers(config, len(prep.todo)) if engine is None else None  # before any thread starts
+                keep_lock(prep)
                 tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
                 stack.callback(tx.shutdown, wait=True)
-                tracker_future = tx.submit(open_tracker)
+                tracker_future = tx.submit(open_tracker)  # importing mlflow and reaching the store overlap the engine's start
+                if engine is None:
+                    engine = stack.enter_context(open_engine(prep, prep.problems, forked))
                 progress = Progress(len(prep.problems), prep.n_done, config.progress, cell.name)
                 stack.callback(progress.close)
                 phases["setup_s"] = time.perf_counter() - prep.t_start
