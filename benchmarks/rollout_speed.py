@@ -15,7 +15,7 @@ harness's own CPU per model call is what is measured), and reports:
 
 Usage (from the repo root):
   python benchmarks/rollout_speed.py [--topology decentralized_langgraph] [--processes 1,auto]
-      [--method maspo] [--budget 48] [--train 8] [--val 4] [--latency-ms 0] [--wrong-fraction 0.3]
+      [--method maspo] [--budget 48] [--train 12] [--minibatch 6] [--val 4] [--latency-ms 0] [--wrong-fraction 0.3]
 Rows: tests/fixtures/apps/train_mini150.jsonl (pool), test_0-49_partial.jsonl (eval rows).
 """
 
@@ -55,7 +55,8 @@ def main() -> int:
     ap.add_argument("--processes", default="1,auto", help="comma-separated settings; the first is the baseline")
     ap.add_argument("--method", default="maspo")
     ap.add_argument("--budget", type=int, default=48)
-    ap.add_argument("--train", type=int, default=8)
+    ap.add_argument("--train", type=int, default=12)
+    ap.add_argument("--minibatch", type=int, default=6, help="MASPO's minibatch: the rollouts in flight per step")
     ap.add_argument("--val", type=int, default=4)
     ap.add_argument("--latency-ms", type=int, default=0)
     ap.add_argument("--wrong-fraction", type=float, default=0.3, help="gold's share of wrong answers: candidates then differ")
@@ -73,6 +74,7 @@ def main() -> int:
         f"concurrency={args.concurrency}", f"seed={args.seed}",
         f"optimizer.params.pool.path={DATA / 'train_mini150.jsonl'}", f"optimizer.params.pool.train_size={args.train}",
         f"optimizer.params.pool.val_size={args.val}", f"optimizer.params.budget.rollouts={args.budget}",
+        f"optimizer.params.minibatch={args.minibatch}",
     ]  # fmt: skip
     if args.topology != "single":
         base.append("topology.team_size=2")
