@@ -1,6 +1,6 @@
 """model=local's speed against llama.cpp's own benchmark of the same build and model (issue #27).
 
-    python benchmarks/local_model_speed.py --llama-bench PATH [--reps 3] [key=value ...]
+    python benchmarks/local_model_speed.py --llama-bench PATH [--reps 5] [key=value ...]
 
 Tokens/s of prompt evaluation and generation, the same prompt and model three ways:
 
@@ -12,6 +12,9 @@ Tokens/s of prompt evaluation and generation, the same prompt and model three wa
 - llama-bench: llama.cpp's benchmark on the same GGUF, threads, batch sizes and flash-attn:
   `-p <prompt tokens> -n 0` and `-p 0 -n 128 -d <prompt tokens>` (generation after the
   prompt, as the server's). The ceiling; the ratios are server / llama-bench.
+
+Also printed: the server's own llama.cpp timings of the same requests (its log), i.e. the
+server without the HTTP and Python around llama.cpp.
 
 llama-bench must come from the source and CMAKE_ARGS llama-cpp-python was built with (the
 `local` extra; the flags live in .ci/run). Build it (~10 min on one core):
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -85,11 +89,18 @@ def server_rates(server, cfg, reps: int) -> tuple[tuple[int, float, float, int],
     try:
         complete(messages("warm-up"), 4)
         runs = [pair(complete, f"s{i}") for i in range(reps)]
-        timings = [ln.strip() for ln in server.log_path.read_text(errors="replace").splitlines()
-                   if "eval time" in ln][-4:]  # fmt: skip
+        log = server.log_path.read_text(errors="replace")
     finally:
         server.stop()
-    return rates(runs), "\n".join(timings)
+    return rates(runs), own_rates(log)
+
+
+def own_rates(log: str) -> tuple[float, float]:
+    """The server's own llama.cpp timings of the measured requests (its log: llama_perf_context_print)
+    -> median (prompt tok/s, generation tok/s): the same requests without the HTTP and Python around them."""
+    pp = [float(m) for m in re.findall(r"prompt eval time =.*?([\d.]+) tokens per second", log) if float(m) > 0]
+    tg = [float(m) for m in re.findall(r"\s eval time =.*?/\s*(?:[2-9]\d|\d{3,}) runs.*?([\d.]+) tokens per second", log)]
+    return statistics.median(pp[1:] or [0.0]), statistics.median(tg or [0.0])  # [1:]: not the warm-up
 
 
 def in_process_rates(server, model: Path, cfg, reps: int) -> tuple[int, float, float, int]:
@@ -139,7 +150,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH"),
                     help="path of llama-bench built from the same source and flags (see this file's docstring)")  # fmt: skip
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-in-process", action="store_true", help="skip the in-process column")
     ap.add_argument("overrides", nargs="*", help="conf/model/local.yaml settings, e.g. n_threads=2")
     args = ap.parse_args()
@@ -148,7 +159,7 @@ def main() -> None:
     cfg = OmegaConf.merge(OmegaConf.load(ROOT / "apps_bench" / "conf" / "model" / "local.yaml"),
                           OmegaConf.from_dotlist(args.overrides))  # fmt: skip
     server = server_for(cfg)
-    (p, s_pp, s_tg, n), timings = server_rates(server, cfg, args.reps)
+    (p, s_pp, s_tg, n), (o_pp, o_tg) = server_rates(server, cfg, args.reps)
     with tempfile.TemporaryDirectory() as tmp:
         model = server.model_path  # what the server served: the GGUF, or as it converted it (local_server.py)
         if server.requantize:
@@ -161,10 +172,10 @@ def main() -> None:
 
     print(f"{server.model_path.name} served as {server.requantize or 'shipped'}, threads {server.n_threads}, batch {N_BATCH}/{N_BATCH}, "
           f"flash-attn off; prompt {p} tokens, {n}-{GEN_TOKENS} generated; median of {args.reps}")  # fmt: skip
-    print(f"{'tokens/s':<12}{'llama-bench':>12}{'server':>10}{'in-process':>12}{'server/bench':>14}")
-    for name, b, s, i in (("prompt eval", b_pp, s_pp, i_pp), ("generation", b_tg, s_tg, i_tg)):
-        print(f"{name:<12}{b:12.1f}{s:10.1f}{'-' if i is None else f'{i:.1f}':>12}{s / b:14.2f}")
-    print(f"the server's own timings (llama.cpp, last requests):\n{timings}")
+    print(f"{'tokens/s':<12}{'llama-bench':>12}{'server':>10}{'its timings':>13}{'in-process':>12}{'server/bench':>14}")
+    for name, b, s, o, i in (("prompt eval", b_pp, s_pp, o_pp, i_pp), ("generation", b_tg, s_tg, o_tg, i_tg)):
+        print(f"{name:<12}{b:12.1f}{s:10.1f}{o:13.1f}{'-' if i is None else f'{i:.1f}':>12}{s / b:14.2f}")
+    print("server: wall time at the client; its timings: the server's llama.cpp timings of the same requests")
 
 
 if __name__ == "__main__":
