@@ -60,6 +60,7 @@ class ModelConfig:
     gguf_package: Optional[str] = None
     gguf_file: Optional[str] = None
     gguf_path: Optional[str] = None
+    gguf_requantize: Optional[str] = None  # serve the GGUF converted to this type (local.REQUANTIZE_TYPES); None = as is
     chat_format: Optional[str] = None
     n_ctx: int = 0
     n_threads: int = 0

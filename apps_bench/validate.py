@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, TypeGuard
 
+from apps_bench.models.local import REQUANTIZE_TYPES
+
 
 @dataclass(frozen=True)
 class BadSetting:
@@ -125,6 +127,7 @@ RULES: tuple[Rule, ...] = (
     ("model", "wrong_fraction", _fraction, "a fraction from 0 to 1", "model.wrong_fraction=0"),
     ("model", "fault_fraction", _fraction, "a fraction from 0 to 1", "model.fault_fraction=0"),
     ("model", "prompt_cache_mb", _int_min(0), "a whole number of MiB >= 0 (0 = off)", "model.prompt_cache_mb=1024"),
+    ("model", "gguf_requantize", lambda v: v is None or v in REQUANTIZE_TYPES, f"one of {', '.join(REQUANTIZE_TYPES)}, or null (the GGUF as shipped)", "model.gguf_requantize=q8_0"),  # fmt: skip
     ("model.price", "input_per_mtok", _opt_price, "USD per million tokens >= 0, or null (no price)", "model.price.input_per_mtok=3.7 (your vendor's price)"),  # fmt: skip
     ("model.price", "output_per_mtok", _opt_price, "USD per million tokens >= 0, or null (no price)", "model.price.output_per_mtok=11.3 (your vendor's price)"),  # fmt: skip
     ("topology", "team_size", _int_min(1), "a whole number >= 1", "topology.team_size=4"),
@@ -221,7 +224,7 @@ def _unknown_keys(given: Mapping[str, Any], schema: Mapping[str, Any], prefix: s
 _PROVIDER_ONLY = {
     "gold": ("gold (the built-in self-check server)", ("latency_ms", "wrong_fraction", "fault_fraction")),
     "local": ("local (the llama-cpp-python server this project starts)", (
-        "gguf_package", "gguf_file", "gguf_path", "chat_format", "n_ctx", "n_threads", "start_timeout_s", "prompt_cache_mb",
+        "gguf_package", "gguf_file", "gguf_path", "gguf_requantize", "chat_format", "n_ctx", "n_threads", "start_timeout_s", "prompt_cache_mb",
     )),
 }  # fmt: skip
 

@@ -64,6 +64,10 @@ CASES = {
         ["model=openai", "model.n_ctx=4096", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m", "allow_any_cell=true"],
         ["model.n_ctx=4096", "only model=local", "would ignore it", "Fix: drop model.n_ctx, or model=local"],
     ),
+    "unknown GGUF type to convert to": (
+        ["model=local", "model.gguf_requantize=q5_k"],
+        ["model.gguf_requantize=q5_k", "one of q8_0, q4_0, f16, or null", "Fix: model.gguf_requantize=q8_0"],
+    ),
     "rounds on a flow without rounds": (["topology.rounds=3"], ["topology.rounds=3", "only the decentralized"]),
     "misspelt optimizer parameter": (
         [*LOCAL, "optimizer=maspo", f"optimizer.params.pool.path={TRAIN}", "+optimizer.params.minibtch=4"],

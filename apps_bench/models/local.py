@@ -35,6 +35,10 @@ INSTALL_HINT = (
 )
 
 
+# model.gguf_requantize values: the llama.cpp file types the server can convert a GGUF to at start
+REQUANTIZE_TYPES = ("q8_0", "q4_0", "f16")
+
+
 class LocalModelError(RuntimeError):
     """The local model cannot be started; the message says what to install or set."""
 
@@ -93,9 +97,11 @@ class LocalServer:
     n_threads: int = 2
     start_timeout_s: float = 120.0
     prompt_cache_mb: int = 0
+    requantize: str | None = None  # serve model_path converted to this type (REQUANTIZE_TYPES)
     port: int = 0
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     log_path: Path | None = None
+    converted_path: Path | None = None  # the requantized GGUF the server writes and maps (removed once it serves)
 
     @property
     def base_url(self) -> str:
@@ -114,6 +120,8 @@ class LocalServer:
             cmd += ["--chat_format", self.chat_format]
         if self.prompt_cache_mb:
             cmd += ["--cache", "true", "--cache_type", "ram", "--cache_size", str(self.prompt_cache_mb << 20)]
+        if self.requantize and self.converted_path:
+            cmd += ["--requantize", self.requantize, "--requantize_to", str(self.converted_path)]  # local_server.py
         return cmd
 
     def start(self) -> LocalServer:
@@ -121,6 +129,8 @@ class LocalServer:
         self.port = self.port or _free_port()
         fd, name = tempfile.mkstemp(prefix="apps-bench-llama-", suffix=".log")
         self.log_path = Path(name)
+        if self.requantize:
+            self.converted_path = self.log_path.with_suffix(f".{self.requantize}.gguf")
         env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
         with os.fdopen(fd, "wb") as out:
             self.proc = subprocess.Popen(
@@ -133,7 +143,13 @@ class LocalServer:
         except BaseException:
             self.stop()
             raise
+        self._remove_converted()  # the server has it mapped: the pages live on, the name goes
         return self
+
+    def _remove_converted(self) -> None:
+        if self.converted_path is not None:
+            self.converted_path.unlink(missing_ok=True)
+            self.converted_path = None
 
     def _wait_ready(self) -> None:
         import httpx
@@ -169,6 +185,7 @@ class LocalServer:
                 proc.wait()
             except ProcessLookupError:
                 pass
+        self._remove_converted()
         if self.log_path is not None:
             try:
                 self.log_path.unlink()
@@ -194,4 +211,5 @@ def server_for(model_cfg: Any) -> LocalServer:
         n_threads=threads,
         start_timeout_s=float(model_cfg.start_timeout_s),
         prompt_cache_mb=int(model_cfg.prompt_cache_mb),
+        requantize=model_cfg.gguf_requantize or None,
     )

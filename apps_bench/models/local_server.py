@@ -30,6 +30,9 @@ llama-cpp-python 0.3.36 (pinned in the `local` extra) mishandles the requests ou
   row of logits (after a load the server replays a token before sampling, so the saved logits are
   never read; local.py also starts the server with `--logits_all false`).
 
+With `--requantize TYPE --requantize_to PATH` (local.py passes them for `model.gguf_requantize`)
+it first writes `--model` converted to TYPE at PATH and serves that (`requantize`).
+
 Not changed: without `tool_choice` (LangChain and the OpenAI SDK send none) the handler leaves
 `tools` out of the prompt (its "no tool choice" path, which honours max_tokens), so on this
 server only AutoGen's tools reach the model; the summary's tool warning says so (docs/models.md,
@@ -38,6 +41,7 @@ server only AutoGen's tools reach the model; the summary's tool warning says so 
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -164,7 +168,40 @@ def install() -> None:
                                               overwrite=True)  # fmt: skip
 
 
+def _option(argv: list[str], name: str) -> str | None:
+    """Take `name VALUE` out of argv (ours, not llama_cpp.server's) -> VALUE, or None."""
+    if name not in argv:
+        return None
+    i = argv.index(name)
+    value = argv[i + 1]
+    del argv[i : i + 2]
+    return value
+
+
+def requantize(src: str, dst: str, kind: str) -> None:
+    """Write the GGUF `src` converted to the llama.cpp file type `kind` (local.REQUANTIZE_TYPES) to `dst`.
+
+    SmolLM2 ships as Q4_1, for which llama.cpp's x86 CPU backend has only a block-by-block dot
+    product; Q8_0 (and Q4_0) go through its tiled matrix kernels (docs/models.md, "model=local").
+    """
+    import ctypes
+
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind.upper()}")
+    params.allow_requantize = True  # from a quantized file: dequantized, then quantized again
+    if llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params)) != 0:
+        raise SystemExit(f"local_server: could not convert {src} to {kind} at {dst}")
+
+
 def main() -> None:
+    """`--requantize TYPE --requantize_to PATH` (local.py): serve --model converted to TYPE."""
+    kind, dst = _option(sys.argv, "--requantize"), _option(sys.argv, "--requantize_to")
+    if kind and dst:
+        i = sys.argv.index("--model") + 1
+        requantize(sys.argv[i], dst, kind)
+        sys.argv[i] = dst
     install()
     from llama_cpp.server.__main__ import main as serve
 

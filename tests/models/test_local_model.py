@@ -33,7 +33,7 @@ TOPOLOGIES = (
     "single", "independent", "sequential_langgraph", "sequential_crewai",
     "centralized_langgraph", "centralized_autogen", "decentralized_langgraph", "decentralized_openai",
 )  # fmt: skip
-LONG = "Count from 1 to 500, one number per line, and say nothing else."
+LONG = "List the numbers from 1 to 500, one number per line, and say nothing else."  # runs past any small cap
 
 
 @functools.cache
@@ -446,6 +446,32 @@ def test_agents_taking_turns_resume_from_their_own_cached_prompt(cache_mb):
         assert again < 40, f"the cached prefix ({first} tokens) was read again: {again} evaluated"
     else:
         assert again > first, f"without the cache the whole prompt is read again, got {again}"
+
+
+@pytest.mark.parametrize("kind", ["q8_0", None])
+def test_the_server_serves_the_gguf_as_requantized_and_keeps_no_copy(kind):
+    """`model.gguf_requantize`: llama.cpp has no tiled x86 kernels for the shipped Q4_1, so the
+    server converts it (q8_0 by default) before it loads it; the converted file is gone once the
+    server serves (it stays mapped), and null serves the file as shipped."""
+    from apps_bench.models.local import server_for
+
+    server = server_for(cfg(f"model.gguf_requantize={'null' if kind is None else kind}").model)
+    try:
+        server.start()
+        args = list(server.proc.args)
+        log = server.log_path.read_text(errors="replace")
+        reply = _chat(server, [{"role": "user", "content": "Say hello."}], 4)
+    finally:
+        server.stop()
+    loaded = re.search(r"file type\s*=\s*(\w+)", log)
+    assert reply["usage"]["completion_tokens"] >= 1
+    if kind is None:
+        assert "--requantize" not in args and loaded and loaded.group(1) == "Q4_1", log[-2000:]
+    else:
+        converted = Path(args[args.index("--requantize_to") + 1])
+        assert args[args.index("--model") + 1].endswith(".Q4_1.gguf")  # the shipped file, converted by the server
+        assert loaded and loaded.group(1) == kind.upper(), log[-2000:]
+        assert not converted.exists(), f"{converted} left behind"
 
 
 def test_the_prompt_cache_stays_within_its_size():
