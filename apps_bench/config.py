@@ -14,6 +14,8 @@ from omegaconf import MISSING
 
 from apps_bench.sandbox.limits import SandboxLimits
 
+REQUANTIZE_TYPES = ("q8_0", "q4_0", "f16")  # model.gguf_requantize: the llama.cpp file types models/local_server.py converts to
+
 
 @dataclass
 class DatasetConfig:
@@ -60,7 +62,7 @@ class ModelConfig:
     gguf_package: Optional[str] = None
     gguf_file: Optional[str] = None
     gguf_path: Optional[str] = None
-    gguf_requantize: Optional[str] = None  # serve the GGUF converted to this type (local.REQUANTIZE_TYPES); None = as is
+    gguf_requantize: Optional[str] = None  # serve the GGUF converted to this type (REQUANTIZE_TYPES); None = as is
     chat_format: Optional[str] = None
     n_ctx: int = 0
     n_threads: int = 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, TypeGuard
 
-from apps_bench.models.local import REQUANTIZE_TYPES
+from apps_bench.config import REQUANTIZE_TYPES
 
 
 @dataclass(frozen=True)

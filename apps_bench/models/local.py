@@ -36,7 +36,6 @@ INSTALL_HINT = (
 
 
 # model.gguf_requantize values: the llama.cpp file types the server can convert a GGUF to at start
-REQUANTIZE_TYPES = ("q8_0", "q4_0", "f16")
 
 
 class LocalModelError(RuntimeError):
@@ -97,7 +96,7 @@ class LocalServer:
     n_threads: int = 2
     start_timeout_s: float = 120.0
     prompt_cache_mb: int = 0
-    requantize: str | None = None  # serve model_path converted to this type (REQUANTIZE_TYPES)
+    requantize: str | None = None  # serve model_path converted to this type (config.REQUANTIZE_TYPES)
     port: int = 0
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     log_path: Path | None = None

@@ -179,7 +179,7 @@ def _option(argv: list[str], name: str) -> str | None:
 
 
 def requantize(src: str, dst: str, kind: str) -> None:
-    """Write the GGUF `src` converted to the llama.cpp file type `kind` (local.REQUANTIZE_TYPES) to `dst`.
+    """Write the GGUF `src` converted to the llama.cpp file type `kind` (config.REQUANTIZE_TYPES) to `dst`.
 
     SmolLM2 ships as Q4_1, for which llama.cpp's x86 CPU backend has only a block-by-block dot
     product; Q8_0 (and Q4_0) go through its tiled matrix kernels (docs/models.md, "model=local").
