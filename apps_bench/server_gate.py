@@ -53,10 +53,10 @@ def cell_check(config: Config, endpoint: Any) -> dict[str, Any]:
             from apps_bench.models.local import server_for
 
             server = sc.local_server_identity(server_for(config.model), config.model.model_id)
-            key = f"local|{config.model.model_id}|{server.key}|{framework}"
+            key = sc.cache_key("local", config.model.model_id, server, framework)
         else:
             server = sc.describe_server(endpoint, config.model)
-            key = sc.cache_key(endpoint, server, framework)
+            key = sc.cache_key(endpoint.provider, endpoint.model_id, server, framework)
         path = Path(config.server_check.cache).expanduser()
         entry = sc.cache_read(path, key, config.server_check.cache_max_age_s, "local" if endpoint is None else endpoint.provider)
         cached = entry is not None
@@ -81,13 +81,10 @@ def refusal(result: dict[str, Any]) -> str:
     """What the server did with the tools, what to change, and how to run the cell anyway."""
     own = [f for f in result.get("findings") or () if f.get("status") != "ok" and f.get("framework") == result["framework"]]
     first = own[0] if own else {}
-    auto = [f for f in result.get("findings") or () if "tool_choice auto" in str(f.get("item")) and f.get("status") == "ok"]
     lines = [
         f"the model server drops this cell's tools: its {result['framework']} requests offering python_exec "
         f"got {first.get('detail', result['tools'])} (server check, {result.get('kind', '?')} server).",
     ]
-    if auto and result["framework"] != "autogen":
-        lines.append('The same request with tool_choice "auto" got a structured call.')
     if first.get("fix"):
         lines.append(f"Fix: {first['fix']}.")
     lines.append(

@@ -1,15 +1,16 @@
 """The server check: what a model server does with the requests each framework really sends.
 
 A topology comparison means something only if every runner's agents get their tools, their
-token cap and their stop words. Servers differ in ways that fail silently (llama-cpp-python
-leaves `tools` out of the prompt when a request has no `tool_choice`; vLLM with the wrong
+token cap and their stop words. Servers differ in ways that fail silently (a chat template that
+leaves `tools` out of the prompt; llama-cpp-python doing so when a request names no `tool_choice`,
+which is why the wire always names one, wire.py; vLLM with the wrong
 `--tool-call-parser` returns a tool call as plain text), so this module sends each framework's
 own requests, through the project's client stack (`ModelClients`: the same SDK objects, the same
 metered transport), and reports one `Finding` per framework and item, each failure with the fix.
 
-The *quick* part (`quick_findings`: a request offering a tool in the framework's own shape, one
-without tools to see whether the tools reached the prompt, and the same with `tool_choice: "auto"`
-for the frameworks that send none, so both shapes are reported) is what a cell runs at its start (`cell_check`), cached per
+The *quick* part (`quick_findings`: a request offering a tool as the framework's runners send
+it, and one without tools to see whether the tools reached the prompt) is what a cell runs at
+its start (`cell_check`), cached per
 endpoint, model and server identity. The full check (`full_findings`) adds the token cap, `stop`,
 usage (streamed and not), thinking, a context overflow and the concurrency sweep.
 `python -m apps_bench.check` prints it (apps_bench/check.py).
@@ -56,6 +57,7 @@ REACT_STEP = (
     "Copy this text exactly, then stop:\nThought: I should run the code.\nAction: python_exec\n"
     'Action Input: {"code": "print(1)"}\nObservation: 1\nThought: I now know the final answer.\nFinal Answer: print(1)'
 )
+TOOLS_ITEM = 'tools, tool_choice "auto"'  # every framework's tool request, as the wire sends it (wire.prepare_request)
 TEXT_CALL_MARKS = ("<tool_call>", "<function=", '"name": "python_exec"', "<|tool_call|>", "[TOOL_CALLS]")
 
 
@@ -269,8 +271,8 @@ async def _ask(framework: str, mc: Any, text: str, tools: bool, choice: str | No
 # ----------------------------------------------------------------------------- what to change
 
 
-def tool_fix(server: Server, verdict: str, framework: str) -> str:
-    """What to change when `framework`'s offered tools do not come back as a structured call."""
+def tool_fix(server: Server, verdict: str) -> str:
+    """What to change when offered tools do not come back as a structured call."""
     if server.kind == "vllm":
         if verdict == AS_TEXT:
             return (
@@ -279,12 +281,6 @@ def tool_fix(server: Server, verdict: str, framework: str) -> str:
             )
         return "start vLLM with `--enable-auto-tool-choice --tool-call-parser <the model's parser>` (launchers/serve_vllm.sh)"
     if server.kind == "llama.cpp":
-        if verdict == DROPPED and framework in ("langgraph", "openai"):
-            return (
-                "llama-cpp-python leaves `tools` out of the prompt when a request has no `tool_choice`, and this "
-                'framework sends none (until issue #23, point 3); a framework that sends `tool_choice: "auto"` '
-                "(autogen) gets its tools on this server"
-            )
         return (
             "the server's chat template drops `tools`: start llama-cpp-python with a tool-calling chat format "
             "(model.chat_format=chatml-function-calling)"
@@ -330,8 +326,8 @@ def tool_prompt(server: Server) -> str:
 async def quick_findings(
     endpoint: Any, model_cfg: Any, server: Server, frameworks: Sequence[str], *, max_tokens: int
 ) -> list[Finding]:
-    """Per framework: offered tools, with `tool_choice` absent and `"auto"` (CrewAI: no `tools`
-    field, its tools are prompt text). `server.tools` verdicts are read off these findings
+    """Per framework: offered tools, in the request its runners send (CrewAI: no `tools` field,
+    its tools are prompt text). `server.tools` verdicts are read off these findings
     (`tools_verdict`). One request without tools is shared by all frameworks."""
     ask = tool_prompt(server)
     out: list[Finding] = []
@@ -342,34 +338,27 @@ async def quick_findings(
             continue
         if plain is None:
             plain = await send("openai", endpoint, model_cfg, ask, max_tokens=1)
-        # AutoGen sends tool_choice "auto" itself; LangChain and the OpenAI SDK send none
-        for choice in (None, "auto"):
-            sent = await send(fw, endpoint, model_cfg, ask, max_tokens=max_tokens, tools=True, tool_choice=choice)
-            verdict, detail = _tool_verdict(sent, plain)
-            label = "tools, tool_choice auto (AutoGen's own)" if fw == "autogen" else f"tools, tool_choice {choice or 'absent'}"
-            status = OK if verdict == CALLED else WARN if verdict == NO_CALL else FAIL
-            fix = (
-                ""
-                if status == OK
-                else tool_fix(server, verdict, fw)
-                if verdict != NO_CALL
-                else (
-                    "the tools reached the model but it answered in text: a model too small to call tools, or a prompt that needs one"
-                )
-            )
-            out.append(Finding(fw, label, status, f"[{verdict}] {detail}", fix))
-            if fw == "autogen":
-                break  # AutoGen's own shape is "auto"
+        # the request as the runners send it: the framework's own body, which the wire gives
+        # `tool_choice: "auto"` where the framework names none (LangChain, the OpenAI SDK)
+        sent = await send(fw, endpoint, model_cfg, ask, max_tokens=max_tokens, tools=True)
+        verdict, detail = _tool_verdict(sent, plain)
+        status = OK if verdict == CALLED else WARN if verdict == NO_CALL else FAIL
+        if status == OK:
+            fix = ""
+        elif verdict == NO_CALL:
+            fix = "the tools reached the model but it answered in text: a model too small to call tools, or a prompt that needs one"
+        else:
+            fix = tool_fix(server, verdict)
+        out.append(Finding(fw, TOOLS_ITEM, status, f"[{verdict}] {detail}", fix))
     return out
 
 
 def tools_verdict(findings: Sequence[Finding], framework: str) -> str:
-    """What the server did with `framework`'s tools as its runners send them (tool_choice as they do)."""
+    """What the server did with `framework`'s tools as its runners send them."""
     if framework == "crewai":
         return IN_PROMPT
-    own = "tools, tool_choice auto (AutoGen's own)" if framework == "autogen" else "tools, tool_choice absent"
     for f in findings:
-        if f.framework == framework and f.item == own:
+        if f.framework == framework and f.item == TOOLS_ITEM:
             return f.detail[1:].split("]", 1)[0]
     return NOT_CHECKED
 
@@ -550,8 +539,11 @@ async def _sweep(
 # ----------------------------------------------------------------------------- the cache
 
 
-def cache_key(endpoint: Any, server: Server, framework: str) -> str:
-    return f"{endpoint.provider}|{endpoint.model_id}|{server.key}|{framework}"
+def cache_key(provider: str, model_id: str, server: Server, framework: str) -> str:
+    """A cell check's cache key: the server's identity, and the code that shapes the requests and
+    reads the replies (a verdict is about the requests one version sent: a wire that now names
+    `tool_choice` must not read back a "dropped" found without it)."""
+    return f"{provider}|{model_id}|{server.key}|{_digest_of('wire.py', 'server_check.py')}|{framework}"
 
 
 def cache_read(path: Path, key: str, max_age_s: float, provider: str) -> dict[str, Any] | None:

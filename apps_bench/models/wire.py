@@ -9,6 +9,9 @@ and read the same reply:
   llama-cpp-python ignores; vLLM and OpenAI accept `max_tokens`);
 - an assistant message that only calls tools carries `content: ""`, not `null`
   (llama-cpp-python answers `null` with HTTP 500);
+- a request that offers tools says `tool_choice: "auto"` when it names no choice (AutoGen
+  sends it, LangChain and the OpenAI SDK do not): the OpenAI API and vLLM read a missing
+  choice as "auto", but llama-cpp-python then leaves the tools out of the prompt;
 - a streamed request asks for its usage chunk (vLLM sends it only when asked);
 - a reply's tool-call arguments are strict JSON: raw control characters inside JSON
   strings (a model writing code with real newlines) are escaped, so a runner whose
@@ -49,6 +52,9 @@ def prepare_request(content: bytes) -> tuple[bytes | None, RequestInfo]:
         if isinstance(msg, dict) and msg.get("role") == "assistant" and msg.get("content") is None:
             msg["content"] = ""
             changed = True
+    if body.get("tools") and "tool_choice" not in body:
+        body["tool_choice"] = "auto"
+        changed = True
     if body.get("stream"):
         opts = body.get("stream_options") or {}
         if not opts.get("include_usage"):

@@ -9,6 +9,7 @@ template, which drops `tools` whatever the request says.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -44,9 +45,8 @@ def test_gold_passes_the_check_with_every_framework(tmp_path):
     assert result["failed"] == 0 and result["server"]["kind"] == "gold"
     assert result["tools"] == {"langgraph": "called", "openai": "called", "autogen": "called", "crewai": "prompt_text"}
     items = _by_item(result)
-    for fw in ("langgraph", "openai"):
-        assert items[(fw, "tools, tool_choice absent")]["status"] == "ok"
-        assert items[(fw, "tools, tool_choice auto")]["status"] == "ok"
+    for fw in ("langgraph", "openai", "autogen"):
+        assert items[(fw, 'tools, tool_choice "auto"')]["status"] == "ok"
     assert items[("server", "usage, streamed")]["status"] == "ok"
     assert all(items[(fw, "usage")]["status"] == "ok" for fw in ("langgraph", "openai", "autogen", "crewai"))
     assert not (tmp_path / "outputs").exists()  # the check writes nothing where it runs
@@ -56,7 +56,7 @@ def test_the_table_says_pass_and_names_each_item(tmp_path):
     out = run_cli(["model=gold", "server_check.quick=true", f"server_check.json={tmp_path / 'c.json'}"], tmp_path,
                   env=cli_env(tmp_path), module="apps_bench.check")  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "verdict: PASS" in out.stdout and "tools, tool_choice absent" in out.stdout
+    assert "verdict: PASS" in out.stdout and 'tools, tool_choice "auto"' in out.stdout
     assert json.loads((tmp_path / "c.json").read_text())["tools"]["langgraph"] == "called"
 
 
@@ -108,7 +108,25 @@ def test_a_remote_server_is_checked_once_per_identity(tmp_path, gold_url):
         again = cell_check(config, ep)
     assert first["tools"] == "called" and first["kind"] == "gold" and not first["cached"]
     assert again["tools"] == "called" and again["cached"] and gold_url.stats.requests == served  # no request the 2nd time
-    assert list(json.loads(cache.read_text())) == [f"openai|gold|{first['server_key']}|langgraph"]
+    (key,) = json.loads(cache.read_text())
+    assert key.startswith(f"openai|gold|{first['server_key']}|") and key.endswith("|langgraph")
+
+
+@pytest.mark.parametrize("framework", ["langgraph", "openai", "autogen"])
+def test_every_framework_offers_tools_in_one_request_shape(gold_url, framework):
+    """One request shape per intent: LangChain and the OpenAI SDK name no `tool_choice` (AutoGen says
+    "auto"); the server receives "auto" from all three, sent through the runners' own client stacks."""
+    from apps_bench.models import open_endpoint
+    from apps_bench.data.demo import DEMO_PROBLEMS
+    from apps_bench.models.server_check import ASK_TOOL, send
+
+    config = _config("model=openai", f"model.base_url={gold_url.base_url}", "model.model_id=gold")
+    with open_endpoint(config.model) as ep:
+        sent = asyncio.run(send(framework, ep, config.model, f"{DEMO_PROBLEMS[0].question}\n\n{ASK_TOOL}",
+                                     max_tokens=64, tools=True))  # fmt: skip
+    assert not sent.error and sent.tools == ["python_exec"], sent
+    (body,) = [r for r in gold_url.stats.last_requests if r.get("tools")]
+    assert body["tool_choice"] == "auto" and body["tools"][0]["function"]["name"] == "python_exec"
 
 
 def test_a_gold_cell_is_not_checked_and_says_so():
@@ -143,22 +161,18 @@ def local_check(tmp_path_factory):
 
 @pytest.mark.local_model
 @needs_local
-def test_local_server_drops_tools_only_without_tool_choice(local_check):
-    """llama-cpp-python's chatml-function-calling: no tool_choice -> tools left out of the prompt
-    (prompt tokens equal with and without them); "auto" -> a structured call, in every framework."""
+def test_local_server_gets_every_frameworks_tools(local_check):
+    """llama-cpp-python's chatml-function-calling leaves `tools` out of a request that names no
+    tool_choice; the wire names "auto" for LangChain and the OpenAI SDK, so every framework's
+    request gets a structured call, as AutoGen's did alone before (issue #23, point 3)."""
     rc, result, err = local_check
     assert result is not None, err[-2000:]
-    assert rc == 1 and result["server"]["kind"] == "llama.cpp"
-    assert result["tools"] == {"langgraph": "dropped", "openai": "dropped", "autogen": "called", "crewai": "prompt_text"}
+    assert result["server"]["kind"] == "llama.cpp"
+    assert result["tools"] == {"langgraph": "called", "openai": "called", "autogen": "called", "crewai": "prompt_text"}
     items = _by_item(result)
-    for fw in ("langgraph", "openai"):
-        absent = items[(fw, "tools, tool_choice absent")]
-        assert absent["status"] == "FAIL" and "never reached the prompt" in absent["detail"]
-        assert "tool_choice" in absent["fix"] and "#23" in absent["fix"]
-        assert items[(fw, "tools, tool_choice auto")]["status"] == "ok"
-    assert items[("autogen", "tools, tool_choice auto (AutoGen's own)")]["status"] == "ok"
-    failed = {k for k, f in items.items() if f["status"] == "FAIL"}
-    assert failed == {("langgraph", "tools, tool_choice absent"), ("openai", "tools, tool_choice absent")}
+    for fw in ("langgraph", "openai", "autogen"):
+        assert items[(fw, 'tools, tool_choice "auto"')]["status"] == "ok", items[(fw, 'tools, tool_choice "auto"')]
+    assert rc == 0 and result["failed"] == 0, [f for f in result["findings"] if f["status"] == "FAIL"]
 
 
 @pytest.mark.local_model
@@ -184,11 +198,10 @@ def test_a_chat_format_that_drops_tools_fails_every_framework(tmp_path):
     assert result is not None, err[-2000:]
     assert rc == 1
     items = _by_item(result)
-    for key in [("langgraph", "tools, tool_choice absent"), ("langgraph", "tools, tool_choice auto"),
-                ("openai", "tools, tool_choice auto"), ("autogen", "tools, tool_choice auto (AutoGen's own)")]:  # fmt: skip
-        assert items[key]["status"] == "FAIL" and "[dropped]" in items[key]["detail"], items[key]
-    assert "chat_format" in items[("autogen", "tools, tool_choice auto (AutoGen's own)")]["fix"]
-    assert result["tools"]["autogen"] == "dropped"
+    for fw in ("langgraph", "openai", "autogen"):
+        item = items[(fw, 'tools, tool_choice "auto"')]
+        assert item["status"] == "FAIL" and "[dropped]" in item["detail"] and "chat_format" in item["fix"], item
+    assert result["tools"] == {"langgraph": "dropped", "openai": "dropped", "autogen": "dropped", "crewai": "prompt_text"}
 
 
 # ----------------------------------------------------------------------------- model=local: the cell's gate
@@ -202,15 +215,16 @@ def _cell(tmp_path: Path, *args: str, timeout: float = 900):
 @pytest.mark.local_model
 @needs_local
 def test_a_tool_using_cell_is_refused_on_a_server_that_drops_its_tools(tmp_path):
-    out = _cell(tmp_path, "topology=single", "model.accept_tool_drop=false")
+    """model.chat_format=null: SmolLM2's own template, which drops `tools` (a real server setting)."""
+    out = _cell(tmp_path, "topology=single", "model.accept_tool_drop=false", "model.chat_format=null")
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
     assert "drops this cell's tools" in out.stderr and "model.accept_tool_drop=true" in out.stderr
-    assert 'tool_choice "auto" got a structured call' in out.stderr  # the evidence: the other shape works
+    assert "never reached the prompt" in out.stderr and "chat_format=chatml-function-calling" in out.stderr  # evidence, fix
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "outputs").exists()  # nothing written where the cell runs
     (key,) = json.loads((tmp_path / "cache" / "apps-bench" / "server-checks.json").read_text())
     assert key.startswith("local|SmolLM2-135M-Instruct|") and key.endswith("|langgraph")
-    again = _cell(tmp_path, "topology=single", "model.accept_tool_drop=false")  # from the cache: the same answer
+    again = _cell(tmp_path, "topology=single", "model.accept_tool_drop=false", "model.chat_format=null")  # from the cache
     assert again.returncode == 2 and "drops this cell's tools" in again.stderr
 
 
@@ -218,8 +232,8 @@ def test_a_tool_using_cell_is_refused_on_a_server_that_drops_its_tools(tmp_path)
 @needs_local
 def test_a_cell_the_user_accepts_runs_and_records_what_the_server_did(tmp_path, mlflow_template):
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    out = _cell(tmp_path, "topology=single", "model.accept_tool_drop=true", "limit=1", "model.max_tokens=32",
-                "topology.max_steps=2")  # fmt: skip
+    out = _cell(tmp_path, "topology=single", "model.accept_tool_drop=true", "model.chat_format=null", "limit=1",
+                "model.max_tokens=32", "topology.max_steps=2")  # fmt: skip
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     (summary,) = (tmp_path / "outputs" / "cells").glob("*/summary.json")
     server = json.loads(summary.read_text())["provenance"]["server"]
@@ -231,13 +245,14 @@ def test_a_cell_the_user_accepts_runs_and_records_what_the_server_did(tmp_path, 
 
 @pytest.mark.local_model
 @needs_local
-@pytest.mark.parametrize(("topology", "verdict"), [("centralized_autogen", "called"), ("sequential_crewai", "prompt_text")])
+@pytest.mark.parametrize(("topology", "verdict"), [("single", "called"), ("centralized_autogen", "called"),
+                                                   ("decentralized_openai", "called"), ("sequential_crewai", "prompt_text")])
 def test_cells_whose_tools_reach_the_model_are_not_refused(tmp_path, topology, verdict):
-    """AutoGen sends tool_choice "auto" (its tools reach the model); CrewAI's tools are prompt text."""
+    """Every framework's tool requests say tool_choice "auto" (their tools reach the model); CrewAI's
+    tools are prompt text. model=local ships accept_tool_drop: false, and these are not refused."""
     from apps_bench.server_gate import cell_check
 
-    config = _config("model=local", f"topology={topology}", "model.accept_tool_drop=false",
-                     f"server_check.cache={tmp_path / 'checks.json'}")  # fmt: skip
+    config = _config("model=local", f"topology={topology}", f"server_check.cache={tmp_path / 'checks.json'}")
     result = cell_check(config, None)
     assert result["tools"] == verdict and not result["accepted"]
     assert os.path.exists(tmp_path / "checks.json")

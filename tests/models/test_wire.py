@@ -35,6 +35,20 @@ def test_request_tool_call_turn_has_empty_content_not_null():
     assert info.has_tools
 
 
+def test_a_tool_offering_request_without_a_choice_says_auto():
+    """One request shape per intent: LangChain and the OpenAI SDK send tools with no `tool_choice`,
+    AutoGen with "auto"; llama-cpp-python drops the tools of the first, vLLM reads both as "auto"."""
+    tools = [{"type": "function", "function": {"name": "python_exec", "parameters": {}}}]
+    new, info = prepare_request(json.dumps({"messages": [], "tools": tools}).encode())
+    assert json.loads(new)["tool_choice"] == "auto" and info.has_tools
+    for choice in ("auto", "none", "required", {"type": "function", "function": {"name": "python_exec"}}):
+        new, _ = prepare_request(json.dumps({"messages": [], "tools": tools, "tool_choice": choice}).encode())
+        assert new is None  # a choice the framework made is sent as it is
+    for body in ({"messages": []}, {"messages": [], "tools": []}):
+        new, _ = prepare_request(json.dumps(body).encode())
+        assert new is None  # no tools offered: nothing to choose
+
+
 def test_reply_arguments_with_raw_newlines_become_strict_json():
     raw = '{"code": "print(1)\nprint(2)", "stdin": ""}'
     with pytest.raises(json.JSONDecodeError):
