@@ -88,9 +88,15 @@ def tool_warnings(records: Sequence[Mapping[str, Any]], topology_cfg: Any, model
     idle = [r for r in offered if not used.get(r)]
     if idle:
         framework = _get(topology_cfg, "framework")
+        why = (
+            "its tools are described in the prompt text, and the model never wrote a call in that format "
+            "(`Action: python_exec`)"
+            if framework == "crewai"
+            else "the server or the model may ignore `tools` (a chat template that drops them)"
+        )
         out.append(
             f"no tool call over the whole cell by the role(s) {idle} ({len(records)} problems, {calls} model calls, "
-            f"framework {framework}): the server or the model may ignore `tools` (a chat template that drops them), "
+            f"framework {framework}): {why}, "
             + ("so the manager answered alone" if _get(topology_cfg, "flow") == "centralized" and offered[0] in idle
                else "so the team ran without its tools")
         )

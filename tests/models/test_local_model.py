@@ -616,3 +616,10 @@ def test_cli_cell_on_two_real_rows(tmp_path, apps_data_dir, topology):
     # how tools reached the model (defect 10): CrewAI describes them in the prompt, the others send `tools`
     sent = summary["tool_protocol"]["requests_with_tools"]
     assert (sent == 0) if topology == "sequential_crewai" else (sent > 0), summary["tool_protocol"]
+    # ...and that the model got them (issue #23, point 3): every runner whose flow offers tools through
+    # the API records tool calls, its server verdict is "called", and no cell warns of a tool never called
+    calls = sum(n for r in records for n in r["tool_calls_by_role"].values())
+    print(f"{topology}: {calls} tool calls in {sum(r['usage']['model_calls'] for r in records)} model calls")
+    if topology != "sequential_crewai":
+        assert calls > 0 and summary["provenance"]["server"]["tools"] == "called", (calls, summary["provenance"]["server"])
+        assert not [w for w in summary["warnings"] if "no tool call" in w], summary["warnings"]

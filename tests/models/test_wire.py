@@ -157,6 +157,8 @@ def test_tools_sent_in_the_prompt_text_are_reported():
     assert tool_protocol(recs)["requests_with_tools"] == 0
     (note,) = tool_warnings(recs, topo, model)
     assert "prompt text" in note and "crewai" in note and "100.0 prompt tokens per call" in note
+    idle, note = tool_warnings([_rec(with_tools=0)], topo, model)  # CrewAI's tools are text: no template drops them
+    assert "['tester', 'debugger']" in idle and "never wrote a call in that format" in idle and "chat template" not in idle
 
 
 # ----------------------------------------------------------------------------- defect 12: the vote's candidates
