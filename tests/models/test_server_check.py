@@ -116,8 +116,8 @@ def test_a_remote_server_is_checked_once_per_identity(tmp_path, gold_url):
 def test_every_framework_offers_tools_in_one_request_shape(gold_url, framework):
     """One request shape per intent: LangChain and the OpenAI SDK name no `tool_choice` (AutoGen says
     "auto"); the server receives "auto" from all three, sent through the runners' own client stacks."""
-    from apps_bench.models import open_endpoint
     from apps_bench.data.demo import DEMO_PROBLEMS
+    from apps_bench.models import open_endpoint
     from apps_bench.models.server_check import ASK_TOOL, send
 
     config = _config("model=openai", f"model.base_url={gold_url.base_url}", "model.model_id=gold")
