@@ -30,7 +30,7 @@ from apps_bench.solving import CELL_JOB, Job, LocalSolver, Solver, solver_thread
 from apps_bench.step import Judged, solve_and_judge
 
 T = TypeVar("T")
-__all__ = ["CELL_JOB", "Engine", "Forked", "Job", "fork_solvers"]
+__all__ = ["Engine", "Forked", "fork_solvers"]
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from typing import Any, Callable, Mapping
 from apps_bench.cell import Cell, CellSetupError, guard
 from apps_bench.config import Config, cell_data, problems_in_flight, typed_config
 from apps_bench.data.rows import split_named_by
-from apps_bench.engine import CELL_JOB, Engine, Job, fork_solvers
+from apps_bench.engine import Engine, fork_solvers
+from apps_bench.solving import CELL_JOB, Job
 from apps_bench.tracking.console import Progress, print_problem, print_summary
 from apps_bench.tracking.mlflow import StoreUnavailable
 from apps_bench.tracking.records import (
@@ -192,7 +193,7 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
                 stack.callback(tx.shutdown, wait=True)
                 tracker_future = tx.submit(open_tracker)  # importing mlflow and reaching the store overlap the engine's start
                 if engine is None:
-                    engine = stack.enter_context(open_engine(prep, prep.problems, forked))
+                    engine = stack.enter_context(Engine.open(config, prep.problems, forked=forked, endpoint=prep.endpoint))
                 progress = Progress(len(prep.problems), prep.n_done, config.progress, cell.name)
                 stack.callback(progress.close)
                 phases["setup_s"] = time.perf_counter() - prep.t_start
@@ -320,12 +321,6 @@ def _check_server(config: Config, endpoint: Any) -> Any:
         return cell_check(config, endpoint)
     except (ToolDropRefused, ModelEndpointError, LocalModelError, ImportError) as exc:  # ImportError: a framework not installed
         raise CellSetupError(str(exc)) from exc
-
-
-def open_engine(prep: Prepared, problems: list[Any], forked: Any) -> Any:
-    """The cell's engine (engine.py) on the endpoint `prepare` probed, or on the built-in server
-    started now with `problems`' rows."""
-    return Engine.open(prep.config, problems, forked=forked, endpoint=prep.endpoint)
 
 
 def keep_lock(prep: Prepared) -> None:

@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from apps_bench.config import config_data
-from apps_bench.engine import fork_solvers
+from apps_bench.engine import Engine, fork_solvers
 from apps_bench.optimizers.cell_runs import open_final_eval_run
-from apps_bench.pipeline import CellResult, CellSetupError, Prepared, evaluate, keep_lock, open_engine
+from apps_bench.pipeline import CellResult, CellSetupError, Prepared, evaluate, keep_lock
 from apps_bench.tracking.mlflow import StoreUnavailable
 from apps_bench.tracking.records import CONFIG, PROMPTS
 
@@ -38,7 +38,7 @@ def run_optimizer_cell(prep: Prepared) -> CellResult:
     rows = list({p.key: p for p in [*pool.problems, *prep.problems]}.values())  # what a built-in server answers
     forked = fork_solvers(prep.config, max(len(pool.problems), len(prep.todo)))  # before this process starts any thread
     keep_lock(prep)
-    with open_engine(prep, rows, forked) as engine:
+    with Engine.open(prep.config, rows, forked=forked, endpoint=prep.endpoint) as engine:
         tracker, prompts, result = _optimize(prep, engine, pool)
         prep.store.write_json(PROMPTS, dict(prompts.texts))
         try:
