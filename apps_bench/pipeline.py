@@ -172,7 +172,7 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
     `prompts`: the PromptSet to solve with (an optimizer's choice; default the config's);
     `open_tracker`: opens the run this evaluation logs to (default: the cell's own,
     tracking/run.py), on a thread while the first problems are solved."""
-    from apps_bench.tracking.run import open_run
+    from apps_bench.tracking.run import fail_run, open_run
 
     config, cell = prep.config, prep.cell
     open_tracker = open_tracker or functools.partial(open_run, config, cell, prep.loaded)
@@ -203,8 +203,8 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
                 sandbox, solvers = engine.features, engine.solvers
             tracker = tracker_future.result()
     except BaseException as exc:
-        if not isinstance(exc, (KeyboardInterrupt, SystemExit, StoreUnavailable)):  # an interrupted run stays open
-            _fail_run(exc, tracker_future)  # for its rerun; a store that is gone cannot be told
+        if tracker_future is not None:
+            fail_run(tracker_future, exc)
         if isinstance(exc, StoreUnavailable):
             raise StoreUnavailable(_store_lost(prep, exc)) from None
         raise
@@ -337,15 +337,6 @@ def _store_lost(prep: Prepared, exc: BaseException) -> str:
              else f"it solves only the {len(selected) - n} problems left, then logs the cell")  # fmt: skip
     return (f"{exc}. Nothing computed is lost: {prep.dir} keeps every record ({n} of {len(selected)} problems "
             f"recorded). Once the store answers again, rerun the same command: {rerun}.")
-
-
-def _fail_run(exc: BaseException, tracker_future: Any) -> None:
-    """Mark the cell's run FAILED with the error; the store's own failure must not hide the cell's error."""
-    try:
-        if tracker_future is not None:
-            tracker_future.result().fail(f"{type(exc).__name__}: {exc}")
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def _typed(data: Mapping[str, Any]) -> Config:
