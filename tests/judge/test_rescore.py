@@ -207,13 +207,14 @@ def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s
     from apps_bench.rescore import judge_records
     from apps_bench.sandbox import SandboxPool
     from apps_bench.tracking.records import RecordStore, record_key
+    from apps_bench.types import Problem, Verdict
 
     [good, bad] = load_problems({"source": "file", "path": str(APPS_DATA_DIR / "train_mini150.jsonl"), "split": "train",
                                  "name": "apps_train"}, only=("1", "9"), max_tests_per_row=3).problems  # fmt: skip
     crash_on = bad.id
 
     class CrashingJudge(Judge):
-        def score(self, problem, program):
+        def score(self, problem: Problem, program: str | None) -> Verdict:
             if problem.id == crash_on:
                 raise RuntimeError("comparison blew up")
             return super().score(problem, program)
@@ -224,8 +225,7 @@ def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s
     todo = [{"key": key[p.id], "program": p.solutions[0], "passed": True} for p in (good, bad)]
     judge_cfg = compose_cell().judge
     with SandboxPool.from_config(judge_cfg, workers=1) as pool:
-        judge = Judge.from_config(pool, judge_cfg)
-        judge.__class__ = CrashingJudge
+        judge = CrashingJudge.from_config(pool, judge_cfg)  # the cell's judge settings, this one crashing on `bad`
         judge_records(store, todo, {key[p.id]: p for p in (good, bad)}, judge, workers=2, new_key="new", old_key="old",
                       old_cap=None, progress=False)  # fmt: skip
     got = {r["key"]: r for r in store.records()}
