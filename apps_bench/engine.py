@@ -30,7 +30,7 @@ from apps_bench.solving import CELL_JOB, Job, LocalSolver, Solver, solver_thread
 from apps_bench.step import Judged, solve_and_judge
 
 T = TypeVar("T")
-__all__ = ["CELL_JOB", "Engine", "Forked", "Job", "fork_solvers"]
+__all__ = ["Engine", "Forked", "fork_solvers"]
 
 
 @dataclass(frozen=True)
@@ -65,31 +65,34 @@ def fork_solvers(config: Config, n_problems: int) -> Forked | None:
 class Engine:
     """The endpoint, sandbox pool, judge and solver(s) of a cell; see the module doc."""
 
-    def __init__(self, config: Config, *, endpoint: Any, pool: Sandbox, solver: Solver, solvers: int) -> None:
+    def __init__(self, config: Config, *, endpoint: Any, pool: Sandbox, solver: Solver, solvers: int, concurrency: int) -> None:
+        """Built by `open`, which types the config and computes `concurrency` (problems_in_flight) once."""
         from apps_bench.judge import Judge
 
-        self.config = config = typed_config(config)  # a composed node (tests, scripts) or the typed config
+        self.config = config
         self.endpoint = endpoint
         self.pool = pool
         self.judge = Judge.from_config(pool, config.judge)
         self.solver = solver
         self.solvers = solvers  # how many processes solve
-        self.concurrency = problems_in_flight(config)
+        self.concurrency = concurrency
         self._slots: asyncio.Semaphore | None = None
 
     @classmethod
     @contextlib.contextmanager
     def open(
         cls, config: Config, problems: Iterable[Any] = (), *, forked: Forked | None = None, endpoint: Any = None,
-        pool: Any = None,
+        pool: Sandbox | None = None,
     ) -> Iterator[Engine]:  # fmt: skip
-        """The engine for `config`: `endpoint` and `pool` when given (the caller's to close), else
-        the model's endpoint (a built-in server gets `problems`' rows) and a new sandbox pool;
-        `forked` workers, else this process solves."""
+        """The engine for `config` (a composed node from tests and scripts, or the typed config):
+        `endpoint` and `pool` when given (the caller's to close), else the model's endpoint (a
+        built-in server gets `problems`' rows) and a new sandbox pool; `forked` workers, else this
+        process solves."""
         from apps_bench.models import ModelEndpointError, open_endpoint
         from apps_bench.sandbox import SandboxPool
 
         config = typed_config(config)
+        concurrency = problems_in_flight(config)
         with ExitStack() as stack:
             if endpoint is None:
                 try:
@@ -101,7 +104,7 @@ class Engine:
             if forked is not None:
                 from apps_bench.solver_pool import SolverPool
 
-                solver: Any = SolverPool.start(forked.ctx, forked.workers, cfg=config, threads=solver_threads(problems_in_flight(config)),
+                solver: Any = SolverPool.start(forked.ctx, forked.workers, cfg=config, threads=solver_threads(concurrency),
                                                timeout_s=time_cap(config.topology) + 60)  # fmt: skip
                 stack.callback(solver.close)
             else:
@@ -112,7 +115,8 @@ class Engine:
                 except ImportError as exc:
                     raise CellSetupError(str(exc)) from exc
                 solver = LocalSolver(config, topology)
-            yield cls(config, endpoint=endpoint, pool=pool, solver=solver, solvers=forked.workers if forked else 1)
+            yield cls(config, endpoint=endpoint, pool=pool, solver=solver, solvers=forked.workers if forked else 1,
+                      concurrency=concurrency)  # fmt: skip
 
     @property
     def features(self) -> Any:

@@ -27,7 +27,8 @@ from typing import Any, Callable, Mapping
 from apps_bench.cell import Cell, CellSetupError, guard
 from apps_bench.config import Config, cell_data, problems_in_flight, typed_config
 from apps_bench.data.rows import split_named_by
-from apps_bench.engine import CELL_JOB, Engine, Job, fork_solvers
+from apps_bench.engine import Engine, fork_solvers
+from apps_bench.solving import CELL_JOB, Job
 from apps_bench.tracking.console import Progress, print_problem, print_summary
 from apps_bench.tracking.mlflow import StoreUnavailable
 from apps_bench.tracking.records import (
@@ -171,7 +172,7 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
     `prompts`: the PromptSet to solve with (an optimizer's choice; default the config's);
     `open_tracker`: opens the run this evaluation logs to (default: the cell's own,
     tracking/run.py), on a thread while the first problems are solved."""
-    from apps_bench.tracking.run import open_run
+    from apps_bench.tracking.run import fail_run, open_run
 
     config, cell = prep.config, prep.cell
     open_tracker = open_tracker or functools.partial(open_run, config, cell, prep.loaded)
@@ -192,7 +193,7 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
                 stack.callback(tx.shutdown, wait=True)
                 tracker_future = tx.submit(open_tracker)  # importing mlflow and reaching the store overlap the engine's start
                 if engine is None:
-                    engine = stack.enter_context(open_engine(prep, prep.problems, forked))
+                    engine = stack.enter_context(Engine.open(config, prep.problems, forked=forked, endpoint=prep.endpoint))
                 progress = Progress(len(prep.problems), prep.n_done, config.progress, cell.name)
                 stack.callback(progress.close)
                 phases["setup_s"] = time.perf_counter() - prep.t_start
@@ -202,8 +203,8 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
                 sandbox, solvers = engine.features, engine.solvers
             tracker = tracker_future.result()
     except BaseException as exc:
-        if not isinstance(exc, (KeyboardInterrupt, SystemExit, StoreUnavailable)):  # an interrupted run stays open
-            _fail_run(exc, tracker_future)  # for its rerun; a store that is gone cannot be told
+        if tracker_future is not None:
+            fail_run(tracker_future, exc)
         if isinstance(exc, StoreUnavailable):
             raise StoreUnavailable(_store_lost(prep, exc)) from None
         raise
@@ -322,12 +323,6 @@ def _check_server(config: Config, endpoint: Any) -> Any:
         raise CellSetupError(str(exc)) from exc
 
 
-def open_engine(prep: Prepared, problems: list[Any], forked: Any) -> Any:
-    """The cell's engine (engine.py) on the endpoint `prepare` probed, or on the built-in server
-    started now with `problems`' rows."""
-    return Engine.open(prep.config, problems, forked=forked, endpoint=prep.endpoint)
-
-
 def keep_lock(prep: Prepared) -> None:
     """Start the heartbeat of the cell's folder lock (after the forkserver: it is a thread)."""
     if prep.store.lock is not None:
@@ -342,15 +337,6 @@ def _store_lost(prep: Prepared, exc: BaseException) -> str:
              else f"it solves only the {len(selected) - n} problems left, then logs the cell")  # fmt: skip
     return (f"{exc}. Nothing computed is lost: {prep.dir} keeps every record ({n} of {len(selected)} problems "
             f"recorded). Once the store answers again, rerun the same command: {rerun}.")
-
-
-def _fail_run(exc: BaseException, tracker_future: Any) -> None:
-    """Mark the cell's run FAILED with the error; the store's own failure must not hide the cell's error."""
-    try:
-        if tracker_future is not None:
-            tracker_future.result().fail(f"{type(exc).__name__}: {exc}")
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def _typed(data: Mapping[str, Any]) -> Config:

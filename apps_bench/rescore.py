@@ -21,11 +21,13 @@ import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from apps_bench.judge.core import judge_program
 from apps_bench.tracking.records import CELL, CONFIG, RECORDS, SUMMARY, RecordStore, record_key
+from apps_bench.types import ProblemRecord, Verdict
 
 RESCORE_DIR = "rescore"
 RUN_ID = re.compile(r"[0-9a-f]{32}\Z")
@@ -158,37 +160,45 @@ def rescored_config(data: Mapping[str, Any], overrides: Mapping[str, str]) -> di
 # ----------------------------------------------------------------------------- judging
 
 
-def _rescored_record(old: dict[str, Any], verdict: Any, judge_s: float, new_key: str, old_key: str, old_cap: Any) -> dict[str, Any]:
-    old_verdict = old.get("verdict") or {}
-    return {
-        **old,
-        "cell": new_key,
-        "passed": bool(verdict.passed),
-        "verdict": verdict.to_json(),
-        "judge_s": round(judge_s, 4),
-        "latency_s": round(float(old.get("solve_s") or 0.0) + judge_s, 4),
-        "rescore_of": {"cell": old_key, "passed": bool(old.get("passed")), "profile": old_verdict.get("profile"),
-                       "max_tests_per_row": old_cap, "judge_s": old.get("judge_s")},
-        "completed_at": time.time(),
-    }
+def cell_records(cell_dir: Path) -> list[ProblemRecord]:
+    """The cell's records, each read as the type it was written as (a line this version cannot read: RescoreError)."""
+    try:
+        return [ProblemRecord.from_json(r) for r in RecordStore(cell_dir).records()]
+    except ValueError as e:
+        raise RescoreError(f"{cell_dir / RECORDS}: {e}") from None
 
 
-def _error_record(old: dict[str, Any], error: str, new_key: str, old_key: str) -> dict[str, Any]:
-    return {**old, "cell": new_key, "passed": False, "error": error, "rescore_of": {"cell": old_key, "passed": bool(old.get("passed"))}}
+def _rescored_record(old: ProblemRecord, verdict: Verdict, judge_s: float, new_key: str, old_key: str, old_cap: Any) -> ProblemRecord:
+    return replace(
+        old,
+        cell=new_key,
+        passed=bool(verdict.passed),
+        verdict=verdict.to_json(),
+        judge_s=round(judge_s, 4),
+        latency_s=round(old.solve_s + judge_s, 4),
+        rescore_of={"cell": old_key, "passed": old.passed, "profile": (old.verdict or {}).get("profile"),
+                    "max_tests_per_row": old_cap, "judge_s": old.judge_s},
+        completed_at=time.time(),
+    )  # fmt: skip
 
 
-def judge_records(store: RecordStore, todo: list[dict[str, Any]], problems: Mapping[str, Any], judge: Any, *,
+def _error_record(old: ProblemRecord, error: str, new_key: str, old_key: str) -> ProblemRecord:
+    return replace(old, cell=new_key, passed=False, error=error, rescore_of={"cell": old_key, "passed": old.passed})
+
+
+def judge_records(store: RecordStore, todo: list[ProblemRecord], problems: Mapping[str, Any], judge: Any, *,
                   workers: int, new_key: str, old_key: str, old_cap: Any, progress: bool) -> None:
     """Judge every record of `todo` on its problem and append the new records to `store`."""
 
-    def one(rec: dict[str, Any]) -> dict[str, Any]:
-        problem = problems.get(rec["key"])
+    def one(rec: ProblemRecord) -> ProblemRecord:
+        problem = problems.get(rec.key)
         if problem is None:
-            return _error_record(rec, f"problem {rec['key']} is not in the dataset any more", new_key, old_key)
+            return _error_record(rec, f"problem {rec.key} is not in the dataset any more", new_key, old_key)
         t0 = time.perf_counter()
-        verdict, error = judge_program(judge, problem, rec.get("program"))
+        verdict, error = judge_program(judge, problem, rec.program)
         if error is not None:
             return _error_record(rec, f"{error} (while re-scoring)", new_key, old_key)
+        assert verdict is not None  # judge_program: a verdict whenever there is no error
         return _rescored_record(rec, verdict, time.perf_counter() - t0, new_key, old_key, old_cap)
 
     from tqdm import tqdm
@@ -197,7 +207,7 @@ def judge_records(store: RecordStore, todo: list[dict[str, Any]], problems: Mapp
     try:
         with ThreadPoolExecutor(max_workers=workers) as ex:
             for fut in as_completed([ex.submit(one, r) for r in todo]):
-                store.append(fut.result())
+                store.append(fut.result().to_json())
                 bar.update(1)
     finally:
         bar.close()
@@ -279,7 +289,7 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
     if new_key == old_key:
         raise RescoreError(f"judge settings and test cap are the cell's own (judge={data['judge']['profile']}, "
                            f"max_tests_per_row={data['max_tests_per_row']}): nothing to re-score; pass e.g. judge=reference or max_tests_per_row=0")
-    records = RecordStore(cell_dir).records()  # read only: the cell's records are never rewritten
+    records = cell_records(cell_dir)  # read only: the cell's records are never rewritten
     if not records:  # before anything is written: a re-scoring of nothing is not a pass@1 of 0
         raise RescoreError(f"{cell_dir} has no recorded problems ({RECORDS} is missing or empty: the cell was refused or "
                            "stopped before its first problem); nothing to re-score. Run the cell first (the same "
@@ -291,14 +301,14 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
                           "rescore_of": old_key, "source_dir": str(cell_dir)})
     store.write_config(yaml.safe_dump(new, sort_keys=False, allow_unicode=True))
     done = store.resume().done
-    todo = [r for r in records if r["key"] not in done]
-    answered = [r for r in todo if not r.get("error")]
+    todo = [r for r in records if r.key not in done]
+    answered = [r for r in todo if not r.error]
     print(f"apps-bench rescore: cell {info.get('name')} [{old_key}] -> judge={profile} max_tests_per_row={cap} [{new_key}]: "
           f"{len(records)} recorded, {len(done)} already re-scored, {len(answered)} to judge, "
           f"{len(todo) - len(answered)} recorded errors kept as errors", file=sys.stderr)
     for r in todo:
-        if r.get("error"):
-            store.append(_error_record(r, str(r["error"]), new_key, old_key))
+        if r.error:
+            store.append(_error_record(r, r.error, new_key, old_key).to_json())
     from apps_bench.data import load_problems
 
     node = OmegaConf.create(new)
@@ -325,7 +335,7 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
     store.close()
     old_summary = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8")) if (cell_dir / SUMMARY).is_file() else {}
     order = {k: i for i, k in enumerate(problems)}
-    recorded = {x["key"] for x in records}
+    recorded = {x.key for x in records}
     new_records = sorted((r for r in store.records() if r["key"] in recorded), key=lambda r: order.get(r["key"], len(order)))
     summary = summarize_cell(new_records, n_selected=len(problems), skipped=loaded.skipped, profile=profile)
     summary["cell"] = {"key": new_key, "name": info.get("name"), **(info.get("axes") or {})}

@@ -10,7 +10,7 @@ copy-on-write, and none inherits the cell process's threads, locks or sockets.
 
 The protocol, over one duplex pipe per worker:
   cell -> worker   ("setup", endpoint)            once, before any problem
-                   ("solve", index, problem, job) a tests-free view of the problem, and its engine.Job
+                   ("solve", index, problem, job) a tests-free view of the problem, and its solving.Job
                    ("exec_result", id, ok, value) the answer to a python_exec call
   worker -> cell   ("solved", index, Solved)
                    ("exec", id, code, stdin, timeout_s, output_chars)
@@ -353,7 +353,7 @@ class SolverPool:
         return min(live, key=lambda w: len(w.in_flight), default=None)
 
     async def __call__(self, problem: Any, job: Any) -> Solved:
-        """Solve `problem` as `job` (engine.Job) says, on the least busy worker."""
+        """Solve `problem` as `job` (solving.Job) says, on the least busy worker."""
         index, timeout_s = next(self._ids), self.timeout_s
         worker = self.pick()
         if worker is None:

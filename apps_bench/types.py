@@ -211,12 +211,19 @@ class Attempt:
     error: str | None = None  # infrastructure error (model unreachable after retries): not a wrong answer
 
 
+# The version of records.jsonl's lines this code writes (ProblemRecord.schema). A line without one was
+# written before records said what they are: the same format, version 1. A new version that changes the
+# format bumps this, and ProblemRecord.from_json reads the older ones.
+RECORD_SCHEMA = 1
+
+
 @dataclass
 class ProblemRecord:
     """One line of a cell's records.jsonl: a problem solved and judged (or its infrastructure error).
 
     `verdict`, `usage`, `candidates` and `vote` are kept as their JSON forms: a record is
-    read back by tools (report, rescore, resume) that need no judge objects."""
+    read back by tools (report, rescore, resume) that need no judge objects. `rescore_of`: in a
+    re-scoring's records (rescore.py), the cell verdict this one replaces."""
 
     key: str
     id: str
@@ -241,17 +248,29 @@ class ProblemRecord:
     candidates: list[dict[str, Any]] = field(default_factory=list)
     vote: dict[str, Any] | None = None
     completed_at: float = 0.0
+    rescore_of: dict[str, Any] | None = None
+    schema: int = RECORD_SCHEMA
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProblemRecord:
-        """A record as written (fields this version does not know are an error: say which)."""
-        from dataclasses import fields
+        """A record as written (no `schema`: version 1). A newer version, or fields this version
+        does not know or lacks, are an error that says which: never a record half understood."""
+        from dataclasses import MISSING, fields
 
+        version = data.get("schema", 1)
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ValueError(f"record {data.get('key')!r} has schema {version!r}: not a records.jsonl version")
+        if version > RECORD_SCHEMA:
+            raise ValueError(f"record {data.get('key')!r} is records schema version {version}; this apps-bench reads "
+                             f"versions 1 to {RECORD_SCHEMA}: read it with the apps-bench that wrote it, or a newer one")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"record {data.get('key')!r} has fields this version does not know: {unknown}")
-        return cls(**data)
+        lacking = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING and f.name not in data]
+        if lacking:
+            raise ValueError(f"record {data.get('key')!r} lacks fields every record has: {lacking}")
+        return cls(**{**data, "schema": version})

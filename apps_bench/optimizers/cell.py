@@ -14,11 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from apps_bench.config import config_data
-from apps_bench.engine import fork_solvers
+from apps_bench.engine import Engine, fork_solvers
 from apps_bench.optimizers.cell_runs import open_final_eval_run
-from apps_bench.pipeline import CellResult, CellSetupError, Prepared, evaluate, keep_lock, open_engine
-from apps_bench.tracking.mlflow import StoreUnavailable
+from apps_bench.pipeline import CellResult, CellSetupError, Prepared, evaluate, keep_lock
 from apps_bench.tracking.records import CONFIG, PROMPTS
+from apps_bench.tracking.run import fail_run
 
 
 def run_optimizer_cell(prep: Prepared) -> CellResult:
@@ -38,26 +38,17 @@ def run_optimizer_cell(prep: Prepared) -> CellResult:
     rows = list({p.key: p for p in [*pool.problems, *prep.problems]}.values())  # what a built-in server answers
     forked = fork_solvers(prep.config, max(len(pool.problems), len(prep.todo)))  # before this process starts any thread
     keep_lock(prep)
-    with open_engine(prep, rows, forked) as engine:
+    with Engine.open(prep.config, rows, forked=forked, endpoint=prep.endpoint) as engine:
         tracker, prompts, result = _optimize(prep, engine, pool)
         prep.store.write_json(PROMPTS, dict(prompts.texts))
         try:
             final_run = functools.partial(open_final_eval_run, prep.config, cell, prep.loaded, tracker)
             evaluated = evaluate(prep, engine=engine, prompts=prompts, open_tracker=final_run)
         except BaseException as exc:
-            if not isinstance(exc, (KeyboardInterrupt, SystemExit, StoreUnavailable)):  # an interrupted run stays open
-                _fail(tracker, exc)
+            fail_run(tracker, exc)
             raise
     _finish(tracker, prep, result, evaluated)
     return evaluated
-
-
-def _fail(run: Any, exc: BaseException) -> None:
-    """The optimizer cell's run FAILED with the error; the store's own failure must not hide it."""
-    try:
-        run.fail(f"{type(exc).__name__}: {exc}")
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def _optimize(prep: Prepared, engine: Any, pool: Any) -> tuple[Any, Any, Any]:

@@ -12,7 +12,7 @@ cell are the caller's (`hook` receives every event for step metrics).
 from __future__ import annotations
 
 import dataclasses
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -106,9 +106,20 @@ def run_optimizer(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[st
     """Optimize `cfg`'s prompts on its pool, on `engine` (the cell's; default: one opened here for the pool)."""
     cfg = typed_config(cfg)
     pool = pool or load_pool(cfg)
-    if engine is None:
-        with Engine.open(cfg, pool.problems, forked=fork_solvers(cfg, len(pool.problems))) as own:
-            return run_optimizer(cfg, out_dir=out_dir, hook=hook, engine=own, pool=pool)
+    with _engine_for(cfg, pool, engine) as open_engine:
+        return _optimize_on(open_engine, cfg, pool, out_dir=out_dir, hook=hook)
+
+
+def _engine_for(cfg: Config, pool: OptimizerPool, engine: Engine | None) -> AbstractContextManager[Engine]:
+    """`engine` when given (the caller's: left open), else one of the pool's own, opened now and closed after."""
+    if engine is not None:
+        return nullcontext(engine)
+    return Engine.open(cfg, pool.problems, forked=fork_solvers(cfg, len(pool.problems)))
+
+
+def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: Path | str,
+                 hook: Callable[[str, dict[str, Any]], None] | None) -> OptimizeResult:  # fmt: skip
+    """`run_optimizer`'s work, on an open engine."""
     from apps_bench.models import open_endpoint  # noqa: PLC0415
     from apps_bench.optimizers.chat import EndpointChat  # noqa: PLC0415
     from apps_bench.optimizers.protocol import load_eval_set  # noqa: PLC0415

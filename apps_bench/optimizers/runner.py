@@ -13,11 +13,12 @@ import asyncio
 import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
-from apps_bench.engine import Engine, Job
+from apps_bench.engine import Engine
 from apps_bench.optimizers.cache import stable_hash
 from apps_bench.optimizers.protocol import ProblemKey
 from apps_bench.optimizers.replay import ROLLOUT_HEADER
 from apps_bench.optimizers.scoring import Rollout, rollout_from_attempt
+from apps_bench.solving import Job
 from apps_bench.topologies.base import PromptSet
 from apps_bench.types import Problem
 

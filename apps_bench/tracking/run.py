@@ -9,6 +9,7 @@ records written so far are kept for the rerun (which logs them without solving t
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
 
@@ -45,6 +46,21 @@ class NoRun:
         pass
 
     def fail(self, message: str) -> None:
+        pass
+
+
+def fail_run(run: Tracker | Future[Tracker], exc: BaseException) -> None:
+    """Mark `run` FAILED with `exc`, the error ending the cell (`run` still opening on a thread:
+    once it is open). Not on Ctrl-C or exit (the run stays open for the rerun, which resumes it),
+    nor when the store itself is gone (it cannot be told). Called while `exc` propagates, so the
+    store failing too, or the run never opening, is swallowed: `exc` is the error to show."""
+    from apps_bench.tracking.mlflow import StoreUnavailable
+
+    if isinstance(exc, (KeyboardInterrupt, SystemExit, StoreUnavailable)):
+        return
+    try:
+        (run.result() if isinstance(run, Future) else run).fail(f"{type(exc).__name__}: {exc}")
+    except Exception:  # noqa: BLE001 - see above: never hide `exc`
         pass
 
 

@@ -68,6 +68,8 @@ def mlflow_client(workdir: Path):
 
 
 def test_finished_cell_is_rescored_beside_its_records_and_logged_as_a_child_run(workdir, cell_dir) -> None:
+    from apps_bench.types import RECORD_SCHEMA, ProblemRecord
+
     before = {f.name: sha(f) for f in cell_dir.iterdir() if f.is_file()}
     proc = rescore([str(cell_dir), "judge=reference", "max_tests_per_row=0"], workdir)
     assert proc.returncode == 0, proc.stderr
@@ -85,6 +87,7 @@ def test_finished_cell_is_rescored_beside_its_records_and_logged_as_a_child_run(
         assert isinstance(r["verdict"]["reference_results"], list)
         assert r["verdict"]["n_tests"] >= old[k]["verdict"]["n_tests"]  # all tests now
         assert r["rescore_of"]["cell"] == old[k]["cell"] and r["cell"] == new_key
+        assert ProblemRecord.from_json(r).to_json() == r and r["schema"] == RECORD_SCHEMA  # a record, as the cell's are
     summary = json.loads((out / "summary.json").read_text())
     assert summary["profile"] == "reference" and summary["complete"] is True and summary["n_problems"] == 8
     assert summary["n_passed"] == sum(r["passed"] for r in new.values())
@@ -165,6 +168,19 @@ def test_bad_input_is_refused_with_a_clear_message(workdir, cell_dir, tmp_path, 
     assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
 
 
+def test_a_cell_with_a_record_from_a_newer_schema_is_refused_naming_the_versions(workdir, cell_dir) -> None:
+    from apps_bench.types import RECORD_SCHEMA
+
+    newer = workdir / "outputs" / "cells" / "newer-records"
+    shutil.copytree(cell_dir, newer, ignore=shutil.ignore_patterns("rescore"))
+    [first, *rest] = lines(cell_dir / "records.jsonl")
+    (newer / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [{**first, "schema": RECORD_SCHEMA + 1}, *rest]))
+    proc = rescore([str(newer), "judge=reference", "--no-mlflow"], workdir)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"is records schema version {RECORD_SCHEMA + 1}; this apps-bench reads versions 1 to {RECORD_SCHEMA}" in proc.stderr
+    assert not (newer / "rescore").exists()  # refused before anything is written
+
+
 def test_a_sandbox_limit_is_rescored_like_any_judge_setting(workdir, cell_dir) -> None:
     """judge.sandbox.<limit> (a dotted judge setting) re-judges the programs under the new limit."""
     proc = rescore([str(cell_dir), "judge.sandbox.output_cap_bytes=1", "--no-mlflow"], workdir)
@@ -207,13 +223,14 @@ def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s
     from apps_bench.rescore import judge_records
     from apps_bench.sandbox import SandboxPool
     from apps_bench.tracking.records import RecordStore, record_key
+    from apps_bench.types import Problem, ProblemRecord, Verdict
 
     [good, bad] = load_problems({"source": "file", "path": str(APPS_DATA_DIR / "train_mini150.jsonl"), "split": "train",
                                  "name": "apps_train"}, only=("1", "9"), max_tests_per_row=3).problems  # fmt: skip
     crash_on = bad.id
 
     class CrashingJudge(Judge):
-        def score(self, problem, program):
+        def score(self, problem: Problem, program: str | None) -> Verdict:
             if problem.id == crash_on:
                 raise RuntimeError("comparison blew up")
             return super().score(problem, program)
@@ -221,14 +238,18 @@ def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s
     (tmp_path / "cell").mkdir()
     store = RecordStore(tmp_path / "cell")
     key = {p.id: record_key(p.split, p.id) for p in (good, bad)}
-    todo = [{"key": key[p.id], "program": p.solutions[0], "passed": True} for p in (good, bad)]
+    todo = [ProblemRecord(key=key[p.id], id=p.id, split=p.split, difficulty=p.difficulty, mode=p.tests.mode, cell="old",
+                          program=p.solutions[0], extracted=True, passed=True, verdict=None, usage={}, tool_calls_by_role={},
+                          latency_s=0.0, solve_s=0.0, judge_s=0.0, solver="main", error=None, stop_reason="done")
+            for p in (good, bad)]  # fmt: skip
     judge_cfg = compose_cell().judge
     with SandboxPool.from_config(judge_cfg, workers=1) as pool:
-        judge = Judge.from_config(pool, judge_cfg)
-        judge.__class__ = CrashingJudge
+        judge = CrashingJudge.from_config(pool, judge_cfg)  # the cell's judge settings, this one crashing on `bad`
         judge_records(store, todo, {key[p.id]: p for p in (good, bad)}, judge, workers=2, new_key="new", old_key="old",
                       old_cap=None, progress=False)  # fmt: skip
     got = {r["key"]: r for r in store.records()}
+    assert {k: ProblemRecord.from_json(r).to_json() for k, r in got.items()} == got  # what rescore writes is a record
     assert got[key[good.id]]["passed"] is True and not got[key[good.id]].get("error")
     assert got[key[bad.id]]["passed"] is False
     assert got[key[bad.id]]["error"] == "judge RuntimeError: comparison blew up (while re-scoring)"
+    assert got[key[bad.id]]["rescore_of"] == {"cell": "old", "passed": True}

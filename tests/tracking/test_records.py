@@ -77,3 +77,38 @@ def test_a_folder_never_mixes_two_cells(tmp_path: Path):
     RecordStore(tmp_path).claim("aaaa", {})  # same cell: fine
     with pytest.raises(CellDirConflict, match="aaaa.*bbbb"):
         RecordStore(tmp_path).claim("bbbb", {})
+
+
+def _problem_record(**over: object) -> dict:
+    """One line as a cell writes it (step.record_of's fields), with `over` changed."""
+    from apps_bench.types import ProblemRecord
+
+    rec = ProblemRecord(key="test/7", id="7", split="test", difficulty="interview", mode="stdin", cell="k1",
+                        program="print(1)", extracted=True, passed=True, verdict={"passed": True, "profile": "seed"},
+                        usage={"model_calls": 1}, tool_calls_by_role={}, latency_s=1.5, solve_s=1.0, judge_s=0.5,
+                        solver="main", error=None, stop_reason="done").to_json()  # fmt: skip
+    return {**rec, **over}
+
+
+def test_a_record_says_its_schema_and_one_written_before_it_did_reads_as_version_1():
+    from apps_bench.types import RECORD_SCHEMA, ProblemRecord
+
+    line = _problem_record()
+    assert line["schema"] == RECORD_SCHEMA and ProblemRecord.from_json(line).to_json() == line
+    old = {k: v for k, v in line.items() if k not in ("schema", "rescore_of")}  # a line from before both fields
+    read = ProblemRecord.from_json(old)
+    assert read.schema == 1 and read.rescore_of is None and read.to_json() == {**old, "schema": 1, "rescore_of": None}
+
+
+def test_a_record_this_version_cannot_read_is_an_error_that_says_why():
+    from apps_bench.types import RECORD_SCHEMA, ProblemRecord
+
+    newer = RECORD_SCHEMA + 1
+    with pytest.raises(ValueError, match=f"'test/7' is records schema version {newer}; this apps-bench reads versions 1 to {RECORD_SCHEMA}"):
+        ProblemRecord.from_json(_problem_record(schema=newer))
+    for bad in ("1", 0, True, None):
+        with pytest.raises(ValueError, match="not a records.jsonl version"):
+            ProblemRecord.from_json(_problem_record(schema=bad))
+    lacking = {k: v for k, v in _problem_record().items() if k not in ("passed", "solver")}
+    with pytest.raises(ValueError, match=r"lacks fields every record has: \['passed', 'solver'\]"):
+        ProblemRecord.from_json(lacking)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Mapping
 
 import pytest
 from conftest import fresh_store, run_cli
@@ -69,3 +70,51 @@ def test_debug_fast_runs_two_problems_in_one_process_and_logs_nothing(tmp_path: 
     assert "--- extracted code ---" in r.stdout  # verbose
     summary = json.loads((cell / "summary.json").read_text())
     assert summary["run"] == {"concurrency": 2, "problems_in_flight": 2, "processes": "1", "solvers": 1}
+
+
+class _RecordingRun:
+    """A Tracker that keeps what `fail` was told; `store_down` makes `fail` raise as a lost store does."""
+
+    run_id = "r"
+
+    def __init__(self, store_down: bool = False) -> None:
+        self.failed: list[str] = []
+        self.store_down = store_down
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
+        pass
+
+    def finish(self, **_: Any) -> None:
+        pass
+
+    def fail(self, message: str) -> None:
+        if self.store_down:
+            raise ConnectionError("store down")
+        self.failed.append(message)
+
+
+def test_fail_run_marks_the_run_with_the_error_and_never_hides_it():
+    """The one rule of a cell's (and an optimizer cell's) failed run (tracking.run.fail_run)."""
+    from concurrent.futures import Future
+
+    from apps_bench.tracking.mlflow import StoreUnavailable
+    from apps_bench.tracking.run import Tracker, fail_run
+
+    run = _RecordingRun()
+    fail_run(run, RuntimeError("judge blew up"))
+    assert run.failed == ["RuntimeError: judge blew up"]
+
+    opening: Future[Tracker] = Future()  # the cell's run, opened on a thread while the first problems ran
+    later = _RecordingRun()
+    opening.set_result(later)
+    fail_run(opening, ValueError("bad row"))
+    assert later.failed == ["ValueError: bad row"]
+
+    for interrupt in (KeyboardInterrupt(), SystemExit(1), StoreUnavailable("gone")):  # the rerun resumes the open run
+        fail_run(run, interrupt)
+    assert run.failed == ["RuntimeError: judge blew up"]
+
+    fail_run(_RecordingRun(store_down=True), RuntimeError("x"))  # the store failing too: swallowed, not raised
+    never_opened: Future[Tracker] = Future()
+    never_opened.set_exception(ConnectionError("no store"))
+    fail_run(never_opened, RuntimeError("x"))
