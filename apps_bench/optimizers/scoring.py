@@ -228,8 +228,8 @@ class ProtocolEvaluator:
             for attempt in range(1 + max(0, int(self.infra_retries))):
                 if attempt:
                     failed = [k for k in run if found[k].error]
-                    if not failed or (len(todo) >= 2 and len(failed) == len(todo)):
-                        break  # nothing to retry, or everything failed: down, not flaky (stop below)
+                    if not failed or (attempt >= 2 and len(todo) >= 2 and len(failed) == len(todo)):
+                        break  # nothing to retry, or everything failed on a retry too: down, not flaky (stop below)
                     run = failed
                     retried += len(run)
                 self._run(prompt_set, run, ckeys, found)
