@@ -8,7 +8,7 @@ time instead of deep inside a run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 from omegaconf import MISSING
 
@@ -21,11 +21,11 @@ REQUANTIZE_TYPES = ("q8_0", "q4_0", "f16")  # model.gguf_requantize: the llama.c
 class DatasetConfig:
     name: str = MISSING  # apps | demo | ...
     source: str = MISSING  # hub | file | demo
-    hub_repo: str = "codeparrot/apps"
+    hub_repo: str = MISSING  # the hub repo (or a local mirror of it)
     revision: str = MISSING  # pinned hub revision, recorded with every cell
-    split: str = "test"
-    path: Optional[str] = None  # local codeparrot-schema JSONL/parquet; overrides the hub
-    streaming: bool = True  # stream from the hub when only the first rows are needed
+    split: str = MISSING
+    path: Optional[str] = MISSING  # local codeparrot-schema JSONL/parquet; overrides the hub (null: none)
+    streaming: bool = MISSING  # stream from the hub when only the first rows are needed
 
 
 @dataclass
@@ -236,15 +236,25 @@ def cell_data(cfg: Any) -> dict[str, Any]:
     return out
 
 
+T = TypeVar("T")
+
+
+def typed(schema: type[T], data: Any) -> T:
+    """`data` (a mapping or an OmegaConf node) as the schema dataclass `schema`, checked the way
+    Hydra checks a composed node: an unknown key, a wrong type or a missing value (no code
+    default fills it: the YAML under conf/ sets every key) fails here, naming the key."""
+    from omegaconf import OmegaConf
+
+    if isinstance(data, schema):
+        return data
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), data))  # type: ignore[return-value]
+
+
 def typed_config(cfg: Any) -> Config:
     """The composed cell (a Hydra node or its plain data) as the schema's dataclasses: the one
     object every stage reads after composition. Plain data is checked against the schema the
     way Hydra checks a composed node (a wrong type or an unknown key fails here)."""
-    from omegaconf import OmegaConf
-
-    if isinstance(cfg, Config):
-        return cfg
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cell_data(cfg)))  # type: ignore[return-value]
+    return cfg if isinstance(cfg, Config) else typed(Config, cell_data(cfg))
 
 
 def config_data(config: Config) -> dict[str, Any]:

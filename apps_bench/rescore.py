@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from apps_bench.config import DatasetConfig, typed
 from apps_bench.judge.core import judge_program
 from apps_bench.tracking.records import CELL, CONFIG, RECORDS, SUMMARY, RecordStore, record_key
 from apps_bench.types import ProblemRecord, Verdict
@@ -313,7 +314,7 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
 
     node = OmegaConf.create(new)
     try:  # the cell's own selection, with the new test cap: what a complete cell holds
-        loaded = load_problems(node.dataset, limit=new.get("limit"), offset=int(new.get("offset") or 0),
+        loaded = load_problems(typed(DatasetConfig, new["dataset"]), limit=new.get("limit"), offset=int(new.get("offset") or 0),
                                only=tuple(str(x) for x in (new.get("only") or ())), difficulty=new.get("difficulty"),
                                max_tests_per_row=cap)
     except (ValueError, OSError) as e:

@@ -34,6 +34,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from omegaconf import OmegaConf  # noqa: E402
+
+from apps_bench.config import DatasetConfig, typed  # noqa: E402
 from apps_bench.data import load_problems  # noqa: E402
 from apps_bench.judge.compare import compare_call, compare_stdin  # noqa: E402
 
@@ -171,7 +174,9 @@ def main() -> int:
     if not rows.is_file():
         print(f"error: {rows} not found (give the path to a codeparrot-schema JSONL file)", file=sys.stderr)
         return 2
-    problems = load_problems({"source": "file", "path": str(rows), "split": "train"}, max_tests_per_row=0).problems
+    apps = OmegaConf.load(REPO / "apps_bench" / "conf" / "dataset" / "apps.yaml")
+    dataset = typed(DatasetConfig, OmegaConf.merge(apps, {"source": "file", "path": str(rows), "split": "train"}))
+    problems = load_problems(dataset, max_tests_per_row=0).problems
     n_tests = sum(len(p.tests) for p in problems)
     print(f"{len(problems)} problems, {n_tests} tests from {rows}; cpus={os.cpu_count()}; "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -230,6 +230,7 @@ def test_gold_model_through_langgraph_reaches_gold_pass_rate(tmp_path: Path, app
     through the real CLI, the gold server and the real LangGraph single runner: the cell must
     pass exactly the problems whose first reference solution passes the judge directly, and
     count every malformed row by reason."""
+    from apps_bench.config import DatasetConfig
     from apps_bench.data import load_problems
     from apps_bench.judge import Judge
     from apps_bench.sandbox import SandboxPool
@@ -246,7 +247,8 @@ def test_gold_model_through_langgraph_reaches_gold_pass_rate(tmp_path: Path, app
     mixed = good[:5] + bad[:2] + good[5:] + bad[2:]
     path.write_text("\n".join(json.dumps(r) for r in mixed) + "\n")
 
-    ds = {"name": "apps", "source": "hub", "revision": "local", "split": "train", "path": str(path), "streaming": False}
+    ds = DatasetConfig(name="apps", source="hub", hub_repo="codeparrot/apps", revision="local", split="train",
+                       path=str(path), streaming=False)
     loaded = load_problems(ds, max_tests_per_row=20)
     assert len(loaded.problems) == len(GOLD_IDS) and loaded.n_skipped == 4
     with SandboxPool.from_config(judge_config("seed"), workers=2) as pool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from apps_bench.config import DatasetConfig
 from apps_bench.data.rows import RowError, lift_int_digit_limit, parse_row, row_id
 from apps_bench.types import Problem
 
@@ -43,12 +44,6 @@ class LoadResult:
     @property
     def n_skipped(self) -> int:
         return sum(self.skipped.values())
-
-
-def _cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
-    if isinstance(cfg, Mapping):
-        return cfg.get(key, default)
-    return getattr(cfg, key, default)
 
 
 def _select(
@@ -195,7 +190,7 @@ def _iter_hub(builder: str, data_files: str, streaming: bool) -> Iterator[Any]:
 
 
 def load_problems(
-    dataset_cfg: Any,
+    dataset_cfg: DatasetConfig,
     *,
     limit: int | None = None,
     offset: int = 0,
@@ -205,7 +200,7 @@ def load_problems(
 ) -> LoadResult:
     """Load, filter and parse problems; rows without usable tests are skipped and counted by reason.
 
-    `dataset_cfg` follows `DatasetConfig` (an OmegaConf node, the dataclass, or a dict).
+    `dataset_cfg` is the typed dataset config (`config.typed(DatasetConfig, data)` from plain data).
     `limit` and `offset` count rows that pass `only`/`difficulty`, skipped rows included,
     so `limit=50` on the test split is exactly problem IDs 0-49 (the eval IDs), whatever rows
     among them cannot be used; each skipped row is named in `skipped_rows`.
@@ -218,9 +213,7 @@ def load_problems(
     if offset < 0:
         raise ValueError(f"offset must be >= 0, got {offset}")
     only = tuple(str(i) for i in (only or ()))
-    split = str(_cfg_get(dataset_cfg, "split", "test") or "test")
-    path = _cfg_get(dataset_cfg, "path")
-    source_kind = str(_cfg_get(dataset_cfg, "source", "hub") or "hub")
+    split, path, source_kind = dataset_cfg.split, dataset_cfg.path, dataset_cfg.source
     tally: dict[str, Any] = {}
     select = dict(limit=limit, offset=offset, only=only, difficulty=difficulty, tally=tally)
 
@@ -234,13 +227,12 @@ def load_problems(
     elif source_kind in ("hub", "file"):
         if source_kind == "file":
             raise ValueError("dataset.source=file needs dataset.path=FILE (a codeparrot-schema .jsonl or .parquet)")
-        repo = str(_cfg_get(dataset_cfg, "hub_repo", "codeparrot/apps"))
-        revision = str(_cfg_get(dataset_cfg, "revision", "") or "")
+        repo, revision = dataset_cfg.hub_repo, dataset_cfg.revision
         if not revision:
             raise ValueError("dataset.revision must pin a hub revision (a commit sha, or 'main' explicitly)")
         builder, data_files = hub_data_files(repo, revision, split)
         bounded = limit is not None or bool(only)
-        streaming = bool(_cfg_get(dataset_cfg, "streaming", True)) and bounded
+        streaming = dataset_cfg.streaming and bounded
         rows, source = _iter_hub(builder, data_files, streaming), data_files
     else:
         raise ValueError(f"unknown dataset.source {source_kind!r}; choose hub, file or demo")

@@ -143,9 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, t0: float) -> int:
-    from omegaconf import OmegaConf
-
-    from apps_bench.config import DatasetConfig
+    from apps_bench.config import DatasetConfig, typed
     from apps_bench.judge.core import check_profile
     from apps_bench.sandbox import SandboxPool
 
@@ -169,7 +167,7 @@ def _run(args: argparse.Namespace, t0: float) -> int:
         raise UsageError(str(e)) from None
     with pool:
         preds = read_predictions(args.predictions) if args.predictions else {}
-        ds = OmegaConf.merge(OmegaConf.structured(DatasetConfig), _load_conf("dataset", "apps.yaml"))
+        ds = typed(DatasetConfig, _load_conf("dataset", "apps.yaml"))
         if args.rows:
             ds.path = args.rows
         if args.split:

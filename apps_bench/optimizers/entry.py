@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from apps_bench.config import Config, as_plain, typed_config
+from apps_bench.config import Config, DatasetConfig, as_plain, typed, typed_config
 from apps_bench.engine import Engine, fork_solvers
 from apps_bench.optimizers.run import OptimizeResult, optimize
 from apps_bench.types import Problem
@@ -96,7 +96,7 @@ def load_pool(cfg: Config) -> OptimizerPool:
 
     pool_p = dict(cfg.optimizer.params.get("pool") or {})
     pool_ds = pool_dataset_config(dataclasses.asdict(cfg.dataset), pool_p)
-    loaded = load_problems(pool_ds, difficulty=pool_p.get("difficulty", "interview"), max_tests_per_row=int(cfg.max_tests_per_row))
+    loaded = load_problems(typed(DatasetConfig, pool_ds), difficulty=pool_p.get("difficulty", "interview"), max_tests_per_row=int(cfg.max_tests_per_row))
     eval_rows = load_problems(cfg.dataset, only=eval_ids(), max_tests_per_row=int(cfg.max_tests_per_row)).problems
     return OptimizerPool(loaded=loaded, eval_rows=list(eval_rows))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from apps_bench.config import DatasetConfig
+from apps_bench.config import DatasetConfig, typed
 from apps_bench.data import (
     DEMO_PROBLEMS,
     SKIP_REASONS,
@@ -25,8 +25,13 @@ from apps_bench.data import (
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
+def dataset(name="apps", **over) -> DatasetConfig:
+    """conf/dataset/<name>.yaml with `over` on top, typed (every key comes from the YAML)."""
+    return typed(DatasetConfig, OmegaConf.merge(OmegaConf.load(CONF / "dataset" / f"{name}.yaml"), over))
+
+
 def local(path, split="test"):
-    return {"source": "file", "path": str(path), "split": split}
+    return dataset(source="file", path=str(path), split=split)
 
 
 def good_row(pid=1, **over):
@@ -180,11 +185,11 @@ def test_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="codeparrot/apps schema"):
         load_problems(local(write_jsonl(tmp_path / "other.jsonl", [{"id": 1, "prompt": "x"}])))
     with pytest.raises(ValueError, match="introductory, interview, competition"):
-        load_problems({"source": "demo"}, difficulty="hard")
+        load_problems(dataset("demo"), difficulty="hard")
     with pytest.raises(ValueError, match="dataset.path"):
-        load_problems({"source": "file", "path": None})
+        load_problems(dataset(source="file", path=None))
     with pytest.raises(ValueError, match="pin a hub revision"):
-        load_problems({"source": "hub", "hub_repo": "codeparrot/apps", "revision": ""})
+        load_problems(dataset(revision=""))
 
 
 # ------------------------------------------------------------------ hub path (datasets builders on a hub-like layout)
@@ -219,11 +224,7 @@ def hub_mirror(apps_data_dir, tmp_path, monkeypatch):
 
 
 def hub_cfg(repo, **over):
-    cfg = OmegaConf.merge(OmegaConf.structured(DatasetConfig), OmegaConf.load(CONF / "dataset" / "apps.yaml"))
-    cfg.hub_repo = str(repo)
-    for k, v in over.items():
-        cfg[k] = v
-    return cfg
+    return dataset(hub_repo=str(repo), **over)
 
 
 def test_hub_json_builder_streaming_first_rows(hub_mirror, apps_data_dir):
@@ -264,11 +265,22 @@ def test_dataset_configs_match_schema(name):
         assert cfg.hub_repo == "codeparrot/apps" and re.fullmatch(r"[0-9a-f]{40}", cfg.revision)
 
 
+def test_a_dataset_setting_the_yaml_leaves_out_is_refused_naming_it():
+    """No code default fills a dataset key: every conf/dataset/*.yaml sets them all."""
+    from omegaconf.errors import MissingMandatoryValue
+
+    data = OmegaConf.to_container(OmegaConf.load(CONF / "dataset" / "apps.yaml"))
+    del data["split"]
+    with pytest.raises(MissingMandatoryValue, match="split"):
+        typed(DatasetConfig, data)
+    assert typed(DatasetConfig, OmegaConf.load(CONF / "dataset" / "demo.yaml")).path is None  # null: no file
+
+
 def test_demo_problems():
-    res = load_problems({"source": "demo"})
+    res = load_problems(dataset("demo"))
     assert [p.tests.mode for p in res.problems] == ["stdin", "call"] and res.revision == "builtin"
     assert all(p.solutions and len(p.tests) >= 3 for p in DEMO_PROBLEMS)
-    assert [p.id for p in load_problems({"source": "demo"}, only=["demo-call"]).problems] == ["demo-call"]
+    assert [p.id for p in load_problems(dataset("demo"), only=["demo-call"]).problems] == ["demo-call"]
 
 
 def test_eval_ids_manifest_ships_with_package():
@@ -294,4 +306,4 @@ def test_unreachable_hub_says_how_to_go_offline(tmp_path, monkeypatch):
     repo = tmp_path / "mirror"
     repo.mkdir()  # a mirror without test.jsonl
     with pytest.raises(DatasetUnavailableError, match="dataset.path"):
-        load_problems({"source": "hub", "hub_repo": str(repo), "revision": "x", "split": "test"}, limit=1)
+        load_problems(dataset(hub_repo=str(repo), revision="x"), limit=1)
