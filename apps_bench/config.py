@@ -80,11 +80,11 @@ class TopologyConfig:
     flow: str = MISSING  # single | independent | sequential | centralized | decentralized
     framework: str = MISSING  # langgraph | crewai | autogen | openai
     team_size: int = MISSING
-    rounds: int = 1  # debate rounds (decentralized)
-    roles_by_size: dict[str, list[str]] = field(default_factory=dict)  # str(team_size) -> ordered roles
-    prompts: dict[str, str] = field(default_factory=dict)  # role -> prompt text
-    prompt_file: Optional[str] = None  # a PromptSet file (YAML/JSON role -> text) replacing prompts
-    tool_roles: list[str] = field(default_factory=list)  # roles whose agents may call python_exec
+    rounds: int = MISSING  # debate rounds (decentralized)
+    roles_by_size: dict[str, list[str]] = MISSING  # str(team_size) -> ordered roles
+    prompts: dict[str, str] = MISSING  # role -> prompt text
+    prompt_file: Optional[str] = MISSING  # a PromptSet file (YAML/JSON role -> text) replacing prompts; null: none
+    tool_roles: list[str] = MISSING  # roles whose agents may call python_exec
     max_steps: int = MISSING  # per-agent tool-loop steps
     max_turns: int = MISSING  # messages in a group chat / delegations by a manager
     time_limit_s: float = MISSING  # per-problem wall clock

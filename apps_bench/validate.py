@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, TypeGuard
 
-from apps_bench.config import REQUANTIZE_TYPES
+from apps_bench.config import REQUANTIZE_TYPES, TopologyConfig, typed
 
 
 @dataclass(frozen=True)
@@ -316,17 +316,18 @@ def _roles_and_prompts(data: Mapping[str, Any]) -> list[BadSetting]:
     size = topo.get("team_size")
     if not _is_int(size) or size < 1:
         return []  # the range rule already said so
+    typed_topo = typed(TopologyConfig, topo)  # composed data: the schema has checked it already
     try:
-        roles_for(topo)
+        roles_for(typed_topo)
     except TopologyConfigError:
-        sizes = sizes_of(topo)
+        sizes = sizes_of(typed_topo)
         return [BadSetting(
             "topology.team_size", size,
             f"a team size topology={topo.get('name')} has a role list for: {', '.join(map(str, sizes)) or 'none'}",
             f"topology.team_size={sizes[0] if sizes else 1}, or add a role list for {size} under topology.roles_by_size",
         )]  # fmt: skip
     try:
-        load_prompts(topo)
+        load_prompts(typed_topo)
     except (TopologyConfigError, OSError, ValueError) as exc:
         key = "topology.prompt_file" if topo.get("prompt_file") else "topology.prompts"
         return [BadSetting(key, topo.get("prompt_file") or "...", str(exc),

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
+from apps_bench.config import TopologyConfig
 from apps_bench.topologies.base import PromptSet, SolveContext
 from apps_bench.topologies.prompts import load_prompts, roles_for
 from apps_bench.types import Problem, Usage
 
 
-def as_topology_config(cfg: Any) -> Any:
-    """A plain mapping (e.g. a resolved config dict) -> a TopologyConfig-typed DictConfig.
-
-    Runners read `ctx.config.max_steps` etc. as attributes; typing it here also turns a
-    wrong type in a hand-built config into a clear error before any model call.
-    """
-    from omegaconf import OmegaConf
-
-    if OmegaConf.is_config(cfg) or not isinstance(cfg, Mapping):
-        return cfg
-    from apps_bench.config import TopologyConfig
-
-    return OmegaConf.merge(OmegaConf.structured(TopologyConfig), dict(cfg))
-
-
 def build_context(
     problem: Problem,
-    topology_cfg: Any,
+    topology_cfg: TopologyConfig,
     *,
     models: Any,
     tool: Any,
@@ -35,12 +21,12 @@ def build_context(
     prompts: PromptSet | None = None,
     prompt: str | None = None,
 ) -> SolveContext:
-    """`usage` must be the Usage the ModelClients and the PythonExecTool count into.
+    """`usage` must be the Usage the ModelClients and the PythonExecTool count into; runners
+    read `ctx.config` (the typed topology config) as attributes.
 
     `prompts` defaults to the config's prompt set (or its prompt_file); an optimizer
     passes its candidate prompt set here. `prompt` defaults to `task.frame(problem)`.
     """
-    topology_cfg = as_topology_config(topology_cfg)
     if prompt is None:
         from apps_bench.task import frame
 

@@ -1,4 +1,4 @@
-"""Role lists and prompt sets, read from a topology config (never from globals).
+"""Role lists and prompt sets, read from the typed topology config (never from globals).
 
 Team size is a list length: `roles_by_size[str(team_size)]` is the ordered role list a
 runner plays. Prompts come from the config's `prompts` mapping or, when `prompt_file`
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
 
-from apps_bench.config import as_plain
+from apps_bench.config import TopologyConfig
 from apps_bench.topologies.base import PromptSet
 
 
@@ -20,41 +19,36 @@ class TopologyConfigError(ValueError):
     """A topology config (or its prompt file) that cannot be run as written."""
 
 
-def cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
-    return cfg.get(key, default) if isinstance(cfg, Mapping) else getattr(cfg, key, default)
-
-
-def sizes_of(cfg: Any) -> list[int]:
+def sizes_of(cfg: TopologyConfig) -> list[int]:
     """Team sizes the config declares a role list for."""
     out = []
-    for key in (as_plain(cfg_get(cfg, "roles_by_size")) or {}):
+    for key in cfg.roles_by_size:
         try:
             out.append(int(key))
         except (TypeError, ValueError):
             raise TopologyConfigError(
-                f"topology {cfg_get(cfg, 'name')!r}: roles_by_size key {key!r} is not a team size (an integer)"
+                f"topology {cfg.name!r}: roles_by_size key {key!r} is not a team size (an integer)"
             ) from None
     return sorted(out)
 
 
-def roles_for(cfg: Any, team_size: int | None = None) -> list[str]:
+def roles_for(cfg: TopologyConfig, team_size: int | None = None) -> list[str]:
     """Ordered roles for `team_size` (default: cfg.team_size)."""
-    size = int(cfg_get(cfg, "team_size") if team_size is None else team_size)
-    by_size = as_plain(cfg_get(cfg, "roles_by_size")) or {}
-    roles = by_size.get(str(size), by_size.get(size))  # type: ignore[call-overload]
+    size = int(cfg.team_size if team_size is None else team_size)
+    roles = cfg.roles_by_size.get(str(size))
     if not roles:
         raise TopologyConfigError(
-            f"topology {cfg_get(cfg, 'name')!r} has no role list for team_size={size}; "
+            f"topology {cfg.name!r} has no role list for team_size={size}; "
             f"available sizes: {sizes_of(cfg)} (set topology.team_size to one of them, "
             f"or add topology.roles_by_size.'{size}')"
         )
     return [str(r) for r in roles]
 
 
-def declared_roles(cfg: Any) -> list[str]:
+def declared_roles(cfg: TopologyConfig) -> list[str]:
     """Every role the topology can play at any team size, in first-seen order."""
     seen: dict[str, None] = {}
-    by_size = as_plain(cfg_get(cfg, "roles_by_size")) or {}
+    by_size = cfg.roles_by_size
     for key in sorted(by_size, key=lambda k: int(k)):
         for role in by_size[key]:
             seen.setdefault(str(role), None)
@@ -85,21 +79,21 @@ def read_prompt_file(path: str | Path) -> dict[str, str]:
     return dict(data)
 
 
-def load_prompts(cfg: Any) -> PromptSet:
+def load_prompts(cfg: TopologyConfig) -> PromptSet:
     """The prompt set a cell runs with: the file's texts when `prompt_file` is set, else `prompts`.
 
     Every role of the current team size must have a text; a role the topology never plays
     is an error (it is almost always a typo, and a silently ignored prompt would make an
     optimized prompt set look like it did nothing).
     """
-    name = cfg_get(cfg, "name")
+    name = cfg.name
     needed = roles_for(cfg)
     known = set(declared_roles(cfg))
-    prompt_file = cfg_get(cfg, "prompt_file")
+    prompt_file = cfg.prompt_file
     if prompt_file:
         texts, source = read_prompt_file(prompt_file), f"prompt_file {prompt_file!r}"
     else:
-        texts, source = dict(as_plain(cfg_get(cfg, "prompts")) or {}), f"topology.prompts of {name!r}"
+        texts, source = dict(cfg.prompts), f"topology.prompts of {name!r}"
     extra = sorted(set(texts) - known)
     if extra:
         raise TopologyConfigError(
@@ -109,6 +103,6 @@ def load_prompts(cfg: Any) -> PromptSet:
     missing = [r for r in dict.fromkeys(needed) if not str(texts.get(r, "")).strip()]
     if missing:
         raise TopologyConfigError(
-            f"{source} lacks prompts for roles {missing} (team_size={cfg_get(cfg, 'team_size')} plays {needed})"
+            f"{source} lacks prompts for roles {missing} (team_size={cfg.team_size} plays {needed})"
         )
     return PromptSet({r: str(t) for r, t in texts.items()})

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any
 
+from apps_bench.config import TopologyConfig
 from apps_bench.models.clients import MissingFrameworkError
 from apps_bench.topologies.base import Topology
-from apps_bench.topologies.prompts import TopologyConfigError, cfg_get
+from apps_bench.topologies.prompts import TopologyConfigError
 
 
 @dataclass(frozen=True)
@@ -80,13 +80,13 @@ def require_framework(framework: str, topology: str = "") -> None:
             raise _missing(framework, topology, f"{mod}: {exc}") from exc
 
 
-def get_topology(cfg: Any) -> Topology:
-    """Build the runner named by `cfg.name` (a TopologyConfig or mapping)."""
-    name = cfg_get(cfg, "name")
+def get_topology(cfg: TopologyConfig) -> Topology:
+    """Build the runner named by `cfg.name`."""
+    name = cfg.name
     spec = RUNNERS.get(name)
     if spec is None:
         raise TopologyConfigError(f"unknown topology {name!r}; valid topologies: {', '.join(sorted(RUNNERS))}")
-    framework = cfg_get(cfg, "framework") or spec.framework
+    framework = cfg.framework
     if framework != spec.framework:
         raise TopologyConfigError(
             f"topology {name!r} runs on {spec.framework}, but its config says framework={framework!r}"

@@ -11,6 +11,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Sequence
 
+from apps_bench.config import TopologyConfig
 from apps_bench.topologies.base import SolveContext
 from apps_bench.types import Attempt, Candidate, Vote
 
@@ -180,9 +181,9 @@ class FlowRunner:
 
     framework = ""
 
-    def __init__(self, cfg: object):
+    def __init__(self, cfg: TopologyConfig):
         self.cfg = cfg
-        self.name = str(getattr(cfg, "name", None) or (cfg.get("name") if isinstance(cfg, dict) else ""))
+        self.name = cfg.name
 
     async def solve(self, ctx: SolveContext) -> Attempt:
         team = Team(ctx)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from apps_bench.topologies.prompts import cfg_get as _get
+from apps_bench.config import ModelConfig, TopologyConfig
 from apps_bench.topologies.prompts import roles_for
 
 
@@ -30,11 +30,11 @@ def tool_calls_by_role(transcript: Iterable[Any]) -> dict[str, int]:
     return out
 
 
-def roles_offered_tools(topology_cfg: Any) -> list[str]:
+def roles_offered_tools(topology_cfg: TopologyConfig) -> list[str]:
     """The roles of this team that are given a tool: `tool_roles` (python_exec), and a centralized manager (delegate)."""
     roles = list(roles_for(topology_cfg))
-    offered = [r for r in roles if r in set(_get(topology_cfg, "tool_roles") or ())]
-    if _get(topology_cfg, "flow") == "centralized" and roles and roles[0] not in offered:
+    offered = [r for r in roles if r in set(topology_cfg.tool_roles)]
+    if topology_cfg.flow == "centralized" and roles and roles[0] not in offered:
         offered.insert(0, roles[0])
     return list(dict.fromkeys(offered))
 
@@ -51,10 +51,10 @@ def tool_protocol(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def tool_warnings(records: Sequence[Mapping[str, Any]], topology_cfg: Any, model_cfg: Any) -> list[str]:
+def tool_warnings(records: Sequence[Mapping[str, Any]], topology_cfg: TopologyConfig, model_cfg: ModelConfig) -> list[str]:
     """Warnings for the summary and MLflow: tools the model never used, or cannot use."""
     out: list[str] = []
-    if _get(model_cfg, "provider") == "gold":
+    if model_cfg.provider == "gold":
         # gold gives no program (and calls no tool) where a row has no reference solution: that is
         # the rows, not the server dropping tools, so those problems say nothing about tool use
         unanswered = [r for r in records if not r.get("extracted") and not r.get("error")]
@@ -69,12 +69,10 @@ def tool_warnings(records: Sequence[Mapping[str, Any]], topology_cfg: Any, model
     offered = roles_offered_tools(topology_cfg)
     if not offered or not records:
         return out
-    known_without = not _get(model_cfg, "tools_supported", True) or (
-        _get(model_cfg, "provider") == "local" and not _get(model_cfg, "chat_format")
-    )  # a local GGUF served with its own chat template: SmolLM2's drops `tools`
+    known_without = not model_cfg.tools_supported or (model_cfg.provider == "local" and not model_cfg.chat_format)  # a local GGUF served with its own chat template: SmolLM2's drops `tools`
     if known_without:
         out.append(
-            f"model {_get(model_cfg, 'model_id')!r} is known not to support tools here (model.tools_supported=false, "
+            f"model {model_cfg.model_id!r} is known not to support tools here (model.tools_supported=false, "
             "or model=local without model.chat_format): "
             f"the roles {offered} get no usable tools, so this team's tool use is not measured"
         )
@@ -87,7 +85,7 @@ def tool_warnings(records: Sequence[Mapping[str, Any]], topology_cfg: Any, model
             used[role] = used.get(role, 0) + int(n)
     idle = [r for r in offered if not used.get(r)]
     if idle:
-        framework = _get(topology_cfg, "framework")
+        framework = topology_cfg.framework
         why = (
             "its tools are described in the prompt text, and the model never wrote a call in that format "
             "(`Action: python_exec`)"
@@ -97,13 +95,13 @@ def tool_warnings(records: Sequence[Mapping[str, Any]], topology_cfg: Any, model
         out.append(
             f"no tool call over the whole cell by the role(s) {idle} ({len(records)} problems, {calls} model calls, "
             f"framework {framework}): {why}, "
-            + ("so the manager answered alone" if _get(topology_cfg, "flow") == "centralized" and offered[0] in idle
+            + ("so the manager answered alone" if topology_cfg.flow == "centralized" and offered[0] in idle
                else "so the team ran without its tools")
         )
     proto = tool_protocol(records)
     if proto["requests_with_tools"] == 0:
         out.append(
-            f"no request carried `tools` (framework {_get(topology_cfg, 'framework')}): tools were described in the "
+            f"no request carried `tools` (framework {topology_cfg.framework}): tools were described in the "
             f"prompt text instead ({proto['prompt_tokens_per_call']} prompt tokens per call)"
         )
     return out

@@ -12,9 +12,8 @@ import pytest
 from conftest import compose_cell
 from omegaconf import OmegaConf
 
-from apps_bench.config import TopologyConfig
+from apps_bench.config import TopologyConfig, typed
 from apps_bench.models.clients import MissingFrameworkError
-from apps_bench.topologies.context import as_topology_config
 from apps_bench.topologies.prompts import TopologyConfigError, declared_roles, load_prompts, roles_for
 from apps_bench.topologies.registry import RUNNERS, get_topology
 
@@ -124,13 +123,17 @@ def test_registry_builds_runners_and_rejects_unknown_names():
     for name in LANGGRAPH:
         runner = get_topology(topology(name))
         assert runner.name == name and runner.framework == "langgraph"
+    star = topology("single")
+    star.name = "star"
     with pytest.raises(TopologyConfigError) as err:
-        get_topology({"name": "star", "framework": "langgraph"})
+        get_topology(star)
     assert "unknown topology 'star'" in str(err.value)
     for name in RUNNERS:
         assert name in str(err.value)
+    crew = topology("single")
+    crew.framework = "crewai"
     with pytest.raises(TopologyConfigError, match="runs on langgraph"):
-        get_topology({"name": "single", "framework": "crewai"})
+        get_topology(crew)
 
 
 @pytest.mark.parametrize(
@@ -154,9 +157,20 @@ def test_missing_framework_names_the_install_command(monkeypatch, name, module, 
 
 def test_plain_dict_config_is_typed():
     t = OmegaConf.to_container(topology("single"))
-    typed = as_topology_config(t)
-    assert typed.max_steps == t["max_steps"] and list(typed.tool_roles) == ["solver"]
+    topo = typed(TopologyConfig, t)
+    assert topo.max_steps == t["max_steps"] and list(topo.tool_roles) == ["solver"]
     t["max_steps"] = "many"
     with pytest.raises(Exception, match="max_steps"):
-        as_topology_config(t)
+        typed(TopologyConfig, t)
     assert OmegaConf.structured(TopologyConfig)  # schema importable without frameworks
+
+
+def test_no_topology_key_has_a_code_default():
+    """The YAML is the only place a topology's settings come from: a key it leaves out is refused, named."""
+    from omegaconf.errors import MissingMandatoryValue
+
+    t = OmegaConf.to_container(topology("single"))
+    assert t["prompt_file"] is None  # set (to null) by the YAML itself
+    del t["prompt_file"]
+    with pytest.raises(MissingMandatoryValue, match="prompt_file"):
+        typed(TopologyConfig, t)
