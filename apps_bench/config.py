@@ -43,8 +43,8 @@ class ModelConfig:
     name: str = MISSING
     provider: str = MISSING  # gold (built-in server) | local (a small real LLM started here) | openai (any endpoint)
     model_id: str = MISSING
-    base_url: Optional[str] = None  # None for gold: the built-in server picks a loopback port
-    api_key_env: str = "OPENAI_API_KEY"  # name of the env var holding the key; the key never enters config
+    base_url: Optional[str] = MISSING  # null for gold: the built-in server picks a loopback port
+    api_key_env: str = MISSING  # name of the env var holding the key; the key never enters config
     temperature: float = MISSING
     top_p: float = MISSING
     max_tokens: int = MISSING
@@ -52,10 +52,10 @@ class ModelConfig:
     request_timeout_s: float = MISSING
     max_retries: int = MISSING
     retry_backoff_s: float = MISSING
-    check_endpoint: bool = True  # probe /v1/models at cell start
-    max_concurrency: int = 0  # model requests on the wire at once, across the cell's processes; 0 = no limit
-    retry_timeouts: bool = True  # false: a timed-out request fails instead of being sent again
-    tools_supported: bool = True  # false: the server/model is known to ignore `tools` (warned about)
+    check_endpoint: bool = MISSING  # probe /v1/models at cell start
+    max_concurrency: int = MISSING  # model requests on the wire at once, across the cell's processes; 0 = no limit
+    retry_timeouts: bool = MISSING  # false: a timed-out request fails instead of being sent again
+    tools_supported: bool = MISSING  # false: the server/model is known to ignore `tools` (warned about)
     accept_tool_drop: bool = False  # run a tool-using cell on a server that drops its tools (server check)
     price: PriceConfig = field(default_factory=PriceConfig)  # run-only (cell.RUN_ONLY): cost in money
     # local-only (provider local): the GGUF and llama-cpp-python server settings (apps_bench/models/local.py)
@@ -69,9 +69,9 @@ class ModelConfig:
     start_timeout_s: float = 0.0
     prompt_cache_mb: int = 0  # llama.cpp's RAM prompt cache (states by prompt prefix); 0 = off
     # gold-only knobs for tests and benchmarks
-    latency_ms: int = 0
-    wrong_fraction: float = 0.0
-    fault_fraction: float = 0.0
+    latency_ms: int = MISSING
+    wrong_fraction: float = MISSING
+    fault_fraction: float = MISSING
 
 
 @dataclass

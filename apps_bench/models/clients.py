@@ -18,8 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from apps_bench.config import as_plain
-from apps_bench.models.endpoint import cfg_value
+from apps_bench.config import ModelConfig, as_plain
 from apps_bench.models.retrying import RetryPolicy
 from apps_bench.models.slots import EndpointSlots
 
@@ -58,7 +57,7 @@ class ModelClients:
     def __init__(
         self,
         endpoint: Endpoint,
-        model_cfg: Any,
+        model_cfg: ModelConfig,
         usage: Usage,
         *,
         headers: dict[str, str] | None = None,
@@ -72,17 +71,17 @@ class ModelClients:
         self.usage = usage
         self.headers = dict(headers or {})
         self.flavour = flavour
-        capacity = int(cfg_value(model_cfg, "max_concurrency", 0))
+        capacity = int(model_cfg.max_concurrency)
         self.policy = RetryPolicy(
-            max_retries=int(cfg_value(model_cfg, "max_retries")),
-            backoff_s=float(cfg_value(model_cfg, "retry_backoff_s")),
-            retry_timeouts=bool(cfg_value(model_cfg, "retry_timeouts", True)),
+            max_retries=int(model_cfg.max_retries),
+            backoff_s=float(model_cfg.retry_backoff_s),
+            retry_timeouts=bool(model_cfg.retry_timeouts),
             slots=EndpointSlots(endpoint.base_url, capacity) if capacity > 0 else None,
         )
-        self.timeout_s = float(cfg_value(model_cfg, "request_timeout_s"))
-        self.temperature = float(cfg_value(model_cfg, "temperature"))
-        self.top_p = float(cfg_value(model_cfg, "top_p"))
-        self.max_tokens = int(cfg_value(model_cfg, "max_tokens"))
+        self.timeout_s = float(model_cfg.request_timeout_s)
+        self.temperature = float(model_cfg.temperature)
+        self.top_p = float(model_cfg.top_p)
+        self.max_tokens = int(model_cfg.max_tokens)
         self._opened: list[Any] = []  # HTTP clients handed out, closed by aclose()/close()
 
     # ------------------------------------------------------------ building blocks
@@ -136,7 +135,7 @@ class ModelClients:
         return self.endpoint.model_id
 
     def extra_body(self) -> dict[str, Any]:
-        return as_plain(cfg_value(self.cfg, "extra_body", {})) or {}
+        return as_plain(self.cfg.extra_body) or {}
 
     def request_params(self, seed: int) -> dict[str, Any]:
         """Sampling for one chat.completions call: temperature, top_p, max_tokens, seed, extra_body."""

@@ -1,6 +1,6 @@
 """Resolve a model config to a live endpoint, or fail the cell at start with what to set.
 
-`open_endpoint(model_cfg, problems)` is a context manager. For the `gold` provider it
+`open_endpoint(model_cfg, problems)` (the typed `ModelConfig`) is a context manager. For the `gold` provider it
 starts the built-in server on 127.0.0.1 (a free port) for the cell's problems and stops
 it afterwards; for `local`, llama-cpp-python's server with a small real model (local.py),
 the same way. For `openai` providers (vLLM, any OpenAI-compatible server) it reads the
@@ -15,8 +15,10 @@ import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator
 from urllib.parse import urlparse
+
+from apps_bench.config import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -49,52 +51,30 @@ class Endpoint:
         return self.provider == "gold"
 
 
-_REQUIRED = object()
-
-
-def cfg_value(cfg: Any, name: str, default: Any = _REQUIRED) -> Any:
-    """`cfg.name` for a ModelConfig, an OmegaConf node or a plain dict; None counts as unset.
-
-    A missing required value is an error naming the key (the model configs in conf/model/ set them all).
-    """
-    if isinstance(cfg, Mapping):
-        value = cfg.get(name)
-    else:
-        value = getattr(cfg, name, None)
-    if value is None:
-        if default is _REQUIRED:
-            raise ModelEndpointError(f"the model config has no {name!r}; every conf/model/*.yaml sets it (or pass model.{name}=...)")
-        return default
-    return value
-
-
-_get = cfg_value
-
-
 def is_loopback(base_url: str) -> bool:
     return (urlparse(base_url).hostname or "") in LOOPBACK_HOSTS
 
 
 @contextmanager
-def open_endpoint(model_cfg: Any, problems: Iterable[Any] = ()) -> Iterator[Endpoint]:
-    provider = str(_get(model_cfg, "provider", "openai"))
-    if provider == "gold" and not _get(model_cfg, "base_url", None):
+def open_endpoint(model_cfg: ModelConfig, problems: Iterable[Any] = ()) -> Iterator[Endpoint]:
+    provider = model_cfg.provider
+    if provider == "gold" and not model_cfg.base_url:
         from apps_bench.models.gold import GoldServer
 
         server = GoldServer(
             problems,
-            model_id=str(_get(model_cfg, "model_id", "gold")),
-            latency_ms=int(_get(model_cfg, "latency_ms", 0)),
-            wrong_fraction=float(_get(model_cfg, "wrong_fraction", 0.0)),
-            fault_fraction=float(_get(model_cfg, "fault_fraction", 0.0)),
-            stall_s=float(_get(model_cfg, "request_timeout_s", 30.0)) + 1.0,
+            model_id=model_cfg.model_id,
+            latency_ms=int(model_cfg.latency_ms),
+            wrong_fraction=float(model_cfg.wrong_fraction),
+            fault_fraction=float(model_cfg.fault_fraction),
+            stall_s=float(model_cfg.request_timeout_s) + 1.0,
         ).start()
         try:
             yield Endpoint(server.base_url, server.model_id, "gold-needs-no-key", "gold", (server.model_id,), server)
         finally:
             server.stop()
         return
-    if provider == "local" and not _get(model_cfg, "base_url", None):
+    if provider == "local" and not model_cfg.base_url:
         from apps_bench.models.local import LocalModelError, server_for
 
         try:
@@ -114,24 +94,24 @@ def open_endpoint(model_cfg: Any, problems: Iterable[Any] = ()) -> Iterator[Endp
     yield resolve_remote(model_cfg)
 
 
-def resolve_remote(model_cfg: Any) -> Endpoint:
+def resolve_remote(model_cfg: ModelConfig) -> Endpoint:
     """An OpenAI-compatible endpoint from config + environment, probed unless check_endpoint=false."""
-    name = _get(model_cfg, "name", "?")
-    base_url = str(_get(model_cfg, "base_url", "") or "").strip().rstrip("/")
-    model_id = str(_get(model_cfg, "model_id", "") or "").strip()
+    name = model_cfg.name
+    base_url = (model_cfg.base_url or "").strip().rstrip("/")
+    model_id = model_cfg.model_id.strip()
     if not base_url:
         raise ModelEndpointError(f"model {name!r} has no base URL. {_WHAT_TO_SET}")
     if not urlparse(base_url).scheme or not urlparse(base_url).hostname:
         raise ModelEndpointError(f"model.base_url={base_url!r} is not a URL like http://HOST:PORT/v1. {_WHAT_TO_SET}")
     if not model_id:
         raise ModelEndpointError(f"model {name!r} has no model id. Set MODEL_ID or model.model_id=...")
-    key_env = str(_get(model_cfg, "api_key_env", "OPENAI_API_KEY"))
+    key_env = model_cfg.api_key_env
     key = os.environ.get(key_env) or ""
 
     served: tuple[str, ...] = ()
     owners: set[str] = set()
-    if _get(model_cfg, "check_endpoint", True):
-        timeout = min(PROBE_TIMEOUT_S, float(_get(model_cfg, "request_timeout_s", PROBE_TIMEOUT_S)))
+    if model_cfg.check_endpoint:
+        timeout = min(PROBE_TIMEOUT_S, float(model_cfg.request_timeout_s))
         base_url, served, owners = probe(base_url, key or PLACEHOLDER_KEY, key_env, timeout)
         if model_id not in served:
             listing = ", ".join(served) or "(none)"

@@ -23,12 +23,11 @@ import hashlib
 import json
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from apps_bench.config import as_plain
-from apps_bench.models.endpoint import cfg_value
+from apps_bench.config import ModelConfig, ServerCheckConfig, as_plain, typed
 
 FRAMEWORKS = ("langgraph", "openai", "autogen", "crewai")
 OK, FAIL, WARN, NA = "ok", "FAIL", "warn", "n/a"
@@ -178,8 +177,7 @@ def _clients(endpoint: Any, model_cfg: Any, usage: Any, **settings: Any) -> Any:
     overridden, and no client-side slots (the sweep measures what the server runs at once)."""
     from apps_bench.models.clients import ModelClients
 
-    cfg = dict(as_plain(model_cfg))
-    cfg.update(max_concurrency=0, retry_timeouts=False, **settings)
+    cfg = replace(typed(ModelConfig, model_cfg), max_concurrency=0, retry_timeouts=False, **settings)
     return ModelClients(endpoint, cfg, usage)
 
 
@@ -366,11 +364,11 @@ def tools_verdict(findings: Sequence[Finding], framework: str) -> str:
 # ----------------------------------------------------------------------------- the full check
 
 
-async def full_findings(endpoint: Any, model_cfg: Any, server: Server, frameworks: Sequence[str], settings: Any,
+async def full_findings(endpoint: Any, model_cfg: ModelConfig, server: Server, frameworks: Sequence[str], settings: ServerCheckConfig,
                         *, in_flight: int, team_size: int, concurrency: int) -> list[Finding]:  # fmt: skip
     """The quick part, then per framework the token cap, `stop` and usage, then server-level items:
     usage streamed, thinking, a context overflow, and the concurrency sweep."""
-    max_tokens = int(cfg_value(settings, "max_tokens"))
+    max_tokens = int(settings.max_tokens)
     out = await quick_findings(endpoint, model_cfg, server, frameworks, max_tokens=max_tokens)
     gold = server.kind == "gold"
     for fw in frameworks:
@@ -456,7 +454,7 @@ async def _stream_usage(endpoint: Any, model_cfg: Any) -> Finding:
 
 
 async def _thinking(endpoint: Any, model_cfg: Any, gold: bool) -> Finding:
-    extra = as_plain(cfg_value(model_cfg, "extra_body", {})) or {}
+    extra = as_plain(model_cfg.extra_body) or {}
     on = bool((extra.get("chat_template_kwargs") or {}).get("enable_thinking"))
     if not on:
         return Finding("server", "thinking", NA, "thinking is off in this model's settings")
@@ -495,14 +493,14 @@ async def _overflow(endpoint: Any, model_cfg: Any, server: Server) -> Finding:
 
 
 async def _sweep(
-    endpoint: Any, model_cfg: Any, settings: Any, *, gold: bool, in_flight: int, team_size: int, concurrency: int
+    endpoint: Any, model_cfg: ModelConfig, settings: ServerCheckConfig, *, gold: bool, in_flight: int, team_size: int, concurrency: int
 ) -> Finding:
     """Throughput at 1, 2, 4, ... requests at once until it stops rising, against what the cell puts in flight."""
     if gold:
         return Finding("server", "concurrency", NA, "gold answers at once, whatever the load: no throughput to measure")
-    levels = [int(n) for n in cfg_value(settings, "concurrency_levels")]
-    min_gain = float(cfg_value(settings, "min_gain"))
-    tokens = int(cfg_value(settings, "max_tokens"))
+    levels = [int(n) for n in settings.concurrency_levels]
+    min_gain = float(settings.min_gain)
+    tokens = int(settings.max_tokens)
     seen: list[tuple[int, float]] = []
     for n in levels:
         t0 = time.perf_counter()
@@ -519,7 +517,7 @@ async def _sweep(
     rising = len(seen) == 1 or seen[-1][1] >= seen[-2][1] * (1 + min_gain)  # out of levels, still rising
     best_n = seen[-1][0] if rising else seen[-2][0]
     curve = ", ".join(f"{n}: {r:.1f}" for n, r in seen)
-    cap = int(cfg_value(model_cfg, "max_concurrency", 0))
+    cap = int(model_cfg.max_concurrency)
     asked = concurrency * team_size
     limit = f"still rising at {best_n}" if rising else f"stops rising after {best_n}"
     detail = (f"tokens/s at N requests at once: {curve} ({limit}). The cell: concurrency {concurrency} x team {team_size} "

@@ -45,6 +45,16 @@ def test_model_configs_match_the_schema(name, monkeypatch):
     assert re.fullmatch(r"[A-Z_][A-Z0-9_]*", cfg.api_key_env)  # the name of an env var
 
 
+def test_every_model_yaml_sets_what_the_endpoint_and_clients_read():
+    """No code default behind a model setting: every conf/model/*.yaml sets each key the endpoint,
+    the clients and the tool warnings read (a YAML without one fails to type, naming it)."""
+    read = ("name", "provider", "model_id", "base_url", "api_key_env", "check_endpoint", "request_timeout_s", "latency_ms",
+            "wrong_fraction", "fault_fraction", "max_concurrency", "retry_timeouts", "tools_supported", "max_retries",
+            "retry_backoff_s", "temperature", "top_p", "max_tokens", "extra_body")
+    for path in sorted(CONF.glob("*.yaml")):
+        assert sorted(set(read) - set(OmegaConf.load(path))) == [], path.name
+
+
 def test_qwen_configs_read_endpoint_and_model_from_env(monkeypatch):
     monkeypatch.delenv("MODEL_ID", raising=False)
     monkeypatch.delenv("VLLM_BASE_URL", raising=False)
