@@ -21,11 +21,11 @@ import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from apps_bench.config import DatasetConfig, typed
+from apps_bench.config import DatasetConfig, JudgeConfig, typed
 from apps_bench.judge.core import judge_program
 from apps_bench.tracking.records import CELL, CONFIG, RECORDS, SUMMARY, RecordStore, record_key
 from apps_bench.types import ProblemRecord, Verdict
@@ -123,13 +123,12 @@ def rescored_config(data: Mapping[str, Any], overrides: Mapping[str, str]) -> di
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from apps_bench.config import JudgeConfig
     from apps_bench.judge.profiles import JudgeConfigError, judge_config
 
     new = copy.deepcopy(dict(data))
     if "judge" in overrides:
         try:
-            new["judge"] = OmegaConf.to_container(judge_config(overrides["judge"]), resolve=True)
+            new["judge"] = asdict(judge_config(overrides["judge"]))
         except JudgeConfigError as e:
             raise RescoreError(str(e)) from None
     judge = OmegaConf.create(dict(new.get("judge") or {}))
@@ -274,7 +273,6 @@ def log_rescore(data: Mapping[str, Any], cell_info: Mapping[str, Any], new_ident
 def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: Path | None = None) -> dict[str, Any]:
     """Re-judge a cell's recorded programs; returns the new summary (with where it went)."""
     import yaml
-    from omegaconf import OmegaConf
 
     from apps_bench.cell import cell_key, identity_of
     from apps_bench.tracking.summary import summarize_cell
@@ -312,7 +310,6 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
             store.append(_error_record(r, r.error, new_key, old_key).to_json())
     from apps_bench.data import load_problems
 
-    node = OmegaConf.create(new)
     try:  # the cell's own selection, with the new test cap: what a complete cell holds
         loaded = load_problems(typed(DatasetConfig, new["dataset"]), limit=new.get("limit"), offset=int(new.get("offset") or 0),
                                only=tuple(str(x) for x in (new.get("only") or ())), difficulty=new.get("difficulty"),
@@ -328,8 +325,9 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
         from apps_bench.judge import Judge
         from apps_bench.sandbox import SandboxPool
 
-        with SandboxPool.from_config(new["judge"]) as pool:
-            judge = Judge.from_config(pool, node.judge)
+        judge_cfg = typed(JudgeConfig, new["judge"])
+        with SandboxPool.from_config(judge_cfg) as pool:
+            judge = Judge.from_config(pool, judge_cfg)
             judge_records(store, answered, problems, judge, workers=pool.workers, new_key=new_key, old_key=old_key,
                           old_cap=data.get("max_tests_per_row"), progress=bool(new.get("progress", True)))
             sandbox_features = pool.features

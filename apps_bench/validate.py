@@ -343,7 +343,7 @@ def _sandbox_limits(data: Mapping[str, Any]) -> list[BadSetting]:
     if sandbox is None:
         return []
     try:
-        SandboxLimits.from_config(sandbox)
+        typed(SandboxLimits, sandbox)
     except (TypeError, ValueError) as e:
         key = next((f"judge.sandbox.{k}" for k in sandbox if f"judge.sandbox.{k} " in str(e)), "judge.sandbox")
         return [BadSetting(key, sandbox.get(key.rsplit(".", 1)[-1]) if key != "judge.sandbox" else "...", str(e),

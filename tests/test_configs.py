@@ -209,6 +209,7 @@ def test_experiment_files_are_global_deltas():
 
 def test_sandbox_limits_are_the_values_the_code_had_before_they_were_config():
     """Moving the limits into conf/judge kept each value: verdicts of a cell do not change."""
+    from apps_bench.config import typed
     from apps_bench.sandbox.limits import SandboxLimits
 
     was = {"output_cap_bytes": 8 << 20, "pids_max": 128, "nproc": 64, "nofile": 256, "tmp_size": "256m",
@@ -217,7 +218,7 @@ def test_sandbox_limits_are_the_values_the_code_had_before_they_were_config():
            "packages": ["numpy"]}  # added later: what a program may import (the rules were bumped with it)
     for profile in ("seed", "reference"):
         cfg = _compose([f"judge={profile}"])
-        assert SandboxLimits.from_config(cfg.judge.sandbox).to_dict() == was, profile
+        assert typed(SandboxLimits, cfg.judge.sandbox).to_dict() == was, profile
         assert resolve_cell(cfg).identity["judge"]["sandbox"] == was
 
 

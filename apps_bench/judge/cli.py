@@ -246,9 +246,9 @@ def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: floa
 
     print(f"sandbox: {sandbox_summary(summary.sandbox)}; workers: {pool.workers}")
     if args.summary:
-        from omegaconf import OmegaConf
+        from dataclasses import asdict
 
-        data = {**summary.to_dict(), "judge": OmegaConf.to_container(jcfg, resolve=True), "max_tests_per_row": max_tests}
+        data = {**summary.to_dict(), "judge": asdict(jcfg), "max_tests_per_row": max_tests}
         Path(args.summary).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     if summary.n_sandbox_errors:
         print(f"warning: {summary.n_sandbox_errors} problem(s) hit sandbox errors (infrastructure, not scored)", file=err)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 from apps_bench.data.rows import lift_int_digit_limit
 from apps_bench.judge.compare import compare_call, compare_stdin
 from apps_bench.types import Outcome, Problem, TestResult, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
+    from apps_bench.config import JudgeConfig
     from apps_bench.sandbox import RawRun
     from apps_bench.sandbox.api import Sandbox
 
@@ -102,17 +103,16 @@ class Judge:
         self._compare_stdin, self._compare_call = PROFILES[self.profile] or (compare_stdin, compare_call)
 
     @classmethod
-    def from_config(cls, pool: Sandbox, judge_cfg: Any) -> Judge:
-        """Build from a `JudgeConfig` node (conf/judge/*.yaml)."""
-        get: Callable[[str], Any] = judge_cfg.get if isinstance(judge_cfg, Mapping) else lambda k: getattr(judge_cfg, k)
+    def from_config(cls, pool: Sandbox, judge_cfg: JudgeConfig) -> Judge:
+        """Build from the typed judge config (conf/judge/*.yaml)."""
         return cls(
             pool,
-            profile=str(get("profile")),
-            timeout_s=float(get("timeout_s")),
-            stop_on_first_failure=bool(get("stop_on_first_failure")),
-            call_memory_bytes=int(get("call_memory_bytes")),
-            stdin_memory_bytes=int(get("stdin_memory_bytes")),
-            program_timeout_s=get("program_timeout_s"),
+            profile=judge_cfg.profile,
+            timeout_s=float(judge_cfg.timeout_s),
+            stop_on_first_failure=judge_cfg.stop_on_first_failure,
+            call_memory_bytes=judge_cfg.call_memory_bytes,
+            stdin_memory_bytes=judge_cfg.stdin_memory_bytes,
+            program_timeout_s=judge_cfg.program_timeout_s,
         )
 
     # ------------------------------------------------------------------ one test

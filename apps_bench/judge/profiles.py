@@ -3,13 +3,16 @@
 The same file Hydra composes as the `judge` group of a cell, here for the commands that
 judge without composing a cell (`python -m apps_bench.judge`, re-scoring): loaded with
 OmegaConf, merged onto the `JudgeConfig` schema (an unknown key or a wrong type fails),
-overrides applied, and every required key checked present (its `sandbox:` block included).
+overrides applied, every required key checked present (its `sandbox:` block included), and
+returned typed.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
+
+from apps_bench.config import JudgeConfig, typed
 
 JUDGE_CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "judge"
 
@@ -22,13 +25,11 @@ def available_profiles() -> list[str]:
     return sorted(p.stem for p in JUDGE_CONF_DIR.glob("*.yaml"))
 
 
-def judge_config(profile: str, overrides: Sequence[str] = ()) -> Any:
-    """conf/judge/<profile>.yaml as a checked `JudgeConfig` DictConfig, `overrides` (`key=value`,
-    dotted keys such as `sandbox.output_cap_bytes=1000`) applied on top."""
+def judge_config(profile: str, overrides: Sequence[str] = ()) -> JudgeConfig:
+    """conf/judge/<profile>.yaml as the typed `JudgeConfig` (its `sandbox` a checked SandboxLimits),
+    `overrides` (`key=value`, dotted keys such as `sandbox.output_cap_bytes=1000`) applied on top."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
-
-    from apps_bench.config import JudgeConfig
 
     path = JUDGE_CONF_DIR / f"{profile}.yaml"
     if not profile or "/" in profile or not path.is_file():
@@ -47,4 +48,7 @@ def judge_config(profile: str, overrides: Sequence[str] = ()) -> Any:
         raise JudgeConfigError(f"conf/judge/{profile}.yaml does not set {', '.join(missing)}")
     if cfg.profile != profile:
         raise JudgeConfigError(f"conf/judge/{profile}.yaml declares profile {cfg.profile!r}; a file names its own profile")
-    return cfg
+    try:
+        return typed(JudgeConfig, cfg)
+    except ValueError as e:  # a limit SandboxLimits refuses (e.g. judge.sandbox.nproc must be > 0)
+        raise JudgeConfigError(str(e)) from None

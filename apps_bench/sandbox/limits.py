@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .packages import check_declared
 
@@ -52,35 +52,6 @@ class SandboxLimits:
             raise ValueError(f"judge.sandbox.packages must be a list of module names, got {self.packages!r}")
         self.packages = list(check_declared(self.packages))
 
-    @classmethod
-    def from_config(cls, node: Any) -> SandboxLimits:
-        """From a judge config's `sandbox` block (a mapping, DictConfig or SandboxLimits).
-
-        A missing or unknown key is an error naming it: no limit is defaulted in code."""
-        if isinstance(node, SandboxLimits):
-            return node
-        if node is None:
-            raise ValueError("the judge config has no `sandbox:` block; conf/judge/<profile>.yaml must declare the "
-                             "sandbox limits (see conf/judge/seed.yaml)")
-        data = _plain(node)
-        names = [f.name for f in fields(cls)]
-        missing = [n for n in names if n not in data]
-        unknown = sorted(set(data) - set(names))
-        if missing or unknown:
-            parts = ([f"missing {', '.join('judge.sandbox.' + n for n in missing)}"] if missing else []) + (
-                [f"unknown {', '.join('judge.sandbox.' + n for n in unknown)}"] if unknown else [])
-            raise ValueError(f"judge sandbox limits: {'; '.join(parts)} (the keys are those of conf/judge/seed.yaml's "
-                             f"`sandbox:` block: {', '.join(names)})")
-        floats = {f.name for f in fields(cls) if f.type == "float"}
-        if not isinstance(data["packages"], (str, bytes)) and isinstance(data["packages"], Sequence):
-            data["packages"] = list(data["packages"])  # a ListConfig too
-        return cls(**{n: float(data[n]) if n in floats and type(data[n]) is int else data[n] for n in names})
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-
-def _plain(node: Any) -> dict[str, Any]:
-    if isinstance(node, Mapping):  # a dict or an OmegaConf DictConfig (values resolved on access)
-        return {str(k): node[k] for k in node}
-    raise TypeError(f"judge.sandbox must be a mapping of limits, got {type(node).__name__}")

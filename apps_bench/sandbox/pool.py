@@ -30,13 +30,16 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..cpus import usable_cpus
 from . import cgroups
 from .api import RAW_STATUSES, ExecResult, RawRun, RunRequest
 from .limits import SandboxLimits
 from .protocol import ChannelClosed, ChannelCorrupt, ChannelTimeout, FrameReader, send_frame
+
+if TYPE_CHECKING:
+    from apps_bench.config import JudgeConfig
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +265,7 @@ class SandboxPool:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
             raise ValueError(f"workers must be an integer >= 0 (0 = one per usable CPU), got {workers!r}")
         if not isinstance(limits, SandboxLimits):
-            raise TypeError(f"SandboxPool needs SandboxLimits (SandboxLimits.from_config(judge_cfg.sandbox)), "
+            raise TypeError(f"SandboxPool needs SandboxLimits (a typed JudgeConfig's `sandbox`), "
                             f"got {type(limits).__name__}")
         self.workers = workers or usable_cpus()
         self.limits = limits
@@ -292,15 +295,10 @@ class SandboxPool:
         self._finalizer = weakref.finalize(self, SandboxPool._shutdown, list(self._all))
 
     @classmethod
-    def from_config(cls, judge_cfg: Any, *, workers: int | None = None, contain: bool | None = None) -> SandboxPool:
-        """The pool a judge config (conf/judge/<profile>.yaml) declares: its `workers` (unless
-        `workers` is given) and its `sandbox` limits. A missing key is an error naming it."""
-        get = judge_cfg.get if isinstance(judge_cfg, Mapping) else lambda k, d=None: getattr(judge_cfg, k, d)
-        if workers is None:
-            workers = get("workers")
-            if workers is None:
-                raise ValueError("the judge config has no `workers` (sandbox workers; 0 = one per usable CPU)")
-        return cls(int(workers), SandboxLimits.from_config(get("sandbox")), contain=contain)
+    def from_config(cls, judge_cfg: JudgeConfig, *, workers: int | None = None, contain: bool | None = None) -> SandboxPool:
+        """The pool a typed judge config (conf/judge/<profile>.yaml) declares: its `workers` (unless
+        `workers` is given) and its `sandbox` limits."""
+        return cls(judge_cfg.workers if workers is None else int(workers), judge_cfg.sandbox, contain=contain)
 
     # -- worker management ----------------------------------------------------------
     def _ensure_ready(self, w: _Worker) -> None:

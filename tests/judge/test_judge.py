@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from omegaconf import OmegaConf
 
 from apps_bench import types as T
 from apps_bench.data import DEMO_PROBLEMS, load_problems
@@ -221,7 +221,7 @@ def test_summary_rejects_unknown_items():
 
 def test_unknown_profile_is_refused(pool):
     with pytest.raises(ValueError, match="available: reference, seed"):
-        Judge.from_config(pool, {**OmegaConf.to_container(judge_config("seed")), "profile": "nonesuch"})
+        Judge.from_config(pool, dataclasses.replace(judge_config("seed"), profile="nonesuch"))
 
 
 def test_call_memory_cap_from_env_reaches_the_program(pool, monkeypatch):

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import APPS_DATA_DIR, cli_env, fresh_store, run_cli
 
+from apps_bench.config import JudgeConfig, typed
+
 DATA = APPS_DATA_DIR / "train_mini150.jsonl"
 CELL_ARGS = ["dataset=apps", f"dataset.path={DATA}", "dataset.split=train", "offset=36", "limit=8", "model=gold", "progress=false"]
 # An import hook that fails the command if re-scoring reached for a model or an agent runner.
@@ -242,7 +244,7 @@ def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s
                           program=p.solutions[0], extracted=True, passed=True, verdict=None, usage={}, tool_calls_by_role={},
                           latency_s=0.0, solve_s=0.0, judge_s=0.0, solver="main", error=None, stop_reason="done")
             for p in (good, bad)]  # fmt: skip
-    judge_cfg = compose_cell().judge
+    judge_cfg = typed(JudgeConfig, compose_cell().judge)
     with SandboxPool.from_config(judge_cfg, workers=1) as pool:
         judge = CrashingJudge.from_config(pool, judge_cfg)  # the cell's judge settings, this one crashing on `bad`
         judge_records(store, todo, {key[p.id]: p for p in (good, bad)}, judge, workers=2, new_key="new", old_key="old",

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import compose_cell
 
+from apps_bench.config import JudgeConfig, typed
+
 pytestmark = pytest.mark.slow
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -42,7 +44,7 @@ def shared(apps_data_dir, tmp_path_factory):
     from apps_bench.optimizers.replay import ReplayProxy
 
     cache = RolloutCache(tmp_path_factory.mktemp("replay") / "cache.sqlite")
-    with open_endpoint(base.model, loaded.problems) as ep, SandboxPool.from_config(base.judge, workers=2) as pool:
+    with open_endpoint(base.model, loaded.problems) as ep, SandboxPool.from_config(typed(JudgeConfig, base.judge), workers=2) as pool:
         # every framework's model traffic goes through the replay proxy, as in an optimizer cell
         with ReplayProxy(ep.base_url, cache) as url:
             yield loaded, dataclasses.replace(ep, base_url=url), pool

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import compose_cell
 
+from apps_bench.config import JudgeConfig, typed
+
 pytestmark = pytest.mark.slow
 pytest.importorskip("gepa")
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -58,7 +60,7 @@ def _gepa(out: Path, rows, fault_fraction: float, infra_retries: int):
         ep.server.fault_kinds = ("http_500", "http_503", "malformed")  # no stalls: keeps the test fast
         opt_cfg = _cfg("model.wrong_fraction=0.5").model
         opt_ep = stack.enter_context(open_endpoint(opt_cfg, rows))
-        pool = stack.enter_context(SandboxPool.from_config(cfg.judge, workers=2))
+        pool = stack.enter_context(SandboxPool.from_config(typed(JudgeConfig, cfg.judge), workers=2))
         proxy = ReplayProxy(ep.base_url, stack.enter_context(RolloutCache(out / "cache.sqlite")))
         url = stack.enter_context(proxy)
         engine = stack.enter_context(Engine.open(cfg, endpoint=ep, pool=pool))

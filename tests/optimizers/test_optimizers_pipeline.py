@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import compose_cell
 
+from apps_bench.config import JudgeConfig, typed
+
 pytestmark = pytest.mark.slow
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -52,7 +54,7 @@ def test_maspo_over_real_single_runner_with_gold(tmp_path, apps_data_dir):
               "K": 1, "Ksub": 1, "T": 2, "D": 1, "minibatch": 3}  # fmt: skip
     out = tmp_path / "opt"
     seed_prompts = load_prompts(cfg.topology)
-    with (open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool.from_config(cfg.judge, workers=2) as pool,
+    with (open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool.from_config(typed(JudgeConfig, cfg.judge), workers=2) as pool,
           Engine.open(cfg, endpoint=ep, pool=pool) as engine):  # fmt: skip
         runner = PipelineRunner(engine, problems=problems)
 

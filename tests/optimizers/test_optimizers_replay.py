@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import compose_cell
 
+from apps_bench.config import JudgeConfig, typed
+
 pytestmark = pytest.mark.slow
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -36,7 +38,7 @@ def test_chain_child_replays_upstream_stages(tmp_path, apps_data_dir):
     seed_ps = load_prompts(cfg.topology)
     cache = RolloutCache(tmp_path / "cache.sqlite")
     proxy = ReplayProxy("unused", cache)
-    with open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool.from_config(cfg.judge, workers=2) as pool:
+    with open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool.from_config(typed(JudgeConfig, cfg.judge), workers=2) as pool:
         proxy.upstream = ep.base_url
         with proxy as url, Engine.open(cfg, endpoint=ep, pool=pool) as engine:
             runner = PipelineRunner(engine, problems=problems, replay_url=url, replayed=proxy.pop_replayed)

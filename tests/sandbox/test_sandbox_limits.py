@@ -6,6 +6,7 @@ apps_bench` on the demo cell (gold server, real sandbox, real SQLite MLflow stor
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -93,11 +94,17 @@ def test_the_judge_cli_composes_the_profile_and_rejects_bad_ones(big_output_row:
 
 
 def test_a_missing_limit_is_a_clear_error():
-    limits = judge_config("seed").sandbox
-    with pytest.raises(ValueError, match=r"missing judge\.sandbox\.nofile"):
-        SandboxLimits.from_config({k: v for k, v in limits.items() if k != "nofile"})
-    with pytest.raises(ValueError, match="no `sandbox:` block"):
-        SandboxPool.from_config({"workers": 1})
+    from omegaconf.errors import MissingMandatoryValue
+
+    from apps_bench.config import JudgeConfig, typed
+
+    limits = judge_config("seed").sandbox.to_dict()
+    with pytest.raises(MissingMandatoryValue, match="nofile"):
+        typed(SandboxLimits, {k: v for k, v in limits.items() if k != "nofile"})
+    judge = dataclasses.asdict(judge_config("seed"))
+    del judge["sandbox"]
+    with pytest.raises(MissingMandatoryValue, match="sandbox"):
+        typed(JudgeConfig, judge)
     with pytest.raises(TypeError, match="SandboxLimits"):
         SandboxPool(1, dict(limits))  # type: ignore[arg-type]
 

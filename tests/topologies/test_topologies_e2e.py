@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from apps_bench.config import register_configs
+from apps_bench.config import JudgeConfig, register_configs, typed
 from apps_bench.types import Attempt, Problem, Usage, Verdict
 
 pytestmark = pytest.mark.slow
@@ -52,7 +52,7 @@ def problems(apps_data_dir) -> list[Problem]:
 def judge(pool):
     from apps_bench.judge import Judge
 
-    return Judge.from_config(pool, cell("single").judge)
+    return Judge.from_config(pool, typed(JudgeConfig, cell("single").judge))
 
 
 @pytest.fixture(scope="module")
