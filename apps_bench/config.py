@@ -7,7 +7,7 @@ time instead of deep inside a run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, TypeVar
 
 from omegaconf import MISSING
@@ -33,9 +33,9 @@ class PriceConfig:
     """What the model's tokens cost, to show a cell's cost in money (never part of its identity:
     a price changes what a cell cost, not what it measured). Null = no price known."""
 
-    input_per_mtok: Optional[float] = None  # USD per million prompt tokens
-    output_per_mtok: Optional[float] = None  # USD per million completion tokens
-    as_of: Optional[str] = None  # the date the prices were read (e.g. 2026-01-31), shown with every figure
+    input_per_mtok: Optional[float] = MISSING  # USD per million prompt tokens
+    output_per_mtok: Optional[float] = MISSING  # USD per million completion tokens
+    as_of: Optional[str] = MISSING  # the date the prices were read (e.g. 2026-01-31), shown with every figure
 
 
 @dataclass
@@ -48,7 +48,7 @@ class ModelConfig:
     temperature: float = MISSING
     top_p: float = MISSING
     max_tokens: int = MISSING
-    extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. repetition_penalty, chat_template_kwargs
+    extra_body: dict[str, Any] = MISSING  # e.g. repetition_penalty, chat_template_kwargs
     request_timeout_s: float = MISSING
     max_retries: int = MISSING
     retry_backoff_s: float = MISSING
@@ -56,18 +56,18 @@ class ModelConfig:
     max_concurrency: int = MISSING  # model requests on the wire at once, across the cell's processes; 0 = no limit
     retry_timeouts: bool = MISSING  # false: a timed-out request fails instead of being sent again
     tools_supported: bool = MISSING  # false: the server/model is known to ignore `tools` (warned about)
-    accept_tool_drop: bool = False  # run a tool-using cell on a server that drops its tools (server check)
-    price: PriceConfig = field(default_factory=PriceConfig)  # run-only (cell.RUN_ONLY): cost in money
+    accept_tool_drop: bool = MISSING  # run a tool-using cell on a server that drops its tools (server check)
+    price: PriceConfig = MISSING  # run-only (cell.RUN_ONLY): cost in money
     # local-only (provider local): the GGUF and llama-cpp-python server settings (apps_bench/models/local.py)
-    gguf_package: Optional[str] = None
-    gguf_file: Optional[str] = None
-    gguf_path: Optional[str] = None
-    gguf_requantize: Optional[str] = None  # serve the GGUF converted to this type (REQUANTIZE_TYPES); None = as is
-    chat_format: Optional[str] = None
-    n_ctx: int = 0
-    n_threads: int = 0
-    start_timeout_s: float = 0.0
-    prompt_cache_mb: int = 0  # llama.cpp's RAM prompt cache (states by prompt prefix); 0 = off
+    gguf_package: Optional[str] = MISSING
+    gguf_file: Optional[str] = MISSING
+    gguf_path: Optional[str] = MISSING
+    gguf_requantize: Optional[str] = MISSING  # serve the GGUF converted to this type (REQUANTIZE_TYPES); None = as is
+    chat_format: Optional[str] = MISSING
+    n_ctx: int = MISSING
+    n_threads: int = MISSING
+    start_timeout_s: float = MISSING
+    prompt_cache_mb: int = MISSING  # llama.cpp's RAM prompt cache (states by prompt prefix); 0 = off
     # gold-only knobs for tests and benchmarks
     latency_ms: int = MISSING
     wrong_fraction: float = MISSING
@@ -93,14 +93,14 @@ class TopologyConfig:
 @dataclass
 class OptimizerConfig:
     name: str = MISSING  # none | maspo | gepa
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = MISSING
 
 
 @dataclass
 class GridConfig:
     name: str = MISSING
-    axes: dict[str, list[Any]] = field(default_factory=dict)  # axis -> allowed values
-    exclude: list[dict[str, Any]] = field(default_factory=list)  # partial cells that are refused
+    axes: dict[str, list[Any]] = MISSING  # axis -> allowed values
+    exclude: list[dict[str, Any]] = MISSING  # partial cells that are refused
 
 
 @dataclass
@@ -113,7 +113,7 @@ class JudgeConfig:
     stdin_memory_bytes: int = MISSING
     workers: int = MISSING  # sandbox workers; 0 = one per usable CPU (apps_bench.cpus)
     # reference: the whole program's limit (the original's TIMEOUT + 1 s); unset for seed
-    program_timeout_s: Optional[float] = None
+    program_timeout_s: Optional[float] = MISSING
     sandbox: SandboxLimits = MISSING  # the limits that can change a verdict (conf/judge/*.yaml `sandbox:`)
 
 
@@ -131,11 +131,11 @@ class ServerCheckConfig:
     cache: str = MISSING  # the cache of cell checks (JSON): the user's cache directory
     cache_max_age_s: float = MISSING  # a remote server's cached check is redone after this long
     max_tokens: int = MISSING  # per check request (model=local makes ~15 tokens/s)
-    frameworks: list[str] = field(default_factory=list)  # the CLI's frameworks (a cell checks its own)
-    concurrency_levels: list[int] = field(default_factory=list)  # the CLI's throughput sweep
+    frameworks: list[str] = MISSING  # the CLI's frameworks (a cell checks its own)
+    concurrency_levels: list[int] = MISSING  # the CLI's throughput sweep
     min_gain: float = MISSING  # the sweep stops when throughput rises by less than this fraction
     quick: bool = MISSING  # the CLI: only the quick part (what a cell runs)
-    json: Optional[str] = None  # the CLI: also write the result as JSON to this path ("-" = stdout)
+    json: Optional[str] = MISSING  # the CLI: also write the result as JSON to this path ("-" = stdout)
 
 
 @dataclass
@@ -177,15 +177,15 @@ class Config:
     tool: ToolConfig = MISSING
     server_check: ServerCheckConfig = MISSING
     seed: int = MISSING
-    limit: Optional[int] = None
-    offset: int = 0
-    only: list[str] = field(default_factory=list)
-    difficulty: Optional[str] = None
+    limit: Optional[int] = MISSING
+    offset: int = MISSING
+    only: list[str] = MISSING
+    difficulty: Optional[str] = MISSING
     max_tests_per_row: int = MISSING
     concurrency: int = MISSING
     processes: str = MISSING  # "auto" or a count of solving processes (apps_bench.solving)
-    allow_any_cell: bool = False
-    out_dir: Optional[str] = None  # default: outputs/<cell key> under the working directory
+    allow_any_cell: bool = MISSING
+    out_dir: Optional[str] = MISSING  # default: outputs/<cell key> under the working directory
     verbose: bool = MISSING  # print code and per-test results per problem
     # MLflow experiment name lives at `tracking.experiment`: a top-level `experiment` key
     # would collide with the `experiment` config group (`experiment=x` selects a group file).

@@ -229,3 +229,20 @@ def test_a_misspelt_or_bad_sandbox_limit_fails_at_compose_or_guard():
         _compose(["judge.sandbox.output_cap=1"])
     with pytest.raises(CellRefused, match=r"judge\.sandbox\.nproc=0: .*must be > 0"):
         guard(_compose(["judge.sandbox.nproc=0"]))
+
+
+def test_no_setting_has_a_default_in_code():
+    """The YAML under conf/ is the only place a setting's default lives: every field of every schema
+    class is MISSING (a YAML that leaves a key out fails to type, naming it), none defaulted in code."""
+    import dataclasses
+
+    from omegaconf import MISSING
+
+    from apps_bench import config
+
+    schemas = [c for c in vars(config).values() if isinstance(c, type) and dataclasses.is_dataclass(c)
+               and c.__module__ == config.__name__]  # fmt: skip
+    assert config.Config in schemas and config.ModelConfig in schemas and len(schemas) >= 12
+    defaulted = [f"{c.__name__}.{f.name}" for c in schemas for f in dataclasses.fields(c)
+                 if f.default is not MISSING or f.default_factory is not dataclasses.MISSING]  # fmt: skip
+    assert defaulted == []
