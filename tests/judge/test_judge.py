@@ -18,7 +18,9 @@ O = T.Outcome
 
 @pytest.fixture(scope="module")
 def mini150(apps_data_dir):
-    return load_problems({"source": "file", "path": str(apps_data_dir / "train_mini150.jsonl"), "split": "train"}, max_tests_per_row=0)
+    from conftest import compose_cell
+
+    return load_problems(compose_cell("dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}").dataset, max_tests_per_row=0)
 
 
 def stdin_problem(n=4):

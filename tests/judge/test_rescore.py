@@ -227,8 +227,8 @@ def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s
     from apps_bench.tracking.records import RecordStore, record_key
     from apps_bench.types import Problem, ProblemRecord, Verdict
 
-    [good, bad] = load_problems({"source": "file", "path": str(APPS_DATA_DIR / "train_mini150.jsonl"), "split": "train",
-                                 "name": "apps_train"}, only=("1", "9"), max_tests_per_row=3).problems  # fmt: skip
+    [good, bad] = load_problems(compose_cell("dataset=apps_train", f"dataset.path={APPS_DATA_DIR / 'train_mini150.jsonl'}").dataset,
+                                only=("1", "9"), max_tests_per_row=3).problems  # fmt: skip
     crash_on = bad.id
 
     class CrashingJudge(Judge):

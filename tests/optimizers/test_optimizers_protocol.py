@@ -36,9 +36,11 @@ def _p(pid, split="train", difficulty="interview", question=None, n_tests=1) -> 
 
 @pytest.fixture(scope="module")
 def train_rows(apps_data_dir):
+    from conftest import compose_cell
+
     from apps_bench.data import load_problems
 
-    res = load_problems({"source": "file", "path": str(apps_data_dir / "train_mini150.jsonl"), "split": "train"})
+    res = load_problems(compose_cell("dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}").dataset)
     return res.problems
 
 

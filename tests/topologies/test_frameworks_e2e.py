@@ -43,8 +43,7 @@ def problems(apps_data_dir: Path) -> list:
 
     found = []
     for name in ("test_0-49_partial.jsonl", "test_more.jsonl"):
-        cfg = {"name": "apps", "source": "file", "path": str(apps_data_dir / name), "split": "test"}
-        found += load_problems(cfg, only=IDS).problems
+        found += load_problems(compose("dataset=apps", f"dataset.path={apps_data_dir / name}").dataset, only=IDS).problems
     assert sorted(p.id for p in found) == sorted(IDS)
     return sorted(found, key=lambda p: IDS.index(p.id))
 
