@@ -17,6 +17,34 @@ REPO = Path(__file__).resolve().parents[1]
 APPS_DATA_DIR = Path(__file__).resolve().parent / "fixtures" / "apps"
 
 
+# Under `pytest -n N --dist loadgroup` (docs/contributing.md "Parallel workers"), tests that share one
+# machine-wide thing run on one worker, one after another; every other test goes to whichever worker is free.
+CLUSTER_FIXTURES = frozenset({"netns", "mlflow_server", "slurm_cluster"})  # tests/launchers/conftest.py
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The group a test must share a worker with, or None where it may run beside anything.
+
+    - `local_model`: the real local model. Each such test starts its own llama.cpp server on one
+      thread; two at once on 2 cores would halve both and double the time every cell waits.
+    - `cluster`: the private network namespace and what runs in it (SLURM's daemons and MariaDB,
+      one MLflow server, Ray): one namespace per worker session, so all of them on one worker.
+    """
+    if item.get_closest_marker("local_model"):
+        return "local_model"
+    if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "cluster"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marker into the worker choice
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = xdist_group_of(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def apps_data_dir() -> Path:
     """The vendored APPS rows (`APPS_DATA_DIR`): part of the repository, never skipped."""
@@ -75,6 +103,21 @@ def _framework_env(tmp_path_factory: pytest.TempPathFactory):
             mp.setenv(key, value)
         yield env
     stray.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ctrl_c_as_from_a_terminal():
+    """Every CLI a test starts gets SIGINT as a terminal's foreground job has it.
+
+    A suite started as a background job of a script (`pytest ... &`) has SIGINT ignored (POSIX), and
+    an ignored signal stays ignored across fork and exec: the Ctrl-C tests' SIGINT then never reaches
+    the cell, which finishes every problem and exits 0. Restored here once per (worker) process.
+    """
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
 
 
 # --- the real CLI, run as a subprocess (grid runner tests) ------------------------------
