@@ -17,11 +17,11 @@ Also printed: the server's own llama.cpp timings of the same requests (its log),
 server without the HTTP and Python around llama.cpp.
 
 llama-bench must come from the source and CMAKE_ARGS llama-cpp-python was built with (the
-`local` extra; the flags live in .ci/run). Build it (~10 min on one core):
+`local` extra; the flags live in launchers/llama_cmake_args). Build it (~10 min on one core):
 
     pip download --no-binary :all: --no-deps llama-cpp-python==0.3.36 && tar xzf llama_cpp_python-0.3.36.tar.gz
     cmake -S llama_cpp_python-0.3.36/vendor/llama.cpp -B build -DCMAKE_BUILD_TYPE=Release \\
-      -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF $CMAKE_ARGS      # CMAKE_ARGS exactly as .ci/run sets them
+      -DBUILD_SHARED_LIBS=ON -DLLAMA_CURL=OFF $(cat launchers/llama_cmake_args)
     cmake --build build --target llama-bench                   # -> build/bin/llama-bench
 
 `--llama-bench` (or env LLAMA_BENCH) is its path. It runs on the venv's own llama.cpp
