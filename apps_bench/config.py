@@ -92,8 +92,93 @@ class TopologyConfig:
 
 @dataclass
 class OptimizerConfig:
+    """`params` is typed by the method's own schema (OPTIMIZER_SCHEMAS): each conf/optimizer/<name>.yaml
+    names it first in its defaults list, so a misspelt or foreign parameter fails at composition."""
+
     name: str = MISSING  # none | maspo | gepa
-    params: dict[str, Any] = MISSING
+    params: Any = MISSING
+
+
+@dataclass
+class BudgetParams:
+    """Hard caps of an optimization (optimizers/protocol.Budget); null = no cap."""
+
+    rollouts: Optional[int] = MISSING  # one pipeline run on one problem (partial re-runs count one)
+    tokens: Optional[int] = MISSING  # task-model tokens (prompt + completion)
+    optimizer_tokens: Optional[int] = MISSING  # optimizer-model tokens, counted apart
+
+
+@dataclass
+class PoolParams:
+    """Where the optimizer's problems come from (never the evaluation IDs: optimizers/protocol.build_pool)."""
+
+    source: str = MISSING  # train | test_minus_eval
+    path: Optional[str] = MISSING  # a local codeparrot-schema train file; null = the hub train split
+    difficulty: Optional[str] = MISSING  # null = every difficulty
+    train_size: int = MISSING
+    val_size: int = MISSING
+    split_seed: int = MISSING
+
+
+@dataclass
+class OptimizerParams:
+    """What every optimization method reads (the protocol's part)."""
+
+    budget: BudgetParams = MISSING
+    pool: PoolParams = MISSING
+    minibatch: int = MISSING
+    n_traces: int = MISSING  # examples per role shown to the optimizer model
+    seed: int = MISSING
+    infra_retries: int = MISSING  # re-runs of a rollout that failed for infrastructure
+    replay: bool = MISSING  # answer byte-identical model requests from the run's cache
+    optimizer_model: Any = MISSING  # null = the task model; a conf/model name; or {name: ..., overrides}
+
+
+@dataclass
+class MaspoParams(OptimizerParams):
+    K: int = MISSING  # beam width per agent
+    Ksub: int = MISSING  # variations asked per beam node and step
+    T: int = MISSING  # steps per agent per round
+    D: int = MISSING  # rounds of coordinate ascent
+    reward: dict[str, float] = (
+        MISSING  # local, lookahead, global (`global` is a keyword: a mapping, its keys checked by validate.py)
+    )
+    refresh: dict[str, float] = MISSING  # local, global
+    hard_cases: int = MISSING  # misaligned cases kept per agent
+
+
+@dataclass
+class GepaParams(OptimizerParams):
+    component_selection: str = MISSING  # round_robin | all
+    candidate_selection: str = MISSING  # pareto | current_best | epsilon_greedy | top_k_pareto
+    acceptance: str = MISSING  # strict_improvement | improvement_or_equal
+    use_merge: bool = MISSING
+    stall_iterations: int = MISSING  # stop after this many iterations that charged nothing
+
+
+@dataclass
+class NoParams:
+    """optimizer=none has no parameters."""
+
+
+@dataclass
+class MaspoOptimizer(OptimizerConfig):
+    params: MaspoParams = MISSING
+
+
+@dataclass
+class GepaOptimizer(OptimizerConfig):
+    params: GepaParams = MISSING
+
+
+@dataclass
+class NoOptimizer(OptimizerConfig):
+    params: NoParams = MISSING
+
+
+# optimizer name -> its schema, stored as `schema/optimizer/<name>` (the first entry of each
+# conf/optimizer/<name>.yaml's defaults list)
+OPTIMIZER_SCHEMAS: dict[str, type[OptimizerConfig]] = {"none": NoOptimizer, "maspo": MaspoOptimizer, "gepa": GepaOptimizer}
 
 
 @dataclass
@@ -202,7 +287,10 @@ def register_configs() -> None:
     Idempotent; called by the entrypoint and by tests before composing."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=Config)
+    store = ConfigStore.instance()
+    store.store(name=SCHEMA_NAME, node=Config)
+    for name, schema in OPTIMIZER_SCHEMAS.items():
+        store.store(group="schema/optimizer", name=name, node=schema)
 
 
 def as_plain(value: Any) -> Any:
@@ -254,7 +342,14 @@ def typed_config(cfg: Any) -> Config:
     """The composed cell (a Hydra node or its plain data) as the schema's dataclasses: the one
     object every stage reads after composition. Plain data is checked against the schema the
     way Hydra checks a composed node (a wrong type or an unknown key fails here)."""
-    return cfg if isinstance(cfg, Config) else typed(Config, cell_data(cfg))
+    if isinstance(cfg, Config):
+        return cfg
+    data = cell_data(cfg)
+    optimizer = data.get("optimizer")
+    schema = OPTIMIZER_SCHEMAS.get(str(optimizer.get("name"))) if isinstance(optimizer, dict) else None
+    if schema is not None:  # plain data names its method: its params are typed as Hydra types them
+        data = {**data, "optimizer": typed(schema, optimizer)}
+    return typed(Config, data)
 
 
 def config_data(config: Config) -> dict[str, Any]:

@@ -50,6 +50,7 @@ def check_overrides(argv: Iterable[str], conf_dir: Path) -> list[BadSetting]:
     parser = OverridesParser.create()
     options = groups(conf_dir)
     bad: list[BadSetting] = []
+    methods: list[str] | None = None  # the optimizer(s) the command chooses, found when first needed
     for raw in override_args(argv):
         try:
             [ov] = parser.parse_overrides([raw])
@@ -65,9 +66,71 @@ def check_overrides(argv: Iterable[str], conf_dir: Path) -> list[BadSetting]:
         values = _values(ov)
         if key in options:
             bad += [_no_option(key, v, options[key]) for v in values if str(v) not in options[key]]
+        elif key.startswith("optimizer.params."):
+            methods = methods if methods is not None else _chosen_optimizers(argv, conf_dir)
+            bad += _params_problems(key, values, methods)
         else:
             bad += _setting_problems(key, values)
     return bad
+
+
+def _chosen_optimizers(argv: Iterable[str], conf_dir: Path) -> list[str]:
+    """The optimizer(s) the command chooses (`optimizer=`, a sweep's choices, or what the other
+    overrides compose to), whose params schemas `optimizer.params.*` overrides must name settings of."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    chosen: list[str] = []
+    rest = []
+    for raw in override_args(argv):
+        try:
+            [ov] = OverridesParser.create().parse_overrides([raw])
+        except Exception:  # noqa: BLE001 - said by check_overrides
+            continue
+        if ov.key_or_group == "optimizer":
+            chosen = [str(v) for v in _values(ov)]
+        elif not ov.key_or_group.startswith("optimizer.params."):
+            rest.append(raw)
+    return chosen or [_composed_optimizer(rest, conf_dir)]
+
+
+def _params_problems(key: str, values: list[Any], methods: list[str]) -> list[BadSetting]:
+    """An `optimizer.params.*` override checked against the chosen methods' params schemas (config.py)."""
+    import typing
+
+    from apps_bench.config import OPTIMIZER_SCHEMAS
+
+    schemas = {m: typing.get_type_hints(s)["params"] for m, s in OPTIMIZER_SCHEMAS.items()}
+    parts = key.split(".")[2:]
+    chosen = [m for m in methods if m in schemas]  # an unknown method is its own override's problem
+    lacking = [m for m in chosen if not _walk(parts, schemas[m])[0]]
+    shown = values[0] if values else ""
+    if not lacking:
+        typ = _walk(parts, schemas[chosen[0]])[1] if chosen else None
+        return [_wrong_type(key, v, typ) for v in values if not _fits(typ, v)]
+    owners = [m for m in schemas if _walk(parts, schemas[m])[0]]
+    if owners:
+        return [BadSetting(key, shown, f"a setting of optimizer={' or '.join(owners)}; optimizer={', '.join(lacking)} has none",
+                           f"optimizer={owners[0]} {key}={_shown(shown)}, or drop {key}")]  # fmt: skip
+    guess = closest(key, [f"optimizer.params.{k}" for m in lacking for k in _leaf_keys(schemas[m])])
+    return [BadSetting(key, shown, f"no setting of optimizer={', '.join(lacking)}{f' (did you mean {guess})' if guess else ''}",
+                       f"{guess}={_shown(shown)}" if guess else f"drop {key} (see conf/optimizer/{lacking[0]}.yaml)")]  # fmt: skip
+
+
+def _composed_optimizer(overrides: list[str], conf_dir: Path) -> str:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from apps_bench.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir)):
+            return str(compose("config", overrides=overrides).optimizer.name)
+    except Exception:  # noqa: BLE001 - another override's problem: said by check_overrides or by Hydra
+        return ""
+    finally:
+        GlobalHydra.instance().clear()
 
 
 def _values(ov: Any) -> list[Any]:
@@ -106,15 +169,15 @@ def _field_type(cls: Any, name: str) -> tuple[bool, Any]:
     return True, hint
 
 
-def _walk(parts: list[str]) -> tuple[bool, Any]:
-    """(whether the schema has the setting at `parts`, its type); type None = inside a free-form
-    mapping (model.extra_body, optimizer.params, ...), where any key goes."""
+def _walk(parts: list[str], root: Any = None) -> tuple[bool, Any]:
+    """(whether the schema (`root`, default Config) has the setting at `parts`, its type); type None =
+    inside a free-form mapping (model.extra_body, optimizer.params.optimizer_model, ...), where any key goes."""
     import dataclasses
     import typing
 
     from apps_bench.config import Config
 
-    typ: Any = Config
+    typ: Any = root or Config
     for part in parts:
         if typ is dict or typing.get_origin(typ) is dict or typ is Any:
             return True, None

@@ -49,6 +49,8 @@ def _show(value: Any) -> str:
         return str(int(value))  # `top_p=0` was typed, Hydra's schema made it 0.0
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_show(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{_show(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 
@@ -137,7 +139,25 @@ RULES: tuple[Rule, ...] = (
     ("topology", "time_limit_s", _positive, "seconds > 0 (per problem)", "topology.time_limit_s=600"),
 )
 
-# optimizer.params.<path>: checked when the method's params have the key (methods differ)
+GEPA_COMPONENT_SELECTION = ("round_robin", "all")
+GEPA_CANDIDATE_SELECTION = ("pareto", "current_best", "epsilon_greedy", "top_k_pareto")
+GEPA_ACCEPTANCE = ("strict_improvement", "improvement_or_equal")
+
+
+def _weights(names: tuple[str, ...], total: float | None = None) -> Callable[[Any], bool]:
+    """A mapping of exactly `names` to numbers >= 0 (summing to `total` when given): MASPO's weights
+    are a mapping in the schema (`global` is a Python keyword), so its keys are checked here."""
+
+    def ok(v: Any) -> bool:
+        if not isinstance(v, Mapping) or set(v) != set(names) or not all(_is_num(x) and x >= 0 for x in v.values()):
+            return False
+        return total is None or abs(sum(v.values()) - total) <= 1e-9
+
+    return ok
+
+
+# optimizer.params.<path>: checked when the method's params have the key (methods differ; each method's
+# schema in config.py refuses a key it does not have when Hydra composes the cell)
 OPTIMIZER_RULES: tuple[Rule, ...] = (
     ("budget", "rollouts", _opt_int_min(1), "a whole number >= 1, or null (no cap)", "optimizer.params.budget.rollouts=200"),
     ("budget", "tokens", _opt_int_min(1), "a whole number >= 1, or null (no cap)", "optimizer.params.budget.tokens=null"),
@@ -156,6 +176,11 @@ OPTIMIZER_RULES: tuple[Rule, ...] = (
     ("", "T", _int_min(1), "a whole number >= 1", "optimizer.params.T=3"),
     ("", "D", _int_min(1), "a whole number >= 1", "optimizer.params.D=3"),
     ("", "seed", _int_min(0), "a whole number >= 0", "optimizer.params.seed=0"),
+    ("", "reward", _weights(("local", "lookahead", "global"), total=1.0), "weights local, lookahead and global (numbers >= 0) summing to 1 (the win threshold is 0.5)", "optimizer.params.reward={local:0.4,lookahead:0.4,global:0.2}"),  # fmt: skip
+    ("", "refresh", _weights(("local", "global")), "weights local and global (numbers >= 0)", "optimizer.params.refresh={local:0.7,global:0.3}"),  # fmt: skip
+    ("", "component_selection", lambda v: v in GEPA_COMPONENT_SELECTION, f"one of {', '.join(GEPA_COMPONENT_SELECTION)}", "optimizer.params.component_selection=round_robin"),  # fmt: skip
+    ("", "candidate_selection", lambda v: v in GEPA_CANDIDATE_SELECTION, f"one of {', '.join(GEPA_CANDIDATE_SELECTION)}", "optimizer.params.candidate_selection=pareto"),  # fmt: skip
+    ("", "acceptance", lambda v: v in GEPA_ACCEPTANCE, f"one of {', '.join(GEPA_ACCEPTANCE)}", "optimizer.params.acceptance=strict_improvement"),  # fmt: skip
 )
 
 
@@ -178,43 +203,27 @@ def _apply(rules: tuple[Rule, ...], data: Mapping[str, Any], prefix: str) -> lis
     return bad
 
 
-# ----------------------------------------------------------------------------- optimizer params
-
 TRACKING_BACKENDS = ("mlflow", "none")
-# params whose value is free-form (a model name, or overrides of a conf/model file)
-FREE_FORM_PARAMS = frozenset({"optimizer_model"})
 
 
-def unknown_optimizer_params(method: str, params: Mapping[str, Any]) -> list[BadSetting]:
-    """Keys the method does not have. Its schema is its own file, conf/optimizer/<method>.yaml:
-    every parameter it reads is declared there with its default, so a misspelt key is refused
-    instead of silently dropped."""
-    from pathlib import Path
+def _foreign_params(opt: Mapping[str, Any]) -> list[BadSetting]:
+    """Parameters the method's schema lacks. Hydra refuses them when it composes the cell, except one
+    added with `+` (which opens the node): named here, as it would fail only when the cell reads them."""
+    from omegaconf.errors import ConfigKeyError
 
-    import yaml
+    from apps_bench.config import OPTIMIZER_SCHEMAS
 
-    path = Path(__file__).resolve().parent / "conf" / "optimizer" / f"{method}.yaml"
-    if not path.is_file():
-        return []  # an unknown method is the optimizer registry's error to give
-    schema = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("params") or {}
-    return _unknown_keys(params, schema, "optimizer.params", method)
-
-
-def _unknown_keys(given: Mapping[str, Any], schema: Mapping[str, Any], prefix: str, method: str) -> list[BadSetting]:
-    import difflib
-
-    bad = []
-    for key, value in given.items():
-        where = f"{prefix}.{key}"
-        if key not in schema:
-            close = difflib.get_close_matches(str(key), [str(k) for k in schema], n=1)
-            bad.append(BadSetting(
-                where, value, f"a parameter of optimizer={method}: one of {', '.join(sorted(map(str, schema)))}",
-                f"{prefix}.{close[0]}=..." if close else f"drop {where} (see conf/optimizer/{method}.yaml)",
-            ))  # fmt: skip
-        elif isinstance(value, Mapping) and isinstance(schema[key], Mapping) and key not in FREE_FORM_PARAMS:
-            bad += _unknown_keys(value, schema[key], where, method)
-    return bad
+    schema = OPTIMIZER_SCHEMAS.get(str(opt.get("name")))
+    if schema is None:
+        return []  # an unknown method is refused when Hydra composes it
+    try:
+        typed(schema, opt)
+    except ConfigKeyError as exc:
+        key = f"optimizer.{exc.full_key}"
+        value = _section(opt, ".".join(str(exc.full_key).split(".")[:-1])) or {}
+        return [BadSetting(key, value.get(str(exc.key)), f"no setting of optimizer={opt['name']}",
+                           f"drop {key} (conf/optimizer/{opt['name']}.yaml lists the settings)")]  # fmt: skip
+    return []
 
 
 # ----------------------------------------------------------------------------- ignored settings
@@ -357,7 +366,7 @@ def check_settings(data: Mapping[str, Any]) -> None:
     opt = data.get("optimizer") or {}
     if opt.get("name") not in (None, "none"):
         bad += _apply(OPTIMIZER_RULES, opt.get("params") or {}, "optimizer.params")
-        bad += unknown_optimizer_params(str(opt["name"]), opt.get("params") or {})
+        bad += _foreign_params(opt)
     tracking = data.get("tracking") or {}
     if tracking.get("backend") not in TRACKING_BACKENDS:
         bad.append(BadSetting("tracking.backend", tracking.get("backend"), f"one of {', '.join(TRACKING_BACKENDS)}",

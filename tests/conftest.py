@@ -8,6 +8,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -192,6 +193,17 @@ def compose_cell(*overrides: str, hydra_cfg: bool = False):
             return compose("config", overrides=list(overrides), return_hydra_config=hydra_cfg)
     finally:
         GlobalHydra.instance().clear()
+
+
+def optimizer_params(method: str, **over: Any):
+    """conf/optimizer/<method>.yaml's params as Hydra composes them, with `over` (nested dicts for the
+    budget and pool) merged in: typed by the method's schema, so a key it lacks fails here too."""
+    from omegaconf import OmegaConf
+
+    from apps_bench.config import OPTIMIZER_SCHEMAS, typed
+
+    node = compose_cell(f"optimizer={method}").optimizer
+    return typed(OPTIMIZER_SCHEMAS[method], OmegaConf.merge(node, {"params": over})).params
 
 
 @pytest.fixture(scope="module")

@@ -71,11 +71,26 @@ CASES = {
     "rounds on a flow without rounds": (["topology.rounds=3"], ["topology.rounds=3", "only the decentralized"]),
     "misspelt optimizer parameter": (
         [*LOCAL, "optimizer=maspo", f"optimizer.params.pool.path={TRAIN}", "+optimizer.params.minibtch=4"],
-        ["optimizer.params.minibtch=4", "a parameter of optimizer=maspo", "Fix: optimizer.params.minibatch=..."],
+        ["optimizer.params.minibtch=4", "no setting of optimizer=maspo", "Fix: optimizer.params.minibatch=4"],
     ),
     "misspelt nested optimizer parameter": (
         [*LOCAL, "optimizer=gepa", f"optimizer.params.pool.path={TRAIN}", "+optimizer.params.budget.rolouts=5"],
-        ["optimizer.params.budget.rolouts=5", "Fix: optimizer.params.budget.rollouts=..."],
+        ["optimizer.params.budget.rolouts=5", "Fix: optimizer.params.budget.rollouts=5"],
+    ),
+    "another method's parameter": (
+        [*LOCAL, "optimizer=gepa", f"optimizer.params.pool.path={TRAIN}", "optimizer.params.K=2"],
+        ["optimizer.params.K=2", "a setting of optimizer=maspo; optimizer=gepa has none", "Fix: optimizer=maspo optimizer.params.K=2"],
+    ),
+    "a parameter without its method": (
+        [*LOCAL, "optimizer.params.hard_cases=2"], ["optimizer.params.hard_cases=2", "optimizer=none has none"],
+    ),
+    "misspelt MASPO weight": (
+        [*LOCAL, "optimizer=maspo", f"optimizer.params.pool.path={TRAIN}", "+optimizer.params.reward.lokal=0.1"],
+        ["optimizer.params.reward={local:0.4,lookahead:0.4,global:0.2,lokal:0.1}", "weights local, lookahead and global"],
+    ),
+    "unknown GEPA choice": (
+        [*LOCAL, "optimizer=gepa", f"optimizer.params.pool.path={TRAIN}", "optimizer.params.acceptance=always"],
+        ["optimizer.params.acceptance=always", "one of strict_improvement, improvement_or_equal"],
     ),
     "team size without roles": (
         ["topology=independent", "topology.team_size=3"], ["topology.team_size=3", "2, 4, 8, 10", "Fix: topology.team_size=2"],
@@ -158,6 +173,33 @@ def test_rule_names_the_setting(overrides: list[str], key: str):
         check_settings(_composed(*overrides))
     assert [b.key for b in err.value.bad] == [key]
     assert f"{key}=" in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_a_key_the_method_lacks_fails_at_composition(tmp_path: Path):
+    """Each method's schema (config.py) is in its YAML's defaults list: a parameter it does not have, given
+    on the command line or written into the YAML, is refused when Hydra composes the cell."""
+    import shutil
+
+    from conftest import CONF_DIR
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="optimizer.params.K"):
+        compose_cell("optimizer=gepa", "optimizer.params.K=2")  # MASPO's, not GEPA's
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    maspo = conf / "optimizer" / "maspo.yaml"
+    maspo.write_text(maspo.read_text().replace("  hard_cases: 3", "  hard_case: 3"))
+    GlobalHydra.instance().clear()
+    try:
+        with (
+            initialize_config_dir(version_base="1.3", config_dir=str(conf)),
+            pytest.raises(ConfigCompositionException, match="hard_case"),
+        ):
+            compose("config", overrides=["optimizer=maspo"])
+    finally:
+        GlobalHydra.instance().clear()
 
 
 def test_the_plan_shows_a_bad_cell_refused(tmp_path: Path):

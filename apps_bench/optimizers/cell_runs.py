@@ -27,16 +27,16 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from apps_bench.cell import Cell, resolve_cell
+from apps_bench.config import NoOptimizer, NoParams, as_plain
 
 HEADLINE = ("pass_at_1", "pass_at_1_ci_low", "pass_at_1_ci_high", "pass_at_1_extracted", "n_problems", "n_passed",
             "n_errors", "complete")  # fmt: skip
 
 
 def seed_cell_of(data: Mapping[str, Any]) -> Cell:
-    """The seed prompts' cell: this cell's config with `optimizer=none` (conf/optimizer/none.yaml)."""
-    from omegaconf import OmegaConf  # noqa: PLC0415
-
-    none = OmegaConf.to_container(OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "optimizer" / "none.yaml"))
+    """The seed prompts' cell: this cell's config with `optimizer=none` (which has no settings but its name,
+    config.NoOptimizer: what conf/optimizer/none.yaml composes to)."""
+    none = as_plain(NoOptimizer(name="none", params=NoParams()))
     return resolve_cell({**dict(data), "optimizer": none})
 
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from apps_bench.config import Config, DatasetConfig, as_plain, typed, typed_config
+from apps_bench.config import Config, DatasetConfig, PoolParams, as_plain, typed_config
 from apps_bench.engine import Engine, fork_solvers
 from apps_bench.optimizers.run import OptimizeResult, optimize
 from apps_bench.types import Problem
 
 
-def pool_dataset_config(dataset_cfg: Mapping[str, Any], pool: Mapping[str, Any]) -> dict[str, Any]:
+def pool_dataset_config(dataset_cfg: DatasetConfig, pool: PoolParams) -> DatasetConfig:
     """The dataset the pool is drawn from: the cell's dataset at the pool's split.
 
     source=train reads the train split (hub, same repo and revision) or `pool.path` (a
@@ -32,19 +32,15 @@ def pool_dataset_config(dataset_cfg: Mapping[str, Any], pool: Mapping[str, Any])
     """
     from apps_bench.validate import pool_problems  # noqa: PLC0415
 
-    bad = pool_problems(dataset_cfg, pool)
+    bad = pool_problems(dataclasses.asdict(dataset_cfg), dataclasses.asdict(pool))
     if bad:
         raise ValueError(bad[0].line())
-    ds = dict(dataset_cfg)
-    if pool.get("source", "train") == "train":
-        ds["split"] = "train"
-        ds["name"] = f"{ds.get('name', 'apps')}_train"
-        if pool.get("path"):
-            ds["path"], ds["source"] = str(pool["path"]), "file"
-    else:  # test_minus_eval
-        ds["split"] = "test"
-    ds["streaming"] = False  # the whole split is needed
-    return ds
+    if pool.source == "test_minus_eval":
+        return dataclasses.replace(dataset_cfg, split="test", streaming=False)  # the whole split is needed
+    if pool.path:
+        return dataclasses.replace(dataset_cfg, split="train", name=f"{dataset_cfg.name}_train", path=pool.path,
+                                   source="file", streaming=False)  # fmt: skip
+    return dataclasses.replace(dataset_cfg, split="train", name=f"{dataset_cfg.name}_train", streaming=False)
 
 
 def optimizer_model_config(value: Any, task_model: Any) -> Any:
@@ -94,10 +90,10 @@ def load_pool(cfg: Config) -> OptimizerPool:
     """The pool of `cfg`'s optimizer (ValueError: bad pool settings, with the fix)."""
     from apps_bench.data import eval_ids, load_problems  # noqa: PLC0415
 
-    pool_p = dict(cfg.optimizer.params.get("pool") or {})
-    pool_ds = pool_dataset_config(dataclasses.asdict(cfg.dataset), pool_p)
-    loaded = load_problems(typed(DatasetConfig, pool_ds), difficulty=pool_p.get("difficulty", "interview"), max_tests_per_row=int(cfg.max_tests_per_row))
-    eval_rows = load_problems(cfg.dataset, only=eval_ids(), max_tests_per_row=int(cfg.max_tests_per_row)).problems
+    pool_p = cfg.optimizer.params.pool
+    pool_ds = pool_dataset_config(cfg.dataset, pool_p)
+    loaded = load_problems(pool_ds, difficulty=pool_p.difficulty, max_tests_per_row=cfg.max_tests_per_row)
+    eval_rows = load_problems(cfg.dataset, only=eval_ids(), max_tests_per_row=cfg.max_tests_per_row).problems
     return OptimizerPool(loaded=loaded, eval_rows=list(eval_rows))
 
 
@@ -127,11 +123,11 @@ def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: P
     from apps_bench.topologies.prompts import load_prompts, roles_for  # noqa: PLC0415
 
     method = cfg.optimizer.name
-    params = dict(cfg.optimizer.params)
+    params = cfg.optimizer.params
     problems = {p.key: p for p in pool.problems}
     with ExitStack() as stack:
         proxy, replay_url = None, None
-        if params.get("replay", True):  # partial re-runs: identical model requests are answered from the run's cache
+        if params.replay:  # partial re-runs: identical model requests are answered from the run's cache
             from apps_bench.optimizers.cache import RolloutCache  # noqa: PLC0415
             from apps_bench.optimizers.replay import ReplayProxy  # noqa: PLC0415
 
@@ -139,7 +135,7 @@ def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: P
             replay_cache = stack.enter_context(RolloutCache(Path(out_dir) / "cache.sqlite"))
             proxy = ReplayProxy(engine.endpoint.base_url, replay_cache, timeout_s=float(cfg.model.request_timeout_s) + 5)
             replay_url = stack.enter_context(proxy)
-        opt_cfg = optimizer_model_config(params.get("optimizer_model"), cfg.model)
+        opt_cfg = optimizer_model_config(params.optimizer_model, cfg.model)
         if opt_cfg == cfg.model:
             opt_ep = engine.endpoint  # the task model's endpoint (one gold server, one vLLM connection)
         else:

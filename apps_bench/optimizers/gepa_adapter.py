@@ -32,6 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from gepa.core.adapter import EvaluationBatch, GEPAAdapter
 
+from apps_bench.config import GepaParams
 from apps_bench.optimizers.cache import Checkpoints, stable_hash
 from apps_bench.optimizers.proposals import ChatReply, Message, parse_tagged, proposal_messages, role_examples
 from apps_bench.optimizers.protocol import Budget, BudgetExhausted, EvalKeyError, ProblemKey, make_key
@@ -39,30 +40,6 @@ from apps_bench.optimizers.scoring import PERFECT_SCORE, Evaluator, Infrastructu
 from apps_bench.topologies.base import PromptSet
 
 ReflectFn = Callable[[list[Message], int], ChatReply]  # the optimizer model (e.g. proposals.CachedChat)
-
-
-@dataclass(frozen=True)
-class GepaConfig:
-    minibatch: int = 3  # reflection minibatch size
-    component_selection: str = "round_robin"  # round_robin | all
-    candidate_selection: str = "pareto"  # pareto | current_best | epsilon_greedy | top_k_pareto
-    acceptance: str = "strict_improvement"  # strict_improvement | improvement_or_equal
-    use_merge: bool = False
-    n_traces: int = 5  # examples per role shown to the reflection model
-    stall_iterations: int = 20  # stop after this many iterations that charged nothing (all cached/failed)
-    seed: int = 0
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> GepaConfig:
-        known = set(cls.__dataclass_fields__)
-        cfg = cls(**{k: v for k, v in dict(params).items() if k in known})
-        if cfg.minibatch < 1:
-            raise ValueError(f"gepa.minibatch must be >= 1, got {cfg.minibatch}")
-        if cfg.component_selection not in ("round_robin", "all"):
-            raise ValueError(f"gepa.component_selection must be round_robin or all, got {cfg.component_selection!r}")
-        if cfg.acceptance not in ("strict_improvement", "improvement_or_equal"):
-            raise ValueError(f"gepa.acceptance must be strict_improvement or improvement_or_equal, got {cfg.acceptance!r}")
-        return cfg
 
 
 class PipelineAdapter(GEPAAdapter):
@@ -306,7 +283,7 @@ def run_gepa(
     reflect: ReflectFn,
     *,
     budget: Budget,
-    cfg: GepaConfig = GepaConfig(),
+    cfg: GepaParams,
     question_of: Callable[[ProblemKey], str] | None = None,
     run_dir: str | None = None,
     callbacks: list[Any] | None = None,

@@ -48,6 +48,7 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from apps_bench.config import MaspoParams
 from apps_bench.optimizers.cache import Checkpoints
 from apps_bench.optimizers.protocol import Budget, BudgetExhausted, ProblemKey
 from apps_bench.optimizers.scoring import Rollout
@@ -183,30 +184,26 @@ ProposeFn = Callable[[str, str, Sequence[Rollout]], list[str]]
 
 @dataclass(frozen=True)
 class MaspoConfig:
-    K: int = 2  # beam width
-    Ksub: int = 2  # children per node per step
-    T: int = 3  # steps per agent per round
-    D: int = 3  # rounds
-    minibatch: int = 10
-    w_local: float = 0.4
-    w_lookahead: float = 0.4
-    w_global: float = 0.2
-    refresh_local: float = 0.7
-    refresh_global: float = 0.3
-    hard_cases: int = 3  # mined cases kept per agent
-    seed: int = 0
+    """The search's settings, read from `optimizer.params` (MaspoParams: conf/optimizer/maspo.yaml holds their values)."""
+
+    K: int  # beam width
+    Ksub: int  # children per node per step
+    T: int  # steps per agent per round
+    D: int  # rounds
+    minibatch: int
+    w_local: float
+    w_lookahead: float
+    w_global: float
+    refresh_local: float
+    refresh_global: float
+    hard_cases: int  # mined cases kept per agent
+    seed: int
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> MaspoConfig:
-        known = set(cls.__dataclass_fields__)
-        flat = dict(params)
-        for group in ("reward", "refresh"):
-            sub = flat.pop(group, None) or {}
-            for k, v in dict(sub).items():
-                flat[{"reward": {"local": "w_local", "lookahead": "w_lookahead", "global": "w_global"},
-                      "refresh": {"local": "refresh_local", "global": "refresh_global"}}[group].get(k, k)] = v  # fmt: skip
-        cfg = {k: v for k, v in flat.items() if k in known}
-        out = cls(**cfg)
+    def of(cls, p: MaspoParams) -> MaspoConfig:
+        out = cls(K=p.K, Ksub=p.Ksub, T=p.T, D=p.D, minibatch=p.minibatch,
+                  w_local=p.reward["local"], w_lookahead=p.reward["lookahead"], w_global=p.reward["global"],
+                  refresh_local=p.refresh["local"], refresh_global=p.refresh["global"], hard_cases=p.hard_cases, seed=p.seed)  # fmt: skip
         out.validate()
         return out
 
@@ -309,7 +306,7 @@ class Maspo:
         system: MaspoSystem,
         propose: ProposeFn,
         train_keys: Sequence[ProblemKey],
-        cfg: MaspoConfig = MaspoConfig(),
+        cfg: MaspoConfig,
         *,
         budget: Budget | None = None,
         checkpoints: Checkpoints | None = None,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from apps_bench.config import BudgetParams
 from apps_bench.types import Problem
 
 ProblemKey = tuple[str, str]  # (split, problem_id): APPS train and test both number from 0
@@ -324,16 +325,9 @@ class Budget:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> Budget:
-        def cap(name: str) -> int | None:
-            v = params.get(name)
-            if v is None:
-                return None
-            if int(v) < 0:
-                raise ValueError(f"budget.{name} must be >= 0 or null (no cap), got {v}")
-            return int(v)
-
-        return cls(cap("rollouts"), cap("task_tokens") if "task_tokens" in params else cap("tokens"), cap("optimizer_tokens"))
+    def of(cls, caps: BudgetParams) -> Budget:
+        """The caps of `optimizer.params.budget` (validate.py has checked them: >= 1 or null)."""
+        return cls(caps.rollouts, caps.tokens, caps.optimizer_tokens)
 
     def exhausted_by(self) -> str | None:
         if self.max_rollouts is not None and self.rollouts >= self.max_rollouts:

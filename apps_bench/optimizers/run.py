@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from apps_bench.config import GepaParams, MaspoParams, OptimizerParams
 from apps_bench.optimizers.cache import Checkpoints, RolloutCache
 from apps_bench.optimizers.proposals import CachedChat, ChatFn, ModelProposer
 from apps_bench.optimizers.protocol import (
@@ -129,7 +130,7 @@ def _judge_program(problems: Mapping[ProblemKey, Problem], score: Callable[[Prob
 def optimize(
     *,
     method: str,
-    params: Mapping[str, Any],
+    params: OptimizerParams,
     flow: str,
     roles: Sequence[str],
     seed_prompts: PromptSet,
@@ -157,22 +158,20 @@ def optimize(
     out.mkdir(parents=True, exist_ok=True)
     log = EventLog(out / "events.jsonl", hook)
     eval_set = eval_set.with_questions([*problems, *eval_problems])
-    pool_p = dict(params.get("pool") or {})
-    pool = build_pool(problems, eval_set=eval_set, source=str(pool_p.get("source", "train")),
-                      difficulty=pool_p.get("difficulty", "interview"))  # fmt: skip
-    splits = make_splits(pool, train_size=int(pool_p.get("train_size", 50)), val_size=int(pool_p.get("val_size", 30)),
-                         split_seed=int(pool_p.get("split_seed", 0)))  # fmt: skip
+    pool_p = params.pool
+    pool = build_pool(problems, eval_set=eval_set, source=pool_p.source, difficulty=pool_p.difficulty)
+    splits = make_splits(pool, train_size=pool_p.train_size, val_size=pool_p.val_size, split_seed=pool_p.split_seed)
     write_manifest(out / "manifest.json", manifest_dict(splits, pool, dataset_revision=dataset_revision, eval_set=eval_set))
     log("start", {"method": method, "train": [key_str(k) for k in splits.train], "val": [key_str(k) for k in splits.val]})
 
     cache = RolloutCache(out / "cache.sqlite")
-    budget = Budget.from_params(dict(params.get("budget") or {}))
+    budget = Budget.of(params.budget)
     gate = ScoringGate(eval_set, splits)
 
     def on_eval(rec: EvalRecord) -> None:
         log("evaluation", {**asdict(rec), "keys": [key_str(k) for k in rec.keys], "rollouts_charged": budget.rollouts})
 
-    retries = int(params.get("infra_retries", 1))
+    retries = params.infra_retries
     evaluator = ProtocolEvaluator(runner, cache, budget, gate, run_seed, dict(model), dict(settings), on_evaluate=on_eval,
                                   infra_retries=retries)  # fmt: skip
     question_of = lambda key: pool.problems[tuple(key)].question  # noqa: E731 - statements only, never solutions
@@ -191,10 +190,12 @@ def optimize(
     if method == "none":
         chosen = seed_texts
     elif method == "maspo":
+        assert isinstance(params, MaspoParams), f"optimizer=maspo takes MaspoParams, got {type(params).__name__}"
         chosen, stopped, d = _run_maspo(params, flow, roles, seed_texts, splits.train, evaluator, cchat, budget,
                                         question_of, pool, score_program, extract_program, out, log)  # fmt: skip
         details.update(d)
     else:
+        assert isinstance(params, GepaParams), f"optimizer=gepa takes GepaParams, got {type(params).__name__}"
         chosen, stopped, d = _run_gepa(params, optimized_roles, seed_texts, splits, evaluator, cchat, budget, question_of, log,
                                        Checkpoints(out / "checkpoints"))  # fmt: skip
         details.update(d)
@@ -230,12 +231,12 @@ def _run_maspo(params, flow, roles, seed_texts, train, evaluator, cchat, budget,
         raise ValueError("optimizer=maspo needs score_program (the judge on training tests) for its execution-grounded reward")
     if extract_program is None:
         from apps_bench.task import extract_program  # noqa: PLC0415
-    cfg = MaspoConfig.from_params(params)
+    cfg = MaspoConfig.of(params)
     graph = graph_for(flow, roles)
     system = EvaluatorSystem(evaluator, graph, judge_program=_judge_program(pool.problems, score_program),
                              extract_program=extract_program, text_judge=ModelTextJudge(cchat, cfg.seed),
                              question_of=question_of)  # fmt: skip
-    proposer = ModelProposer(cchat, ksub=cfg.Ksub, n_traces=int(params.get("n_traces", 5)), question_of=question_of, seed=cfg.seed)
+    proposer = ModelProposer(cchat, ksub=cfg.Ksub, n_traces=params.n_traces, question_of=question_of, seed=cfg.seed)
 
     def on_event(ev: dict[str, Any]) -> None:
         log(f"maspo_{ev.get('kind')}", ev)
@@ -254,14 +255,13 @@ def _run_maspo(params, flow, roles, seed_texts, train, evaluator, cchat, budget,
 
 def _run_gepa(params, roles, seed_texts, splits, evaluator, cchat, budget, question_of, log, checkpoints):
     try:
-        from apps_bench.optimizers.gepa_adapter import GepaConfig, run_gepa  # noqa: PLC0415
+        from apps_bench.optimizers.gepa_adapter import run_gepa  # noqa: PLC0415
     except ImportError as exc:
         if "gepa" not in str(exc):
             raise
         raise ImportError(f"optimizer=gepa needs the `gepa` package ({exc}); install it with: pip install 'apps-bench[optimizers]'") from exc
 
-    cfg = GepaConfig.from_params(params)
-    res = run_gepa({r: seed_texts[r] for r in roles}, splits.train, splits.val, evaluator, cchat, budget=budget, cfg=cfg,
+    res = run_gepa({r: seed_texts[r] for r in roles}, splits.train, splits.val, evaluator, cchat, budget=budget, cfg=params,
                    question_of=question_of, base_prompts=seed_texts, on_event=log, checkpoints=checkpoints)  # fmt: skip
     chosen = {**seed_texts, **res.best}
     return chosen, res.stopped, {

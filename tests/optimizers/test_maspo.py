@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import pytest
+from conftest import optimizer_params
 
 from apps_bench.optimizers.cache import Checkpoints
 from apps_bench.optimizers.maspo import (
@@ -66,9 +67,8 @@ def plus_minus(agent: str, text: str, rollouts: Sequence[Rollout]) -> list[str]:
 
 
 def cfg(**kw) -> MaspoConfig:
-    base = dict(K=2, Ksub=2, T=2, D=1, minibatch=4, seed=7)
-    base.update(kw)
-    return MaspoConfig(**base)
+    """conf/optimizer/maspo.yaml's settings with the small search these tests run."""
+    return MaspoConfig.of(optimizer_params("maspo", **{"K": 2, "Ksub": 2, "T": 2, "D": 1, "minibatch": 4, "seed": 7, **kw}))
 
 
 def beam(m: Maspo, agent: str) -> list[tuple[str, float]]:
@@ -246,7 +246,7 @@ def test_graph_mappings():
 
 
 def test_plan_lowers_D_then_T_then_minibatch():
-    c = MaspoConfig()  # K=2 Ksub=2 T=3 D=3 minibatch=10
+    c = MaspoConfig.of(optimizer_params("maspo"))  # K=2 Ksub=2 T=3 D=3 minibatch=10
     # per agent: (1 + (D*T - 1)*K) nodes stepped x mb x (1 + Ksub) + (D - 1) refreshes x K x mb
     assert estimate_rollouts(2, c, 3, 3, 10) == 2 * ((1 + 8 * 2) * 10 * 3 + 2 * 2 * 10) == 1100
     assert plan(2, c, None).D == 3
@@ -316,11 +316,11 @@ def test_same_seed_same_result_and_seed_changes_draws():
 
 
 def test_config_validation_and_params():
-    c = MaspoConfig.from_params({"K": 3, "T": 1, "reward": {"local": 0.5, "lookahead": 0.3, "global": 0.2}, "budget": {}})
+    c = MaspoConfig.of(optimizer_params("maspo", K=3, T=1, reward={"local": 0.5, "lookahead": 0.3, "global": 0.2}))
     assert (c.K, c.T, c.w_local, c.w_lookahead) == (3, 1, 0.5, 0.3)
     with pytest.raises(ValueError, match="sum to 1"):
-        MaspoConfig.from_params({"reward": {"local": 0.5}})
+        MaspoConfig.of(optimizer_params("maspo", reward={"local": 0.5}))
     with pytest.raises(ValueError, match="K must be >= 1"):
-        MaspoConfig.from_params({"K": 0})
+        MaspoConfig.of(optimizer_params("maspo", K=0))
     with pytest.raises(ValueError, match="seed prompts lack"):
         Maspo(AgentGraph(("a", "b")), {"a": "x"}, World(), plus_minus, KEYS, cfg())

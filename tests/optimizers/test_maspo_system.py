@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import optimizer_params
 
 from apps_bench.optimizers.cache import Checkpoints, RolloutCache
 from apps_bench.optimizers.maspo import Maspo, MaspoConfig, graph_for
@@ -94,7 +95,7 @@ def build(tmp_path, cache_name, pipeline, max_rollouts=None, T=2, D=2):
     system = EvaluatorSystem(ev, graph, judge_program=judge_program, extract_program=extract, text_judge=plus_judge)
     chat = CachedChat(optimizer_model, cache, {"id": "opt"}, budget)
     proposer = ModelProposer(chat, ksub=2, question_of=lambda k: f"Q{k[1]}")
-    cfg = MaspoConfig(K=2, Ksub=2, T=T, D=D, minibatch=4, seed=1)
+    cfg = MaspoConfig.of(optimizer_params("maspo", K=2, Ksub=2, T=T, D=D, minibatch=4, seed=1))
     return Maspo(graph, SEED, system, proposer, TRAIN, cfg, budget=budget, checkpoints=Checkpoints(tmp_path / f"ck_{cache_name}")), budget
 
 

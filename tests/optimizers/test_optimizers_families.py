@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import compose_cell
+from conftest import compose_cell, optimizer_params
 
 from apps_bench.config import JudgeConfig, typed
 
@@ -67,8 +67,9 @@ def test_method_runs_on_family(tmp_path, shared, topology, method):
     size = [] if topology == "single" else ["topology.team_size=2"]
     cfg = _cfg(f"topology={topology}", *size, "tool.timeout_s=2", "judge.timeout_s=2", "concurrency=4", "model.wrong_fraction=0.5")
     pool_p = {"train_size": 3, "val_size": 2, "split_seed": 0}
-    params = {"maspo": {"budget": {"rollouts": 4}, "pool": pool_p, "K": 1, "Ksub": 1, "T": 1, "D": 1, "minibatch": 2},
-              "gepa": {"budget": {"rollouts": 6}, "pool": pool_p, "minibatch": 2}}[method]  # fmt: skip
+    over = {"maspo": {"budget": {"rollouts": 4}, "pool": pool_p, "K": 1, "Ksub": 1, "T": 1, "D": 1, "minibatch": 2},
+            "gepa": {"budget": {"rollouts": 6}, "pool": pool_p, "minibatch": 2}}[method]  # fmt: skip
+    params = optimizer_params(method, **over)
     chat = EndpointChat(ep, cfg.model)
     try:
         with Engine.open(cfg, endpoint=ep, pool=pool) as engine:

@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from conftest import compose_cell
+from conftest import compose_cell, optimizer_params
 
 from apps_bench.config import JudgeConfig, typed
 
@@ -53,8 +53,8 @@ def _gepa(out: Path, rows, fault_fraction: float, infra_retries: int):
 
     cfg = _cfg("topology=single", "tool.timeout_s=2", "judge.timeout_s=2", "concurrency=4", "model.wrong_fraction=0.5",
                f"model.fault_fraction={fault_fraction}", "model.max_retries=0")  # fmt: skip
-    params = {"budget": {"rollouts": 8}, "pool": {"train_size": 3, "val_size": 2, "split_seed": 0}, "minibatch": 2,
-              "infra_retries": infra_retries}  # fmt: skip
+    params = optimizer_params("gepa", budget={"rollouts": 8}, pool={"train_size": 3, "val_size": 2, "split_seed": 0}, minibatch=2,
+                              infra_retries=infra_retries)  # fmt: skip
     with ExitStack() as stack:
         ep = stack.enter_context(open_endpoint(cfg.model, rows))
         ep.server.fault_kinds = ("http_500", "http_503", "malformed")  # no stalls: keeps the test fast

@@ -11,13 +11,15 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import compose_cell, optimizer_params
 
 pytest.importorskip("gepa")
 
 from gepa.core.adapter import GEPAAdapter  # noqa: E402
 
+from apps_bench.config import cell_data  # noqa: E402
 from apps_bench.optimizers.cache import RolloutCache  # noqa: E402
-from apps_bench.optimizers.gepa_adapter import GepaConfig, PipelineAdapter, run_gepa  # noqa: E402
+from apps_bench.optimizers.gepa_adapter import PipelineAdapter, run_gepa  # noqa: E402
 from apps_bench.optimizers.proposals import CachedChat, ChatReply  # noqa: E402
 from apps_bench.optimizers.protocol import Budget, EvalKeyError, EvalSet, ScoringGate, Splits  # noqa: E402
 from apps_bench.optimizers.scoring import PERFECT_SCORE, FailingTest, InfrastructureDown, ProtocolEvaluator, RoleTrace, Rollout  # noqa: E402
@@ -74,7 +76,7 @@ def evaluator(tmp_path, runner, budget, cache=None, strict_splits=True):
 def go(tmp_path, runner, budget, cache=None, **cfg):
     ev = evaluator(tmp_path, runner, budget, cache)
     chat = CachedChat(reflect, ev.cache, {"id": "reflector"}, budget)
-    return run_gepa(SEED, TRAIN, VAL, ev, chat, budget=budget, cfg=GepaConfig(**{"minibatch": 3, **cfg}))
+    return run_gepa(SEED, TRAIN, VAL, ev, chat, budget=budget, cfg=optimizer_params("gepa", **{"minibatch": 3, **cfg}))
 
 
 def test_adapter_is_a_gepa_adapter_with_its_own_proposer():
@@ -213,9 +215,16 @@ def test_reflective_dataset_per_role_and_tag_proposer(tmp_path):
 
 
 def test_config_params():
-    assert GepaConfig.from_params({"minibatch": 5, "unknown": 1}).minibatch == 5
-    with pytest.raises(ValueError, match="component_selection"):
-        GepaConfig.from_params({"component_selection": "random"})
+    """The YAML's settings reach the run typed; a key GEPA lacks fails at composition, a bad choice at the check."""
+    from omegaconf.errors import ConfigKeyError
+
+    from apps_bench.validate import InvalidSettings, check_settings
+
+    assert optimizer_params("gepa", minibatch=5).minibatch == 5
+    with pytest.raises(ConfigKeyError, match="unknown"):
+        optimizer_params("gepa", unknown=1)
+    with pytest.raises(InvalidSettings, match="component_selection"):
+        check_settings(cell_data(compose_cell("dataset=apps", "optimizer=gepa", "optimizer.params.component_selection=random")))
     assert isinstance(PromptSet(SEED).texts, dict)
 
 

@@ -9,12 +9,13 @@ prompt file), not that optimization helps.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 
 import pytest
-from conftest import compose_cell
+from conftest import compose_cell, optimizer_params
 
 from apps_bench.config import JudgeConfig, typed
 
@@ -50,8 +51,8 @@ def test_maspo_over_real_single_runner_with_gold(tmp_path, apps_data_dir):
     cfg = _cfg("topology=single", "dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "concurrency=4")
     loaded = load_problems(cfg.dataset, difficulty="interview", max_tests_per_row=int(cfg.max_tests_per_row))
     problems = {p.key: p for p in loaded.problems}
-    params = {"budget": {"rollouts": 24}, "pool": {"train_size": 6, "val_size": 3, "split_seed": 0},
-              "K": 1, "Ksub": 1, "T": 2, "D": 1, "minibatch": 3}  # fmt: skip
+    params = optimizer_params("maspo", budget={"rollouts": 24}, pool={"train_size": 6, "val_size": 3, "split_seed": 0},
+                              K=1, Ksub=1, T=2, D=1, minibatch=3)  # fmt: skip
     out = tmp_path / "opt"
     seed_prompts = load_prompts(cfg.topology)
     with (open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool.from_config(typed(JudgeConfig, cfg.judge), workers=2) as pool,
@@ -85,18 +86,24 @@ def test_maspo_over_real_single_runner_with_gold(tmp_path, apps_data_dir):
 
 
 def test_pool_dataset_config_reads_the_right_split():
+    from apps_bench.config import DatasetConfig
     from apps_bench.optimizers.entry import pool_dataset_config
 
-    hub = {"name": "apps", "source": "hub", "hub_repo": "codeparrot/apps", "revision": "abc", "split": "test", "path": None}
-    tr = pool_dataset_config(hub, {"source": "train"})
-    assert (tr["split"], tr["revision"], tr["source"], tr["streaming"]) == ("train", "abc", "hub", False)
-    assert pool_dataset_config(hub, {"source": "test_minus_eval"})["split"] == "test"
-    local = {**hub, "path": "/data/test.jsonl"}
-    assert pool_dataset_config(local, {"source": "train", "path": "/data/train.jsonl"})["path"] == "/data/train.jsonl"
+    def pool(**kw):
+        return optimizer_params("maspo", pool=kw).pool
+
+    hub = DatasetConfig(
+        name="apps", source="hub", hub_repo="codeparrot/apps", revision="abc", split="test", path=None, streaming=True
+    )
+    tr = pool_dataset_config(hub, pool(source="train"))
+    assert (tr.split, tr.revision, tr.source, tr.streaming) == ("train", "abc", "hub", False)
+    assert pool_dataset_config(hub, pool(source="test_minus_eval")).split == "test"
+    local = DatasetConfig(**{**dataclasses.asdict(hub), "path": "/data/test.jsonl"})
+    assert pool_dataset_config(local, pool(source="train", path="/data/train.jsonl")).path == "/data/train.jsonl"
     with pytest.raises(ValueError, match="pool.path"):
-        pool_dataset_config(local, {"source": "train"})
+        pool_dataset_config(local, pool(source="train"))
     with pytest.raises(ValueError, match="train or test_minus_eval"):
-        pool_dataset_config(hub, {"source": "all"})
+        pool_dataset_config(hub, pool(source="all"))
 
 
 def test_run_optimizer_cell_from_composed_config(tmp_path, apps_data_dir, optimizer_pool_file):

@@ -12,6 +12,7 @@ import json
 import re
 
 import pytest
+from conftest import optimizer_params
 
 from apps_bench.optimizers.proposals import ChatReply
 from apps_bench.optimizers.protocol import EvalSet, read_manifest_splits
@@ -93,11 +94,11 @@ class Chat:
         return ChatReply(f"<analysis>a</analysis><modification>m</modification><prompt>{cur}{'+' if seed % 2 == 0 else '-'}</prompt>", 10)
 
 
+POOL = {"train_size": 12, "val_size": 6, "split_seed": 3}
 PARAMS = {
-    "maspo": {"budget": {"rollouts": 300}, "pool": {"train_size": 12, "val_size": 6, "split_seed": 3},
-              "K": 2, "Ksub": 2, "T": 2, "D": 2, "minibatch": 4, "seed": 0},
-    "gepa": {"budget": {"rollouts": 80}, "pool": {"train_size": 12, "val_size": 6, "split_seed": 3}, "minibatch": 3},
-    "none": {"pool": {"train_size": 12, "val_size": 6, "split_seed": 3}},
+    "maspo": optimizer_params("maspo", budget={"rollouts": 300}, pool=POOL, K=2, Ksub=2, T=2, D=2, minibatch=4, seed=0),
+    "gepa": optimizer_params("gepa", budget={"rollouts": 80}, pool=POOL, minibatch=3),
+    "none": optimizer_params("gepa", budget={"rollouts": None}, pool=POOL),  # optimizer=none reads only the protocol's part
 }  # fmt: skip
 
 
@@ -164,7 +165,7 @@ def test_none_scores_seed_only_and_other_split_settings_are_refused(tmp_path):
     assert res.chosen == dict(SEED.texts) and res.seed_val == res.chosen_val and res.budget["rollouts"] == 0
     assert chat.calls == 0 and pipe.batches == 1  # seed on val once; chosen == seed is served from the cache
     with pytest.raises(ValueError, match="different split manifest"):
-        optimize(method="none", params={"pool": {"train_size": 12, "val_size": 6, "split_seed": 4}}, flow="sequential",
+        optimize(method="none", params=optimizer_params("gepa", pool={**POOL, "split_seed": 4}), flow="sequential",
                  roles=["analyzer", "coder"], seed_prompts=SEED, problems=problems(), dataset_revision="rev1",
                  eval_set=EVAL, runner=Pipeline(out), run_seed=0, model={"id": "synthetic"}, settings={}, out_dir=out)  # fmt: skip
     with pytest.raises(ValueError, match="needs an optimizer model"):
@@ -203,7 +204,7 @@ def test_step_metrics_from_events(tmp_path):
 
 KILL_SCRIPT = r'''
 import sys, time
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {tests_root!r}]
 import test_optimizers_run as t
 from pathlib import Path
 out = Path({out!r})
@@ -233,7 +234,9 @@ def test_kill_9_mid_run_then_rerun_same_prompts_same_charged_budget(tmp_path, me
 
     reference, _, _, _ = go(tmp_path, method, name="reference")
     out = tmp_path / "killed"
-    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), out=str(out), method=method)
+    script = KILL_SCRIPT.format(
+        tests=str(Path(__file__).parent), tests_root=str(Path(__file__).parents[1]), out=str(out), method=method
+    )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     seen = 0
     for line in proc.stdout:
