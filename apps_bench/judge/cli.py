@@ -1,7 +1,7 @@
 """`python -m apps_bench.judge`: score predictions (or the reference solutions) without running agents.
 
-Defaults come from the conf files (conf/dataset/apps.yaml, conf/judge/<profile>.yaml,
-conf/config.yaml's max_tests_per_row); nothing is defaulted in code.
+Defaults come from conf/ as Hydra composes it (`dataset=apps`, `judge=<profile>`, the cell's
+max_tests_per_row: `config.compose`); nothing is defaulted in code.
 """
 
 from __future__ import annotations
@@ -15,20 +15,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Sequence
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-
 
 class UsageError(Exception):
     """Bad input from the user: printed as one clear line, exit status 2."""
-
-
-def _load_conf(*parts: str) -> Any:
-    from omegaconf import OmegaConf
-
-    path = CONF_DIR.joinpath(*parts)
-    if not path.is_file():
-        raise UsageError(f"missing config file {path}")
-    return OmegaConf.load(path)
 
 
 def judge_config(profile: str, overrides: Sequence[str] = ()) -> Any:
@@ -43,10 +32,9 @@ def judge_config(profile: str, overrides: Sequence[str] = ()) -> Any:
 
 
 def default_max_tests_per_row() -> int:
-    cfg = _load_conf("config.yaml")
-    if "max_tests_per_row" not in cfg:
-        raise UsageError("conf/config.yaml has no max_tests_per_row; pass --max-tests-per-row")
-    return int(cfg.max_tests_per_row)
+    from apps_bench.config import compose
+
+    return compose().max_tests_per_row
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -143,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, t0: float) -> int:
-    from apps_bench.config import DatasetConfig, typed
+    from apps_bench.config import compose
     from apps_bench.judge.core import check_profile
     from apps_bench.sandbox import SandboxPool
 
@@ -167,7 +155,7 @@ def _run(args: argparse.Namespace, t0: float) -> int:
         raise UsageError(str(e)) from None
     with pool:
         preds = read_predictions(args.predictions) if args.predictions else {}
-        ds = typed(DatasetConfig, _load_conf("dataset", "apps.yaml"))
+        ds = compose(["dataset=apps"]).dataset
         if args.rows:
             ds.path = args.rows
         if args.split:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from apps_bench.config import Config, DatasetConfig, PoolParams, as_plain, typed_config
+from apps_bench.config import CONF_DIR, Config, DatasetConfig, ModelConfig, PoolParams, as_plain, compose, typed, typed_config
 from apps_bench.engine import Engine, fork_solvers
 from apps_bench.optimizers.run import OptimizeResult, optimize
 from apps_bench.types import Problem
@@ -43,33 +43,28 @@ def pool_dataset_config(dataset_cfg: DatasetConfig, pool: PoolParams) -> Dataset
     return dataclasses.replace(dataset_cfg, split="train", name=f"{dataset_cfg.name}_train", streaming=False)
 
 
-def optimizer_model_config(value: Any, task_model: Any) -> Any:
-    """The optimizer model's config: null = the task model; a name = `conf/model/<name>.yaml`;
-    a mapping = overrides on top of `conf/model/<mapping.name>.yaml` (or a complete model config)."""
+def optimizer_model_config(value: Any, task_model: ModelConfig) -> ModelConfig:
+    """The optimizer model's config: null = the task model; a name = the preset `model=<name>` composes;
+    a mapping = overrides on top of `model=<mapping.name>` (or, without a name, a complete model config)."""
+    from hydra.errors import MissingConfigException  # noqa: PLC0415
     from omegaconf import OmegaConf  # noqa: PLC0415
-
-    from apps_bench.config import ModelConfig  # noqa: PLC0415
 
     if value is None or value == "" or value == {}:
         return task_model
-    model_dir = Path(__file__).resolve().parents[1] / "conf" / "model"
     value = as_plain(value)
-    over: dict[str, Any] = {}
     if isinstance(value, str):
-        name = value
+        name, over = value, {}
     elif isinstance(value, Mapping):
-        over = dict(value)
-        name = str(over.get("name", ""))
+        name, over = str(value.get("name", "")), dict(value)
     else:
         raise ValueError(f"optimizer.params.optimizer_model must be null, a model name or a mapping, got {value!r}")
-    base: Any = {}
-    if name and (model_dir / f"{name}.yaml").is_file():
-        base = OmegaConf.load(model_dir / f"{name}.yaml")
-    elif isinstance(value, str):
-        known = sorted(p.stem for p in model_dir.glob("*.yaml"))
-        raise ValueError(f"optimizer.params.optimizer_model={name!r}: no conf/model/{name}.yaml; choose one of {known}")
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), base, over))
+        base: Any = compose([f"model={name}"]).model if name else {}
+    except MissingConfigException:
+        known = sorted(p.stem for p in (Path(CONF_DIR) / "model").glob("*.yaml"))
+        raise ValueError(f"optimizer.params.optimizer_model={name!r}: no conf/model/{name}.yaml; choose one of {known}") from None
+    try:
+        return typed(ModelConfig, OmegaConf.merge(OmegaConf.structured(ModelConfig), base, over))
     except Exception as exc:  # noqa: BLE001 - OmegaConf's error names the key
         raise ValueError(f"optimizer.params.optimizer_model={value!r} is not a complete model config: {exc}") from exc
 
