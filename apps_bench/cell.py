@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from apps_bench.config import as_plain
+from apps_bench.config import as_plain, config_data, typed_config
 from apps_bench.data.rows import EVAL_SPLIT
-from apps_bench.validate import CellRefused, check_settings
+from apps_bench.validate import CellRefused, InvalidSettings, check_settings, schema_refusal
 
 AXES: tuple[str, ...] = ("dataset", "topology", "model", "optimizer", "seed")
 
@@ -126,22 +126,13 @@ def cell_key(identity: Mapping[str, Any]) -> str:
 
 
 def resolve_cell(cfg: Any) -> Cell:
-    """Compose-time config -> Cell (axes + stable key)."""
-    data = as_plain(cfg)
+    """Compose-time config -> Cell (axes + stable key). Whatever shape `cfg` comes in (a Hydra node, its
+    plain data, the typed Config), the key is computed from the typed config's data (`config_data`, what
+    config.yaml holds): one serialisation, so no two paths can give one cell two keys."""
+    data = config_data(typed_config(cfg))
     ident = identity_of(data)
-
-    def name(section: str) -> str:
-        node = data.get(section)
-        if not isinstance(node, dict) or "name" not in node:
-            raise ValueError(f"config has no `{section}.name`; pick an option with `{section}=<name>`")
-        return str(node["name"])
-
     return Cell(
-        dataset=name("dataset"),
-        topology=name("topology"),
-        model=name("model"),
-        optimizer=name("optimizer"),
-        seed=int(data["seed"]),
+        **axes_of(data),
         key=cell_key(ident),
         identity=ident,
         model_id=_varying_model_id(data.get("model")),
@@ -164,11 +155,23 @@ def _same(a: Any, b: Any) -> bool:
     return str(a) == str(b)
 
 
-def grid_refusal(cell: Cell, grid: Mapping[str, Any]) -> str | None:
-    """Why `cell` lies outside `grid` (a message naming the axis and the value), or None."""
+def axes_of(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The five axes of a composed cell's plain data: each option's name, and the seed."""
+
+    def name(section: str) -> str:
+        node = data.get(section)
+        if not isinstance(node, dict) or "name" not in node:
+            raise ValueError(f"config has no `{section}.name`; pick an option with `{section}=<name>`")
+        return str(node["name"])
+
+    return {**{a: name(a) for a in AXES if a != "seed"}, "seed": int(data["seed"])}
+
+
+def grid_refusal(values: Mapping[str, Any], grid: Mapping[str, Any]) -> str | None:
+    """Why the cell of these axes (`axes_of`, `Cell.axes`) lies outside `grid` (a message naming the axis
+    and the value), or None."""
     gname = grid.get("name", "?")
     axes = grid.get("axes") or {}
-    values = cell.axes()
     for axis in AXES:
         allowed = axes.get(axis)
         if allowed is None:  # axis not constrained by this grid
@@ -194,11 +197,15 @@ def grid_refusal(cell: Cell, grid: Mapping[str, Any]) -> str | None:
 def guard(cfg: Any) -> Cell:
     """Resolve the cell, refuse it if it lies outside the grid (unless allow_any_cell), then
     check its settings (validate.py). Both refusals come before anything of the cell exists."""
+    from omegaconf.errors import OmegaConfBaseException
+
     data = as_plain(cfg)
-    cell = resolve_cell(data)
     if not data.get("allow_any_cell", False):
-        why = grid_refusal(cell, data.get("grid") or {})
+        why = grid_refusal(axes_of(data), data.get("grid") or {})
         if why:
             raise CellRefused(why)
     check_settings(data)
-    return cell
+    try:
+        return resolve_cell(data)
+    except OmegaConfBaseException as exc:  # what the schema refuses and no rule names (e.g. `optimizer.name=gepa`
+        raise InvalidSettings([schema_refusal(exc)]) from exc  # without gepa's params: its settings come with `optimizer=gepa`)

@@ -147,7 +147,7 @@ def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: list[Any]
     from apps_bench.validate import InvalidSettings, check_settings
 
     cell = resolve_cell(data)
-    refusal = grid_refusal(cell, data.get("grid") or {})
+    refusal = grid_refusal(cell.axes(), data.get("grid") or {})
     if refusal and data.get("allow_any_cell"):
         guard, allowed = "allowed (allow_any_cell)", True
     else:

@@ -209,7 +209,7 @@ TRACKING_BACKENDS = ("mlflow", "none")
 def _foreign_params(opt: Mapping[str, Any]) -> list[BadSetting]:
     """Parameters the method's schema lacks. Hydra refuses them when it composes the cell, except one
     added with `+` (which opens the node): named here, as it would fail only when the cell reads them."""
-    from omegaconf.errors import ConfigKeyError
+    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
     from apps_bench.config import OPTIMIZER_SCHEMAS
 
@@ -223,7 +223,18 @@ def _foreign_params(opt: Mapping[str, Any]) -> list[BadSetting]:
         value = _section(opt, ".".join(str(exc.full_key).split(".")[:-1])) or {}
         return [BadSetting(key, value.get(str(exc.key)), f"no setting of optimizer={opt['name']}",
                            f"drop {key} (conf/optimizer/{opt['name']}.yaml lists the settings)")]  # fmt: skip
+    except OmegaConfBaseException as exc:  # e.g. `optimizer.name=gepa`: a name without its option's settings
+        return [BadSetting(f"optimizer.{exc.full_key}", None, f"a setting of optimizer={opt['name']}, missing here",
+                           f"optimizer={opt['name']} (an option's settings come with it), not optimizer.name=...")]  # fmt: skip
     return []
+
+
+def schema_refusal(exc: Exception) -> BadSetting:
+    """A value the schema refuses after the rules passed, as a bad setting: OmegaConf's error names the key."""
+    key = str(getattr(exc, "full_key", "") or "the config")
+    return BadSetting(key, None, f"the schema (config.py) refuses it: {str(exc).splitlines()[0]}",
+                      "choose options with group=name (an option's settings come with it, e.g. optimizer=gepa), "
+                      "then change single settings")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- ignored settings

@@ -3,6 +3,7 @@ fail at compose time, and the cell key changes exactly when a result-changing se
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,22 @@ def test_run_only_settings_keep_the_cell(base: dict, override: str):
 )
 def test_result_settings_change_the_cell(base: dict, override: str):
     assert _key_with(base, override) != resolve_cell(base).key
+
+
+def test_one_key_whatever_shape_the_cell_comes_in(base: dict):
+    """The key is computed from the typed config's data, so the Hydra node, its plain data, the typed
+    Config and hand-written data that says the same in other types (1 for 1.0) give one key."""
+    import copy
+
+    from apps_bench.config import typed_config
+
+    node = _compose([])
+    by_hand = copy.deepcopy(base)
+    by_hand["judge"]["timeout_s"] = int(by_hand["judge"]["timeout_s"])  # 4.0 in conf/judge/seed.yaml
+    by_hand["tool"]["timeout_s"] = int(by_hand["tool"]["timeout_s"])
+    assert json.dumps(by_hand, sort_keys=True) != json.dumps(base, sort_keys=True)  # "4" where the composed cell says "4.0"
+    keys = {resolve_cell(x).key for x in (node, base, typed_config(node), by_hand)}
+    assert keys == {resolve_cell(base).key}
 
 
 def test_composed_overrides_change_the_cell(base: dict):

@@ -84,6 +84,10 @@ CASES = {
     "a parameter without its method": (
         [*LOCAL, "optimizer.params.hard_cases=2"], ["optimizer.params.hard_cases=2", "optimizer=none has none"],
     ),
+    "an optimizer's name without its option": (
+        ["optimizer.name=gepa", "allow_any_cell=true"],
+        ["optimizer.params.budget=null: a setting of optimizer=gepa, missing here", "Fix: optimizer=gepa"],
+    ),
     "misspelt MASPO weight": (
         [*LOCAL, "optimizer=maspo", f"optimizer.params.pool.path={TRAIN}", "+optimizer.params.reward.lokal=0.1"],
         ["optimizer.params.reward={local:0.4,lookahead:0.4,global:0.2,lokal:0.1}", "weights local, lookahead and global"],
