@@ -11,7 +11,7 @@ from pathlib import Path
 
 import kill_at
 import pytest
-from conftest import cli_env, free_port, fresh_store, run_cli
+from conftest import CONF_DIR, cli_env, free_port, fresh_store, run_cli
 
 from apps_bench.judge.profiles import judge_config
 
@@ -357,14 +357,21 @@ def test_gepa_cell_on_a_chain_through_the_cli(tmp_path: Path, apps_data_dir: Pat
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     base = ["allow_any_cell=true", "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
             "topology=sequential_langgraph", "judge.workers=2", "concurrency=4", "progress=false", "limit=2"]  # fmt: skip
+    # the optimizer model is a preset of the user's own config dir: composed with the app's search path
+    extra = tmp_path / "my_conf"
+    (extra / "model").mkdir(parents=True)
+    gold = (CONF_DIR / "model" / "gold.yaml").read_text()
+    (extra / "model" / "reflector.yaml").write_text(gold.replace("name: gold", "name: reflector"))
     opt = ["optimizer=gepa", f"optimizer.params.pool.path={optimizer_pool_file}", "optimizer.params.pool.train_size=3",
-           "optimizer.params.pool.val_size=2", "optimizer.params.budget.rollouts=8", "optimizer.params.minibatch=2"]  # fmt: skip
+           "optimizer.params.pool.val_size=2", "optimizer.params.budget.rollouts=8", "optimizer.params.minibatch=2",
+           "optimizer.params.optimizer_model=reflector", "--config-dir", str(extra)]  # fmt: skip
     r = run_cli([*base, *opt], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     [cell] = [c for c in _cell_dirs(tmp_path) if "-gepa-" in c.name]
     result = json.loads((cell / "optimizer" / "result.json").read_text())
     assert json.loads((cell / "prompts.json").read_text()) == result["chosen"] and len(result["chosen"]) >= 2
     assert result["budget"]["rollouts"] <= 8 + 2  # overshoot at most one minibatch
+    assert result["details"]["optimizer_model"]["name"] == "reflector"
     runs = {x.info.run_id: x for x in _all_runs(db)}
     [opt_run] = [x for x in runs.values() if x.data.tags.get("run_kind") == "optimizer_cell"]
     [final] = [x for x in runs.values() if x.data.tags.get("run_kind") == "final_eval"]

@@ -185,7 +185,8 @@ def optimize(
     seed_texts = dict(seed_prompts.texts)
     optimized_roles = list(dict.fromkeys(roles))
     details: dict[str, Any] = {"train": len(splits.train), "val": len(splits.val), "pool": len(pool.problems),
-                               "dropped": dict(pool.dropped), "roles": optimized_roles}  # fmt: skip
+                               "dropped": dict(pool.dropped), "roles": optimized_roles,
+                               "optimizer_model": dict(optimizer_model or model)}  # fmt: skip
     stopped = "done"
     if method == "none":
         chosen = seed_texts
