@@ -52,7 +52,7 @@ def run(config: Any) -> dict[str, Any]:
         else:
             findings = asyncio.run(sc.full_findings(
                 endpoint, config.model, server, frameworks, sc_cfg, in_flight=problems_in_flight(config),
-                team_size=int(config.topology.team_size), concurrency=int(config.concurrency),
+                team_size=config.topology.team_size, concurrency=config.concurrency,
             ))  # fmt: skip
         return {
             "endpoint": endpoint.base_url if endpoint.provider == "openai" else f"{endpoint.provider} (started here)",

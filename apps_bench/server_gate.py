@@ -43,7 +43,7 @@ def cell_check(config: Config, endpoint: Any) -> dict[str, Any]:
     from apps_bench.models import server_check as sc
 
     framework = config.topology.framework
-    base = {"framework": framework, "needs_tools": needs_tools(config), "accepted": bool(config.model.accept_tool_drop)}
+    base = {"framework": framework, "needs_tools": needs_tools(config), "accepted": config.model.accept_tool_drop}
     if config.model.provider == "gold":
         return {**base, "tools": sc.NOT_CHECKED, "kind": "gold", "why": "model=gold: the harness's own double"}
     if not config.server_check.at_cell_start:

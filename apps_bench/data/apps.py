@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from apps_bench.config import DatasetConfig
+from apps_bench.config import Config, DatasetConfig
 from apps_bench.data.rows import RowError, lift_int_digit_limit, parse_row, row_id
 from apps_bench.types import Problem
 
@@ -259,15 +259,15 @@ def load_problems(
     return _result(problems, skipped, source, revision, only, tally, n_selected, which)
 
 
-def load_selection(config: Any) -> LoadResult:
+def load_selection(config: Config) -> LoadResult:
     """The problems a cell selects: its dataset and the top-level selection keys of its `Config`."""
     return load_problems(
         config.dataset,
         limit=config.limit,
-        offset=int(config.offset),
+        offset=config.offset,
         only=tuple(str(x) for x in config.only),
         difficulty=config.difficulty,
-        max_tests_per_row=int(config.max_tests_per_row),
+        max_tests_per_row=config.max_tests_per_row,
     )
 
 

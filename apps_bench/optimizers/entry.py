@@ -128,7 +128,7 @@ def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: P
 
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             replay_cache = stack.enter_context(RolloutCache(Path(out_dir) / "cache.sqlite"))
-            proxy = ReplayProxy(engine.endpoint.base_url, replay_cache, timeout_s=float(cfg.model.request_timeout_s) + 5)
+            proxy = ReplayProxy(engine.endpoint.base_url, replay_cache, timeout_s=cfg.model.request_timeout_s + 5)
             replay_url = stack.enter_context(proxy)
         opt_cfg = optimizer_model_config(params.optimizer_model, cfg.model)
         if opt_cfg == cfg.model:
@@ -142,7 +142,7 @@ def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: P
             res = optimize(
                 method=method,
                 params=params,
-                flow=str(cfg.topology.flow),
+                flow=cfg.topology.flow,
                 roles=roles_for(cfg.topology),
                 seed_prompts=load_prompts(cfg.topology),
                 problems=pool.problems,
@@ -150,7 +150,7 @@ def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: P
                 eval_set=load_eval_set(),
                 eval_problems=pool.eval_rows,
                 runner=runner,
-                run_seed=int(cfg.seed),
+                run_seed=cfg.seed,
                 model=runner.model_identity(),
                 settings=runner.settings(),
                 out_dir=out_dir,
