@@ -200,12 +200,11 @@ def _two_process_cell(apps_data_dir: Path, n: int) -> list[str]:
             "processes=2", "progress=false"]  # fmt: skip
 
 
-def _start(args: list[str], cwd: Path, *, ctrl_c: bool = False) -> subprocess.Popen:
-    """The CLI in its own process group; `ctrl_c`: SIGINT acts as from a terminal (not ignored as in a background job)."""
+def _start(args: list[str], cwd: Path) -> subprocess.Popen:
+    """The CLI in its own process group (SIGINT as from a terminal: conftest's `_ctrl_c_as_from_a_terminal`)."""
     return subprocess.Popen(
         [sys.executable, "-m", "apps_bench", *args], cwd=cwd, env=cli_env(cwd), stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if ctrl_c else None,
     )  # fmt: skip
 
 
@@ -301,7 +300,7 @@ def test_ctrl_c_stops_the_cell_keeps_its_records_and_the_rerun_resumes(tmp_path:
     n = 12
     args = _two_process_cell(apps_data_dir, n)
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    proc = _start([*args, "model.latency_ms=700"], tmp_path, ctrl_c=True)
+    proc = _start([*args, "model.latency_ms=700"], tmp_path)
     _wait_for_records(proc, tmp_path, 2)
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
     out = proc.communicate(timeout=60)[0].decode()
