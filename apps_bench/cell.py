@@ -45,6 +45,9 @@ RUN_ONLY: dict[str, frozenset[str]] = {
             "price",  # what tokens cost: changes a cell's cost in money, not its results
         }
     ),
+    # the runner class is code, like every module of the project (the code's version is in the provenance):
+    # the topology's name, flow, framework and settings identify the cell
+    "topology": frozenset({"_target_"}),
     "dataset": frozenset({"streaming"}),
     "judge": frozenset({"workers"}),
 }

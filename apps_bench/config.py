@@ -80,6 +80,7 @@ class TopologyConfig:
     name: str = MISSING  # single, independent, sequential_langgraph, ...
     flow: str = MISSING  # single | independent | sequential | centralized | decentralized
     framework: str = MISSING  # langgraph | crewai | autogen | openai
+    _target_: str = MISSING  # the runner class (module.Class), built as Class(this config): topologies/registry.get_topology
     team_size: int = MISSING
     rounds: int = MISSING  # debate rounds (decentralized)
     roles_by_size: dict[str, list[str]] = MISSING  # str(team_size) -> ordered roles

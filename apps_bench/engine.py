@@ -59,7 +59,7 @@ def fork_solvers(config: Config, n_problems: int) -> Forked | None:
         check_framework(topology.framework, topology.name)  # a missing one fails here, with the pip command
     except MissingFrameworkError as exc:
         raise CellSetupError(str(exc)) from exc
-    return Forked(ctx=start_forkserver(topology.name), workers=n)
+    return Forked(ctx=start_forkserver(topology), workers=n)
 
 
 class Engine:

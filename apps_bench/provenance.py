@@ -29,9 +29,9 @@ def framework_packages(framework: str) -> list[str]:
     importlib.metadata for the whole module -> distribution map instead costs ~1 s."""
     if not framework:  # re-scoring: no framework ran (and none is imported)
         return []
-    from apps_bench.topologies.registry import FIRST_PROBLEM, FRAMEWORKS
+    from apps_bench.topologies.registry import FRAMEWORKS
 
-    modules = [m for m in FRAMEWORKS.get(framework, ((), ""))[0] if m not in FIRST_PROBLEM]
+    modules = FRAMEWORKS.get(framework, ((), ""))[0]
     return list(dict.fromkeys(m.split(".")[0].replace("_", "-") for m in modules))
 
 

@@ -40,23 +40,20 @@ from apps_bench import event_loop
 from apps_bench.solving import Solved
 
 if TYPE_CHECKING:
-    from apps_bench.config import Config
+    from apps_bench.config import Config, TopologyConfig
 
 BASE_PRELOAD = ("apps_bench.solving", "apps_bench.solver_pool", "apps_bench.models", "apps_bench.sandbox.tool",
                 "apps_bench.topologies.context", "omegaconf")  # fmt: skip
 
 
-def preload_modules(topology: str) -> list[str]:
+def preload_modules(topology: TopologyConfig) -> list[str]:
     """What the forkserver imports before forking workers for `topology`: its framework and runner."""
-    from apps_bench.topologies.registry import FRAMEWORKS, RUNNERS
+    from apps_bench.topologies.registry import FIRST_PROBLEM, FRAMEWORKS, runner_module
 
-    spec = RUNNERS.get(topology)
-    if spec is None:
-        return list(BASE_PRELOAD)
-    return [*BASE_PRELOAD, *FRAMEWORKS[spec.framework][0], spec.target.split(":")[0]]
+    return [*BASE_PRELOAD, *FRAMEWORKS[topology.framework][0], *FIRST_PROBLEM, runner_module(topology)]
 
 
-def start_forkserver(topology: str) -> Any:
+def start_forkserver(topology: TopologyConfig) -> Any:
     """The forkserver context, its server started now (it imports `topology`'s framework
     while the cell sets up). A server already running in this process keeps its imports."""
     import multiprocessing

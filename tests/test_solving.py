@@ -77,8 +77,9 @@ def test_a_worker_holds_no_pipe_of_the_cell_process():
 
     r, w = os.pipe()
     os.set_inheritable(w, True)
-    ctx = start_forkserver("single")
-    workers = SolverPool.start(ctx, 1, cfg=typed_config(compose_cell()), threads=2, timeout_s=60)
+    cfg = typed_config(compose_cell())
+    ctx = start_forkserver(cfg.topology)
+    workers = SolverPool.start(ctx, 1, cfg=cfg, threads=2, timeout_s=60)
     try:
         assert workers.workers[0].process.is_alive()
         os.close(w)

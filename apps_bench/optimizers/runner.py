@@ -71,7 +71,7 @@ class PipelineRunner:
 
     def settings(self) -> dict[str, Any]:
         """What goes into the rollout cache key besides prompts: everything that changes a run."""
-        topo = {k: v for k, v in dataclasses.asdict(self.cfg.topology).items() if k not in ("prompts", "prompt_file")}
+        topo = {k: v for k, v in dataclasses.asdict(self.cfg.topology).items() if k not in ("prompts", "prompt_file", "_target_")}
         judge = {k: v for k, v in dataclasses.asdict(self.cfg.judge).items() if k != "workers"}
         return {"topology": topo, "judge": judge, "tool": dataclasses.asdict(self.cfg.tool),
                 "max_tests_per_row": self.cfg.max_tests_per_row}  # fmt: skip

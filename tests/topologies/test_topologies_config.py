@@ -9,13 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import compose_cell
+from conftest import CONF_DIR, compose_cell
 from omegaconf import OmegaConf
 
 from apps_bench.config import TopologyConfig, typed
 from apps_bench.models.clients import MissingFrameworkError
 from apps_bench.topologies.prompts import TopologyConfigError, declared_roles, load_prompts, roles_for
-from apps_bench.topologies.registry import RUNNERS, get_topology
+from apps_bench.topologies.registry import get_topology
+
+RUNNERS = sorted(p.stem for p in (CONF_DIR / "topology").glob("*.yaml"))  # every shipped topology
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 LANGGRAPH = ["single", "independent", "sequential_langgraph", "centralized_langgraph", "decentralized_langgraph"]
@@ -48,10 +50,10 @@ def with_size(t, size: int):
     return t
 
 
-@pytest.mark.parametrize("name", sorted(RUNNERS))
+@pytest.mark.parametrize("name", RUNNERS)
 def test_every_topology_composes_with_prompts_for_every_team_size(name):
     t = topology(name)
-    assert t.name == name and t.framework == RUNNERS[name].framework
+    assert t.name == name and t.framework == _runner_class(t).framework
     sizes = [1] if name == "single" else [2, 4, 8, 10]
     assert sorted(int(k) for k in t.roles_by_size) == sizes
     for size in sizes:
@@ -75,7 +77,7 @@ def test_every_topology_composes_with_prompts_for_every_team_size(name):
 @pytest.mark.parametrize("flow", sorted(SIBLINGS))
 def test_framework_siblings_share_roles_prompts_and_limits(flow):
     a, b = (OmegaConf.to_container(topology(n)) for n in SIBLINGS[flow])
-    for key in ("name", "framework"):
+    for key in ("name", "framework", "_target_"):  # the runner class is the framework's
         assert a.pop(key) != b.pop(key)
     assert a == b  # everything else identical: the difference measures the framework
 
@@ -119,17 +121,26 @@ def test_prompt_file_missing_and_extra_roles(tmp_path):
         load_prompts(with_file(topology("single"), f))
 
 
+def _runner_class(t: TopologyConfig) -> type:
+    import importlib
+
+    module, _, cls = t._target_.rpartition(".")
+    return getattr(importlib.import_module(module), cls)
+
+
 def test_registry_builds_runners_and_rejects_unknown_names():
     for name in LANGGRAPH:
         runner = get_topology(topology(name))
         assert runner.name == name and runner.framework == "langgraph"
+    # a topology is its YAML: a new one names its runner class, no table to edit
     star = topology("single")
     star.name = "star"
-    with pytest.raises(TopologyConfigError) as err:
-        get_topology(star)
-    assert "unknown topology 'star'" in str(err.value)
-    for name in RUNNERS:
-        assert name in str(err.value)
+    assert type(get_topology(star)).__name__ == "SingleTopology" and get_topology(star).name == "star"
+    for target, why in (("apps_bench.topologies.nowhere.Star", "not in this install"), ("apps_bench.topologies.single.Star", "has no 'Star'")):
+        star._target_ = target
+        with pytest.raises(TopologyConfigError, match=why) as err:
+            get_topology(star)
+        assert "topology._target_" in str(err.value)
     crew = topology("single")
     crew.framework = "crewai"
     with pytest.raises(TopologyConfigError, match="runs on langgraph"):
@@ -153,6 +164,15 @@ def test_missing_framework_names_the_install_command(monkeypatch, name, module, 
     with pytest.raises(MissingFrameworkError) as err:
         get_topology(cfg)
     assert command in str(err.value) and name in str(err.value)
+
+
+def test_a_missing_dependency_of_the_project_is_not_called_a_missing_framework(monkeypatch):
+    """The first problem's warm-up imports (FIRST_PROBLEM: our own HTTP stack) are the project's
+    dependencies: one that is missing says so, instead of "the langgraph framework is not installed"."""
+    monkeypatch.setitem(sys.modules, "truststore", None)
+    with pytest.raises(ImportError) as err:
+        get_topology(topology("single"))
+    assert not isinstance(err.value, MissingFrameworkError) and "truststore" in str(err.value)
 
 
 def test_plain_dict_config_is_typed():
