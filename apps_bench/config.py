@@ -15,6 +15,7 @@ from omegaconf import MISSING
 
 from apps_bench.sandbox.limits import SandboxLimits
 
+POOL_SOURCES = ("train", "test_minus_eval")  # optimizer.params.pool.source: optimizers/protocol.build_pool
 REQUANTIZE_TYPES = ("q8_0", "q4_0", "f16")  # model.gguf_requantize: the llama.cpp file types models/local_server.py converts to
 
 
@@ -114,7 +115,7 @@ class BudgetParams:
 class PoolParams:
     """Where the optimizer's problems come from (never the evaluation IDs: optimizers/protocol.build_pool)."""
 
-    source: str = MISSING  # train | test_minus_eval
+    source: str = MISSING  # one of POOL_SOURCES
     path: Optional[str] = MISSING  # a local codeparrot-schema train file; null = the hub train split
     difficulty: Optional[str] = MISSING  # null = every difficulty
     train_size: int = MISSING

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, TypeGuard
 
-from apps_bench.config import REQUANTIZE_TYPES, TopologyConfig, typed
+from apps_bench.config import POOL_SOURCES, REQUANTIZE_TYPES, TopologyConfig, typed
 
 
 @dataclass(frozen=True)
@@ -300,8 +300,6 @@ def _half_price(price: Mapping[str, Any]) -> list[BadSetting]:
 
 def pool_problems(dataset: Mapping[str, Any], pool: Mapping[str, Any]) -> list[BadSetting]:
     """Why the optimizer pool cannot be drawn as configured (optimizers.entry.pool_dataset_config asks too)."""
-    from apps_bench.optimizers.protocol import POOL_SOURCES
-
     source = pool.get("source", "train")
     if source not in POOL_SOURCES:
         return [BadSetting("optimizer.params.pool.source", source, f"{' or '.join(POOL_SOURCES)}",

@@ -15,9 +15,10 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1] / "apps_bench"
 
 # room -> layer; a module may import its own room and any room of a lower layer. A room is a module's
-# longest prefix listed here: tracking's record and trace data sit low, its MLflow runs and sweeps high.
+# longest prefix listed here: tracking's record and trace data sit low, its MLflow runs and sweeps high;
+# the report's arithmetic (pass@1's interval, money) sits at the bottom, for a cell's summary to use too.
 LAYERS: dict[str, int] = {
-    "types": 0, "cpus": 0, "event_loop": 0, "tracking.capture": 0,
+    "types": 0, "cpus": 0, "event_loop": 0, "tracking.capture": 0, "report.stats": 0, "report.money": 0,
     "config": 1, "data": 1, "task": 1, "tracking.cell_lock": 1, "tracking.records": 1, "tracking.mlflow_internals": 1,
     "sandbox": 2, "models": 2,
     "judge": 3, "topologies": 3, "tracking.summary": 3, "tracking.traces": 3,
@@ -36,10 +37,6 @@ CLIMBS: dict[tuple[str, str], str] = {
     ("judge.cli", "provenance"): "the judge's CLI stamps its output with the versions it ran on",
     ("provenance", "tracking.mlflow"): "provenance reads the package version and git info the tracking module computes",
     ("tracking.callbacks", "report.sweep_run"): "a sweep's end publishes its comparison",
-    ("tracking.console", "report.money"): "the cell's printed summary shows its cost",
-    ("tracking.summary", "report.money"): "a cell's summary carries its cost",
-    ("tracking.summary", "report.stats"): "a cell's summary carries pass@1's interval",
-    ("validate", "optimizers.protocol"): "an optimizer's pool sources are the protocol's own list",
 }
 
 

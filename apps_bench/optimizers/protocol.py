@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from apps_bench.config import BudgetParams
+from apps_bench.config import POOL_SOURCES, BudgetParams
 from apps_bench.types import Problem
 
 ProblemKey = tuple[str, str]  # (split, problem_id): APPS train and test both number from 0
 
-POOL_SOURCES = ("train", "test_minus_eval")
 MANIFEST_VERSION = 1
 
 
