@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any, Mapping
 
 # Packages every cell uses whatever its framework (distribution names).
@@ -48,10 +50,37 @@ def package_versions(names: list[str] | tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def git_info() -> dict[str, str]:
+    """Git SHA and dirty flag of the checkout this package runs from ('' outside a checkout)."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"git_sha": "", "git_dirty": ""}
+    return {"git_sha": sha, "git_dirty": str(bool(dirty)).lower() if sha else ""}
+
+
+def package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("apps-bench")
+    except Exception:  # noqa: BLE001 - not installed as a distribution: fall back to unknown
+        return "unknown"
+
+
 def collect(framework: str, sandbox_features: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The provenance of a cell run now, by this process."""
     from apps_bench.cpus import cpu_share
-    from apps_bench.tracking.mlflow import git_info
 
     names = [*CORE_PACKAGES, *(p for p in framework_packages(framework) if p not in CORE_PACKAGES)]
     git = git_info()

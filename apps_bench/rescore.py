@@ -253,8 +253,8 @@ def log_rescore(data: Mapping[str, Any], cell_info: Mapping[str, Any], new_ident
         "rescore_of": parent or "",
         "rescore_of_cell": str(cell_info["key"]),
         "rescore_key": rescore_key,
-        "package_version": mlf.package_version(),
-        **mlf.git_info(),
+        "package_version": provenance.package_version(),
+        **provenance.git_info(),
         **provenance.as_tags(summary["provenance"]),
     }
     run = mlf.CellRun.open(

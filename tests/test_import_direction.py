@@ -19,6 +19,7 @@ PKG = Path(__file__).resolve().parents[1] / "apps_bench"
 # the report's arithmetic (pass@1's interval, money) sits at the bottom, for a cell's summary to use too.
 LAYERS: dict[str, int] = {
     "types": 0, "cpus": 0, "event_loop": 0, "tracking.capture": 0, "report.stats": 0, "report.money": 0,
+    "sandbox.limits": 0, "sandbox.packages": 0,
     "config": 1, "data": 1, "task": 1, "tracking.cell_lock": 1, "tracking.records": 1, "tracking.mlflow_internals": 1,
     "sandbox": 2, "models": 2,
     "judge": 3, "topologies": 3, "tracking.summary": 3, "tracking.traces": 3,
@@ -27,15 +28,12 @@ LAYERS: dict[str, int] = {
     "report": 7, "overrides": 7,
     "pipeline": 8, "rescore": 8, "launchers": 8,
     "optimizers": 9,
-    "__main__": 10, "plan": 11, "check": 11, "optimize": 11,
+    "__main__": 10, "plan": 11, "check": 11, "optimize": 11, "judge.cli": 11, "judge.__main__": 11,
     "__init__": 12,
 }  # fmt: skip
 
 # (importing module, imported module): why it still climbs
 CLIMBS: dict[tuple[str, str], str] = {
-    ("config", "sandbox.limits"): "the typed config's judge.sandbox schema is the sandbox's own limits dataclass",
-    ("judge.cli", "provenance"): "the judge's CLI stamps its output with the versions it ran on",
-    ("provenance", "tracking.mlflow"): "provenance reads the package version and git info the tracking module computes",
     ("tracking.callbacks", "report.sweep_run"): "a sweep's end publishes its comparison",
 }
 
@@ -66,7 +64,12 @@ def _graph() -> dict[str, set[str]]:
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names if a.name.split(".")[0] == "apps_bench"]
-            elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "apps_bench":
+            elif isinstance(node, ast.ImportFrom) and node.level:  # `from .x import y`, `from ..cpus import z`
+                package = [] if mod == "__init__" else mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+                module = ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])])
+                full = [".".join(p for p in (module, a.name) if p) for a in node.names]
+                names = [f"apps_bench.{f if f in mods else module}" for f in full]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "apps_bench":
                 names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}".removeprefix("apps_bench.") in mods
                          else str(node.module) for a in node.names]  # fmt: skip
             for name in names:
@@ -148,3 +151,10 @@ def test_the_checks_see_an_upward_import(tmp_path: Path):
     graph["judge.core"].add("pipeline")
     assert ("judge.core", "pipeline") in climbs(graph) - set(CLIMBS)
     assert any("judge.core" in c and "pipeline" in c for c in cycles(graph))
+
+
+def test_relative_imports_are_read_too():
+    """`from ..cpus import x` and `from . import cgroups` are edges like any other (once they were skipped)."""
+    graph = _graph()
+    assert {"cpus", "sandbox.cgroups", "sandbox.limits"} <= graph["sandbox.pool"]
+    assert "sandbox.packages" in graph["sandbox.limits"]

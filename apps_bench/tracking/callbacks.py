@@ -32,6 +32,7 @@ from typing import Any, Callable
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from apps_bench import provenance
 from apps_bench.tracking import membership
 from apps_bench.tracking.membership import Member
 
@@ -195,8 +196,8 @@ class SweepTracking(Callback):
         uri = mlf.tracking_uri()
         _check_store(uri, OmegaConf.select(config, "tracking.store"))
         overrides = " ".join(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))  # type: ignore[arg-type]
-        tags = {"sweep_overrides": overrides[:5000], "n_cells": str(n), **mlf.git_info()}
-        tags["package_version"] = mlf.package_version()
+        tags = {"sweep_overrides": overrides[:5000], "n_cells": str(n), **provenance.git_info()}
+        tags["package_version"] = provenance.package_version()
         name = f"sweep·{n} cells"
         uri, run_id, continued = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri,
                                                       sweep_key=sweep_key(experiment, [m.key for m in members]))  # fmt: skip

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -267,34 +266,6 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
                 text = text[: MAX_PARAM_CHARS - 20] + "...[truncated]"
             out[key] = text
     return out
-
-
-def git_info() -> dict[str, str]:
-    """Git SHA and dirty flag of the checkout this package runs from ('' outside a checkout)."""
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return {"git_sha": "", "git_dirty": ""}
-    return {"git_sha": sha, "git_dirty": str(bool(dirty)).lower() if sha else ""}
-
-
-def package_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("apps-bench")
-    except Exception:  # noqa: BLE001 - not installed as a distribution: fall back to unknown
-        return "unknown"
 
 
 def _batched(items: list[Any], n: int) -> Iterable[list[Any]]:

@@ -13,6 +13,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
 
+from apps_bench import provenance
 from apps_bench.cell import Cell
 
 if TYPE_CHECKING:
@@ -75,7 +76,6 @@ def check_store(config: Config) -> None:
 
 def cell_tags(config: Config, cell: Cell, loaded: Any) -> dict[str, str]:
     """What a cell's run is found and grouped by: its axes, the model's identity, judge, data, code."""
-    from apps_bench.tracking import mlflow as mlf
 
     return {
         **{k: str(v) for k, v in cell.axes().items()},
@@ -91,8 +91,8 @@ def cell_tags(config: Config, cell: Cell, loaded: Any) -> dict[str, str]:
         "max_tests_per_row": str(config.max_tests_per_row),
         "dataset_revision": str(loaded.revision),
         "dataset_source": str(loaded.source),
-        "package_version": mlf.package_version(),
-        **mlf.git_info(),
+        "package_version": provenance.package_version(),
+        **provenance.git_info(),
     }
 
 
