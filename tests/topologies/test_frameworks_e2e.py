@@ -129,6 +129,7 @@ def test_sibling_configs_are_equal_but_for_name_and_framework(ours: str, sibling
     a = OmegaConf.to_container(compose(f"topology={ours}").topology, resolve=True)
     b = OmegaConf.to_container(compose(f"topology={sibling}").topology, resolve=True)
     assert a["name"] == ours and a["framework"] == ours.split("_")[1]
+    assert a.pop("_target_") != b.pop("_target_")  # the runner class: the framework's
     for d in (a, b):
         d.pop("name"), d.pop("framework")
     assert a == b  # same roles, prompts, tool roles, team sizes, rounds and limits
