@@ -583,17 +583,51 @@ def test_centralized_autogen_runs_the_worker_each_delegation_names(endpoint, poo
 
 # ----------------------------------------------------------------------------- the whole cell, per topology
 
+# Test-only limits on each cell's loops, smaller than the study's (conf/topology): each runner keeps its
+# flow and a tool loop in every role that has tools (two model calls per loop; the centralized manager four
+# delegations among all four roles; the debate both rounds, of two debaters; a two-stage pipeline whose
+# debugger runs code). The study's limits make these eight cells a quarter of an hour (docs/benchmarks.md,
+# "The eight model=local CLI cells"); what each cell asserts is the same.
+CLI_CELL_LIMITS = {
+    "single": ("topology.max_steps=2",),
+    "independent": ("topology.team_size=2", "topology.max_steps=2"),
+    "sequential_langgraph": ("topology.team_size=2", "topology.max_steps=2"),
+    "sequential_crewai": ("topology.team_size=2",),  # one call per stage (no tool call in CrewAI's text format)
+    "centralized_langgraph": ("topology.max_turns=4", "topology.max_steps=2"),
+    "centralized_autogen": ("topology.max_turns=4", "topology.max_steps=2"),
+    "decentralized_langgraph": ("topology.team_size=2", "topology.max_steps=2"),
+    "decentralized_openai": ("topology.team_size=2", "topology.max_steps=2"),
+}
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    """A server-check cache holding the verdict for each framework's requests, so every cell below finds
+    its verdict cached and solves on a server of its own, fresh (on a cache miss the cell solves on the
+    server the check started, whose prompt cache then holds the check's prompts: SmolLM2's near-tied
+    replies, e.g. which worker a manager names, could then depend on which cell ran first)."""
+    from apps_bench.config import cell_data, typed_config
+    from apps_bench.server_gate import cell_check
+
+    path = tmp_path_factory.mktemp("server_checks") / "server-checks.json"
+    for topology in ("single", "sequential_crewai", "centralized_autogen", "decentralized_openai"):  # one per framework
+        result = cell_check(typed_config(cell_data(cfg(f"topology={topology}", f"server_check.cache={path}"))), None)
+        assert not result["cached"]
+    return path
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(2700)  # a cell of a multi-agent topology: minutes on one shared core
 @pytest.mark.parametrize("topology", TOPOLOGIES)
-def test_cli_cell_on_two_real_rows(tmp_path, apps_data_dir, topology):
-    """`python -m apps_bench model=local topology=<t> dataset=apps dataset.path=<rows> limit=2`."""
+def test_cli_cell_on_two_real_rows(tmp_path, apps_data_dir, checked, topology):
+    """`python -m apps_bench model=local topology=<t> dataset=apps dataset.path=<rows> limit=2`, with
+    CLI_CELL_LIMITS[t]."""
     from conftest import cli_env, run_cli
 
+    limits = CLI_CELL_LIMITS[topology]
     out = run_cli(
         ["model=local", f"topology={topology}", "dataset=apps", f"dataset.path={apps_data_dir / 'test_more.jsonl'}",
-         "limit=2", "progress=false"],
+         "limit=2", "progress=false", f"server_check.cache={checked}", *limits],
         tmp_path, env=cli_env(tmp_path), timeout=2600,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
@@ -613,6 +647,7 @@ def test_cli_cell_on_two_real_rows(tmp_path, apps_data_dir, topology):
         assert all(c["completion_tokens"] <= cap + 3 for c in u["calls"]), "the token cap was not honoured"
         assert r["solve_s"] <= float(cfg(f"topology={topology}").topology.time_limit_s) + 5
     assert "SmolLM2-135M-Instruct" in summary["cell"]["name"]
+    assert summary["provenance"]["server"]["cached"], "the cell's verdict was not in `checked`: it solved on the check's server"
     # how tools reached the model (defect 10): CrewAI describes them in the prompt, the others send `tools`
     sent = summary["tool_protocol"]["requests_with_tools"]
     assert (sent == 0) if topology == "sequential_crewai" else (sent > 0), summary["tool_protocol"]
