@@ -604,10 +604,9 @@ CLI_CELL_LIMITS = {
 
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory):
-    """A server-check cache holding the verdict for each framework's requests, so every cell below finds
-    its verdict cached and solves on a server of its own, fresh (on a cache miss the cell solves on the
-    server the check started, whose prompt cache then holds the check's prompts: SmolLM2's near-tied
-    replies, e.g. which worker a manager names, could then depend on which cell ran first)."""
+    """A server-check cache holding the verdict for each framework's requests (four checks, one per
+    framework), so no cell below starts a server for its check: each starts only its own, fresh one, and
+    the user's cache (~/.cache/apps-bench) is left alone."""
     from apps_bench.config import cell_data, typed_config
     from apps_bench.server_gate import cell_check
 
