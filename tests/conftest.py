@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -193,6 +194,24 @@ def compose_cell(*overrides: str, hydra_cfg: bool = False):
             return compose("config", overrides=list(overrides), return_hydra_config=hydra_cfg)
     finally:
         GlobalHydra.instance().clear()
+
+
+@functools.cache
+def _model_preset(name: str):
+    return compose_cell(f"model={name}").model
+
+
+def model_preset(name: str = "gold", **over: Any):
+    """conf/model/<name>.yaml as Hydra composes it (its shared/ defaults included; the schema's node, so a
+    key it lacks fails), a fresh copy with `over` (dotted keys) set."""
+    import copy
+
+    from omegaconf import OmegaConf
+
+    cfg = copy.deepcopy(_model_preset(name))
+    for k, v in over.items():
+        OmegaConf.update(cfg, k, v, merge=False)
+    return cfg
 
 
 def optimizer_params(method: str, **over: Any):

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from conftest import model_preset
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "launchers" / "serve_vllm.sh"
@@ -71,7 +71,7 @@ def flag(argv: list[str], name: str) -> str | None:
 
 
 def preset(name: str):
-    return OmegaConf.load(MODELS / f"{name}.yaml")
+    return model_preset(name)  # as Hydra composes it
 
 
 def test_scripts_parse():

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import model_preset
 from omegaconf import OmegaConf
 
 from apps_bench.config import ModelConfig, typed
@@ -22,15 +23,10 @@ from apps_bench.models.gold import GoldServer, load_rows
 from apps_bench.models.gold_policy import GoldProblem
 from apps_bench.types import Usage
 
-CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf" / "model"
 HEADERS = {"X-Apps-Bench-Run": "run-7"}
 
 
-def model_cfg(name: str = "gold", **over):
-    cfg = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(CONF / f"{name}.yaml"))
-    for k, v in over.items():
-        OmegaConf.update(cfg, k, v, merge=False)
-    return cfg
+model_cfg = model_preset  # conf/model/<name>.yaml as Hydra composes it
 
 
 @pytest.fixture(scope="module")
