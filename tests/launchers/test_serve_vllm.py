@@ -21,7 +21,6 @@ from conftest import model_preset
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "launchers" / "serve_vllm.sh"
 SBATCH = REPO / "launchers" / "serve_vllm.sbatch"
-MODELS = REPO / "apps_bench" / "conf" / "model"
 PIN = "0.34.0"
 MODEL_IDS = {"qwen": "Qwen/Qwen3.5-9B", "qwen_122b": "Qwen/Qwen3.5-122B-A10B", "qwen_thinking": "Qwen/Qwen3.5-9B"}
 KNOBS = ("CUDA_", "SLURM_", "VLLM_", "API_KEY", "TP", "HOST", "PORT", "MODEL_ID", "THINKING", "REASONING_PARSER",
