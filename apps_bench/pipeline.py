@@ -39,9 +39,11 @@ from apps_bench.tracking.records import (
     SUMMARY,
     TRANSCRIPTS,
     RecordStore,
+    RecordsUnreadable,
     record_key,
 )
 from apps_bench.tracking.summary import metrics_of, summarize_cell, summary_tags, table_rows
+from apps_bench.types import ProblemRecord
 from apps_bench.validate import InvalidSettings, empty_selection
 
 
@@ -52,7 +54,7 @@ class CellResult:
     summary: dict[str, Any]
     complete: bool
     run_id: str | None = None
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[ProblemRecord] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- config
@@ -122,7 +124,11 @@ def prepare(cfg: Any) -> Prepared:
     except Exception as exc:  # noqa: BLE001 - a bad prompt set is a setup error with its own message
         raise CellSetupError(str(exc)) from exc
     store = RecordStore(cell_dir_for(config.out_dir, cell))
-    recorded = {r["key"] for r in store.records() if not r.get("error")}  # read only, before any check
+    try:
+        recorded = {r.key for r in store.records() if not r.error}  # read only, before any check
+    except RecordsUnreadable as exc:
+        raise CellSetupError(f"{exc}. Nothing was changed; run this cell with the apps-bench that wrote these "
+                             "records, or give it another out_dir.") from None
     left = cell.optimizer != "none" or any(record_key(p.split, p.id) not in recorded for p in loaded.problems)
     endpoint = _check_endpoint(config) if left else None  # a cell with nothing to solve needs no model
     server = _check_server(config, endpoint) if left else None
@@ -224,7 +230,7 @@ def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers
 
     config, cell, loaded, store = prep.config, prep.cell, prep.loaded, prep.store
     selected = {record_key(p.split, p.id): i for i, p in enumerate(loaded.problems)}
-    records = sorted((r for r in store.records() if r["key"] in selected), key=lambda r: selected[r["key"]])
+    records = sorted((r for r in store.records() if r.key in selected), key=lambda r: selected[r.key])
     summary = summarize_cell(records, n_selected=len(selected), skipped=loaded.skipped,
                              profile=config.judge.profile, wall_s=time.perf_counter() - prep.t_start)  # fmt: skip
     summary["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
@@ -272,7 +278,7 @@ async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progres
             if store_failed:
                 return  # the tracking store is unusable: start no more problems
             outcome = await engine.step(problem, job)
-            rec = record_of(outcome, prep.cell.key).to_json()
+            rec = record_of(outcome, prep.cell.key)
             await asyncio.to_thread(prep.store.append, rec, outcome.solved.transcript if keep else None)  # fsync off the loop
             if traces is not None:
                 traces.submit(outcome, rec)  # after the record: a trace never changes what is recorded
@@ -332,7 +338,7 @@ def keep_lock(prep: Prepared) -> None:
 def _store_lost(prep: Prepared, exc: BaseException) -> str:
     """What a store that failed mid-cell means for the cell: nothing is lost, and what the rerun does."""
     selected = {record_key(p.split, p.id) for p in prep.loaded.problems}
-    n = sum(1 for r in prep.store.records() if r["key"] in selected and not r.get("error"))
+    n = sum(1 for r in prep.store.records() if r.key in selected and not r.error)
     rerun = ("it logs the finished cell to its MLflow run without solving anything again" if n == len(selected)
              else f"it solves only the {len(selected) - n} problems left, then logs the cell")  # fmt: skip
     return (f"{exc}. Nothing computed is lost: {prep.dir} keeps every record ({n} of {len(selected)} problems "

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from apps_bench.__main__ import CONF_DIR
+from apps_bench.types import ProblemRecord
 
 
 class PlanError(Exception):
@@ -117,7 +118,7 @@ def _selected_keys(data: dict[str, Any], cache: dict[str, Any]) -> tuple[set[str
     return cache[sig]
 
 
-def _recorded(cell_dir: Path) -> list[dict[str, Any]]:
+def _recorded(cell_dir: Path) -> list[ProblemRecord]:
     """The cell's records as a rerun would find them, read without touching the file."""
     from apps_bench.tracking.records import RecordStore
 
@@ -162,8 +163,8 @@ def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: list[Any]
         keys, why = None, ""  # no selection: never `done`
     recs = _recorded(cell_dir)
     if keys is not None:
-        recs = [r for r in recs if r.get("key") in keys]
-    ok = [r for r in recs if not r.get("error")]
+        recs = [r for r in recs if r.key in keys]
+    ok = [r for r in recs if not r.error]
     errors = len(recs) - len(ok)
     n = len(keys) if keys is not None else None
     if invalid:

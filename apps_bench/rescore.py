@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from apps_bench.config import DatasetConfig, JudgeConfig, typed
 from apps_bench.judge.core import judge_program
-from apps_bench.tracking.records import CELL, CONFIG, RECORDS, SUMMARY, RecordStore, record_key
+from apps_bench.tracking.records import CELL, CONFIG, RECORDS, SUMMARY, RecordStore, RecordsUnreadable, record_key
 from apps_bench.types import ProblemRecord, Verdict
 
 RESCORE_DIR = "rescore"
@@ -163,9 +163,9 @@ def rescored_config(data: Mapping[str, Any], overrides: Mapping[str, str]) -> di
 def cell_records(cell_dir: Path) -> list[ProblemRecord]:
     """The cell's records, each read as the type it was written as (a line this version cannot read: RescoreError)."""
     try:
-        return [ProblemRecord.from_json(r) for r in RecordStore(cell_dir).records()]
-    except ValueError as e:
-        raise RescoreError(f"{cell_dir / RECORDS}: {e}") from None
+        return RecordStore(cell_dir).records()
+    except RecordsUnreadable as e:
+        raise RescoreError(str(e)) from None
 
 
 def _rescored_record(old: ProblemRecord, verdict: Verdict, judge_s: float, new_key: str, old_key: str, old_cap: Any) -> ProblemRecord:
@@ -207,7 +207,7 @@ def judge_records(store: RecordStore, todo: list[ProblemRecord], problems: Mappi
     try:
         with ThreadPoolExecutor(max_workers=workers) as ex:
             for fut in as_completed([ex.submit(one, r) for r in todo]):
-                store.append(fut.result().to_json())
+                store.append(fut.result())
                 bar.update(1)
     finally:
         bar.close()
@@ -232,7 +232,7 @@ def source_run_id(experiment: str, cell_key: str) -> str | None:
 
 
 def log_rescore(data: Mapping[str, Any], cell_info: Mapping[str, Any], new_identity: Mapping[str, Any], new_key: str,
-                out_dir: Path, summary: Mapping[str, Any], records: list[dict[str, Any]]) -> tuple[str, str | None]:
+                out_dir: Path, summary: Mapping[str, Any], records: list[ProblemRecord]) -> tuple[str, str | None]:
     """A child run of the cell's run that reads like a cell run: (run id, parent run id)."""
     from apps_bench import provenance
     from apps_bench.tracking import mlflow as mlf
@@ -307,7 +307,7 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
           f"{len(todo) - len(answered)} recorded errors kept as errors", file=sys.stderr)
     for r in todo:
         if r.error:
-            store.append(_error_record(r, r.error, new_key, old_key).to_json())
+            store.append(_error_record(r, r.error, new_key, old_key))
     from apps_bench.data import load_problems
 
     try:  # the cell's own selection, with the new test cap: what a complete cell holds
@@ -335,7 +335,7 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
     old_summary = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8")) if (cell_dir / SUMMARY).is_file() else {}
     order = {k: i for i, k in enumerate(problems)}
     recorded = {x.key for x in records}
-    new_records = sorted((r for r in store.records() if r["key"] in recorded), key=lambda r: order.get(r["key"], len(order)))
+    new_records = sorted((r for r in store.records() if r.key in recorded), key=lambda r: order.get(r.key, len(order)))
     summary = summarize_cell(new_records, n_selected=len(problems), skipped=loaded.skipped, profile=profile)
     summary["cell"] = {"key": new_key, "name": info.get("name"), **(info.get("axes") or {})}
     summary["rescore_of"] = {"cell": old_key, "dir": str(cell_dir), "profile": data["judge"]["profile"],

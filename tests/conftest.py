@@ -225,6 +225,17 @@ def optimizer_params(method: str, **over: Any):
     return typed(OPTIMIZER_SCHEMAS[method], OmegaConf.merge(node, {"params": over})).params
 
 
+def problem_record(i: int | str = 0, **over: Any):
+    """A records.jsonl record of problem `i` (a passed, judged answer with no usage), with `over` set: the
+    type the record store and every reader of records take."""
+    from apps_bench.types import ProblemRecord
+
+    base = dict(key=f"test/{i}", id=str(i), split="test", difficulty="interview", mode="stdio", cell="c", program="print(1)",
+                extracted=True, passed=True, verdict=None, usage={}, tool_calls_by_role={}, latency_s=0.0, solve_s=0.0,
+                judge_s=0.0, solver="main", error=None, stop_reason="done")  # fmt: skip
+    return ProblemRecord(**{**base, **over})
+
+
 @pytest.fixture(scope="module")
 def pool():
     """A sandbox pool with the `seed` judge profile's limits (2 workers), one per test module;

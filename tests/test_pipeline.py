@@ -76,6 +76,16 @@ def test_demo_prints_code_and_per_test_results(tmp_path: Path, mlflow_template: 
     arts = {a.path for a in _mlflow(tmp_path / "outputs" / "mlflow.db").list_artifacts(run.info.run_id)}
     assert {"records.jsonl", "summary.json", "config.yaml", "transcripts.jsonl", "problems.json"} <= arts
 
+    # a record of a newer apps-bench in the folder: the rerun stops before touching it (never drops or rewrites it)
+    lines = (cell / "records.jsonl").read_text().splitlines()
+    (cell / "records.jsonl").write_text("\n".join([lines[0].replace('"schema": 1', '"schema": 2'), *lines[1:]]) + "\n")
+    before = {f.name: f.read_bytes() for f in cell.iterdir() if f.is_file()}
+    again = run_cli([], tmp_path)
+    assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr[-3000:]
+    assert "is records schema version 2" in again.stderr and "Nothing was changed" in again.stderr
+    assert {f.name: f.read_bytes() for f in cell.iterdir() if f.is_file()} == before
+    assert len(_all_runs(tmp_path / "outputs" / "mlflow.db")) == 1
+
 
 
 # ------------------------------------------------------------------------------- multirun

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from apps_bench.report.money import billed_tokens
+from apps_bench.tracking.records import RecordStore, RecordsUnreadable
+from apps_bench.types import ProblemRecord
 
 
 class ReportError(Exception):
@@ -166,22 +168,34 @@ def incomparable_reason(a: CellData, b: CellData) -> str | None:
 # ----------------------------------------------------------------------------- records -> rows
 
 
-def problem_row(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """A record (records.jsonl line or problems.json row) -> the report's per-problem row."""
-    u = rec.get("usage") or rec  # problems.json rows hold the usage columns flat
-    split = str(rec.get("split") or "test")
-    pid = str(rec.get("id"))
+def problem_row(rec: ProblemRecord) -> dict[str, Any]:
+    """A record (a records.jsonl line) -> the report's per-problem row."""
+    return _row(rec.key, rec.id, rec.split, rec.difficulty, rec.passed, rec.error, rec.usage,
+                (rec.latency_s, rec.solve_s, rec.judge_s))  # fmt: skip
+
+
+def table_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of a run's `problems.json` table (a run logged without its records file), which holds the
+    usage columns flat and no per-call entries -> the report's per-problem row."""
+    split, pid = str(row.get("split") or "test"), str(row.get("id"))
+    times = tuple(float(row.get(k, 0.0) or 0.0) for k in ("latency_s", "solve_s", "judge_s"))
+    return _row(f"{split}/{pid}", pid, split, str(row.get("difficulty") or ""), bool(row.get("passed")), row.get("error"),
+                row, (times[0], times[1], times[2]))  # fmt: skip
+
+
+def _row(key: str, pid: str, split: str, difficulty: str, passed: bool, error: str | None, u: Mapping[str, Any],
+         times: tuple[float, float, float]) -> dict[str, Any]:  # fmt: skip
     prompt, completion = int(u.get("prompt_tokens", 0) or 0), int(u.get("completion_tokens", 0) or 0)
     billed_in, billed_out = billed_tokens(u)
     calls = u.get("calls")
     n_calls = int(u.get("model_calls", 0) or 0)
     return {
-        "key": str(rec.get("key") or f"{split}/{pid}"),
+        "key": key,
         "id": pid,
         "split": split,
-        "difficulty": str(rec.get("difficulty") or ""),
-        "passed": bool(rec.get("passed")),
-        "error": str(rec.get("error") or ""),
+        "difficulty": difficulty,
+        "passed": passed,
+        "error": error or "",
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
@@ -189,9 +203,9 @@ def problem_row(rec: Mapping[str, Any]) -> dict[str, Any]:
         "billed_output_tokens": billed_out,
         "model_calls": n_calls,
         "tool_calls": int(u.get("tool_calls", 0) or 0),
-        "latency_s": float(rec.get("latency_s", 0.0) or 0.0),
-        "solve_s": float(rec.get("solve_s", 0.0) or 0.0),
-        "judge_s": float(rec.get("judge_s", 0.0) or 0.0),
+        "latency_s": times[0],
+        "solve_s": times[1],
+        "judge_s": times[2],
         "tool_s": float(u.get("tool_s", 0.0) or 0.0),
         "role_calls": role_calls(calls) if isinstance(calls, list) and len(calls) == n_calls else None,
     }
@@ -238,7 +252,7 @@ def role_uses(events: Iterable[Mapping[str, Any]]) -> dict[str, RoleUse]:
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     if not path.exists():
         return out
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -251,11 +265,13 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _latest(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    by_key: dict[str, dict[str, Any]] = {}
-    for r in recs:
-        by_key[str(r.get("key") or f"{r.get('split') or 'test'}/{r.get('id')}")] = r
-    return list(by_key.values())
+def _records(cell_dir: Path) -> list[ProblemRecord]:
+    """The folder's records as its cell's rerun would read them (RecordStore: a torn last line of a cell
+    still running is left out); a line this version cannot read is a ReportError that names it."""
+    try:
+        return RecordStore(cell_dir).records()
+    except RecordsUnreadable as exc:
+        raise ReportError(str(exc)) from None
 
 
 # ----------------------------------------------------------------------------- local folders
@@ -293,7 +309,7 @@ def from_dirs(root: Path | str, *, with_roles: bool = True) -> list[CellData]:
             settings=_settings(ident),
             source=str(d), framework=ident.get("topology.framework", ""), flow=ident.get("topology.flow", ""),
             provenance=provenance.comparable(prov) if prov else {},
-            problems=[problem_row(r) for r in _latest(_jsonl(d / "records.jsonl"))],
+            problems=[problem_row(r) for r in _records(d)],
         )  # fmt: skip
         if with_roles:
             cell.roles = {str(t.get("key")): role_uses(t.get("events") or []) for t in _jsonl(d / "transcripts.jsonl")}
@@ -365,7 +381,7 @@ def _download(c: Any, run_id: str, name: str, dst: Path) -> Path | None:
 def _problems_of_run(c: Any, run_id: str, dst: Path) -> list[dict[str, Any]]:
     path = _download(c, run_id, "records.jsonl", dst)
     if path is not None:
-        return [problem_row(r) for r in _latest(_jsonl(path))]
+        return [problem_row(r) for r in _records(path.parent)]
     from apps_bench.tracking.mlflow import TABLE_ARTIFACT
 
     path = _download(c, run_id, TABLE_ARTIFACT, dst)
@@ -373,7 +389,7 @@ def _problems_of_run(c: Any, run_id: str, dst: Path) -> list[dict[str, Any]]:
         return []
     table = json.loads(path.read_text(encoding="utf-8"))  # log_table's "split" orientation
     cols = table.get("columns") or []
-    return [problem_row(dict(zip(cols, row))) for row in table.get("data") or []]
+    return [table_row(dict(zip(cols, row))) for row in table.get("data") or []]
 
 
 def from_mlflow(

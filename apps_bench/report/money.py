@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from apps_bench.types import ProblemRecord
+
 NO_PRICE = "no price"
 
 
@@ -52,15 +54,15 @@ def billed_tokens(usage: Mapping[str, Any]) -> tuple[int, int]:
     return n("prompt_tokens") + n("retried_prompt_tokens"), n("completion_tokens") + n("retried_completion_tokens")
 
 
-def cell_cost(records: Iterable[Mapping[str, Any]], price: Price | None) -> dict[str, Any]:
+def cell_cost(records: Iterable[ProblemRecord], price: Price | None) -> dict[str, Any]:
     """summary.json's `cost`: billed tokens and, with a price, USD per cell, per recorded problem
     (errors included: their tokens were spent) and per solved problem (None when none was solved)."""
     recs = list(records)
     tin = tout = 0
     for r in recs:
-        i, o = billed_tokens(r.get("usage") or {})
+        i, o = billed_tokens(r.usage)
         tin, tout = tin + i, tout + o
-    solved = sum(1 for r in recs if r.get("passed") and not r.get("error"))
+    solved = sum(1 for r in recs if r.passed and not r.error)
     out: dict[str, Any] = {"input_tokens": tin, "output_tokens": tout, "problems": len(recs), "solved": solved,
                            "price": price.as_dict() if price else None}  # fmt: skip
     usd = price.usd(tin, tout) if price else None

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from apps_bench.config import ModelConfig, TopologyConfig
 from apps_bench.topologies.prompts import roles_for
+from apps_bench.types import ProblemRecord
 
 
 def tool_calls_by_role(transcript: Iterable[Any]) -> dict[str, int]:
@@ -39,11 +40,11 @@ def roles_offered_tools(topology_cfg: TopologyConfig) -> list[str]:
     return list(dict.fromkeys(offered))
 
 
-def tool_protocol(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def tool_protocol(records: Sequence[ProblemRecord]) -> dict[str, Any]:
     """How tools reached the model over a cell: `api` (requests carried `tools`), `prompt_text`, or `none`."""
-    calls = sum(int((r.get("usage") or {}).get("model_calls", 0) or 0) for r in records)
-    with_tools = sum(int((r.get("usage") or {}).get("requests_with_tools", 0) or 0) for r in records)
-    prompt = sum(int((r.get("usage") or {}).get("prompt_tokens", 0) or 0) for r in records)
+    calls = sum(int(r.usage.get("model_calls", 0) or 0) for r in records)
+    with_tools = sum(int(r.usage.get("requests_with_tools", 0) or 0) for r in records)
+    prompt = sum(int(r.usage.get("prompt_tokens", 0) or 0) for r in records)
     return {
         "requests_with_tools": with_tools,
         "model_calls": calls,
@@ -51,13 +52,13 @@ def tool_protocol(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def tool_warnings(records: Sequence[Mapping[str, Any]], topology_cfg: TopologyConfig, model_cfg: ModelConfig) -> list[str]:
+def tool_warnings(records: Sequence[ProblemRecord], topology_cfg: TopologyConfig, model_cfg: ModelConfig) -> list[str]:
     """Warnings for the summary and MLflow: tools the model never used, or cannot use."""
     out: list[str] = []
     if model_cfg.provider == "gold":
         # gold gives no program (and calls no tool) where a row has no reference solution: that is
         # the rows, not the server dropping tools, so those problems say nothing about tool use
-        unanswered = [r for r in records if not r.get("extracted") and not r.get("error")]
+        unanswered = [r for r in records if not r.extracted and not r.error]
         if unanswered:
             n = len(records)
             out.append(
@@ -65,7 +66,7 @@ def tool_warnings(records: Sequence[Mapping[str, Any]], topology_cfg: TopologyCo
                 f"solution (gold answers only with one), so they score 0 and pass@1 is at most {n - len(unanswered)}/{n}"
                 f" = {(n - len(unanswered)) / n:.4f}; a score on rows without solutions measures the rows, not the "
                 "harness")
-            records = [r for r in records if r.get("extracted") or r.get("error")]
+            records = [r for r in records if r.extracted or r.error]
     offered = roles_offered_tools(topology_cfg)
     if not offered or not records:
         return out
@@ -76,12 +77,12 @@ def tool_warnings(records: Sequence[Mapping[str, Any]], topology_cfg: TopologyCo
             "or model=local without model.chat_format): "
             f"the roles {offered} get no usable tools, so this team's tool use is not measured"
         )
-    calls = sum(int((r.get("usage") or {}).get("model_calls", 0) or 0) for r in records)
+    calls = sum(int(r.usage.get("model_calls", 0) or 0) for r in records)
     if not calls:
         return out
     used: dict[str, int] = {}
     for r in records:
-        for role, n in (r.get("tool_calls_by_role") or {}).items():
+        for role, n in r.tool_calls_by_role.items():
             used[role] = used.get(role, 0) + int(n)
     idle = [r for r in offered if not used.get(r)]
     if idle:

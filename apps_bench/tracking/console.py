@@ -8,17 +8,18 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from apps_bench.cell import Cell
+from apps_bench.types import ProblemRecord
 
 
-def print_problem(rec: Mapping[str, Any], out: Any = None) -> None:
+def print_problem(rec: ProblemRecord, out: Any = None) -> None:
     """A problem's extracted code and per-test results (demo / verbose)."""
     out = out or sys.stdout
-    v = rec.get("verdict") or {}
-    state = "ERROR" if rec.get("error") else ("PASSED" if rec.get("passed") else "FAILED")
-    print(f"\n=== problem {rec['id']} ({rec.get('difficulty') or '?'}, {rec.get('mode', '?')}) : {state}", file=out)
-    if rec.get("error"):
-        print(f"error: {rec['error']}", file=out)
-    prog = rec.get("program")
+    v = rec.verdict or {}
+    state = "ERROR" if rec.error else ("PASSED" if rec.passed else "FAILED")
+    print(f"\n=== problem {rec.id} ({rec.difficulty or '?'}, {rec.mode}) : {state}", file=out)
+    if rec.error:
+        print(f"error: {rec.error}", file=out)
+    prog = rec.program
     if prog:
         print("--- extracted code ---", file=out)
         print(prog.rstrip("\n"), file=out)
@@ -95,9 +96,9 @@ class Progress:
 
             self.bar = tqdm(total=total, initial=done, desc=label, unit="problem", file=sys.stderr, dynamic_ncols=True)
 
-    def update(self, n: int, rec: Mapping[str, Any]) -> None:
-        self.passed += bool(rec.get("passed"))
-        self.errors += bool(rec.get("error"))
+    def update(self, n: int, rec: ProblemRecord) -> None:
+        self.passed += rec.passed
+        self.errors += bool(rec.error)
         if self.bar is not None:
             self.bar.set_postfix(passed=self.passed, errors=self.errors, refresh=False)
             self.bar.update(n)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from apps_bench.tracking.cell_lock import LOCK, CellLock, LockTimes
+from apps_bench.types import ProblemRecord
 
 RECORDS = "records.jsonl"
 TRANSCRIPTS = "transcripts.jsonl"
@@ -32,13 +33,18 @@ class CellDirConflict(Exception):
     """The output folder already holds a different cell's records."""
 
 
+class RecordsUnreadable(ValueError):
+    """A complete line of records.jsonl that this version cannot read as a record (a newer schema, a
+    field it does not know): an error, never dropped, so no record is lost or half understood."""
+
+
 def record_key(split: str, problem_id: str) -> str:
     return f"{split}/{problem_id}"
 
 
 @dataclass
 class ResumeState:
-    done: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> record (no error)
+    done: dict[str, ProblemRecord] = field(default_factory=dict)  # key -> record (no error)
     retried: list[str] = field(default_factory=list)  # keys whose error records were dropped
     torn_bytes: int = 0  # bytes of a torn last line cut off
     corrupt_lines: int = 0  # unparsable complete lines dropped
@@ -68,6 +74,15 @@ def _read_lines(path: Path) -> tuple[list[dict[str, Any]], int, int, int]:
     return out, cut, torn, corrupt
 
 
+def _read_records(path: Path) -> tuple[list[ProblemRecord], int, int, int]:
+    """`_read_lines` of records.jsonl, each line read as a ProblemRecord (RecordsUnreadable if one cannot be)."""
+    lines, good_len, torn, corrupt = _read_lines(path)
+    try:
+        return [ProblemRecord.from_json(r) for r in lines], good_len, torn, corrupt
+    except ValueError as exc:
+        raise RecordsUnreadable(f"{path}: {exc}") from None
+
+
 def _atomic_write_lines(path: Path, lines: Iterable[dict[str, Any]]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -82,6 +97,11 @@ def atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def _latest(recs: Iterable[ProblemRecord]) -> dict[str, ProblemRecord]:
+    """key -> its last record (a file written by this store has one per key)."""
+    return {r.key: r for r in recs}
 
 
 class RecordStore:
@@ -136,18 +156,16 @@ class RecordStore:
 
     def resume(self) -> ResumeState:
         """Read what is recorded; cut a torn tail; drop error records so they are retried."""
-        recs, good_len, torn, corrupt = _read_lines(self.records_path)
+        recs, good_len, torn, corrupt = _read_records(self.records_path)
         state = ResumeState(torn_bytes=torn, corrupt_lines=corrupt)
-        latest: dict[str, dict[str, Any]] = {}
-        for rec in recs:  # last line for a key wins (a file written by this store has one per key)
-            latest[rec["key"]] = rec
+        latest = _latest(recs)
         for key, rec in latest.items():
-            if rec.get("error"):
+            if rec.error:
                 state.retried.append(key)
             else:
                 state.done[key] = rec
         if state.retried or corrupt or len(latest) != len(recs):
-            _atomic_write_lines(self.records_path, state.done.values())
+            _atomic_write_lines(self.records_path, (r.to_json() for r in state.done.values()))
         elif torn:
             with open(self.records_path, "r+b") as f:
                 f.truncate(good_len)
@@ -180,7 +198,7 @@ class RecordStore:
         if sync:
             os.fsync(fd)
 
-    def append(self, record: dict[str, Any], transcript: list[dict[str, Any]] | None = None) -> None:
+    def append(self, record: ProblemRecord, transcript: list[dict[str, Any]] | None = None) -> None:
         """Append one problem's record (and its transcript), flushed to disk before returning.
         The transcript goes first: a record on disk always has its transcript."""
         with self._lock:
@@ -190,8 +208,8 @@ class RecordStore:
             assert self._fd is not None and self._tfd is not None
             if transcript is not None:
                 # no fsync: a transcript lost in a power cut leaves its record without one, nothing worse
-                self._write_line(self._tfd, {"key": record["key"], "id": record.get("id"), "events": transcript}, sync=False)
-            self._write_line(self._fd, record)
+                self._write_line(self._tfd, {"key": record.key, "id": record.id, "events": transcript}, sync=False)
+            self._write_line(self._fd, record.to_json())
 
     def close(self) -> None:
         with self._lock:
@@ -207,12 +225,9 @@ class RecordStore:
         self.close()
 
     # -- reading ------------------------------------------------------------------
-    def records(self) -> list[dict[str, Any]]:
-        recs, _, _, _ = _read_lines(self.records_path)
-        latest: dict[str, dict[str, Any]] = {}
-        for r in recs:
-            latest[r["key"]] = r
-        return list(latest.values())
+    def records(self) -> list[ProblemRecord]:
+        """The records as a rerun would find them (the last line of a key wins), read without touching the file."""
+        return list(_latest(_read_records(self.records_path)[0]).values())
 
     def write_summary(self, summary: dict[str, Any]) -> Path:
         path = self.dir / SUMMARY

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import statistics
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+from apps_bench.types import ProblemRecord
 
 # Per-problem usage counters, summed over a cell in summary.json and logged as MLflow metrics.
 USAGE_TOTALS = (
@@ -28,7 +30,7 @@ def usage_record(usage: Any) -> dict[str, Any]:
 
 
 def summarize_cell(
-    records: list[dict[str, Any]],
+    records: Sequence[ProblemRecord],
     *,
     n_selected: int,
     skipped: Mapping[str, int],
@@ -38,14 +40,14 @@ def summarize_cell(
     """summary.json: the judge's pass@1 figures over judged problems, plus errors, usage, latency."""
     from apps_bench.judge import summarize
 
-    judged = [r for r in records if not r.get("error")]
-    errors = [r for r in records if r.get("error")]
+    judged = [r for r in records if not r.error]
+    errors = [r for r in records if r.error]
     items = [
         {
-            "difficulty": r.get("difficulty", ""),
-            "passed": r.get("passed", False),
-            "extracted": r.get("extracted", False),
-            "results": (r.get("verdict") or {}).get("results") or [],
+            "difficulty": r.difficulty,
+            "passed": r.passed,
+            "extracted": r.extracted,
+            "results": (r.verdict or {}).get("results") or [],
         }
         for r in judged
     ]
@@ -56,22 +58,22 @@ def summarize_cell(
     tot = {k: 0 for k in USAGE_TOTALS}
     finish: dict[str, int] = {}
     for r in records:
-        u = r.get("usage") or {}
+        u = r.usage
         for k in tot:
             tot[k] += int(u.get(k, 0) or 0)
         for reason, n in (u.get("finish_reasons") or {}).items():
             finish[reason] = finish.get(reason, 0) + int(n)
-    lat = [float(r.get("latency_s", 0.0)) for r in judged]
+    lat = [float(r.latency_s) for r in judged]
     stop: dict[str, int] = {}
     for r in records:
-        stop[str(r.get("stop_reason"))] = stop.get(str(r.get("stop_reason")), 0) + 1
+        stop[r.stop_reason] = stop.get(r.stop_reason, 0) + 1
     out.update(
         n_selected=n_selected,
         n_recorded=len(records),
         n_errors=len(errors),
         n_missing=max(0, n_selected - len(records)),
         complete=len(records) >= n_selected and not errors,
-        error_ids=[r["id"] for r in errors],
+        error_ids=[r.id for r in errors],
         usage=tot,
         latency_s={
             "mean": statistics.fmean(lat) if lat else 0.0,
@@ -132,19 +134,20 @@ def metrics_of(summary: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in m.items()}
 
 
-def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def table_rows(records: Sequence[ProblemRecord]) -> list[dict[str, Any]]:
+    """The MLflow table of a cell's problems (problems.json): one flat row per record."""
     rows = []
     for r in records:
-        v = r.get("verdict") or {}
-        u = r.get("usage") or {}
+        v = r.verdict or {}
+        u = r.usage
         rows.append(
             {
-                "id": r["id"],
-                "split": r.get("split"),
-                "difficulty": r.get("difficulty"),
-                "passed": bool(r.get("passed")),
-                "extracted": bool(r.get("extracted")),
-                "error": r.get("error") or "",
+                "id": r.id,
+                "split": r.split,
+                "difficulty": r.difficulty,
+                "passed": r.passed,
+                "extracted": r.extracted,
+                "error": r.error or "",
                 "tests_passed": v.get("tests_passed", 0),
                 "tests_run": v.get("tests_run", 0),
                 "n_tests": v.get("n_tests", 0),
@@ -154,11 +157,11 @@ def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "retried_completion_tokens": u.get("retried_completion_tokens", 0),
                 "model_calls": u.get("model_calls", 0),
                 "tool_calls": u.get("tool_calls", 0),
-                "latency_s": r.get("latency_s", 0.0),
-                "solve_s": r.get("solve_s", 0.0),
-                "judge_s": r.get("judge_s", 0.0),
+                "latency_s": r.latency_s,
+                "solve_s": r.solve_s,
+                "judge_s": r.judge_s,
                 "tool_s": u.get("tool_s", 0.0),
-                "stop_reason": r.get("stop_reason", ""),
+                "stop_reason": r.stop_reason,
             }
         )
     return rows

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from apps_bench.tracking.capture import ExecCall, ModelCall, TraceLog, log_of
+from apps_bench.types import ProblemRecord
 
 if TYPE_CHECKING:
     from apps_bench.config import Config
@@ -59,14 +60,14 @@ class TraceWriter:
         self._pending: list[Future[Any]] = []
         self._warned = False
 
-    def submit(self, outcome: Any, record: dict[str, Any]) -> None:
+    def submit(self, outcome: Any, record: ProblemRecord) -> None:
         log = log_of(getattr(outcome.solved, "usage", None))
         if log is None:
             return
         end_ns = time.time_ns()
         self._pending.append(self._tx.submit(self._write, outcome, record, log, end_ns))
 
-    def _write(self, outcome: Any, record: dict[str, Any], log: TraceLog, end_ns: int) -> None:
+    def _write(self, outcome: Any, record: ProblemRecord, log: TraceLog, end_ns: int) -> None:
         try:
             run = self._run.result()
             if getattr(run, "run_id", None):
@@ -74,7 +75,7 @@ class TraceWriter:
         except Exception as exc:  # noqa: BLE001 - a trace is a view; the record is what counts
             if not self._warned:
                 self._warned = True
-                print(f"warning: could not write the trace of {record.get('key')}: {type(exc).__name__}: {exc}",
+                print(f"warning: could not write the trace of {record.key}: {type(exc).__name__}: {exc}",
                       file=sys.stderr)  # fmt: skip
 
     def close(self) -> None:
@@ -260,19 +261,19 @@ def _request(call: ModelCall) -> dict[str, Any]:
     return body
 
 
-def trace_tags(record: dict[str, Any]) -> dict[str, str]:
+def trace_tags(record: ProblemRecord) -> dict[str, str]:
     return {
-        "problem_id": str(record["id"]),
-        "problem_key": str(record["key"]),
-        "difficulty": str(record.get("difficulty") or ""),
-        "passed": str(bool(record.get("passed"))).lower(),
-        "error": str(record.get("error") or ""),
-        "solver": str(record.get("solver") or ""),
-        "stop_reason": str(record.get("stop_reason") or ""),
+        "problem_id": record.id,
+        "problem_key": record.key,
+        "difficulty": record.difficulty or "",
+        "passed": str(record.passed).lower(),
+        "error": record.error or "",
+        "solver": record.solver,
+        "stop_reason": record.stop_reason,
     }
 
 
-def write_trace(run: Any, outcome: Any, record: dict[str, Any], log: TraceLog, end_ns: int) -> str:
+def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, end_ns: int) -> str:
     """One problem's trace in `run` (a tracking.mlflow.CellRun); returns its trace id."""
     mlflow = _mlflow(run.uri)
     from mlflow.entities import SpanEvent, SpanStatusCode, SpanType
@@ -290,12 +291,12 @@ def write_trace(run: Any, outcome: Any, record: dict[str, Any], log: TraceLog, e
         turn = _place_exec(ex, turns)
         (turn.execs if turn is not None else loose_execs).append(ex)
 
-    judge_ns = int(float(record.get("judge_s") or 0.0) * 1e9)
+    judge_ns = int(record.judge_s * 1e9)
     root = mlflow.start_span_no_context(
-        name=f"problem {record['key']}", span_type=SpanType.AGENT,
-        inputs={"problem": record["key"], "question": _clip(problem.question), "starter_code": problem.starter_code,
-                "mode": record.get("mode"), "fn_name": problem.tests.fn_name},
-        attributes={"cell": record.get("cell", ""), "topology_turns": record.get("turns", 0), "rounds": record.get("rounds", 0)},
+        name=f"problem {record.key}", span_type=SpanType.AGENT,
+        inputs={"problem": record.key, "question": _clip(problem.question), "starter_code": problem.starter_code,
+                "mode": record.mode, "fn_name": problem.tests.fn_name},
+        attributes={"cell": record.cell, "topology_turns": record.turns, "rounds": record.rounds},
         tags=trace_tags(record), metadata={TraceMetadataKey.SOURCE_RUN: run.run_id},
         experiment_id=run.experiment_id, start_time_ns=log.start_ns,
     )  # fmt: skip
@@ -353,23 +354,23 @@ def write_trace(run: Any, outcome: Any, record: dict[str, Any], log: TraceLog, e
     for ex in loose_execs:
         exec_span(root, ex)
 
-    verdict = record.get("verdict")
-    judged = verdict is not None or (getattr(outcome.solved, "error", None) is None and record.get("error"))
+    verdict = record.verdict
+    judged = verdict is not None or (getattr(outcome.solved, "error", None) is None and record.error)
     if judged:  # a verdict, or judging's own failure (a problem that failed to solve was never judged)
         span = mlflow.start_span_no_context(
             name="judge", span_type=SpanType.EVALUATOR, parent_span=root, start_time_ns=end_ns - judge_ns,
-            inputs={"program": _clip(record.get("program"))},
-            attributes={"passed": bool(record.get("passed")), "profile": (verdict or {}).get("profile", "")},
+            inputs={"program": _clip(record.program)},
+            attributes={"passed": record.passed, "profile": (verdict or {}).get("profile", "")},
         )  # fmt: skip
-        out = {"error": record.get("error")} if verdict is None else {
+        out = {"error": record.error} if verdict is None else {
             "passed": verdict["passed"], "tests_passed": verdict["tests_passed"], "tests_run": verdict["tests_run"],
             "n_tests": verdict["n_tests"], "extracted": verdict.get("extracted", True),
             "results": [{**r, "detail": _clip(r.get("detail"), CLIP_OUTPUT)} for r in verdict.get("results") or []],
         }  # fmt: skip
-        span.end(outputs=out, end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.get("error") else SpanStatusCode.OK)
+        span.end(outputs=out, end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.error else SpanStatusCode.OK)
     root.end(
-        outputs={"program": _clip(record.get("program")), "passed": bool(record.get("passed")),
-                 "stop_reason": record.get("stop_reason"), "error": record.get("error")},
-        end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.get("error") else SpanStatusCode.OK,
+        outputs={"program": _clip(record.program), "passed": record.passed,
+                 "stop_reason": record.stop_reason, "error": record.error},
+        end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.error else SpanStatusCode.OK,
     )  # fmt: skip
     return root.trace_id

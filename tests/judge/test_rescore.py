@@ -249,7 +249,7 @@ def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s
         judge = CrashingJudge.from_config(pool, judge_cfg)  # the cell's judge settings, this one crashing on `bad`
         judge_records(store, todo, {key[p.id]: p for p in (good, bad)}, judge, workers=2, new_key="new", old_key="old",
                       old_cap=None, progress=False)  # fmt: skip
-    got = {r["key"]: r for r in store.records()}
+    got = {r["key"]: r for r in lines(tmp_path / "cell" / "records.jsonl")}
     assert {k: ProblemRecord.from_json(r).to_json() for k, r in got.items()} == got  # what rescore writes is a record
     assert got[key[good.id]]["passed"] is True and not got[key[good.id]].get("error")
     assert got[key[bad.id]]["passed"] is False

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import compose_cell
+from conftest import compose_cell, problem_record
 
 from apps_bench.types import Usage
 
@@ -146,10 +146,7 @@ def test_finish_reasons_are_counted_in_the_cell_summary(endpoint):
     # server and ran to the cap after the request above had left its state (SmolLM2's near-tied tokens)
     asyncio.run(_ask("openai", clients(endpoint, free, max_tokens=64), "What is 2+2? Answer with the number only."))
     assert free.finish_reasons.get("stop") == 1, free.finish_reasons
-    records = [
-        {"id": str(i), "key": str(i), "error": None, "usage": usage_record(u), "verdict": None, "latency_s": 0.0}
-        for i, u in enumerate((capped, free))
-    ]
+    records = [problem_record(i, usage=usage_record(u)) for i, u in enumerate((capped, free))]
     summary = summarize_cell(records, n_selected=2, skipped={}, profile="seed")
     assert summary["usage"]["length_stops"] == 1
     assert summary["finish_reasons"] == {"length": 1, "stop": 1}
@@ -546,7 +543,7 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
     assert solved.usage.requests_with_tools == solved.usage.model_calls  # tools were offered every time...
     by_role = tool_calls_by_role(solved.attempt.transcript)
     assert by_role == {}  # ...and never used
-    (warning,) = [w for w in tool_warnings([{"usage": usage_record(solved.usage), "tool_calls_by_role": by_role}],
+    (warning,) = [w for w in tool_warnings([problem_record(usage=usage_record(solved.usage), tool_calls_by_role=by_role)],
                                            c.topology, c.model) if "no tool call" in w]
     assert "['solver']" in warning
 

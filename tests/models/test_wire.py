@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import problem_record
 
 from apps_bench.judge.profiles import judge_config
 from apps_bench.models.wire import finish_reason, normalize_reply, prepare_request, strict_arguments
@@ -130,8 +131,8 @@ def _topo(*overrides):
 
 
 def _rec(calls=3, with_tools=3, by_role=None):
-    return {"usage": {"model_calls": calls, "requests_with_tools": with_tools, "prompt_tokens": 300},
-            "tool_calls_by_role": by_role or {}}
+    return problem_record(usage={"model_calls": calls, "requests_with_tools": with_tools, "prompt_tokens": 300},
+                          tool_calls_by_role=by_role or {})
 
 
 def test_a_tool_role_that_never_calls_a_tool_is_warned_about():

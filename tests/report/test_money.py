@@ -6,20 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import problem_record, run_cli
 
 from apps_bench.report import money
 from apps_bench.report.cells import CellData, problem_row
 from apps_bench.report.cost import cost_rows
 from apps_bench.report.groups import group_cells
+from apps_bench.types import ProblemRecord
 
 PRICE = {"input_per_mtok": 3.7, "output_per_mtok": 11.3, "as_of": "2026-12-03"}  # made up (no vendor's)
 
 
-def _rec(i: int, passed: bool, p: int, c: int, rp: int = 0, rc: int = 0) -> dict:
+def _rec(i: int, passed: bool, p: int, c: int, rp: int = 0, rc: int = 0) -> ProblemRecord:
     usage = {"prompt_tokens": p, "completion_tokens": c, "retried_prompt_tokens": rp, "retried_completion_tokens": rc,
              "model_calls": 1, "calls": []}  # fmt: skip
-    return {"id": str(i), "key": f"test/{i}", "passed": passed, "error": "", "usage": usage}
+    return problem_record(i, passed=passed, usage=usage)
 
 
 RECORDS = [_rec(0, True, 1000, 200, rp=500, rc=50), _rec(1, False, 3000, 400), _rec(2, True, 2000, 100, rp=2000)]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from conftest import problem_record
 
 from apps_bench.report.cells import CellData, incomparable_reason, role_uses, select
 from apps_bench.report.cost import cost_rows, framework_rows, role_rows
 from apps_bench.report.groups import compare_to_baseline, group_cells
 from apps_bench.report.plots import pareto_front
 from apps_bench.report.stats import holm, mcnemar_exact
+from apps_bench.types import ProblemRecord
 
 SEL = {"dataset.name": "apps", "dataset.revision": "r1", "dataset.path": "", "dataset.split": "test", "limit": "10",
        "offset": "0", "only": "[]", "difficulty": "None"}  # fmt: skip
@@ -102,10 +104,10 @@ def test_cost_per_role_sums_the_roles_of_the_calls():
         {"role": "tester", "prompt_tokens": 300, "completion_tokens": 40},
         {"role": "tester", "prompt_tokens": 500, "completion_tokens": 50},
     ]
-    def rec(i: int, cs: list[dict]) -> dict:
-        return {"id": str(i), "key": f"test/{i}", "passed": True, "error": "", "usage": {
+    def rec(i: int, cs: list[dict]) -> ProblemRecord:
+        return problem_record(i, usage={
             "prompt_tokens": sum(c["prompt_tokens"] for c in cs), "completion_tokens": sum(c["completion_tokens"] for c in cs),
-            "model_calls": len(cs), "calls": cs}}  # fmt: skip
+            "model_calls": len(cs), "calls": cs})  # fmt: skip
 
     c = _cell("sequential", 0, [])
     c.problems = [problem_row(rec(0, calls)), problem_row(rec(1, calls[:1] + [{**calls[1], "role": "selector"}]))]
@@ -131,15 +133,15 @@ def test_cost_per_role_sums_the_roles_of_the_calls():
 
 
 def test_records_without_call_roles_are_not_counted_as_measured():
-    from apps_bench.report.cells import problem_row
+    from apps_bench.report.cells import problem_row, table_row
 
-    old = {"id": "0", "passed": True, "usage": {"prompt_tokens": 5, "completion_tokens": 1, "model_calls": 1,
-                                                "calls": [{"prompt_tokens": 5, "completion_tokens": 1}]}}  # fmt: skip
+    old = problem_record(0, usage={"prompt_tokens": 5, "completion_tokens": 1, "model_calls": 1,
+                                   "calls": [{"prompt_tokens": 5, "completion_tokens": 1}]})  # fmt: skip
     assert problem_row(old)["role_calls"] is None
-    assert problem_row({"id": "0", "prompt_tokens": 5, "model_calls": 1})["role_calls"] is None  # problems.json row
-    short = {"id": "0", "usage": {"model_calls": 2, "calls": [{"role": "a", "prompt_tokens": 1}]}}
+    assert table_row({"id": "0", "prompt_tokens": 5, "model_calls": 1})["role_calls"] is None  # problems.json row
+    short = problem_record(0, usage={"model_calls": 2, "calls": [{"role": "a", "prompt_tokens": 1}]})
     assert problem_row(short)["role_calls"] is None  # entries missing: the record cannot say
-    assert problem_row({"id": "0", "usage": {"model_calls": 0, "calls": []}})["role_calls"] == {}
+    assert problem_row(problem_record(0, usage={"model_calls": 0, "calls": []}))["role_calls"] == {}
 
 
 def test_cost_per_role_apportions_exact_totals_for_old_records():

@@ -6,12 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import problem_record
 
-from apps_bench.tracking.records import CellDirConflict, RecordStore
+from apps_bench.tracking.records import CellDirConflict, RecordStore, RecordsUnreadable
+from apps_bench.types import ProblemRecord
 
 
-def _rec(i: int, error: str | None = None) -> dict:
-    return {"key": f"test/{i}", "id": str(i), "passed": error is None, "error": error}
+def _rec(i: int, error: str | None = None) -> ProblemRecord:
+    return problem_record(i, passed=error is None, error=error)
 
 
 def _lines(path: Path) -> list[dict]:
@@ -65,7 +67,7 @@ def test_error_records_are_dropped_so_they_are_retried(tmp_path: Path):
 
 def test_duplicate_lines_are_compacted(tmp_path: Path):
     (tmp_path / "records.jsonl").write_text(
-        "\n".join(json.dumps(r) for r in [_rec(0), _rec(0), _rec(1)]) + "\nnot json\n"
+        "\n".join(json.dumps(r.to_json()) for r in [_rec(0), _rec(0), _rec(1)]) + "\nnot json\n"
     )
     state = RecordStore(tmp_path).resume()
     assert set(state.done) == {"test/0", "test/1"} and state.corrupt_lines == 1
@@ -112,3 +114,28 @@ def test_a_record_this_version_cannot_read_is_an_error_that_says_why():
     lacking = {k: v for k, v in _problem_record().items() if k not in ("passed", "solver")}
     with pytest.raises(ValueError, match=r"lacks fields every record has: \['passed', 'solver'\]"):
         ProblemRecord.from_json(lacking)
+
+
+def test_records_come_back_as_the_type_they_were_written_as(tmp_path: Path):
+    store = RecordStore(tmp_path)
+    store.claim("k", {})
+    with store:
+        store.append(_rec(0))
+        store.append(_rec(1, error="ModelEndpointError: 503"))
+    (first, second) = RecordStore(tmp_path).records()
+    assert first == _rec(0) and second == _rec(1, error="ModelEndpointError: 503")
+    assert RecordStore(tmp_path).resume().done == {"test/0": _rec(0)}
+
+
+@pytest.mark.parametrize("change", [{"schema": 99}, {"graded_by": "someone"}], ids=["newer schema", "unknown field"])
+def test_a_record_this_version_cannot_read_is_an_error_and_never_dropped(tmp_path: Path, change: dict):
+    """Resume drops only lines that are not JSON (a torn write): a record of a newer version, or with a field
+    this version does not know, stops the run with its reason, and the file is left as it was."""
+    lines = [json.dumps(_rec(0).to_json()), json.dumps({**_rec(1).to_json(), **change}), json.dumps(_rec(2, error="x").to_json())]
+    (tmp_path / "records.jsonl").write_text("\n".join(lines) + "\n")
+    before = (tmp_path / "records.jsonl").read_bytes()
+    with pytest.raises(RecordsUnreadable, match="'test/1'"):
+        RecordStore(tmp_path).resume()
+    with pytest.raises(RecordsUnreadable, match="records.jsonl"):
+        RecordStore(tmp_path).records()
+    assert (tmp_path / "records.jsonl").read_bytes() == before
