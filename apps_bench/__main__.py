@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-CONF_DIR = str(Path(__file__).resolve().parent / "conf")
+from apps_bench.config import CONF_DIR
 
 # the seed runner's flags -> the override that replaces each
 SEED_FLAGS: dict[str, str] = {

@@ -20,21 +20,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-CONF_DIR = str(Path(__file__).resolve().parent / "conf")
-
-
-def compose(overrides: list[str]) -> Any:
-    """The cell config `python -m apps_bench OVERRIDES` would run, typed."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from apps_bench.config import cell_data, register_configs, typed_config
-
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
-        cfg = hydra_compose("config", overrides=overrides)
-    return typed_config(cell_data(cfg))
-
 
 def run(config: Any) -> dict[str, Any]:
     """Open the cell's endpoint (starting gold or local as a cell does), check it, return the result."""
@@ -89,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     as_json = "--json" in args
     args = [a for a in args if a != "--json"]
     from apps_bench.__main__ import _refuse_bad_overrides
+    from apps_bench.config import compose
     from apps_bench.models import ModelEndpointError
 
     _refuse_bad_overrides(args)

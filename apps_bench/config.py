@@ -7,9 +7,10 @@ time instead of deep inside a run.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence, TypeVar
+from typing import Any, Iterator, Optional, Sequence, TypeVar
 
 from omegaconf import MISSING
 
@@ -143,9 +144,7 @@ class MaspoParams(OptimizerParams):
     Ksub: int = MISSING  # variations asked per beam node and step
     T: int = MISSING  # steps per agent per round
     D: int = MISSING  # rounds of coordinate ascent
-    reward: dict[str, float] = (
-        MISSING  # local, lookahead, global (`global` is a keyword: a mapping, its keys checked by validate.py)
-    )
+    reward: dict[str, float] = MISSING  # local, lookahead, global (`global` is a keyword: a mapping, its keys checked by validate.py)  # fmt: skip
     refresh: dict[str, float] = MISSING  # local, global
     hard_cases: int = MISSING  # misaligned cases kept per agent
 
@@ -299,19 +298,37 @@ def register_configs() -> None:
 CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 
 
+@contextmanager
+def hydra_on(conf_dir: str | Path, job_name: str = "apps_bench") -> Iterator[None]:
+    """Hydra initialized on `conf_dir` (with the schemas registered) for a composition outside a running
+    app; the Hydra state from before (an enclosing app's or a test's) is back afterwards, also on an error."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    before = GlobalHydra.instance().hydra
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir), job_name=job_name):
+            yield
+    finally:
+        GlobalHydra.instance().clear()
+        if before is not None:
+            GlobalHydra.instance().initialize(before)
+
+
 def compose(overrides: Sequence[str] = ()) -> Config:
     """The cell `python -m apps_bench OVERRIDES` composes, typed: how a command or step reads a conf/
     file's values outside a cell (a judge profile, a model preset, the defaults), through Hydra like a
     cell, never from the file by hand. Inside a running Hydra app it composes with that app's search
     path (so `--config-dir` applies); elsewhere with the package's conf/. Hydra's errors pass through."""
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
 
-    register_configs()
-    if GlobalHydra.instance().is_initialized():
+    if HydraConfig.initialized():
+        register_configs()
         return typed_config(hydra_compose("config", overrides=list(overrides)))
-    with initialize_config_dir(version_base="1.3", config_dir=CONF_DIR):
+    with hydra_on(CONF_DIR):
         return typed_config(hydra_compose("config", overrides=list(overrides)))
 
 

@@ -21,7 +21,7 @@ import shlex
 import sys
 from pathlib import Path
 
-CONF = Path(__file__).resolve().parent / "conf"
+from apps_bench.config import CONF_DIR
 
 # flag -> override key; the order is the printed command's
 FLAG_TO_KEY: dict[str, str] = {
@@ -39,7 +39,7 @@ class SeedFormError(ValueError):
 
 
 def _choices(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
 
 
 def _resolve(group: str, value: str) -> str:

@@ -117,20 +117,15 @@ def _params_problems(key: str, values: list[Any], methods: list[str]) -> list[Ba
 
 
 def _composed_optimizer(overrides: list[str], conf_dir: Path) -> str:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from hydra import compose
 
-    from apps_bench.config import register_configs
+    from apps_bench.config import hydra_on
 
-    register_configs()
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir)):
+        with hydra_on(conf_dir):
             return str(compose("config", overrides=overrides).optimizer.name)
     except Exception:  # noqa: BLE001 - another override's problem: said by check_overrides or by Hydra
         return ""
-    finally:
-        GlobalHydra.instance().clear()
 
 
 def _values(ov: Any) -> list[Any]:
@@ -263,24 +258,19 @@ def _shown(value: Any) -> str:
 def with_range_problems(bad: list[BadSetting], argv: Iterable[str], conf_dir: Path) -> list[BadSetting]:
     """`bad` plus what the settings check (validate.py) finds in the cell the other overrides compose,
     so one message lists every bad setting (a sweep's choices are left to the sweep's own check)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from hydra import compose
 
-    from apps_bench.config import cell_data, register_configs
+    from apps_bench.config import cell_data, hydra_on
     from apps_bench.validate import InvalidSettings, check_settings
 
     named = {b.key for b in bad}
     rest = [a for a in override_args(argv) if a.lstrip("+~").split("=", 1)[0] not in named]
-    register_configs()
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir)):
+        with hydra_on(conf_dir):
             data = cell_data(compose("config", overrides=rest))
         check_settings(data)
     except InvalidSettings as exc:
         return bad + [b for b in exc.bad if b.key not in named]
     except Exception:  # noqa: BLE001 - a sweep or another error: the overrides' own problems are the answer
         pass
-    finally:
-        GlobalHydra.instance().clear()
     return bad

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apps_bench.__main__ import CONF_DIR
+from apps_bench.config import CONF_DIR
 from apps_bench.types import ProblemRecord
 
 
@@ -63,19 +63,16 @@ class PlannedCell:
 
 def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str], dict[str, Any]]]:
     """-> [(the cell's own sweep overrides, its job config as plain data)], as the real command composes them."""
-    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from apps_bench.config import cell_data, register_configs
+    from apps_bench.config import cell_data, hydra_on
     from apps_bench.tracking.callbacks import sweep_overrides
 
-    register_configs()
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="apps_bench"):
+        with hydra_on(CONF_DIR):
             loader = GlobalHydra.instance().config_loader()
             master = loader.load_configuration("config", overrides, run_mode=RunMode.MULTIRUN)
             declared = str(OmegaConf.select(master, "hydra.mode") or "").endswith("MULTIRUN")  # an experiment's sweep
@@ -88,8 +85,6 @@ def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str],
             ]
     except HydraException as exc:
         raise PlanError(str(exc)) from None
-    finally:
-        GlobalHydra.instance().clear()
 
 
 # ----------------------------------------------------------------------------- one cell

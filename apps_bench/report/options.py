@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from apps_bench.config import CONF_DIR
 from apps_bench.overrides import closest, groups
 from apps_bench.report.table import ReportError
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 EXPORT_SUFFIXES = (".csv", ".parquet", ".pq")
 CHART_SUFFIXES = (".png", ".pdf", ".svg")
 
@@ -43,7 +43,7 @@ def baseline_of(spec: str) -> str:
 
 def check(args: argparse.Namespace) -> str | None:
     """Every bad option at once (ReportError) before any work; -> the --compare baseline, if any."""
-    options = groups(CONF_DIR)
+    options = groups(Path(CONF_DIR))
     bad: list[str] = []
     baseline = None
     if args.compare:

@@ -26,7 +26,6 @@ from apps_bench.types import Usage
 HEADERS = {"X-Apps-Bench-Run": "run-7"}
 
 
-model_cfg = model_preset  # conf/model/<name>.yaml as Hydra composes it
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +35,7 @@ def rows(apps_data_dir: Path) -> list[GoldProblem]:
 
 @pytest.fixture()
 def gold(rows):
-    cfg = model_cfg(extra_body={"repetition_penalty": 1.05, "chat_template_kwargs": {"enable_thinking": False}})
+    cfg = model_preset(extra_body={"repetition_penalty": 1.05, "chat_template_kwargs": {"enable_thinking": False}})
     with open_endpoint(cfg, rows) as ep:
         yield ep, cfg
 
@@ -284,7 +283,7 @@ def test_crewai_requests_carry_the_stop_words_crewai_cuts_replies_at(gold, rows)
 
 def faulty(rows, *, kinds, fraction, timeout_s=5.0, retries=4, stall_s=2.0):
     server = GoldServer(rows, fault_fraction=fraction, fault_kinds=kinds, stall_s=stall_s).start()
-    cfg = model_cfg(max_retries=retries, retry_backoff_s=0.01, request_timeout_s=timeout_s)
+    cfg = model_preset(max_retries=retries, retry_backoff_s=0.01, request_timeout_s=timeout_s)
     return server, Endpoint(server.base_url, "gold", "x", "gold", ("gold",), server), cfg
 
 
@@ -490,7 +489,7 @@ def test_shared_connections_keep_usage_apart_and_reuse_one_connection(shared: bo
         usages = []
         for i in range(5):  # one problem after another, each with its own clients, closed at its end
             usage = Usage()
-            mc = ModelClients(ep, model_cfg("openai"), usage, shared=conns)
+            mc = ModelClients(ep, model_preset("openai"), usage, shared=conns)
             client = mc.async_openai()
             for _ in range(i + 1):
                 await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
@@ -573,7 +572,7 @@ def _queue_six(max_concurrency: int) -> tuple[_OneAtATimeServer, Usage]:
     hold_s, n = 1.0, 6
     server = _OneAtATimeServer(hold_s)
     usage = Usage()
-    cfg = model_cfg("local", max_concurrency=max_concurrency, request_timeout_s=3 * hold_s, max_retries=0)
+    cfg = model_preset("local", max_concurrency=max_concurrency, request_timeout_s=3 * hold_s, max_retries=0)
     assert cfg.retry_timeouts is False  # conf/model/local.yaml: a timed-out request is not sent again
     mc = ModelClients(Endpoint(server.url, "m", "k", "local"), cfg, usage)
 

@@ -20,7 +20,6 @@ CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf" / "model"
 PROBLEM = GoldProblem("test/1", "Print the sum of two integers a and b.", "a, b = map(int, input().split())\nprint(a + b)\n", "1 2\n")
 
 
-model_cfg = model_preset  # conf/model/<name>.yaml as Hydra composes it
 
 
 def closed_port() -> int:
@@ -33,7 +32,7 @@ def closed_port() -> int:
 def test_model_configs_match_the_schema(name, monkeypatch):
     for var in ("MODEL_ID", "VLLM_BASE_URL", "OPENAI_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
-    cfg = model_cfg(name)
+    cfg = model_preset(name)
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves, every type checks
     assert 0 <= cfg.temperature <= 2 and 0 < cfg.top_p <= 1
     assert cfg.max_retries >= 1 and cfg.request_timeout_s > 0
@@ -48,27 +47,27 @@ def test_every_model_yaml_sets_what_the_endpoint_and_clients_read():
             "wrong_fraction", "fault_fraction", "max_concurrency", "retry_timeouts", "tools_supported", "max_retries",
             "retry_backoff_s", "temperature", "top_p", "max_tokens", "extra_body")
     for path in sorted(CONF.glob("*.yaml")):  # each preset as composed (a key may come from conf/model/shared/)
-        cfg = model_cfg(path.stem)
+        cfg = model_preset(path.stem)
         assert sorted(k for k in read if k not in cfg or OmegaConf.is_missing(cfg, k)) == [], path.name
 
 
 def test_qwen_configs_read_endpoint_and_model_from_env(monkeypatch):
     monkeypatch.delenv("MODEL_ID", raising=False)
     monkeypatch.delenv("VLLM_BASE_URL", raising=False)
-    q = model_cfg("qwen")
+    q = model_preset("qwen")
     assert (q.model_id, q.base_url) == ("Qwen/Qwen3.5-9B", "http://127.0.0.1:8000/v1")
     assert q.extra_body.chat_template_kwargs.enable_thinking is False
-    assert model_cfg("qwen_122b").model_id == "Qwen/Qwen3.5-122B-A10B"
-    assert model_cfg("qwen_thinking").extra_body.chat_template_kwargs.enable_thinking is True
+    assert model_preset("qwen_122b").model_id == "Qwen/Qwen3.5-122B-A10B"
+    assert model_preset("qwen_thinking").extra_body.chat_template_kwargs.enable_thinking is True
     monkeypatch.setenv("MODEL_ID", "my-model")
     monkeypatch.setenv("VLLM_BASE_URL", "http://gpu7:8000/v1")
-    q = model_cfg("qwen")
+    q = model_preset("qwen")
     assert (q.model_id, q.base_url) == ("my-model", "http://gpu7:8000/v1")
-    assert model_cfg("qwen_122b").model_id == "my-model" and model_cfg("qwen_thinking").model_id == "my-model"
+    assert model_preset("qwen_122b").model_id == "my-model" and model_preset("qwen_thinking").model_id == "my-model"
 
 
 def test_gold_endpoint_starts_on_loopback_and_stops():
-    with open_endpoint(model_cfg("gold"), [PROBLEM]) as ep:
+    with open_endpoint(model_preset("gold"), [PROBLEM]) as ep:
         assert ep.provider == "gold" and ep.model_id == "gold" and ep.base_url.startswith("http://127.0.0.1:")
         assert httpx.get(f"{ep.base_url}/models", trust_env=False).json()["data"][0]["id"] == "gold"
         assert "api_key" not in repr(ep)
@@ -78,7 +77,7 @@ def test_gold_endpoint_starts_on_loopback_and_stops():
 
 
 def test_unreachable_endpoint_fails_fast_naming_what_to_set():
-    cfg = model_cfg("qwen", base_url=f"http://127.0.0.1:{closed_port()}/v1")
+    cfg = model_preset("qwen", base_url=f"http://127.0.0.1:{closed_port()}/v1")
     with pytest.raises(ModelEndpointError) as err:
         with open_endpoint(cfg, []):
             pass
@@ -90,13 +89,13 @@ def test_unreachable_endpoint_fails_fast_naming_what_to_set():
 def test_missing_base_url_says_what_to_set(monkeypatch):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     with pytest.raises(ModelEndpointError, match="OPENAI_BASE_URL"):
-        with open_endpoint(model_cfg("openai", model_id="m"), []):
+        with open_endpoint(model_preset("openai", model_id="m"), []):
             pass
 
 
 def test_unknown_model_id_lists_the_served_ids():
     with GoldServer([PROBLEM]) as srv:
-        cfg = model_cfg("openai", base_url=srv.base_url, model_id="Qwen/Qwen3.5-9B")
+        cfg = model_preset("openai", base_url=srv.base_url, model_id="Qwen/Qwen3.5-9B")
         with pytest.raises(ModelEndpointError) as err:
             with open_endpoint(cfg, []):
                 pass
@@ -107,7 +106,7 @@ def test_unknown_model_id_lists_the_served_ids():
 def test_openai_provider_against_a_running_gold_server(monkeypatch, caplog):
     with GoldServer([PROBLEM]) as srv:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test-123")
-        cfg = model_cfg("openai", base_url=srv.base_url.removesuffix("/v1"), model_id="gold")  # no /v1: found anyway
+        cfg = model_preset("openai", base_url=srv.base_url.removesuffix("/v1"), model_id="gold")  # no /v1: found anyway
         with open_endpoint(cfg, []) as ep:
             assert (ep.base_url, ep.model_id, ep.api_key, ep.served_models) == (srv.base_url, "gold", "sk-test-123", ("gold",))
             assert "sk-test-123" not in repr(ep)
@@ -120,14 +119,14 @@ def test_openai_provider_against_a_running_gold_server(monkeypatch, caplog):
 
 def test_missing_key_for_a_remote_endpoint_is_an_error(monkeypatch):
     monkeypatch.delenv("MY_KEY", raising=False)
-    cfg = model_cfg("openai", base_url="http://models.example.org/v1", model_id="m", api_key_env="MY_KEY", check_endpoint=False)
+    cfg = model_preset("openai", base_url="http://models.example.org/v1", model_id="m", api_key_env="MY_KEY", check_endpoint=False)
     with pytest.raises(ModelEndpointError, match="MY_KEY"):
         with open_endpoint(cfg, []):
             pass
 
 
 def test_gold_options_reach_the_server():
-    cfg = model_cfg("gold", latency_ms=5, wrong_fraction=0.25, fault_fraction=0.1, request_timeout_s=2)
+    cfg = model_preset("gold", latency_ms=5, wrong_fraction=0.25, fault_fraction=0.1, request_timeout_s=2)
     with open_endpoint(cfg, [PROBLEM]) as ep:
         srv = ep.server
         assert (srv.latency_s, srv.wrong_fraction, srv.fault_fraction) == (0.005, 0.25, 0.1)
@@ -136,7 +135,7 @@ def test_gold_options_reach_the_server():
 
 def test_gold_with_base_url_uses_a_running_gold_server():
     with GoldServer([PROBLEM]) as srv:
-        with open_endpoint(model_cfg("gold", base_url=srv.base_url), []) as ep:
+        with open_endpoint(model_preset("gold", base_url=srv.base_url), []) as ep:
             assert ep.base_url == srv.base_url and ep.model_id == "gold" and ep.server is None
 
 
