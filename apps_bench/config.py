@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence, TypeVar
 
-from omegaconf import MISSING
-
 from apps_bench.sandbox.limits import SandboxLimits
+
+# OmegaConf's marker of a value the YAML must set (omegaconf.MISSING, its documented value; test_configs checks
+# they are equal), spelt here so that reading CONF_DIR or a schema does not import omegaconf (`--help` stays light).
+MISSING: Any = "???"
 
 POOL_SOURCES = ("train", "test_minus_eval")  # optimizer.params.pool.source: optimizers/protocol.build_pool
 REQUANTIZE_TYPES = ("q8_0", "q4_0", "f16")  # model.gguf_requantize: the llama.cpp file types models/local_server.py converts to

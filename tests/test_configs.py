@@ -253,10 +253,12 @@ def test_no_setting_has_a_default_in_code():
     class is MISSING (a YAML that leaves a key out fails to type, naming it), none defaulted in code."""
     import dataclasses
 
-    from omegaconf import MISSING
+    import omegaconf
 
     from apps_bench import config
 
+    assert config.MISSING == omegaconf.MISSING  # the schemas' marker is OmegaConf's "value the YAML must set"
+    MISSING = config.MISSING
     schemas = [c for c in vars(config).values() if isinstance(c, type) and dataclasses.is_dataclass(c)
                and c.__module__ == config.__name__]  # fmt: skip
     assert config.Config in schemas and config.ModelConfig in schemas and len(schemas) >= 12
