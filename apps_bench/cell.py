@@ -46,8 +46,9 @@ RUN_ONLY: dict[str, frozenset[str]] = {
         }
     ),
     # the runner class is code, like every module of the project (the code's version is in the provenance):
-    # the topology's name, flow, framework and settings identify the cell
+    # the topology's name, flow, framework and settings identify the cell (and the optimizer's name and params)
     "topology": frozenset({"_target_"}),
+    "optimizer": frozenset({"_target_"}),
     "dataset": frozenset({"streaming"}),
     "judge": frozenset({"workers"}),
 }

@@ -102,6 +102,7 @@ class OptimizerConfig:
     names it first in its defaults list, so a misspelt or foreign parameter fails at composition."""
 
     name: str = MISSING  # none | maspo | gepa
+    _target_: str = MISSING  # the method (module.function), called with a MethodRun: optimizers/methods.py
     params: Any = MISSING
 
 

@@ -225,6 +225,16 @@ def optimizer_params(method: str, **over: Any):
     return typed(OPTIMIZER_SCHEMAS[method], OmegaConf.merge(node, {"params": over})).params
 
 
+def optimizer_config(method: str, params: Any):
+    """The optimizer config of `optimizer=<method>` (its name and its `_target_` as Hydra composes them)
+    with `params` (from `optimizer_params`; optimizer=none runs the protocol with any method's params)."""
+    from dataclasses import replace
+
+    from apps_bench.config import typed_config
+
+    return replace(typed_config(compose_cell(f"optimizer={method}")).optimizer, params=params)
+
+
 def problem_record(i: int | str = 0, **over: Any):
     """A records.jsonl record of problem `i` (a passed, judged answer with no usage), with `over` set: the
     type the record store and every reader of records take."""

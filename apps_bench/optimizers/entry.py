@@ -140,8 +140,7 @@ def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: P
         chat = EndpointChat(opt_ep, opt_cfg) if method != "none" else None
         try:
             res = optimize(
-                method=method,
-                params=params,
+                optimizer=cfg.optimizer,
                 flow=cfg.topology.flow,
                 roles=roles_for(cfg.topology),
                 seed_prompts=load_prompts(cfg.topology),

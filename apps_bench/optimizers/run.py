@@ -22,13 +22,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from apps_bench.config import GepaParams, MaspoParams, OptimizerParams
-from apps_bench.optimizers.cache import Checkpoints, RolloutCache
-from apps_bench.optimizers.proposals import CachedChat, ChatFn, ModelProposer
+from apps_bench.config import OptimizerConfig
+from apps_bench.optimizers.cache import RolloutCache
+from apps_bench.optimizers.methods import MethodRun, method_of
+from apps_bench.optimizers.proposals import CachedChat, ChatFn
 from apps_bench.optimizers.protocol import (
     Budget,
     EvalSet,
-    ProblemKey,
     ScoringGate,
     build_pool,
     key_str,
@@ -39,8 +39,6 @@ from apps_bench.optimizers.protocol import (
 from apps_bench.optimizers.scoring import EvalRecord, Objective, ProtocolEvaluator, Runner, objective
 from apps_bench.topologies.base import PromptSet
 from apps_bench.types import Problem, Verdict
-
-METHODS = ("none", "maspo", "gepa")
 
 
 class EventLog:
@@ -118,19 +116,9 @@ def write_prompt_set(path: Path, texts: Mapping[str, str]) -> Path:
     return path
 
 
-def _judge_program(problems: Mapping[ProblemKey, Problem], score: Callable[[Problem, str | None], Verdict]):
-    def judge(key: ProblemKey, program: str | None) -> tuple[bool, float]:
-        v = score(problems[tuple(key)], program)
-        n = v.n_tests or len(problems[tuple(key)].tests)
-        return bool(v.passed), (v.tests_passed / n if n else 0.0)
-
-    return judge
-
-
 def optimize(
     *,
-    method: str,
-    params: OptimizerParams,
+    optimizer: OptimizerConfig,
     flow: str,
     roles: Sequence[str],
     seed_prompts: PromptSet,
@@ -152,8 +140,8 @@ def optimize(
     """Run one optimizer cell's optimization (see module doc). `problems`: loaded rows of
     the pool's split; eval rows are excluded by key and, for the eval rows found among
     `problems` and `eval_problems` (the final cell's rows), by question text."""
-    if method not in METHODS:
-        raise ValueError(f"unknown optimizer {method!r}; choose one of {METHODS}")
+    method, params = optimizer.name, optimizer.params
+    run_method = method_of(optimizer._target_, method)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = EventLog(out / "events.jsonl", hook)
@@ -179,27 +167,17 @@ def optimize(
     if chat is not None:
         cchat = CachedChat(chat, cache, dict(optimizer_model or model), budget,
                            on_call=lambda c: log("optimizer_call", c))  # fmt: skip
-    elif method != "none":
-        raise ValueError(f"optimizer={method} needs an optimizer model (chat callable); none was given")
 
     seed_texts = dict(seed_prompts.texts)
     optimized_roles = list(dict.fromkeys(roles))
     details: dict[str, Any] = {"train": len(splits.train), "val": len(splits.val), "pool": len(pool.problems),
                                "dropped": dict(pool.dropped), "roles": optimized_roles,
                                "optimizer_model": dict(optimizer_model or model)}  # fmt: skip
-    stopped = "done"
-    if method == "none":
-        chosen = seed_texts
-    elif method == "maspo":
-        assert isinstance(params, MaspoParams), f"optimizer=maspo takes MaspoParams, got {type(params).__name__}"
-        chosen, stopped, d = _run_maspo(params, flow, roles, seed_texts, splits.train, evaluator, cchat, budget,
-                                        question_of, pool, score_program, extract_program, out, log)  # fmt: skip
-        details.update(d)
-    else:
-        assert isinstance(params, GepaParams), f"optimizer=gepa takes GepaParams, got {type(params).__name__}"
-        chosen, stopped, d = _run_gepa(params, optimized_roles, seed_texts, splits, evaluator, cchat, budget, question_of, log,
-                                       Checkpoints(out / "checkpoints"))  # fmt: skip
-        details.update(d)
+    outcome = run_method(MethodRun(params=params, flow=flow, roles=optimized_roles, seed_texts=seed_texts, splits=splits,
+                                   pool=pool, evaluator=evaluator, chat=cchat, budget=budget, question_of=question_of,
+                                   score_program=score_program, extract_program=extract_program, out=out, log=log))  # fmt: skip
+    chosen, stopped = outcome.chosen, outcome.stopped
+    details.update(outcome.details)
 
     # val re-scoring of the seed and the chosen prompts: same cache and gate, its own uncapped budget
     val_budget = Budget()
@@ -221,59 +199,6 @@ def optimize(
     log("done", {"stopped": stopped, "budget": budget.to_json()})
     cache.close()
     return result
-
-
-def _run_maspo(params, flow, roles, seed_texts, train, evaluator, cchat, budget, question_of, pool, score_program,
-               extract_program, out, log):  # fmt: skip
-    from apps_bench.optimizers.maspo import Maspo, MaspoConfig, graph_for  # noqa: PLC0415
-    from apps_bench.optimizers.maspo_system import EvaluatorSystem, ModelTextJudge  # noqa: PLC0415
-
-    if score_program is None:
-        raise ValueError("optimizer=maspo needs score_program (the judge on training tests) for its execution-grounded reward")
-    if extract_program is None:
-        from apps_bench.task import extract_program  # noqa: PLC0415
-    cfg = MaspoConfig.of(params)
-    graph = graph_for(flow, roles)
-    system = EvaluatorSystem(evaluator, graph, judge_program=_judge_program(pool.problems, score_program),
-                             extract_program=extract_program, text_judge=ModelTextJudge(cchat, cfg.seed),
-                             question_of=question_of)  # fmt: skip
-    proposer = ModelProposer(cchat, ksub=cfg.Ksub, n_traces=params.n_traces, question_of=question_of, seed=cfg.seed)
-
-    def on_event(ev: dict[str, Any]) -> None:
-        log(f"maspo_{ev.get('kind')}", ev)
-
-    m = Maspo(graph, seed_texts, system, proposer, train, cfg, budget=budget, checkpoints=Checkpoints(out / "checkpoints"),
-              on_event=on_event)  # fmt: skip
-    res = m.run()
-    return res.prompts, res.stopped, {
-        "plan": asdict(res.plan),
-        "steps": res.steps_done,
-        "best_scores": res.best_scores,
-        "hard_cases": {a: [key_str(k) for k in h] for a, h in res.hard_cases.items()},
-        "graph": {"agents": list(graph.agents), "edges": [list(e) for e in graph.edges], "partial_rerun": graph.partial_rerun},
-    }
-
-
-def _run_gepa(params, roles, seed_texts, splits, evaluator, cchat, budget, question_of, log, checkpoints):
-    try:
-        from apps_bench.optimizers.gepa_adapter import run_gepa  # noqa: PLC0415
-    except ImportError as exc:
-        if "gepa" not in str(exc):
-            raise
-        raise ImportError(f"optimizer=gepa needs the `gepa` package ({exc}); install it with: pip install 'apps-bench[optimizers]'") from exc
-
-    res = run_gepa({r: seed_texts[r] for r in roles}, splits.train, splits.val, evaluator, cchat, budget=budget, cfg=params,
-                   question_of=question_of, base_prompts=seed_texts, on_event=log, checkpoints=checkpoints)  # fmt: skip
-    chosen = {**seed_texts, **res.best}
-    return chosen, res.stopped, {
-        "candidates": len(res.candidates),
-        "best_idx": res.best_idx,
-        "val_aggregate": res.val_aggregate,
-        "parents": res.parents,
-        "proposals": res.proposals,
-        "unparsable": res.unparsable,
-        "placeholder_evals": res.placeholder_evals,
-    }
 
 
 def step_metrics(kind: str, payload: Mapping[str, Any]) -> tuple[int, dict[str, float]] | None:

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import compose_cell, optimizer_params
+from conftest import compose_cell, optimizer_config, optimizer_params
 
 from apps_bench.config import JudgeConfig, typed
 
@@ -74,7 +74,7 @@ def test_method_runs_on_family(tmp_path, shared, topology, method):
     try:
         with Engine.open(cfg, endpoint=ep, pool=pool) as engine:
             runner = PipelineRunner(engine, problems={p.key: p for p in loaded.problems})
-            res = optimize(method=method, params=params, flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),
+            res = optimize(optimizer=optimizer_config(method, params), flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),
                            seed_prompts=load_prompts(cfg.topology), problems=loaded.problems, dataset_revision="local",
                            eval_set=load_eval_set(), runner=runner, run_seed=0, model=runner.model_identity(),
                            settings=runner.settings(), out_dir=tmp_path / "opt", chat=chat,

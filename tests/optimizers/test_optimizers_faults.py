@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from conftest import compose_cell, optimizer_params
+from conftest import compose_cell, optimizer_config, optimizer_params
 
 from apps_bench.config import JudgeConfig, typed
 
@@ -66,7 +66,7 @@ def _gepa(out: Path, rows, fault_fraction: float, infra_retries: int):
         engine = stack.enter_context(Engine.open(cfg, endpoint=ep, pool=pool))
         runner = PipelineRunner(engine, problems={p.key: p for p in rows}, replay_url=url, replayed=proxy.pop_replayed)
         chat = stack.enter_context(_closing(EndpointChat(opt_ep, opt_cfg)))
-        res = optimize(method="gepa", params=params, flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),
+        res = optimize(optimizer=optimizer_config("gepa", params), flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),
                        seed_prompts=load_prompts(cfg.topology), problems=rows, dataset_revision="local",
                        eval_set=load_eval_set(), runner=runner, run_seed=0, model=runner.model_identity(),
                        settings=runner.settings(), out_dir=out, chat=chat, score_program=runner.score_program)  # fmt: skip

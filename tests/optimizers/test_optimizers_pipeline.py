@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import compose_cell, optimizer_params
+from conftest import compose_cell, optimizer_config, optimizer_params
 
 from apps_bench.config import JudgeConfig, typed
 
@@ -60,7 +60,7 @@ def test_maspo_over_real_single_runner_with_gold(tmp_path, apps_data_dir):
         runner = PipelineRunner(engine, problems=problems)
 
         def run_once():
-            return optimize(method="maspo", params=params, flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),
+            return optimize(optimizer=optimizer_config("maspo", params), flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),
                             seed_prompts=seed_prompts, problems=loaded.problems, dataset_revision=loaded.revision,
                             eval_set=load_eval_set(), runner=runner, run_seed=int(cfg.seed), model=runner.model_identity(),
                             settings=runner.settings(), out_dir=out, chat=chat, score_program=runner.score_program)  # fmt: skip

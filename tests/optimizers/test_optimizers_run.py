@@ -12,7 +12,7 @@ import json
 import re
 
 import pytest
-from conftest import optimizer_params
+from conftest import compose_cell, optimizer_config, optimizer_params
 
 from apps_bench.optimizers.proposals import ChatReply
 from apps_bench.optimizers.protocol import EvalSet, read_manifest_splits
@@ -105,7 +105,7 @@ PARAMS = {
 def go(tmp_path, method, name="out"):
     out = tmp_path / name
     pipe, chat = Pipeline(out), Chat()
-    res = optimize(method=method, params=PARAMS[method], flow="sequential", roles=["analyzer", "coder"], seed_prompts=SEED,
+    res = optimize(optimizer=optimizer_config(method, PARAMS[method]), flow="sequential", roles=["analyzer", "coder"], seed_prompts=SEED,
                    problems=problems(), dataset_revision="rev1", eval_set=EVAL, runner=pipe, run_seed=0,
                    model={"id": "synthetic"}, settings={"flow": "sequential"}, out_dir=out,
                    chat=None if method == "none" else chat, score_program=score_program, extract_program=extract)  # fmt: skip
@@ -165,11 +165,11 @@ def test_none_scores_seed_only_and_other_split_settings_are_refused(tmp_path):
     assert res.chosen == dict(SEED.texts) and res.seed_val == res.chosen_val and res.budget["rollouts"] == 0
     assert chat.calls == 0 and pipe.batches == 1  # seed on val once; chosen == seed is served from the cache
     with pytest.raises(ValueError, match="different split manifest"):
-        optimize(method="none", params=optimizer_params("gepa", pool={**POOL, "split_seed": 4}), flow="sequential",
+        optimize(optimizer=optimizer_config("none", optimizer_params("gepa", pool={**POOL, "split_seed": 4})), flow="sequential",
                  roles=["analyzer", "coder"], seed_prompts=SEED, problems=problems(), dataset_revision="rev1",
                  eval_set=EVAL, runner=Pipeline(out), run_seed=0, model={"id": "synthetic"}, settings={}, out_dir=out)  # fmt: skip
     with pytest.raises(ValueError, match="needs an optimizer model"):
-        optimize(method="gepa", params=PARAMS["gepa"], flow="sequential", roles=["analyzer", "coder"], seed_prompts=SEED,
+        optimize(optimizer=optimizer_config("gepa", PARAMS["gepa"]), flow="sequential", roles=["analyzer", "coder"], seed_prompts=SEED,
                  problems=problems(), dataset_revision="rev1", eval_set=EVAL, runner=Pipeline(tmp_path / "x"), run_seed=0,
                  model={"id": "synthetic"}, settings={}, out_dir=tmp_path / "x")  # fmt: skip
 
@@ -186,7 +186,7 @@ def test_step_metrics_from_events(tmp_path):
 
     logged = []
     out = tmp_path / "o"
-    res = optimize(method="maspo", params=PARAMS["maspo"], flow="sequential", roles=["analyzer", "coder"],
+    res = optimize(optimizer=optimizer_config("maspo", PARAMS["maspo"]), flow="sequential", roles=["analyzer", "coder"],
                    seed_prompts=SEED, problems=problems(), dataset_revision="rev1", eval_set=EVAL,
                    runner=Pipeline(out), run_seed=0, model={"id": "synthetic"}, settings={}, out_dir=out,
                    chat=Chat(), score_program=score_program, extract_program=extract,
@@ -216,7 +216,7 @@ class Slow(t.Pipeline):
         time.sleep(0.05)
         return res
 
-t.optimize(method={method!r}, params=t.PARAMS[{method!r}], flow="sequential", roles=["analyzer", "coder"],
+t.optimize(optimizer=t.optimizer_config({method!r}, t.PARAMS[{method!r}]), flow="sequential", roles=["analyzer", "coder"],
            seed_prompts=t.SEED, problems=t.problems(), dataset_revision="rev1", eval_set=t.EVAL, runner=Slow(out),
            run_seed=0, model={{"id": "synthetic"}}, settings={{"flow": "sequential"}}, out_dir=out, chat=t.Chat(),
            score_program=t.score_program, extract_program=t.extract)
@@ -252,3 +252,27 @@ def test_kill_9_mid_run_then_rerun_same_prompts_same_charged_budget(tmp_path, me
     assert res.budget["rollouts"] == reference.budget["rollouts"]
     assert res.budget["optimizer_tokens"] == reference.budget["optimizer_tokens"]
     assert res.budget["fresh_rollouts"] < res.budget["rollouts"]  # the batches before the kill were not paid twice
+
+
+def test_each_method_is_the_function_its_yaml_names_and_a_wrong_name_says_where_to_fix_it(tmp_path):
+    """conf/optimizer/<name>.yaml's `_target_` is the method `optimize` runs (no list of methods in code);
+    it is code, not a setting: it leaves the cell key alone, like a topology's runner class."""
+    from dataclasses import replace
+
+    from apps_bench.cell import resolve_cell
+    from apps_bench.config import cell_data
+    from apps_bench.optimizers import methods
+
+    for name, fn in (("none", methods.keep_seed), ("maspo", methods.run_maspo), ("gepa", methods.run_gepa)):
+        assert methods.method_of(optimizer_config(name, None)._target_, name) is fn
+    cfg = compose_cell("optimizer=maspo")
+    other = compose_cell("optimizer=maspo", "optimizer._target_=apps_bench.optimizers.methods.run_gepa")
+    assert resolve_cell(cell_data(cfg)).key == resolve_cell(cell_data(other)).key
+    for target, says in (("apps_bench.optimizers.nomodule.run", "no module 'apps_bench.optimizers.nomodule'"),
+                         ("apps_bench.optimizers.methods.MethodRunX", "'apps_bench.optimizers.methods.MethodRunX' is not a function")):
+        bad = replace(optimizer_config("none", PARAMS["none"]), _target_=target)
+        with pytest.raises(ValueError, match=f"optimizer 'none': .*{re.escape(says)}.*conf/optimizer/none.yaml"):
+            optimize(optimizer=bad, flow="sequential", roles=["analyzer", "coder"], seed_prompts=SEED, problems=problems(),
+                     dataset_revision="rev1", eval_set=EVAL, runner=Pipeline(tmp_path / "x"), run_seed=0,
+                     model={"id": "synthetic"}, settings={}, out_dir=tmp_path / "x")  # fmt: skip
+        assert not (tmp_path / "x").exists()  # refused before anything is written
