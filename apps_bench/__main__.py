@@ -12,7 +12,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from apps_bench.config import CONF_DIR
+from apps_bench.cell import CellRefused, CellSetupError
+from apps_bench.config import CONF_DIR, register_configs
+from apps_bench.overrides import check_overrides, with_range_problems
+from apps_bench.pipeline import evaluate, prepare
+from apps_bench.tracking import mlflow as mlf
+from apps_bench.tracking.records import CellDirConflict
+from apps_bench.tracking.sqlite_store import StoreError
+from apps_bench.validate import InvalidSettings
 
 # the seed runner's flags -> the override that replaces each
 SEED_FLAGS: dict[str, str] = {
@@ -99,9 +106,6 @@ def _refuse_seed_flags(argv: list[str]) -> None:
 def _refuse_bad_overrides(argv: list[str]) -> None:
     """A misspelt option or setting, or a value of the wrong type, answered like every other bad
     setting (exit 2, the fix) before Hydra composes anything or makes its output folder."""
-    from apps_bench.overrides import check_overrides, with_range_problems
-    from apps_bench.validate import InvalidSettings
-
     bad = check_overrides(argv, Path(CONF_DIR))
     if bad:
         sys.stderr.write(f"apps-bench: {InvalidSettings(with_range_problems(bad, argv, Path(CONF_DIR)))}\n")
@@ -120,7 +124,6 @@ def _enter_sweep(cfg: Any, multirun: bool) -> None:
         os.chdir(root)  # relative paths, outputs/ and the default store: the launching command's
     if str(cfg.tracking.backend) == "none":
         return
-    from apps_bench.tracking import mlflow as mlf
 
     problem = mlf.sweep_settings_problem(multirun)
     if problem:
@@ -131,8 +134,6 @@ def run_cell(cfg: Any) -> Any:
     """Run (or resume) one cell: a plain one (pipeline.py) or an optimizer cell, which optimizes
     its prompts first, then evaluates them on the same engine (optimizers/cell.py). The cell's
     folder is locked from `prepare` until its run is finished (one writer per cell)."""
-    from apps_bench.pipeline import evaluate, prepare
-
     prep = prepare(cfg)
     try:
         if prep.cell.optimizer != "none":
@@ -148,9 +149,6 @@ def _task(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from apps_bench.cell import CellRefused, CellSetupError
-    from apps_bench.tracking.records import CellDirConflict
-    from apps_bench.tracking.sqlite_store import StoreError
 
     try:
         multirun = HydraConfig.get().mode == RunMode.MULTIRUN
@@ -180,7 +178,6 @@ def main() -> None:
     _refuse_bad_overrides(args)
     import hydra
 
-    from apps_bench.config import register_configs
 
     register_configs()
     try:

@@ -20,14 +20,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from apps_bench.__main__ import _refuse_bad_overrides
+from apps_bench.config import compose, problems_in_flight
+from apps_bench.data.demo import DEMO_PROBLEMS
+from apps_bench.models import ModelEndpointError, open_endpoint
+from apps_bench.models import server_check as sc
+
 
 def run(config: Any) -> dict[str, Any]:
     """Open the cell's endpoint (starting gold or local as a cell does), check it, return the result."""
-    from apps_bench.config import problems_in_flight
-    from apps_bench.data.demo import DEMO_PROBLEMS
-    from apps_bench.models import open_endpoint
-    from apps_bench.models import server_check as sc
-
     sc_cfg = config.server_check
     frameworks = list(sc_cfg.frameworks)
     with open_endpoint(config.model, DEMO_PROBLEMS) as endpoint:
@@ -73,9 +74,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     as_json = "--json" in args
     args = [a for a in args if a != "--json"]
-    from apps_bench.__main__ import _refuse_bad_overrides
-    from apps_bench.config import compose
-    from apps_bench.models import ModelEndpointError
 
     _refuse_bad_overrides(args)
     try:

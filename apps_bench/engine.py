@@ -25,9 +25,15 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, 
 from apps_bench import event_loop
 from apps_bench.cell import CellSetupError
 from apps_bench.config import Config, problems_in_flight, typed_config
+from apps_bench.judge import Judge
+from apps_bench.models import ModelEndpointError, open_endpoint
+from apps_bench.models.clients import MissingFrameworkError
+from apps_bench.sandbox import SandboxPool
 from apps_bench.sandbox.api import Sandbox
+from apps_bench.solver_pool import solver_count, start_forkserver
 from apps_bench.solving import CELL_JOB, Job, LocalSolver, Solver, solver_threads, time_cap
 from apps_bench.step import Judged, solve_and_judge
+from apps_bench.topologies.registry import check_framework
 
 T = TypeVar("T")
 __all__ = ["Engine", "Forked", "fork_solvers"]
@@ -44,10 +50,6 @@ class Forked:
 def fork_solvers(config: Config, n_problems: int) -> Forked | None:
     """The forkserver for `config`'s topology, started now (before the cell starts any thread: its
     workers inherit none), when `processes` asks for more than one; None: solve in this process."""
-    from apps_bench.models.clients import MissingFrameworkError
-    from apps_bench.solver_pool import solver_count, start_forkserver
-    from apps_bench.topologies.registry import check_framework
-
     try:
         n = solver_count(config.processes, concurrency=problems_in_flight(config), n_problems=n_problems)
     except ValueError as exc:
@@ -67,8 +69,6 @@ class Engine:
 
     def __init__(self, config: Config, *, endpoint: Any, pool: Sandbox, solver: Solver, solvers: int, concurrency: int) -> None:
         """Built by `open`, which types the config and computes `concurrency` (problems_in_flight) once."""
-        from apps_bench.judge import Judge
-
         self.config = config
         self.endpoint = endpoint
         self.pool = pool
@@ -88,9 +88,6 @@ class Engine:
         `endpoint` and `pool` when given (the caller's to close), else the model's endpoint (a
         built-in server gets `problems`' rows) and a new sandbox pool; `forked` workers, else this
         process solves."""
-        from apps_bench.models import ModelEndpointError, open_endpoint
-        from apps_bench.sandbox import SandboxPool
-
         config = typed_config(config)
         concurrency = problems_in_flight(config)
         with ExitStack() as stack:

@@ -21,6 +21,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from apps_bench import __main__ as entry
 from apps_bench.config import CONF_DIR
 
 # flag -> override key; the order is the printed command's
@@ -99,7 +100,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(f"apps-bench: {exc}\n")
         raise SystemExit(2) from None
     sys.stderr.write("apps-bench: running  python -m apps_bench " + " ".join(shlex.quote(o) for o in overrides) + "\n")
-    from apps_bench import __main__ as entry  # noqa: PLC0415
 
     sys.argv = [sys.argv[0], *overrides]
     entry.main()

@@ -13,7 +13,8 @@ import difflib
 from pathlib import Path
 from typing import Any, Iterable
 
-from apps_bench.validate import BadSetting
+from apps_bench.config import OPTIMIZER_SCHEMAS, Config, cell_data, hydra_on
+from apps_bench.validate import RULES, BadSetting, InvalidSettings, check_settings
 
 # Hydra's own command-line options that take a value (the value is not an override)
 _FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
@@ -97,7 +98,6 @@ def _params_problems(key: str, values: list[Any], methods: list[str]) -> list[Ba
     """An `optimizer.params.*` override checked against the chosen methods' params schemas (config.py)."""
     import typing
 
-    from apps_bench.config import OPTIMIZER_SCHEMAS
 
     schemas = {m: typing.get_type_hints(s)["params"] for m, s in OPTIMIZER_SCHEMAS.items()}
     parts = key.split(".")[2:]
@@ -119,7 +119,6 @@ def _params_problems(key: str, values: list[Any], methods: list[str]) -> list[Ba
 def _composed_optimizer(overrides: list[str], conf_dir: Path) -> str:
     from hydra import compose
 
-    from apps_bench.config import hydra_on
 
     try:
         with hydra_on(conf_dir):
@@ -170,7 +169,6 @@ def _walk(parts: list[str], root: Any = None) -> tuple[bool, Any]:
     import dataclasses
     import typing
 
-    from apps_bench.config import Config
 
     typ: Any = root or Config
     for part in parts:
@@ -185,7 +183,6 @@ def _walk(parts: list[str], root: Any = None) -> tuple[bool, Any]:
 def _leaf_keys(cls: Any = None, prefix: str = "") -> list[str]:
     import dataclasses
 
-    from apps_bench.config import Config
 
     cls = cls or Config
     out = []
@@ -235,7 +232,6 @@ def _setting_problems(key: str, values: list[Any]) -> list[BadSetting]:
 def _wrong_type(key: str, value: Any, typ: Any) -> BadSetting:
     import typing
 
-    from apps_bench.validate import RULES
 
     parent, _, leaf = key.rpartition(".")
     for section, name, _ok, allowed, fix in RULES:  # the settings check's own words where it has them
@@ -260,8 +256,6 @@ def with_range_problems(bad: list[BadSetting], argv: Iterable[str], conf_dir: Pa
     so one message lists every bad setting (a sweep's choices are left to the sweep's own check)."""
     from hydra import compose
 
-    from apps_bench.config import cell_data, hydra_on
-    from apps_bench.validate import InvalidSettings, check_settings
 
     named = {b.key for b in bad}
     rest = [a for a in override_args(argv) if a.lstrip("+~").split("=", 1)[0] not in named]

@@ -24,11 +24,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from apps_bench import provenance
 from apps_bench.cell import Cell, CellSetupError, guard
 from apps_bench.config import Config, cell_data, problems_in_flight, typed_config
+from apps_bench.data import load_selection
 from apps_bench.data.rows import split_named_by
 from apps_bench.engine import Engine, fork_solvers
+from apps_bench.models import ModelEndpointError, open_endpoint
+from apps_bench.models.gold_policy import print_start_notes
+from apps_bench.models.local import LocalModelError
+from apps_bench.report import money
+from apps_bench.server_gate import ToolDropRefused, cell_check
 from apps_bench.solving import CELL_JOB, Job
+from apps_bench.step import record_of
+from apps_bench.topologies.tool_use import tool_protocol, tool_warnings
+from apps_bench.tracking.cell_lock import CellBusy, lock_times
 from apps_bench.tracking.console import Progress, print_problem, print_summary
 from apps_bench.tracking.mlflow import StoreUnavailable
 from apps_bench.tracking.records import (
@@ -42,7 +52,9 @@ from apps_bench.tracking.records import (
     RecordsUnreadable,
     record_key,
 )
+from apps_bench.tracking.run import check_store, fail_run, open_run
 from apps_bench.tracking.summary import metrics_of, summarize_cell, summary_tags, table_rows
+from apps_bench.tracking.traces import TraceWriter, traces_enabled
 from apps_bench.types import ProblemRecord
 from apps_bench.validate import InvalidSettings, empty_selection
 
@@ -98,10 +110,6 @@ def prepare(cfg: Any) -> Prepared:
     endpoint and the tracking store, then claim (lock) its folder: a refusal writes nothing."""
     import yaml
 
-    from apps_bench.data import load_selection
-    from apps_bench.models.gold_policy import print_start_notes
-    from apps_bench.tracking.cell_lock import CellBusy, lock_times
-    from apps_bench.tracking.run import check_store
 
     t_start = time.perf_counter()
     _quiet_libraries()
@@ -178,8 +186,6 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
     `prompts`: the PromptSet to solve with (an optimizer's choice; default the config's);
     `open_tracker`: opens the run this evaluation logs to (default: the cell's own,
     tracking/run.py), on a thread while the first problems are solved."""
-    from apps_bench.tracking.run import fail_run, open_run
-
     config, cell = prep.config, prep.cell
     open_tracker = open_tracker or functools.partial(open_run, config, cell, prep.loaded)
     phases: dict[str, float] = {}
@@ -224,10 +230,6 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
 
 def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers: int, sandbox: Any, server: Any) -> CellResult:
     """summary.json, the tracking run's metrics/tags/artifacts, and the printed summary."""
-    from apps_bench import provenance
-    from apps_bench.report import money
-    from apps_bench.topologies.tool_use import tool_protocol, tool_warnings  # not at import: re-scoring loads no topology
-
     config, cell, loaded, store = prep.config, prep.cell, prep.loaded, prep.store
     selected = {record_key(p.split, p.id): i for i, p in enumerate(loaded.problems)}
     records = sorted((r for r in store.records() if r.key in selected), key=lambda r: selected[r.key])
@@ -267,8 +269,6 @@ def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers
 async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progress, tracker_future: Any) -> None:
     """Every problem left through the engine's step, `problems_in_flight` at a time, each record
     flushed as it completes."""
-    from apps_bench.step import record_of
-
     keep = prep.config.tracking.log_transcripts
     traces = _trace_writer(prep.config, tracker_future)
     store_failed: list[BaseException] = []
@@ -297,16 +297,12 @@ async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progres
 
 def _trace_writer(config: Config, tracker_future: Any) -> Any:
     """The cell's TraceWriter (tracking/traces.py) when it writes traces, else None."""
-    from apps_bench.tracking.traces import TraceWriter, traces_enabled
-
     return TraceWriter(tracker_future) if traces_enabled(config) else None
 
 
 def _check_endpoint(config: Config) -> Any:
     """A remote model endpoint, probed now, before the cell's folder exists (an unreachable one
     leaves nothing behind); None for a built-in server (gold, local), which `evaluate` starts."""
-    from apps_bench.models import ModelEndpointError, open_endpoint
-
     if config.model.provider in ("gold", "local") and not config.model.base_url:
         return None
     try:
@@ -319,10 +315,6 @@ def _check_endpoint(config: Config) -> Any:
 def _check_server(config: Config, endpoint: Any) -> Any:
     """The quick server check (server_gate.py): a tool-using topology on a server that drops its
     tools is refused here, before the cell's folder exists."""
-    from apps_bench.models import ModelEndpointError
-    from apps_bench.models.local import LocalModelError
-    from apps_bench.server_gate import ToolDropRefused, cell_check
-
     try:
         return cell_check(config, endpoint)
     except (ToolDropRefused, ModelEndpointError, LocalModelError, ImportError) as exc:  # ImportError: a framework not installed

@@ -23,8 +23,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apps_bench.config import CONF_DIR
+from apps_bench.cell import grid_refusal, resolve_cell
+from apps_bench.config import CONF_DIR, cell_data, hydra_on
+from apps_bench.pipeline import cell_dir_for
+from apps_bench.report.cells import from_dirs
+from apps_bench.report.render import text_table
+from apps_bench.report.table import ReportError
+from apps_bench.tracking.records import RecordStore, record_key
 from apps_bench.types import ProblemRecord
+from apps_bench.validate import InvalidSettings, check_settings
 
 
 class PlanError(Exception):
@@ -68,7 +75,6 @@ def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str],
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    from apps_bench.config import cell_data, hydra_on
     from apps_bench.tracking.callbacks import sweep_overrides
 
     try:
@@ -92,8 +98,6 @@ def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str],
 
 def _selected_keys(data: dict[str, Any], cache: dict[str, Any]) -> tuple[set[str] | None, str]:
     """Record keys of the cell's problems (loading the dataset, no model), or None and why not."""
-    from apps_bench.tracking.records import record_key
-
     sel = {k: data.get(k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
     sig = json.dumps([data["dataset"], sel], sort_keys=True, default=str)
     if sig not in cache:
@@ -115,8 +119,6 @@ def _selected_keys(data: dict[str, Any], cache: dict[str, Any]) -> tuple[set[str
 
 def _recorded(cell_dir: Path) -> list[ProblemRecord]:
     """The cell's records as a rerun would find them, read without touching the file."""
-    from apps_bench.tracking.records import RecordStore
-
     return RecordStore(cell_dir).records() if (cell_dir / "records.jsonl").exists() else []
 
 
@@ -138,10 +140,6 @@ def _per_problem(finished: list[Any], topology: str, model: str, dataset: str) -
 
 
 def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: list[Any], cache: dict[str, Any]) -> PlannedCell:
-    from apps_bench.cell import grid_refusal, resolve_cell
-    from apps_bench.pipeline import cell_dir_for
-    from apps_bench.validate import InvalidSettings, check_settings
-
     cell = resolve_cell(data)
     refusal = grid_refusal(cell.axes(), data.get("grid") or {})
     if refusal and data.get("allow_any_cell"):
@@ -190,8 +188,6 @@ def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = 
 
     from tqdm import tqdm
 
-    from apps_bench.report.cells import from_dirs
-    from apps_bench.report.table import ReportError
 
     composed = compose_cells(overrides, multirun)
     root = cells_dir or Path.cwd() / "outputs" / "cells"
@@ -226,8 +222,6 @@ def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = 
 
 
 def render(plan: dict[str, Any]) -> str:
-    from apps_bench.report.render import text_table
-
     rows = []
     for c in plan["cells"]:
         e = c["estimate"]

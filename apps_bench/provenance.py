@@ -17,6 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from apps_bench.cpus import cpu_share
+from apps_bench.topologies.registry import FRAMEWORKS
+
 # Packages every cell uses whatever its framework (distribution names).
 CORE_PACKAGES = ("apps-bench", "openai", "httpx", "mlflow", "hydra-core", "omegaconf", "datasets", "numpy")
 
@@ -31,7 +34,6 @@ def framework_packages(framework: str) -> list[str]:
     importlib.metadata for the whole module -> distribution map instead costs ~1 s."""
     if not framework:  # re-scoring: no framework ran (and none is imported)
         return []
-    from apps_bench.topologies.registry import FRAMEWORKS
 
     modules = FRAMEWORKS.get(framework, ((), ""))[0]
     return list(dict.fromkeys(m.split(".")[0].replace("_", "-") for m in modules))
@@ -80,8 +82,6 @@ def package_version() -> str:
 
 def collect(framework: str, sandbox_features: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The provenance of a cell run now, by this process."""
-    from apps_bench.cpus import cpu_share
-
     names = [*CORE_PACKAGES, *(p for p in framework_packages(framework) if p not in CORE_PACKAGES)]
     git = git_info()
     return {

@@ -25,9 +25,15 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from apps_bench import provenance
+from apps_bench.cell import cell_key, identity_of
 from apps_bench.config import DatasetConfig, JudgeConfig, typed
+from apps_bench.data import load_problems
 from apps_bench.judge.core import judge_program
+from apps_bench.judge.profiles import JudgeConfigError, judge_config
+from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.records import CELL, CONFIG, RECORDS, SUMMARY, RecordStore, RecordsUnreadable, record_key
+from apps_bench.tracking.summary import metrics_of, summarize_cell, table_rows
 from apps_bench.types import ProblemRecord, Verdict
 
 RESCORE_DIR = "rescore"
@@ -68,8 +74,6 @@ def check_cell_dir(path: Path) -> dict[str, Any]:
 
 def cell_dir_of_run(run_id: str, cwd: Path) -> Path:
     """The local folder of the cell whose MLflow run is `run_id` (found by its cell key)."""
-    from apps_bench.tracking import mlflow as mlf
-
     try:
         run = mlf.client(mlf.tracking_uri()).get_run(run_id)
     except Exception as e:  # noqa: BLE001 - mlflow raises its own exception types
@@ -123,7 +127,6 @@ def rescored_config(data: Mapping[str, Any], overrides: Mapping[str, str]) -> di
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from apps_bench.judge.profiles import JudgeConfigError, judge_config
 
     new = copy.deepcopy(dict(data))
     if "judge" in overrides:
@@ -218,8 +221,6 @@ def judge_records(store: RecordStore, todo: list[ProblemRecord], problems: Mappi
 
 def source_run_id(experiment: str, cell_key: str) -> str | None:
     """The cell's own run (found by its cell_key tag; re-scoring runs excluded)."""
-    from apps_bench.tracking import mlflow as mlf
-
     c = mlf.client(mlf.tracking_uri())
     exp = c.get_experiment_by_name(experiment)
     if exp is None:
@@ -234,10 +235,6 @@ def source_run_id(experiment: str, cell_key: str) -> str | None:
 def log_rescore(data: Mapping[str, Any], cell_info: Mapping[str, Any], new_identity: Mapping[str, Any], new_key: str,
                 out_dir: Path, summary: Mapping[str, Any], records: list[ProblemRecord]) -> tuple[str, str | None]:
     """A child run of the cell's run that reads like a cell run: (run id, parent run id)."""
-    from apps_bench import provenance
-    from apps_bench.tracking import mlflow as mlf
-    from apps_bench.tracking.summary import metrics_of, table_rows
-
     experiment = str((data.get("tracking") or {}).get("experiment") or "apps")
     parent = source_run_id(experiment, str(cell_info["key"]))
     axes = dict(cell_info.get("axes") or {})
@@ -274,8 +271,6 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
     """Re-judge a cell's recorded programs; returns the new summary (with where it went)."""
     import yaml
 
-    from apps_bench.cell import cell_key, identity_of
-    from apps_bench.tracking.summary import summarize_cell
 
     cell_dir = resolve_source(source, cwd)
     info = check_cell_dir(cell_dir)
@@ -308,7 +303,6 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
     for r in todo:
         if r.error:
             store.append(_error_record(r, r.error, new_key, old_key))
-    from apps_bench.data import load_problems
 
     try:  # the cell's own selection, with the new test cap: what a complete cell holds
         loaded = load_problems(typed(DatasetConfig, new["dataset"]), limit=new.get("limit"), offset=int(new.get("offset") or 0),
@@ -342,7 +336,6 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
                              "max_tests_per_row": data.get("max_tests_per_row"),
                              "pass_at_1": old_summary.get("pass_at_1"), "complete": old_summary.get("complete")}
     summary["dir"] = str(out_dir)
-    from apps_bench import provenance
 
     summary["provenance"] = provenance.collect("", sandbox_features)  # what the new verdicts ran on
     if track:

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from apps_bench.config import Config
+from apps_bench.models import server_check as sc
+from apps_bench.topologies.tool_use import roles_offered_tools
 
 
 class ToolDropRefused(Exception):
@@ -30,8 +32,6 @@ REFUSED_VERDICTS = ("dropped", "as_text", "error")
 
 def needs_tools(config: Config) -> bool:
     """The topology gives roles tools through the API (CrewAI describes its tools in the prompt)."""
-    from apps_bench.topologies.tool_use import roles_offered_tools
-
     return config.topology.framework != "crewai" and bool(roles_offered_tools(config.topology))
 
 
@@ -40,8 +40,6 @@ def cell_check(config: Config, endpoint: Any) -> dict[str, Any]:
 
     `endpoint`: the remote endpoint prepare probed; None for a server the cell starts itself
     (gold: not checked, it is the harness's own double; local: started here on a cache miss)."""
-    from apps_bench.models import server_check as sc
-
     framework = config.topology.framework
     base = {"framework": framework, "needs_tools": needs_tools(config), "accepted": config.model.accept_tool_drop}
     if config.model.provider == "gold":

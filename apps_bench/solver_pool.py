@@ -37,7 +37,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
 
 from apps_bench import event_loop
-from apps_bench.solving import Solved
+from apps_bench.cpus import usable_cpus
+from apps_bench.solving import LocalSolver, Solved, requested_processes
+from apps_bench.topologies.registry import FIRST_PROBLEM, FRAMEWORKS, get_topology, runner_module
 
 if TYPE_CHECKING:
     from apps_bench.config import Config, TopologyConfig
@@ -48,8 +50,6 @@ BASE_PRELOAD = ("apps_bench.solving", "apps_bench.solver_pool", "apps_bench.mode
 
 def preload_modules(topology: TopologyConfig) -> list[str]:
     """What the forkserver imports before forking workers for `topology`: its framework and runner."""
-    from apps_bench.topologies.registry import FIRST_PROBLEM, FRAMEWORKS, runner_module
-
     return [*BASE_PRELOAD, *FRAMEWORKS[topology.framework][0], *FIRST_PROBLEM, runner_module(topology)]
 
 
@@ -204,8 +204,6 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
     os.environ.clear()
     os.environ.update(spec.env)
     os.chdir(spec.cwd)
-    from apps_bench.solving import LocalSolver
-    from apps_bench.topologies.registry import get_topology
 
     try:
         topology = get_topology(spec.cfg.topology)
@@ -439,9 +437,6 @@ def solver_count(setting: Any, *, concurrency: int, n_problems: int) -> int:
 
     `auto` = one per CPU this process may use (apps_bench.cpus), never more than problems in
     flight or problems to run; a count of 1 (or one usable CPU) means no extra process."""
-    from apps_bench.cpus import usable_cpus
-    from apps_bench.solving import requested_processes
-
     total = requested_processes(setting) or usable_cpus()
     n = min(total, concurrency, n_problems)
     return n if n > 1 else 0

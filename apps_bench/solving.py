@@ -16,6 +16,13 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping, Protocol
 
+from apps_bench.models import ModelClients
+from apps_bench.models.client_stack import SharedConnections
+from apps_bench.sandbox.tool import PythonExecTool
+from apps_bench.topologies.context import build_context
+from apps_bench.tracking.traces import traces_enabled
+from apps_bench.types import Attempt, Usage
+
 if TYPE_CHECKING:
     from apps_bench.config import Config, TopologyConfig
 
@@ -70,11 +77,6 @@ async def solve_problem(
     `seed` defaults to the cell's; `headers` go with every model request (an optimizer's
     rollout tag). The attempt carries the problem's transcript events and usage; with `trace`,
     its usage also carries what the problem's trace is built from (tracking/capture.py)."""
-    from apps_bench.models import ModelClients
-    from apps_bench.sandbox.tool import PythonExecTool
-    from apps_bench.topologies.context import build_context
-    from apps_bench.types import Attempt, Usage
-
     problem = problem.without_tests()
     topo_cfg, tool_cfg = cfg.topology, cfg.tool
     usage = Usage()
@@ -154,7 +156,6 @@ class LocalSolver:
     def __init__(self, cfg: Config, topology: Any) -> None:
         self.cfg = cfg
         self.topology = topology
-        from apps_bench.tracking.traces import traces_enabled
 
         self.trace = traces_enabled(cfg)
         self._pool: Any = None
@@ -163,8 +164,6 @@ class LocalSolver:
 
     @contextlib.asynccontextmanager
     async def serving(self, pool: Any, endpoint: Any) -> AsyncIterator[None]:
-        from apps_bench.models.client_stack import SharedConnections
-
         self._pool, self._endpoint = pool, endpoint
         self._connections = SharedConnections()  # one HTTP pool for every problem of the cell
         try:

@@ -14,6 +14,9 @@ from typing import Any, Awaitable, Callable
 
 from apps_bench.judge.core import judge_program
 from apps_bench.solving import Solved
+from apps_bench.topologies.tool_use import tool_calls_by_role
+from apps_bench.tracking.records import record_key
+from apps_bench.tracking.summary import usage_record
 from apps_bench.types import Problem, ProblemRecord, Verdict
 
 
@@ -46,10 +49,6 @@ async def solve_and_judge(problem: Problem, solve: Callable[[Problem], Awaitable
 
 def record_of(outcome: Judged, cell_key: str) -> ProblemRecord:
     """What records.jsonl keeps of a problem (the same whichever process solved it)."""
-    from apps_bench.topologies.tool_use import tool_calls_by_role
-    from apps_bench.tracking.records import record_key
-    from apps_bench.tracking.summary import usage_record
-
     problem, solved, verdict, error = outcome.problem, outcome.solved, outcome.verdict, outcome.error
     attempt = solved.attempt
     program = getattr(attempt, "program", None)

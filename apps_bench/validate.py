@@ -13,7 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, TypeGuard
 
-from apps_bench.config import POOL_SOURCES, REQUANTIZE_TYPES, TopologyConfig, typed
+from apps_bench.config import OPTIMIZER_SCHEMAS, POOL_SOURCES, REQUANTIZE_TYPES, TopologyConfig, typed
+from apps_bench.data import DIFFICULTIES
+from apps_bench.sandbox.limits import SandboxLimits
+from apps_bench.solving import requested_processes
+from apps_bench.topologies.prompts import TopologyConfigError, load_prompts, roles_for, sizes_of
 
 
 @dataclass(frozen=True)
@@ -85,8 +89,6 @@ def _fraction(v: Any) -> bool:
 
 
 def _processes(v: Any) -> bool:
-    from apps_bench.solving import requested_processes
-
     try:
         requested_processes(v)
     except ValueError:
@@ -99,8 +101,6 @@ def _opt_price(v: Any) -> bool:
 
 
 def _difficulty(v: Any) -> bool:
-    from apps_bench.data import DIFFICULTIES
-
     return v is None or v in DIFFICULTIES
 
 
@@ -211,7 +211,6 @@ def _foreign_params(opt: Mapping[str, Any]) -> list[BadSetting]:
     added with `+` (which opens the node): named here, as it would fail only when the cell reads them."""
     from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-    from apps_bench.config import OPTIMIZER_SCHEMAS
 
     schema = OPTIMIZER_SCHEMAS.get(str(opt.get("name")))
     if schema is None:
@@ -328,8 +327,6 @@ def pool_problems(dataset: Mapping[str, Any], pool: Mapping[str, Any]) -> list[B
 
 def _roles_and_prompts(data: Mapping[str, Any]) -> list[BadSetting]:
     """The team size must have a role list and every role its prompt (a prompt file is read here)."""
-    from apps_bench.topologies.prompts import TopologyConfigError, load_prompts, roles_for, sizes_of
-
     topo = data.get("topology") or {}
     size = topo.get("team_size")
     if not _is_int(size) or size < 1:
@@ -355,8 +352,6 @@ def _roles_and_prompts(data: Mapping[str, Any]) -> list[BadSetting]:
 
 def _sandbox_limits(data: Mapping[str, Any]) -> list[BadSetting]:
     """The judge's sandbox limits, checked as the pool will read them (SandboxLimits)."""
-    from apps_bench.sandbox.limits import SandboxLimits
-
     sandbox = _section(data, "judge.sandbox")
     if sandbox is None:
         return []

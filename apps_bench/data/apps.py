@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from apps_bench.config import Config, DatasetConfig
+from apps_bench.data.demo import DEMO_PROBLEMS
 from apps_bench.data.rows import RowError, lift_int_digit_limit, parse_row, row_id
 from apps_bench.types import Problem
 
@@ -205,8 +206,6 @@ def load_problems(
     so `limit=50` on the test split is exactly problem IDs 0-49 (the eval IDs), whatever rows
     among them cannot be used; each skipped row is named in `skipped_rows`.
     """
-    from apps_bench.data.demo import DEMO_PROBLEMS
-
     lift_int_digit_limit()
     if difficulty is not None and difficulty not in DIFFICULTIES:
         raise ValueError(f"unknown difficulty {difficulty!r}; choose one of {', '.join(DIFFICULTIES)}")

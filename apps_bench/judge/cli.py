@@ -15,6 +15,15 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Sequence
 
+from apps_bench.config import compose
+from apps_bench.data import load_problems
+from apps_bench.judge.core import Judge, check_profile
+from apps_bench.judge.profiles import JudgeConfigError
+from apps_bench.judge.profiles import judge_config as load
+from apps_bench.judge.summary import summarize
+from apps_bench.provenance import sandbox_summary
+from apps_bench.sandbox import SandboxPool
+
 
 class UsageError(Exception):
     """Bad input from the user: printed as one clear line, exit status 2."""
@@ -22,9 +31,6 @@ class UsageError(Exception):
 
 def judge_config(profile: str, overrides: Sequence[str] = ()) -> Any:
     """conf/judge/<profile>.yaml, checked (apps_bench.judge.profiles); a bad profile or setting is a UsageError."""
-    from apps_bench.judge.profiles import JudgeConfigError
-    from apps_bench.judge.profiles import judge_config as load
-
     try:
         return load(profile, overrides)
     except JudgeConfigError as e:
@@ -32,8 +38,6 @@ def judge_config(profile: str, overrides: Sequence[str] = ()) -> Any:
 
 
 def default_max_tests_per_row() -> int:
-    from apps_bench.config import compose
-
     return compose().max_tests_per_row
 
 
@@ -131,10 +135,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, t0: float) -> int:
-    from apps_bench.config import compose
-    from apps_bench.judge.core import check_profile
-    from apps_bench.sandbox import SandboxPool
-
     try:
         check_profile(args.profile)
     except ValueError as e:
@@ -167,10 +167,6 @@ def _run(args: argparse.Namespace, t0: float) -> int:
 
 def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: float, *, max_tests: int, only: list[str],
                preds: dict[str, str | None]) -> int:
-    from apps_bench.data import load_problems
-    from apps_bench.judge.core import Judge
-    from apps_bench.judge.summary import summarize
-
     if preds and not only and args.limit is None:
         only = list(preds)  # judge what was predicted
     try:
@@ -230,7 +226,6 @@ def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: floa
     seconds = time.perf_counter() - t0
     summary = summarize(pairs, skipped=loaded.skipped, profile=judge.profile, seconds=seconds, sandbox=pool.features)
     summary.print()
-    from apps_bench.provenance import sandbox_summary
 
     print(f"sandbox: {sandbox_summary(summary.sandbox)}; workers: {pool.workers}")
     if args.summary:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from apps_bench.data.rows import lift_int_digit_limit
 from apps_bench.judge.compare import compare_call, compare_stdin
+from apps_bench.judge.reference import GLOBAL_TIMEOUT_RESULTS, HarnessCrash, judge_test, passes
+from apps_bench.sandbox import RunRequest
 from apps_bench.types import Outcome, Problem, TestResult, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -149,8 +151,6 @@ class Judge:
     # ------------------------------------------------------------------ one program
 
     def _request(self, problem: Problem, program: str) -> Any:
-        from apps_bench.sandbox import RunRequest
-
         tests = problem.tests
         memory = self.call_memory_bytes if tests.mode == "call" else self.stdin_memory_bytes
         if self.reference:  # the original: one process, an alarm per test, a limit for the whole program
@@ -163,8 +163,6 @@ class Judge:
 
     def _run_reference(self, problem: Problem, program: str) -> tuple[list[TestResult], tuple[Any, ...] | None]:
         """Run in the sandbox's reference mode; (results, the original's result list)."""
-        from apps_bench.judge.reference import GLOBAL_TIMEOUT_RESULTS, HarnessCrash, judge_test, passes
-
         results: list[TestResult] = []
         values: list[Any] = []
         lost: list[str] = []

@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from apps_bench.sandbox import decode_value
 from apps_bench.types import Outcome, Problem, TestResult
 
 GLOBAL_TIMEOUT_RESULTS = (-1,) * 21  # test_one_solution.check_correctness when nothing came back
@@ -260,7 +261,6 @@ def judge_test(problem: Problem, raw: Any, clip: Any) -> tuple[TestResult, Any]:
         ok, rule = compare_stdin(got, expected)
         detail = rule if ok else f"{rule}; got {clip(got, 120)!r}"
         return TestResult(raw.index, Outcome.PASS if ok else Outcome.WRONG_ANSWER, seconds, detail), ok
-    from apps_bench.sandbox import decode_value
 
     if raw.value_json is None:
         return TestResult(raw.index, Outcome.SANDBOX_ERROR, seconds, "no return value reported"), None

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from apps_bench.config import as_plain
+
 TASK_NAME = "apps_bench_cell"  # the Ray task name (Ray's logs and state API show it)
 
 
@@ -166,7 +168,6 @@ def launch(
     from hydra.core.utils import configure_log, filter_overrides, setup_globals
     from omegaconf import open_dict
 
-    from apps_bench.config import as_plain
 
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)

@@ -26,6 +26,8 @@ from typing import Any, NoReturn
 from hydra.core.utils import JobReturn, filter_overrides
 from submitit.slurm.slurm import SlurmInfoWatcher, SlurmJob
 
+from apps_bench.tracking.callbacks import on_sweep_interrupt
+
 # squeue states of a job that has not ended yet
 ACTIVE = frozenset(
     "PENDING RUNNING CONFIGURING COMPLETING SUSPENDED REQUEUED REQUEUE_HOLD REQUEUE_FED RESIZING "
@@ -137,8 +139,6 @@ def watched_launch(
 ) -> Sequence[JobReturn]:
     """Run submitit's `launch` with the squeue watcher; end the sweep with a message (exit 1)
     when a job failed or ended without a result, cancel its jobs on Ctrl-C/SIGTERM."""
-    from apps_bench.tracking.callbacks import on_sweep_interrupt
-
     watcher = SqueueWatcher()
     previous, SlurmJob.watcher = SlurmJob.watcher, watcher
     on_sweep_interrupt(watcher.cancel_all)  # Ctrl-C/SIGTERM: scancel at once, before the parent run ends KILLED

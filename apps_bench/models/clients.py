@@ -19,6 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from apps_bench.config import ModelConfig, as_plain
+from apps_bench.models.client_stack import metered_client
 from apps_bench.models.retrying import RetryPolicy
 from apps_bench.models.slots import EndpointSlots
 
@@ -89,8 +90,6 @@ class ModelClients:
     def http_client(self, asynchronous: bool = False, flavour: str | None = None, *, role: str = "") -> Any:
         """A fresh metered + retrying httpx2 (default) client; openai 3.x accepts httpx2 and httpx.
         `role`: the agent role whose calls these are (recorded in each `usage.calls` entry)."""
-        from apps_bench.models.client_stack import metered_client
-
         client = metered_client(
             self.usage,
             self.policy,

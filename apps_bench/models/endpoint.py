@@ -19,6 +19,7 @@ from typing import Any, Iterable, Iterator
 from urllib.parse import urlparse
 
 from apps_bench.config import ModelConfig
+from apps_bench.models.client_stack import proxy_for
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,6 @@ def probe(base_url: str, key: str, key_env: str, timeout_s: float) -> tuple[str,
         candidates.append(base_url + "/v1")
     headers = {"Authorization": f"Bearer {key}"}
     last = ""
-    from apps_bench.models.client_stack import proxy_for
 
     timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 3.0))
     with httpx.Client(timeout=timeout, trust_env=False, proxy=proxy_for(base_url)) as client:  # as the model clients do

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from apps_bench.cpus import usable_cpus
+
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = (
@@ -199,7 +201,6 @@ def server_for(model_cfg: Any) -> LocalServer:
     model_path = Path(str(path)).expanduser() if path else gguf_path(str(model_cfg.gguf_package), str(model_cfg.gguf_file))
     if not model_path.is_file():
         raise LocalModelError(f"model.gguf_path={str(model_path)!r} is not a file")
-    from apps_bench.cpus import usable_cpus
 
     threads = int(model_cfg.n_threads) or usable_cpus()
     return LocalServer(

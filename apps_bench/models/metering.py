@@ -40,6 +40,7 @@ from apps_bench.models.wire import (
     finish_reason,
     prepare_request,
 )
+from apps_bench.tracking.capture import ModelCall, current_turn
 
 if TYPE_CHECKING:  # pragma: no cover
     from apps_bench.types import Usage
@@ -205,7 +206,6 @@ def _sent_at(usage: Usage, request: Any) -> tuple[int, int, bytes] | None:
         return None
     import time
 
-    from apps_bench.tracking.capture import current_turn
 
     try:
         body = bytes(request.content)
@@ -218,7 +218,6 @@ def trace_call(usage: Usage, role: str, sent: tuple[int, int, bytes], **fields: 
     """Add one model call (its bodies and times, never its headers) to the problem's TraceLog."""
     import time
 
-    from apps_bench.tracking.capture import ModelCall
 
     start_ns, turn, body = sent
     usage.trace.add_call(ModelCall(role=role, start_ns=start_ns, end_ns=time.time_ns(), turn=turn, request=body, **fields))

@@ -28,6 +28,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from apps_bench.config import ModelConfig, ServerCheckConfig, as_plain, typed
+from apps_bench.data.demo import DEMO_PROBLEMS
+from apps_bench.models.client_stack import proxy_for
+from apps_bench.models.clients import ModelClients, crewai_stop_words
+from apps_bench.types import Usage
 
 FRAMEWORKS = ("langgraph", "openai", "autogen", "crewai")
 OK, FAIL, WARN, NA = "ok", "FAIL", "warn", "n/a"
@@ -152,7 +156,6 @@ def _remote_listing(endpoint: Any) -> tuple[list[dict[str, Any]], str]:
     """GET /v1/models (the entries) and vLLM's GET /version ("" elsewhere)."""
     import httpx
 
-    from apps_bench.models.client_stack import proxy_for
 
     headers = {"Authorization": f"Bearer {endpoint.api_key}"}
     root = endpoint.base_url[: -len("/v1")] if endpoint.base_url.endswith("/v1") else endpoint.base_url
@@ -175,8 +178,6 @@ def _remote_listing(endpoint: Any) -> tuple[list[dict[str, Any]], str]:
 def _clients(endpoint: Any, model_cfg: Any, usage: Any, **settings: Any) -> Any:
     """ModelClients for the check: the model's own settings (its retries of 429/5xx too), with these
     overridden, and no client-side slots (the sweep measures what the server runs at once)."""
-    from apps_bench.models.clients import ModelClients
-
     cfg = replace(typed(ModelConfig, model_cfg), max_concurrency=0, retry_timeouts=False, **settings)
     return ModelClients(endpoint, cfg, usage)
 
@@ -187,8 +188,6 @@ async def send(
 ) -> Sent:  # fmt: skip
     """One request as `framework`'s runners send it (their client, their defaults), `tool_choice`
     added only when given; what came back, with the usage the metered transport counted."""
-    from apps_bench.types import Usage
-
     usage = Usage()
     settings: dict[str, Any] = {"max_tokens": max_tokens}
     if temperature is not None:
@@ -316,7 +315,6 @@ def tool_prompt(server: Server) -> str:
     the check starts gold with."""
     if server.kind != "gold":
         return ASK_TOOL
-    from apps_bench.data.demo import DEMO_PROBLEMS
 
     return f"{DEMO_PROBLEMS[0].question}\n\n{ASK_TOOL}"
 
@@ -413,8 +411,6 @@ def _cap_finding(fw: str, sent: Sent, gold: bool, cap: int = 8) -> Finding:
 
 
 async def _stop_finding(endpoint: Any, model_cfg: Any, gold: bool) -> Finding:
-    from apps_bench.models.clients import crewai_stop_words
-
     words = crewai_stop_words()
     sent = await send("crewai", endpoint, model_cfg, REACT_STEP, max_tokens=64, temperature=0.0)
     if sent.error:

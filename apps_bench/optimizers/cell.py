@@ -13,12 +13,19 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from apps_bench import provenance
 from apps_bench.config import config_data
 from apps_bench.engine import Engine, fork_solvers
-from apps_bench.optimizers.cell_runs import open_final_eval_run
+from apps_bench.optimizers import cell_runs
+from apps_bench.optimizers.cell_runs import StepMetricsSink, link_tags, open_final_eval_run, seed_cell_of
+from apps_bench.optimizers.entry import run_optimizer
+from apps_bench.optimizers.run import step_metrics
+from apps_bench.optimizers.scoring import InfrastructureDown
 from apps_bench.pipeline import CellResult, CellSetupError, Prepared, evaluate, keep_lock
+from apps_bench.topologies.base import PromptSet
 from apps_bench.tracking.records import CONFIG, PROMPTS
-from apps_bench.tracking.run import fail_run
+from apps_bench.tracking.run import fail_run, open_run
+from apps_bench.tracking.summary import metrics_of
 
 
 def run_optimizer_cell(prep: Prepared) -> CellResult:
@@ -53,14 +60,7 @@ def run_optimizer_cell(prep: Prepared) -> CellResult:
 
 def _optimize(prep: Prepared, engine: Any, pool: Any) -> tuple[Any, Any, Any]:
     """-> (the optimizer cell's tracking run, the chosen PromptSet, the OptimizeResult)."""
-    from apps_bench.optimizers.entry import run_optimizer
-    from apps_bench.optimizers.run import step_metrics
-    from apps_bench.optimizers.scoring import InfrastructureDown
-
     cell = prep.cell
-    from apps_bench.optimizers.cell_runs import StepMetricsSink, link_tags, seed_cell_of
-    from apps_bench.topologies.base import PromptSet
-    from apps_bench.tracking.run import open_run
 
     tags = {**link_tags(cell, seed_cell_of(config_data(prep.config))), "run_kind": "optimizer_cell"}
     tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-tracking")
@@ -91,10 +91,6 @@ def _optimize(prep: Prepared, engine: Any, pool: Any) -> tuple[Any, Any, Any]:
 def _finish(tracker: Any, prep: Prepared, result: Any, evaluated: CellResult) -> None:
     """The optimizer cell's run: its optimization figures and artifacts, the final eval's
     headline copied over, the seed cell's pass@1 when it ran here; then the comparison line."""
-    from apps_bench import provenance
-    from apps_bench.optimizers import cell_runs
-    from apps_bench.tracking.summary import metrics_of
-
     summary = evaluated.summary
     seed = cell_runs.seed_cell_result(cell_runs.seed_cell_of(config_data(prep.config)))
     metrics = {**cell_runs.optimizer_metrics(result), **cell_runs.headline(metrics_of(summary), seed)}

@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from apps_bench.cell import Cell, resolve_cell
-from apps_bench.config import NoOptimizer, NoParams, as_plain
+from apps_bench.config import NoOptimizer, NoParams, as_plain, config_data
+from apps_bench.tracking import mlflow as mlf
+from apps_bench.tracking.run import NoRun, cell_tags
 
 HEADLINE = ("pass_at_1", "pass_at_1_ci_low", "pass_at_1_ci_high", "pass_at_1_extracted", "n_problems", "n_passed",
             "n_errors", "complete")  # fmt: skip
@@ -73,12 +75,8 @@ def final_eval_tags(cell_tags: Mapping[str, str], cell: Cell, seed: Cell, optimi
 def open_final_eval_run(config: Any, cell: Cell, loaded: Any, optimizer_run: Any) -> Any:
     """The final evaluation's run: a child of the optimizer cell's run, found again by its own
     `final_eval_of` tag on resume."""
-    from apps_bench.config import config_data  # noqa: PLC0415
-    from apps_bench.tracking.run import NoRun, cell_tags  # noqa: PLC0415
-
     if config.tracking.backend == "none":
         return NoRun()
-    from apps_bench.tracking import mlflow as mlf  # noqa: PLC0415
 
     tags = final_eval_tags(cell_tags(config, cell, loaded), cell, seed_cell_of(config_data(config)), optimizer_run.run_id)
     return mlf.CellRun.open(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from apps_bench.models import ModelClients
 from apps_bench.optimizers.proposals import ChatReply, Message
 from apps_bench.types import Usage
 
@@ -18,8 +19,6 @@ class EndpointChat:
     """Synchronous chat completions on an open endpoint (`models.open_endpoint`)."""
 
     def __init__(self, endpoint: Any, model_cfg: Any) -> None:
-        from apps_bench.models import ModelClients  # noqa: PLC0415
-
         self.usage = Usage()
         self._clients = ModelClients(endpoint, model_cfg, self.usage)
         self._client = self._clients.openai()

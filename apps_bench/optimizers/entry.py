@@ -18,9 +18,16 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from apps_bench.config import CONF_DIR, Config, DatasetConfig, ModelConfig, PoolParams, as_plain, compose, typed, typed_config
+from apps_bench.data import eval_ids, load_problems
 from apps_bench.engine import Engine, fork_solvers
+from apps_bench.models import open_endpoint
+from apps_bench.optimizers.chat import EndpointChat
+from apps_bench.optimizers.protocol import load_eval_set
 from apps_bench.optimizers.run import OptimizeResult, optimize
+from apps_bench.optimizers.runner import PipelineRunner
+from apps_bench.topologies.prompts import load_prompts, roles_for
 from apps_bench.types import Problem
+from apps_bench.validate import pool_problems
 
 
 def pool_dataset_config(dataset_cfg: DatasetConfig, pool: PoolParams) -> DatasetConfig:
@@ -30,8 +37,6 @@ def pool_dataset_config(dataset_cfg: DatasetConfig, pool: PoolParams) -> Dataset
     local codeparrot-schema train file); source=test_minus_eval reads the cell's own
     test-split dataset.
     """
-    from apps_bench.validate import pool_problems  # noqa: PLC0415
-
     bad = pool_problems(dataclasses.asdict(dataset_cfg), dataclasses.asdict(pool))
     if bad:
         raise ValueError(bad[0].line())
@@ -83,8 +88,6 @@ class OptimizerPool:
 
 def load_pool(cfg: Config) -> OptimizerPool:
     """The pool of `cfg`'s optimizer (ValueError: bad pool settings, with the fix)."""
-    from apps_bench.data import eval_ids, load_problems  # noqa: PLC0415
-
     pool_p = cfg.optimizer.params.pool
     pool_ds = pool_dataset_config(cfg.dataset, pool_p)
     loaded = load_problems(pool_ds, difficulty=pool_p.difficulty, max_tests_per_row=cfg.max_tests_per_row)
@@ -111,12 +114,6 @@ def _engine_for(cfg: Config, pool: OptimizerPool, engine: Engine | None) -> Abst
 def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: Path | str,
                  hook: Callable[[str, dict[str, Any]], None] | None) -> OptimizeResult:  # fmt: skip
     """`run_optimizer`'s work, on an open engine."""
-    from apps_bench.models import open_endpoint  # noqa: PLC0415
-    from apps_bench.optimizers.chat import EndpointChat  # noqa: PLC0415
-    from apps_bench.optimizers.protocol import load_eval_set  # noqa: PLC0415
-    from apps_bench.optimizers.runner import PipelineRunner  # noqa: PLC0415
-    from apps_bench.topologies.prompts import load_prompts, roles_for  # noqa: PLC0415
-
     method = cfg.optimizer.name
     params = cfg.optimizer.params
     problems = {p.key: p for p in pool.problems}

@@ -15,9 +15,12 @@ from typing import Any, Callable, Mapping
 
 from apps_bench.config import GepaParams, MaspoParams, OptimizerParams
 from apps_bench.optimizers.cache import Checkpoints
+from apps_bench.optimizers.maspo import Maspo, MaspoConfig, graph_for
+from apps_bench.optimizers.maspo_system import EvaluatorSystem, ModelTextJudge
 from apps_bench.optimizers.proposals import CachedChat, ModelProposer
 from apps_bench.optimizers.protocol import Budget, Pool, ProblemKey, Splits, key_str
 from apps_bench.optimizers.scoring import ProtocolEvaluator
+from apps_bench.task import extract_program
 from apps_bench.types import Problem, Verdict
 
 
@@ -64,15 +67,11 @@ def keep_seed(run: MethodRun) -> MethodResult:
 
 
 def run_maspo(run: MethodRun) -> MethodResult:
-    from apps_bench.optimizers.maspo import Maspo, MaspoConfig, graph_for
-    from apps_bench.optimizers.maspo_system import EvaluatorSystem, ModelTextJudge
-
     params = run.params
     assert isinstance(params, MaspoParams), f"optimizer=maspo takes MaspoParams, got {type(params).__name__}"
     chat = _needs_chat(run, "maspo")
     if run.score_program is None:
         raise ValueError("optimizer=maspo needs score_program (the judge on training tests) for its execution-grounded reward")
-    from apps_bench.task import extract_program
 
     extract = run.extract_program or extract_program
     cfg = MaspoConfig.of(params)

@@ -30,6 +30,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from apps_bench.models.metering import parse_usage
 from apps_bench.optimizers.cache import RolloutCache
 
 _USAGE_FIELD = re.compile(r'("(?:prompt|completion|total|input|output)_tokens"\s*:\s*)\d+')
@@ -43,14 +44,10 @@ def zero_usage(body: str) -> str:
 
 
 def _well_formed(data: bytes, content_type: str) -> bool:
-    from apps_bench.models.metering import parse_usage  # noqa: PLC0415
-
     return parse_usage(data, content_type)[0]
 
 
 def body_tokens(body: str, content_type: str) -> int:
-    from apps_bench.models.metering import parse_usage  # noqa: PLC0415
-
     ok, prompt, completion = parse_usage(body.encode("latin-1"), content_type)
     return prompt + completion if ok else 0
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
-from apps_bench.optimizers.cache import RolloutCache, rollout_key
+from apps_bench.optimizers.cache import RolloutCache, rollout_key, stable_hash
 from apps_bench.optimizers.protocol import Budget, ProblemKey, ScoringGate, make_key, request_seed
 from apps_bench.topologies.base import PromptSet
 from apps_bench.types import Attempt, Outcome, Problem, TranscriptEvent, Verdict
@@ -289,8 +289,6 @@ class ProtocolEvaluator:
 
 
 def prompt_hash(prompt_set: PromptSet | Mapping[str, str]) -> str:
-    from apps_bench.optimizers.cache import stable_hash  # noqa: PLC0415
-
     texts = prompt_set.texts if isinstance(prompt_set, PromptSet) else prompt_set
     return stable_hash(dict(texts))[:12]
 

@@ -16,8 +16,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from apps_bench.report import options
+from apps_bench import provenance
+from apps_bench.report import cells as cellmod
+from apps_bench.report import cost, export, groups, options, plots, render, sweep_run
+from apps_bench.report.sweep_run import SweepIncomplete
 from apps_bench.report.table import ReportError
+from apps_bench.tracking import mlflow as mlf
 
 DEFAULT_FOREST = "outputs/report/forest.png"
 
@@ -53,7 +57,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from apps_bench.report.sweep_run import SweepIncomplete
 
     try:
         baseline = options.check(args)  # every bad option, before any cell is read or anything printed
@@ -74,8 +77,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _store_exists(uri: str | None) -> None:
     """A local store that does not exist holds nothing to report: say so, and create none."""
-    from apps_bench.tracking import mlflow as mlf
-
     uri = mlf.tracking_uri() if uri is None else uri
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
         raise ReportError(
@@ -86,10 +87,6 @@ def _store_exists(uri: str | None) -> None:
 
 
 def _report(args: argparse.Namespace, baseline: str | None) -> int:
-    from apps_bench import provenance
-    from apps_bench.report import cells as cellmod
-    from apps_bench.report import cost, export, groups, plots, render
-
     if args.cells_dir:
         found = cellmod.from_dirs(args.cells_dir)
         where = f"cell folders under {args.cells_dir}"
@@ -174,9 +171,6 @@ def _report(args: argparse.Namespace, baseline: str | None) -> int:
 def _publish(args: argparse.Namespace) -> int:
     """The sweep's comparison, written on its parent run as the sweep's end writes it; exit 1
     (naming them) when member cells are missing."""
-    from apps_bench.report import sweep_run
-    from apps_bench.tracking import mlflow as mlf
-
     uri = mlf.tracking_uri() if args.tracking_uri is None else args.tracking_uri
     rows = sweep_run.publish(uri, args.sweep)
     print(f"comparison of sweep {args.sweep} written on its parent run ({len(rows)} rows)")

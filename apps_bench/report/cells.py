@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from apps_bench import provenance
 from apps_bench.report.money import billed_tokens
+from apps_bench.tracking import membership
+from apps_bench.tracking import mlflow as mlf
+from apps_bench.tracking.mlflow import TABLE_ARTIFACT, flatten
 from apps_bench.tracking.records import RecordStore, RecordsUnreadable
 from apps_bench.types import ProblemRecord
 
@@ -279,9 +283,6 @@ def _records(cell_dir: Path) -> list[ProblemRecord]:
 
 def from_dirs(root: Path | str, *, with_roles: bool = True) -> list[CellData]:
     """Every cell folder under `root` (a folder of cells like outputs/cells, or one cell folder)."""
-    from apps_bench import provenance
-    from apps_bench.tracking.mlflow import flatten
-
     root = Path(root)
     if not root.is_dir():
         raise ReportError(f"no folder {root}: point --cells-dir at a folder of cells (e.g. outputs/cells)")
@@ -345,8 +346,6 @@ def find_runs(c: Any, uri: str, *, experiment: str, sweep: str | None) -> list[A
 def _sweep_runs(c: Any, uri: str, sweep: str) -> tuple[list[Any], list[str]]:
     """(runs, missing): the runs of a sweep's members and their re-scoring runs; a description of
     each member that has no run."""
-    from apps_bench.tracking import membership
-
     try:
         parent = c.get_run(sweep)
     except Exception as exc:  # noqa: BLE001 - MLflow raises its own exception types
@@ -382,7 +381,6 @@ def _problems_of_run(c: Any, run_id: str, dst: Path) -> list[dict[str, Any]]:
     path = _download(c, run_id, "records.jsonl", dst)
     if path is not None:
         return [problem_row(r) for r in _records(path.parent)]
-    from apps_bench.tracking.mlflow import TABLE_ARTIFACT
 
     path = _download(c, run_id, TABLE_ARTIFACT, dst)
     if path is None:
@@ -416,7 +414,6 @@ def _read(*, experiment: str, sweep: str | None, uri: str | None, with_roles: bo
 
     from tqdm import tqdm
 
-    from apps_bench.tracking import mlflow as mlf
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar of ours, not one per file
     uri = mlf.tracking_uri() if uri is None else uri
@@ -450,8 +447,6 @@ def _read(*, experiment: str, sweep: str | None, uri: str | None, with_roles: bo
 
 
 def _cell_of_run(c: Any, r: Any, by_id: Mapping[str, Any], dst: Path, with_roles: bool) -> CellData:
-    from apps_bench import provenance
-
     t, p = r.data.tags, r.data.params
     if not p and t.get("rescore_of") in by_id:  # a re-scoring run: selection from the run it re-scored
         p = by_id[t["rescore_of"]].data.params

@@ -19,7 +19,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from apps_bench.report import cells as cellmod
+from apps_bench.report import groups, plots, render
 from apps_bench.report.table import ReportError
+from apps_bench.tracking import mlflow as mlf
+from apps_bench.tracking.console import mlflow_ui
 
 TABLE = "sweep_comparison.json"
 TEXT = "sweep_comparison.txt"
@@ -63,9 +67,6 @@ def _publish(uri: str, parent_run_id: str) -> tuple[list[dict[str, Any]], str]:
     """`publish`, -> (the table's rows, its text as the parent run holds it)."""
     from mlflow.entities import RunTag
 
-    from apps_bench.report import cells as cellmod
-    from apps_bench.report import groups, plots, render
-    from apps_bench.tracking import mlflow as mlf
 
     c = mlf.client(uri)
     found, missing = cellmod.sweep_cells(parent_run_id, uri=uri, with_roles=False)
@@ -101,8 +102,6 @@ def _publish(uri: str, parent_run_id: str) -> tuple[list[dict[str, Any]], str]:
 def where_next(uri: str, parent_run_id: str, rows: list[dict[str, Any]]) -> str:
     """The commands that show the sweep again: the whole report (compared against single, or the
     first topology when single did not run), and the MLflow UI on its store."""
-    from apps_bench.tracking.console import mlflow_ui
-
     topologies = [r["topology"] for r in rows]
     base = "single" if "single" in topologies or not topologies else topologies[0]
     compare = f" --compare baseline={base}" if len(set(topologies)) > 1 else ""
@@ -133,7 +132,6 @@ def read(uri: str, parent_run_id: str) -> list[dict[str, Any]]:
     """The rows of the parent run's comparison table as logged (for checks and scripts)."""
     import json
 
-    from apps_bench.tracking import mlflow as mlf
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(mlf.client(uri).download_artifacts(parent_run_id, TABLE, tmp))

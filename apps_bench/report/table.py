@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apps_bench.report.cells import ReportError, find_runs
+from apps_bench.tracking import mlflow as mlf
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,6 @@ def collect(
 ) -> list[RunPoint]:
     """One point per cell run; runs of several judge profiles, rules versions or test caps are
     refused unless `judge` picks one profile (they are never pooled into one mean)."""
-    from apps_bench.tracking import mlflow as mlf
-
     uri = mlf.tracking_uri() if uri is None else uri
     runs = find_runs(mlf.client(uri), uri, experiment=experiment, sweep=sweep)
     points = []

@@ -32,6 +32,8 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from apps_bench.sandbox.env import CLEAN_ENV
+
 from ..cpus import usable_cpus
 from . import cgroups
 from .api import RAW_STATUSES, ExecResult, RawRun, RunRequest
@@ -158,7 +160,6 @@ class _Worker:
             "cgroup_off": cgroup_off,
             "limits": limits,
         }
-        from .env import CLEAN_ENV  # not .contain: ctypes is not needed in this process
 
         env = dict(CLEAN_ENV, HOME="/tmp")
         cmd = [sys.executable, "-S", "-s", "-c", _WORKER_BOOT, json.dumps(cfg), _PACKAGE_ROOT, _SITE_DIRS,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Sequence
 
 from apps_bench.config import TopologyConfig
+from apps_bench.task import extract_program
 from apps_bench.topologies.base import SolveContext
 from apps_bench.types import Attempt, Candidate, Vote
 
@@ -20,7 +21,6 @@ def extract(text: str | None) -> str | None:
     """The program in a reply, by the one extraction rule the judge uses (apps_bench.task)."""
     if not text:
         return None
-    from apps_bench.task import extract_program
 
     return extract_program(text)
 

@@ -33,8 +33,14 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from apps_bench import provenance
+from apps_bench.cell import CellRefused, guard
+from apps_bench.config import cell_data, typed_config
+from apps_bench.cpus import usable_cpus
+from apps_bench.data import load_selection
 from apps_bench.tracking import membership
+from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.membership import Member
+from apps_bench.validate import InvalidSettings, empty_selection
 
 ROOT_ENV = "APPS_BENCH_ROOT"  # the launching command's directory: cells' outputs/ go under it on every launcher
 
@@ -71,8 +77,6 @@ def check_sweep(config: DictConfig) -> tuple[int, list[str], list[Member]]:
 
     from hydra.core.global_hydra import GlobalHydra
 
-    from apps_bench.cell import CellRefused, guard
-    from apps_bench.config import cell_data
 
     loader = GlobalHydra.instance().config_loader()
     cells = sweep_overrides(config)
@@ -98,10 +102,6 @@ def check_sweep(config: DictConfig) -> tuple[int, list[str], list[Member]]:
 
 
 def _selection_refusal(data: dict[str, Any]) -> str | None:
-    from apps_bench.config import typed_config
-    from apps_bench.data import load_selection
-    from apps_bench.validate import InvalidSettings, empty_selection
-
     try:
         bad = empty_selection(load_selection(typed_config(data)), data)
     except (ValueError, OSError) as exc:
@@ -153,7 +153,6 @@ def joblib_share(config: DictConfig, n_cells: int) -> int | None:
     (SLURM and Ray cells read their own allocation)."""
     if "joblib" not in str(OmegaConf.select(config, "hydra.launcher._target_") or "").lower():
         return None
-    from apps_bench.cpus import usable_cpus
 
     cpus = usable_cpus()
     n_jobs = int(OmegaConf.select(config, "hydra.launcher.n_jobs") or 1)
@@ -190,7 +189,6 @@ class SweepTracking(Callback):
             sys.stderr.flush()
             raise SystemExit(2)
 
-        from apps_bench.tracking import mlflow as mlf
 
         experiment = str(OmegaConf.select(config, "tracking.experiment") or "apps")
         uri = mlf.tracking_uri()
@@ -258,7 +256,6 @@ class SweepTracking(Callback):
         if self._closed or self._parent is None:
             return
         self._closed = True
-        from apps_bench.tracking import mlflow as mlf
 
         uri, run_id = self._parent
         if self._interrupted is not None:
@@ -297,7 +294,6 @@ def _check_store(uri: str, settings: Any) -> None:
     """The sweep's store, checked once here before any cell starts (tracking/mlflow.check_store)."""
     if settings is None:
         return
-    from apps_bench.tracking import mlflow as mlf
 
     try:
         mlf.check_store(uri, settings)

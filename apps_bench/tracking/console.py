@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from apps_bench.cell import Cell
+from apps_bench.judge.summary import pass_table
+from apps_bench.report.money import cost_line
 from apps_bench.types import ProblemRecord
 
 
@@ -47,8 +49,6 @@ def print_summary(summary: Mapping[str, Any], cell: Cell, cell_dir: Path, run_id
     from rich.console import Console
     from rich.markup import escape
 
-    from apps_bench.judge.summary import pass_table
-    from apps_bench.report.money import cost_line
 
     console = Console(file=sys.stdout, width=max(100, Console().width))
     ci = summary.get("pass_at_1_ci") or {}

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from apps_bench.tracking import sqlite_store
 from apps_bench.tracking.mlflow_internals import forget_engine, load_mlflow
 from apps_bench.tracking.sqlite_store import ELSEWHERE, StoreError
 
@@ -74,7 +75,6 @@ def _new_client(uri: str) -> Any:
         return mlflow.MlflowClient(tracking_uri=uri)
     from filelock import FileLock
 
-    from apps_bench.tracking import sqlite_store
 
     db = Path(uri[len("sqlite:///") :])
     sqlite_store.ensure_store(db)  # absent -> created atomically; half-made -> remade or StoreError

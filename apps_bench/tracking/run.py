@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
 
 from apps_bench import provenance
 from apps_bench.cell import Cell
+from apps_bench.tracking import mlflow as mlf
+from apps_bench.tracking.mlflow import StoreUnavailable
 
 if TYPE_CHECKING:
     from apps_bench.config import Config
@@ -55,8 +57,6 @@ def fail_run(run: Tracker | Future[Tracker], exc: BaseException) -> None:
     once it is open). Not on Ctrl-C or exit (the run stays open for the rerun, which resumes it),
     nor when the store itself is gone (it cannot be told). Called while `exc` propagates, so the
     store failing too, or the run never opening, is swallowed: `exc` is the error to show."""
-    from apps_bench.tracking.mlflow import StoreUnavailable
-
     if isinstance(exc, (KeyboardInterrupt, SystemExit, StoreUnavailable)):
         return
     try:
@@ -69,7 +69,6 @@ def check_store(config: Config) -> None:
     """The cell's tracking store, checked before anything is created (StoreError with the fix)."""
     if config.tracking.backend == "none" or config.tracking.store is None:
         return
-    from apps_bench.tracking import mlflow as mlf
 
     mlf.check_store(mlf.tracking_uri(), config.tracking.store)
 
@@ -100,7 +99,6 @@ def open_run(config: Config, cell: Cell, loaded: Any, *, extra_tags: Mapping[str
     """The cell's run (found again by its cell key on resume)."""
     if config.tracking.backend == "none":
         return NoRun()
-    from apps_bench.tracking import mlflow as mlf
 
     tags = {**cell_tags(config, cell, loaded), **(extra_tags or {})}
     return mlf.CellRun.open(experiment=config.tracking.experiment, cell_key=cell.key, run_name=cell.name,

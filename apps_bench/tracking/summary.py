@@ -10,6 +10,9 @@ import json
 import statistics
 from typing import Any, Mapping, Sequence
 
+from apps_bench.judge import summarize
+from apps_bench.report import money
+from apps_bench.report.stats import METHOD_CELL, N_BOOT, bootstrap_interval
 from apps_bench.types import ProblemRecord
 
 # Per-problem usage counters, summed over a cell in summary.json and logged as MLflow metrics.
@@ -38,8 +41,6 @@ def summarize_cell(
     wall_s: float | None = None,
 ) -> dict[str, Any]:
     """summary.json: the judge's pass@1 figures over judged problems, plus errors, usage, latency."""
-    from apps_bench.judge import summarize
-
     judged = [r for r in records if not r.error]
     errors = [r for r in records if r.error]
     items = [
@@ -89,16 +90,12 @@ def summarize_cell(
 
 def cell_interval(passed: list[bool]) -> dict[str, Any]:
     """pass@1's 95% bootstrap interval over the judged problems (report.stats; fixed seed)."""
-    from apps_bench.report.stats import METHOD_CELL, N_BOOT, bootstrap_interval
-
     iv = bootstrap_interval({str(i): [float(p)] for i, p in enumerate(passed)})
     return {"low": iv.low, "high": iv.high, "n": iv.n_problems, "method": METHOD_CELL.format(b=N_BOOT)}
 
 
 def summary_tags(summary: Mapping[str, Any]) -> dict[str, str]:
     """What a cell's MLflow run shows besides metrics: its warnings, finish reasons and tool protocol."""
-    from apps_bench.report import money
-
     proto = summary.get("tool_protocol") or {}
     warnings = list(summary.get("warnings") or ())
     return {
@@ -111,8 +108,6 @@ def summary_tags(summary: Mapping[str, Any]) -> dict[str, str]:
 
 
 def metrics_of(summary: Mapping[str, Any]) -> dict[str, float]:
-    from apps_bench.report import money
-
     m = dict(summary.get("metrics") or {})
     m.update(money.metrics(summary.get("cost")))
     ci = summary.get("pass_at_1_ci") or {}

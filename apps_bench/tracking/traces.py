@@ -25,7 +25,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from apps_bench.models.wire import is_stream, stream_events
 from apps_bench.tracking.capture import ExecCall, ModelCall, TraceLog, log_of
+from apps_bench.tracking.mlflow_internals import load_mlflow as import_mlflow
 from apps_bench.types import ProblemRecord
 
 if TYPE_CHECKING:
@@ -91,7 +93,6 @@ def _mlflow(uri: str) -> Any:
     os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "true")  # with the batch span processor (MLflow's
     os.environ.setdefault("MLFLOW_USE_BATCH_SPAN_PROCESSOR", "true")  # default): many spans per store transaction,
     os.environ.setdefault("MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE", "256")  # not MLflow's 5
-    from apps_bench.tracking.mlflow_internals import load_mlflow as import_mlflow
 
     mlflow = import_mlflow()
     if mlflow.get_tracking_uri() != uri:
@@ -155,8 +156,6 @@ def reply_message(call: ModelCall) -> dict[str, Any]:
 
 def reply_object(call: ModelCall) -> Any:
     """The reply body as an object; an SSE stream is folded into one chat completion."""
-    from apps_bench.models.wire import is_stream, stream_events
-
     text = call.reply.decode("utf-8", errors="replace")
     if not text.strip():
         return {}
