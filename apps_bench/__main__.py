@@ -14,6 +14,7 @@ from typing import Any
 
 from apps_bench.cell import CellRefused, CellSetupError
 from apps_bench.config import CONF_DIR, register_configs
+from apps_bench.optimizers.cell import run_optimizer_cell
 from apps_bench.overrides import check_overrides, with_range_problems
 from apps_bench.pipeline import evaluate, prepare
 from apps_bench.tracking import mlflow as mlf
@@ -137,8 +138,6 @@ def run_cell(cfg: Any) -> Any:
     prep = prepare(cfg)
     try:
         if prep.cell.optimizer != "none":
-            from apps_bench.optimizers.cell import run_optimizer_cell
-
             return run_optimizer_cell(prep)
         return evaluate(prep)
     finally:

@@ -30,10 +30,10 @@ from apps_bench.models import ModelEndpointError, open_endpoint
 from apps_bench.models.clients import MissingFrameworkError
 from apps_bench.sandbox import SandboxPool
 from apps_bench.sandbox.api import Sandbox
-from apps_bench.solver_pool import solver_count, start_forkserver
+from apps_bench.solver_pool import SolverPool, solver_count, start_forkserver
 from apps_bench.solving import CELL_JOB, Job, LocalSolver, Solver, solver_threads, time_cap
 from apps_bench.step import Judged, solve_and_judge
-from apps_bench.topologies.registry import check_framework
+from apps_bench.topologies.registry import check_framework, get_topology
 
 T = TypeVar("T")
 __all__ = ["Engine", "Forked", "fork_solvers"]
@@ -99,14 +99,10 @@ class Engine:
             if pool is None:
                 pool = stack.enter_context(SandboxPool.from_config(config.judge))  # while the forkserver imports
             if forked is not None:
-                from apps_bench.solver_pool import SolverPool
-
                 solver: Any = SolverPool.start(forked.ctx, forked.workers, cfg=config, threads=solver_threads(concurrency),
                                                timeout_s=time_cap(config.topology) + 60)  # fmt: skip
                 stack.callback(solver.close)
             else:
-                from apps_bench.topologies.registry import get_topology
-
                 try:
                     topology = get_topology(config.topology)  # a missing framework fails now, with the pip command
                 except ImportError as exc:

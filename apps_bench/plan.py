@@ -24,14 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from apps_bench.cell import grid_refusal, resolve_cell
-from apps_bench.config import CONF_DIR, cell_data, hydra_on
+from apps_bench.config import CONF_DIR, cell_data, hydra_on, typed_config
+from apps_bench.data import load_selection
 from apps_bench.pipeline import cell_dir_for
 from apps_bench.report.cells import from_dirs
 from apps_bench.report.render import text_table
 from apps_bench.report.table import ReportError
 from apps_bench.tracking.records import RecordStore, record_key
 from apps_bench.types import ProblemRecord
-from apps_bench.validate import InvalidSettings, check_settings
+from apps_bench.validate import InvalidSettings, check_settings, empty_selection
 
 
 class PlanError(Exception):
@@ -101,10 +102,6 @@ def _selected_keys(data: dict[str, Any], cache: dict[str, Any]) -> tuple[set[str
     sel = {k: data.get(k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
     sig = json.dumps([data["dataset"], sel], sort_keys=True, default=str)
     if sig not in cache:
-        from apps_bench.config import typed_config
-        from apps_bench.data import load_selection
-        from apps_bench.validate import InvalidSettings, empty_selection
-
         try:
             loaded = load_selection(typed_config(data))
         except Exception as exc:  # noqa: BLE001 - an unreadable dataset leaves N unknown; the plan still lists the cell

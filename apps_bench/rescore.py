@@ -29,8 +29,10 @@ from apps_bench import provenance
 from apps_bench.cell import cell_key, identity_of
 from apps_bench.config import DatasetConfig, JudgeConfig, typed
 from apps_bench.data import load_problems
+from apps_bench.judge import Judge
 from apps_bench.judge.core import judge_program
 from apps_bench.judge.profiles import JudgeConfigError, judge_config
+from apps_bench.sandbox import SandboxPool
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.records import CELL, CONFIG, RECORDS, SUMMARY, RecordStore, RecordsUnreadable, record_key
 from apps_bench.tracking.summary import metrics_of, summarize_cell, table_rows
@@ -316,9 +318,6 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
         prev = json.loads((out_dir / SUMMARY).read_text(encoding="utf-8"))
         sandbox_features = (prev.get("provenance") or {}).get("sandbox")
     if answered:
-        from apps_bench.judge import Judge
-        from apps_bench.sandbox import SandboxPool
-
         judge_cfg = typed(JudgeConfig, new["judge"])
         with SandboxPool.from_config(judge_cfg) as pool:
             judge = Judge.from_config(pool, judge_cfg)

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from apps_bench.config import Config
+from apps_bench.models import open_endpoint
 from apps_bench.models import server_check as sc
+from apps_bench.models.local import server_for
 from apps_bench.topologies.tool_use import roles_offered_tools
 
 
@@ -48,8 +50,6 @@ def cell_check(config: Config, endpoint: Any) -> dict[str, Any]:
         return {**base, "tools": sc.NOT_CHECKED, "why": "server_check.at_cell_start=false"}
     with ExitStack() as stack:
         if endpoint is None:
-            from apps_bench.models.local import server_for
-
             server = sc.local_server_identity(server_for(config.model), config.model.model_id)
             key = sc.cache_key("local", config.model.model_id, server, framework)
         else:
@@ -60,8 +60,6 @@ def cell_check(config: Config, endpoint: Any) -> dict[str, Any]:
         cached = entry is not None
         if entry is None:
             if endpoint is None:
-                from apps_bench.models import open_endpoint
-
                 endpoint = stack.enter_context(open_endpoint(config.model, ()))
             findings = asyncio.run(sc.quick_findings(endpoint, config.model, server, [framework],
                                                      max_tokens=config.server_check.max_tokens))  # fmt: skip

@@ -20,6 +20,7 @@ from apps_bench.models import ModelClients
 from apps_bench.models.client_stack import SharedConnections
 from apps_bench.sandbox.tool import PythonExecTool
 from apps_bench.topologies.context import build_context
+from apps_bench.tracking.capture import TraceLog
 from apps_bench.tracking.traces import traces_enabled
 from apps_bench.types import Attempt, Usage
 
@@ -81,8 +82,6 @@ async def solve_problem(
     topo_cfg, tool_cfg = cfg.topology, cfg.tool
     usage = Usage()
     if trace:
-        from apps_bench.tracking.capture import TraceLog
-
         usage.trace = TraceLog()
     attempt: Any = None
     error: str | None = None

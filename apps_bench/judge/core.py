@@ -233,7 +233,6 @@ class Judge:
         passed_n = sum(r.outcome is Outcome.PASS for r in results)
         passed = n > 0 and passed_n == n and len(results) == n
         if values is not None:  # the original's strict rule on its own list
-            from apps_bench.judge.reference import passes
 
             passed = n > 0 and len(values) == n and all(passes(v) for v in values)
         return Verdict(

@@ -20,6 +20,8 @@ from urllib.parse import urlparse
 
 from apps_bench.config import ModelConfig
 from apps_bench.models.client_stack import proxy_for
+from apps_bench.models.gold import GoldServer
+from apps_bench.models.local import LocalModelError, server_for
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +62,6 @@ def is_loopback(base_url: str) -> bool:
 def open_endpoint(model_cfg: ModelConfig, problems: Iterable[Any] = ()) -> Iterator[Endpoint]:
     provider = model_cfg.provider
     if provider == "gold" and not model_cfg.base_url:
-        from apps_bench.models.gold import GoldServer
-
         server = GoldServer(
             problems,
             model_id=model_cfg.model_id,
@@ -76,8 +76,6 @@ def open_endpoint(model_cfg: ModelConfig, problems: Iterable[Any] = ()) -> Itera
             server.stop()
         return
     if provider == "local" and not model_cfg.base_url:
-        from apps_bench.models.local import LocalModelError, server_for
-
         try:
             local = server_for(model_cfg).start()
         except LocalModelError as exc:

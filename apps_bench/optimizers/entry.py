@@ -21,8 +21,10 @@ from apps_bench.config import CONF_DIR, Config, DatasetConfig, ModelConfig, Pool
 from apps_bench.data import eval_ids, load_problems
 from apps_bench.engine import Engine, fork_solvers
 from apps_bench.models import open_endpoint
+from apps_bench.optimizers.cache import RolloutCache
 from apps_bench.optimizers.chat import EndpointChat
 from apps_bench.optimizers.protocol import load_eval_set
+from apps_bench.optimizers.replay import ReplayProxy
 from apps_bench.optimizers.run import OptimizeResult, optimize
 from apps_bench.optimizers.runner import PipelineRunner
 from apps_bench.topologies.prompts import load_prompts, roles_for
@@ -120,8 +122,6 @@ def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: P
     with ExitStack() as stack:
         proxy, replay_url = None, None
         if params.replay:  # partial re-runs: identical model requests are answered from the run's cache
-            from apps_bench.optimizers.cache import RolloutCache  # noqa: PLC0415
-            from apps_bench.optimizers.replay import ReplayProxy  # noqa: PLC0415
 
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             replay_cache = stack.enter_context(RolloutCache(Path(out_dir) / "cache.sqlite"))

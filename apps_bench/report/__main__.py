@@ -94,7 +94,6 @@ def _report(args: argparse.Namespace, baseline: str | None) -> int:
         found, missing = cellmod.sweep_cells(args.sweep, uri=args.tracking_uri)
         where = f"sweep {args.sweep}"
         if missing:  # never a smaller table that looks whole
-            from apps_bench.report.sweep_run import SweepIncomplete
 
             if not args.include_incomplete:
                 raise SweepIncomplete(args.sweep, missing)

@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any
 
+from apps_bench.tracking.capture import exec_call
+
 from ..types import Usage
 from .api import ExecResult
 from .pool import SandboxPool
@@ -91,8 +93,6 @@ class PythonExecTool:
         start_ns = time.time_ns()
         result = self._run(code, stdin)
         if log is not None:
-            from apps_bench.tracking.capture import exec_call
-
             log.add_exec(exec_call(code, stdin, result, start_ns))
         return result
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from apps_bench.config import TopologyConfig
+from apps_bench.task import frame
 from apps_bench.topologies.base import PromptSet, SolveContext
 from apps_bench.topologies.prompts import load_prompts, roles_for
 from apps_bench.types import Problem, Usage
@@ -28,8 +29,6 @@ def build_context(
     passes its candidate prompt set here. `prompt` defaults to `task.frame(problem)`.
     """
     if prompt is None:
-        from apps_bench.task import frame
-
         prompt = frame(problem)
     return SolveContext(
         problem=problem,

@@ -35,8 +35,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from apps_bench import provenance
 from apps_bench.cell import CellRefused, guard
 from apps_bench.config import cell_data, typed_config
-from apps_bench.cpus import usable_cpus
+from apps_bench.cpus import SHARE_ENV, usable_cpus
 from apps_bench.data import load_selection
+from apps_bench.report.sweep_run import publish_or_say
 from apps_bench.tracking import membership
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.membership import Member
@@ -206,8 +207,6 @@ class SweepTracking(Callback):
         env = {"MLFLOW_TRACKING_URI": uri, mlf.PARENT_RUN_ENV: run_id, ROOT_ENV: str(Path.cwd().resolve())}
         share = joblib_share(config, n)
         if share is not None:
-            from apps_bench.cpus import SHARE_ENV
-
             env[SHARE_ENV] = f"{share}:joblib"
         os.environ.update(env)
         forward_to_jobs(config, env)
@@ -269,7 +268,6 @@ class SweepTracking(Callback):
                 except Exception as exc:  # noqa: BLE001 - the parent still ends KILLED; the cells' runs stay open for the rerun
                     print(f"apps-bench: could not mark the stopped cells' runs KILLED ({type(exc).__name__}: {exc})", file=sys.stderr)
             else:  # every cell has ended: the sweep publishes its comparison, once, over every member
-                from apps_bench.report.sweep_run import publish_or_say
 
                 missing = publish_or_say(uri, run_id)
                 if missing != []:  # members missing, unfinished or unreadable (or the store failed): not FINISHED
@@ -279,8 +277,6 @@ class SweepTracking(Callback):
                 mlf.client(uri).set_tag(run_id, "error", message[:5000])
             mlf.end_run(uri, run_id, status)
         finally:
-            from apps_bench.cpus import SHARE_ENV
-
             os.environ.pop(mlf.PARENT_RUN_ENV, None)
             os.environ.pop(SHARE_ENV, None)
             _ON_INTERRUPT.clear()

@@ -84,8 +84,6 @@ class TraceWriter:
         """Wait for every trace submitted to be in the store (the cell's run is finished after them)."""
         self._tx.shutdown(wait=True)
         if self._pending:
-            from apps_bench.tracking.mlflow_internals import load_mlflow as import_mlflow
-
             import_mlflow().flush_trace_async_logging()
 
 
