@@ -37,6 +37,7 @@ from apps_bench.report import money
 from apps_bench.server_gate import ToolDropRefused, cell_check
 from apps_bench.solving import CELL_JOB, Job
 from apps_bench.step import record_of
+from apps_bench.topologies.prompts import load_prompts
 from apps_bench.topologies.tool_use import tool_protocol, tool_warnings
 from apps_bench.tracking.cell_lock import CellBusy, lock_times
 from apps_bench.tracking.console import Progress, print_problem, print_summary
@@ -126,8 +127,6 @@ def prepare(cfg: Any) -> Prepared:
     if loaded.missing_ids:
         print(f"warning: no row has IDs {', '.join(loaded.missing_ids)}", file=sys.stderr)
     try:
-        from apps_bench.topologies.prompts import load_prompts
-
         prompts = dict(load_prompts(config.topology).texts)
     except Exception as exc:  # noqa: BLE001 - a bad prompt set is a setup error with its own message
         raise CellSetupError(str(exc)) from exc

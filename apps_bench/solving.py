@@ -20,6 +20,7 @@ from apps_bench.models import ModelClients
 from apps_bench.models.client_stack import SharedConnections
 from apps_bench.sandbox.tool import PythonExecTool
 from apps_bench.topologies.context import build_context
+from apps_bench.topologies.team import unanswered_error
 from apps_bench.tracking.capture import TraceLog
 from apps_bench.tracking.traces import traces_enabled
 from apps_bench.types import Attempt, Usage
@@ -98,8 +99,6 @@ async def solve_problem(
         try:
             attempt = await asyncio.wait_for(topology.solve(ctx), timeout=time_cap(topo_cfg))
         except TimeoutError:
-            from apps_bench.topologies.team import unanswered_error
-
             attempt = Attempt(program=None, transcript=list(ctx.transcript), stop_reason="time_limit",
                               error=unanswered_error(usage, time_cap(topo_cfg)))
         if not attempt.transcript:

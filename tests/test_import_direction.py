@@ -156,3 +156,56 @@ def test_relative_imports_are_read_too():
     graph = _graph()
     assert {"cpus", "sandbox.cgroups", "sandbox.limits"} <= graph["sandbox.pool"]
     assert "sandbox.packages" in graph["sandbox.limits"]
+
+
+# Our own modules that load a heavy library from outside the project when imported: an import of one of
+# them stays inside the function that needs it, so the commands' --help and every other importer stay light.
+HEAVY_AT_IMPORT = frozenset({"tracking.callbacks", "launchers.slurm", "optimizers.gepa_adapter"})
+# Modules whose every import is start-up of a sandboxed process (sandbox/__init__: its lazy SandboxPool).
+START_UP = frozenset({"sandbox", "sandbox.worker", "sandbox.harness"})
+
+
+def lazy_own_imports(mods: dict[str, Path]) -> list[str]:
+    """First-party imports inside a function that have no reason to be there: not of a heavy module, not
+    in a TYPE_CHECKING block, not guarded by `except ImportError`, not in a sandboxed process's start-up."""
+    out = []
+    for mod, path in mods.items():
+        if mod in START_UP:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        parents = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or parents.get(id(node)) is tree:
+                continue
+            target = ("." * node.level + (node.module or "")) if node.level else (node.module or "")
+            if not (node.level or target.startswith("apps_bench")):
+                continue
+            chain, p = [], parents.get(id(node))
+            while p is not None and p is not tree:
+                chain.append(p)
+                p = parents.get(id(p))
+            if isinstance(chain[-1], ast.If) and "TYPE_CHECKING" in ast.unparse(chain[-1].test):
+                continue
+            if any(isinstance(c, ast.Try) and any(h.type is not None and "ImportError" in ast.unparse(h.type) for h in c.handlers)
+                   for c in chain):  # fmt: skip
+                continue
+            name = target.removeprefix("apps_bench").lstrip(".")
+            if any(name == h or name.startswith(h + ".") for h in HEAVY_AT_IMPORT) or any(
+                f"{name}.{a.name}".lstrip(".") in HEAVY_AT_IMPORT for a in node.names
+            ):
+                continue
+            out.append(f"apps_bench.{mod} line {node.lineno}: from {target} import ...")
+    return out
+
+
+def test_own_modules_are_imported_at_the_top():
+    """First-party imports sit at the module top (docs/architecture.md): an import inside a function hides
+    an edge from a reader and a cycle from the interpreter, and our own modules are light to import."""
+    found = lazy_own_imports(_modules())
+    assert not found, "imports of our own modules inside a function (move them to the top):\n  " + "\n  ".join(found)
+
+
+def test_the_top_import_check_sees_a_lazy_import(tmp_path: Path):
+    src = tmp_path / "m.py"
+    src.write_text("def f():\n    from apps_bench.config import compose\n    return compose\n")
+    assert lazy_own_imports({"x.m": src}) == ["apps_bench.x.m line 2: from apps_bench.config import ..."]

@@ -23,6 +23,7 @@ from apps_bench.judge.profiles import judge_config as load
 from apps_bench.judge.summary import summarize
 from apps_bench.provenance import sandbox_summary
 from apps_bench.sandbox import SandboxPool
+from apps_bench.task import extract_program
 
 
 class UsageError(Exception):
@@ -86,8 +87,6 @@ def read_predictions(path: str) -> dict[str, str | None]:
             if "code" in rec:
                 code = rec["code"]
             else:
-                from apps_bench.task import extract_program
-
                 if rec["reply"] is not None and not isinstance(rec["reply"], str):
                     raise UsageError(f'{p}:{n}: "reply" must be a string or null')
                 code = extract_program(rec["reply"])

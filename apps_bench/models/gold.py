@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable, Sequence
 
+from apps_bench.data import DEMO_PROBLEMS
 from apps_bench.models.gold_policy import (
     SELF_CHECK,
     GoldProblem,
@@ -395,12 +396,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     problems = [p for f in args.rows for p in load_rows(f, args.split)]
     if not problems:
-        try:
-            from apps_bench.data import DEMO_PROBLEMS
-
-            problems = [GoldProblem.from_problem(p) for p in DEMO_PROBLEMS]
-        except ImportError:
-            problems = []
+        problems = [GoldProblem.from_problem(p) for p in DEMO_PROBLEMS]
     server = GoldServer(
         problems, host=args.host, port=args.port, latency_ms=args.latency_ms, wrong_fraction=args.wrong_fraction,
         fault_fraction=args.fault_fraction, stall_s=args.stall_s,

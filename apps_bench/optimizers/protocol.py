@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from apps_bench.config import POOL_SOURCES, BudgetParams
+from apps_bench.data import eval_ids, eval_manifest
 from apps_bench.types import Problem
 
 ProblemKey = tuple[str, str]  # (split, problem_id): APPS train and test both number from 0
@@ -77,25 +78,9 @@ class EvalSet:
 
 
 def load_eval_set() -> EvalSet:
-    """The eval keys from the data module's manifest (JUDGE engineer's `eval_ids`).
-
-    Imported lazily; if the data module is unavailable the shipped JSON manifest is read
-    directly, so the gate never silently opens.
-    """
-    try:
-        from apps_bench.data import eval_ids, eval_manifest  # noqa: PLC0415
-
-        split = str(eval_manifest().get("split", "test"))
-        return EvalSet(frozenset(make_key(split, i) for i in eval_ids()))
-    except ImportError:
-        path = Path(__file__).resolve().parents[1] / "data" / "apps_eval_ids.json"
-        if not path.is_file():
-            raise RuntimeError(
-                f"cannot determine the eval IDs: apps_bench.data.eval_ids is not importable and {path} is missing; "
-                "reinstall apps-bench (the manifest ships as package data)"
-            ) from None
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return EvalSet(frozenset(make_key(data.get("split", "test"), i) for i in data["ids"]))
+    """The eval keys of the data module's manifest (`data.eval_ids`): what the gate keeps out of training."""
+    split = str(eval_manifest().get("split", "test"))
+    return EvalSet(frozenset(make_key(split, i) for i in eval_ids()))
 
 
 # --------------------------------------------------------------------------- pool and splits

@@ -19,6 +19,7 @@ from pathlib import Path
 from apps_bench import provenance
 from apps_bench.report import cells as cellmod
 from apps_bench.report import cost, export, groups, options, plots, render, sweep_run
+from apps_bench.report import table as metric_table
 from apps_bench.report.sweep_run import SweepIncomplete
 from apps_bench.report.table import ReportError
 from apps_bench.tracking import mlflow as mlf
@@ -196,16 +197,14 @@ def _chart_paths(args: argparse.Namespace, *, compared: bool) -> dict[str, str]:
 
 def _metric_table(args: argparse.Namespace) -> int:
     """Any other run metric: mean ± std over seeds (no per-problem data behind it, so no interval)."""
-    from apps_bench.report.table import collect, pivot, plot, render
-
-    runs = collect(
+    runs = metric_table.collect(
         experiment=args.experiment, sweep=args.sweep, uri=args.tracking_uri, metric=args.metric,
         dataset=args.dataset, optimizer=args.optimizer, include_incomplete=args.include_incomplete, judge=args.judge,
     )  # fmt: skip
-    table = pivot(runs, metric=args.metric)
-    print(render(table, metric=args.metric, runs=runs))
+    table = metric_table.pivot(runs, metric=args.metric)
+    print(metric_table.render(table, metric=args.metric, runs=runs))
     if args.plot:
-        plot(table, args.plot, metric=args.metric)
+        metric_table.plot(table, args.plot, metric=args.metric)
         print(f"chart written to {args.plot}")
     return 0
 
