@@ -20,7 +20,6 @@ from urllib.parse import urlparse
 
 from apps_bench.config import ModelConfig
 from apps_bench.models.client_stack import proxy_for
-from apps_bench.models.gold import GoldServer
 from apps_bench.models.local import LocalModelError, server_for
 
 log = logging.getLogger(__name__)
@@ -62,6 +61,8 @@ def is_loopback(base_url: str) -> bool:
 def open_endpoint(model_cfg: ModelConfig, problems: Iterable[Any] = ()) -> Iterator[Endpoint]:
     provider = model_cfg.provider
     if provider == "gold" and not model_cfg.base_url:
+        from apps_bench.models.gold import GoldServer  # runs as `python -m`: its package must not import it
+
         server = GoldServer(
             problems,
             model_id=model_cfg.model_id,
