@@ -53,7 +53,7 @@ from apps_bench.tracking.records import (
     RecordsUnreadable,
     record_key,
 )
-from apps_bench.tracking.run import check_store, fail_run, open_run
+from apps_bench.tracking.run import Tracker, check_store, fail_run, open_run
 from apps_bench.tracking.summary import metrics_of, summarize_cell, summary_tags, table_rows
 from apps_bench.tracking.traces import TraceWriter, traces_enabled
 from apps_bench.types import ProblemRecord
@@ -191,7 +191,7 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
     previous = _previous_provenance(prep.dir)  # a rerun with nothing to solve starts no sandbox, checks no server
     sandbox: Any = previous.get("sandbox")
     solvers = 0
-    tracker_future: Future[Any] | None = None
+    tracker_future: Future[Tracker] | None = None
     try:
         if not prep.todo:
             keep_lock(prep)
@@ -227,7 +227,7 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
         raise StoreUnavailable(_store_lost(prep, exc)) from None
 
 
-def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers: int, sandbox: Any, server: Any) -> CellResult:
+def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], solvers: int, sandbox: Any, server: Any) -> CellResult:
     """summary.json, the tracking run's metrics/tags/artifacts, and the printed summary."""
     config, cell, loaded, store = prep.config, prep.cell, prep.loaded, prep.store
     selected = {record_key(p.split, p.id): i for i, p in enumerate(loaded.problems)}
@@ -265,7 +265,7 @@ def finish(prep: Prepared, tracker: Any, *, phases: Mapping[str, float], solvers
 # ----------------------------------------------------------------------------- its steps
 
 
-async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progress, tracker_future: Any) -> None:
+async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progress, tracker_future: Future[Tracker]) -> None:
     """Every problem left through the engine's step, `problems_in_flight` at a time, each record
     flushed as it completes."""
     keep = prep.config.tracking.log_transcripts
@@ -282,8 +282,9 @@ async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progres
             if traces is not None:
                 traces.submit(outcome, rec)  # after the record: a trace never changes what is recorded
             progress.update(1, rec)
-            if tracker_future.done() and tracker_future.exception() is not None and not store_failed:
-                store_failed.append(tracker_future.exception())
+            failed = tracker_future.exception() if tracker_future.done() else None
+            if failed is not None and not store_failed:
+                store_failed.append(failed)
 
     try:
         await asyncio.gather(*(one(p) for p in prep.todo))
@@ -294,7 +295,7 @@ async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progres
         raise store_failed[0]
 
 
-def _trace_writer(config: Config, tracker_future: Any) -> Any:
+def _trace_writer(config: Config, tracker_future: Future[Tracker]) -> TraceWriter | None:
     """The cell's TraceWriter (tracking/traces.py) when it writes traces, else None."""
     return TraceWriter(tracker_future) if traces_enabled(config) else None
 
