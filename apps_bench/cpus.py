@@ -16,6 +16,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SHARE_ENV = "APPS_BENCH_CPU_SHARE"  # "<cpus>:<source>", set for its cells by a launcher that splits the host (joblib)
@@ -157,3 +158,16 @@ def cpu_share() -> CpuShare:
 def usable_cpus() -> int:
     """CPUs this process may use (cpu_share: affinity, cgroup quota, SLURM, Ray, a launcher's share), >= 1."""
     return cpu_share().cpus
+
+
+def requested_processes(setting: Any) -> int | None:
+    """`processes=<setting>` -> a count of solving processes, or None for `auto`."""
+    if str(setting).strip().lower() == "auto":
+        return None
+    try:
+        total = int(setting)
+    except (TypeError, ValueError):
+        raise ValueError(f"processes must be 'auto' or a positive integer, got {setting!r}") from None
+    if total < 1:
+        raise ValueError(f"processes must be 'auto' or a positive integer, got {setting!r}")
+    return total

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from apps_bench.cpus import cpu_share
-from apps_bench.topologies.registry import FRAMEWORKS
+from apps_bench.frameworks import FRAMEWORKS
 
 # Packages every cell uses whatever its framework (distribution names).
 CORE_PACKAGES = ("apps-bench", "openai", "httpx", "mlflow", "hydra-core", "omegaconf", "datasets", "numpy")
@@ -27,7 +27,7 @@ TAG_PREFIX = "prov."
 
 
 def framework_packages(framework: str) -> list[str]:
-    """Distributions of the modules the topology's framework imports (topologies.registry.FRAMEWORKS).
+    """Distributions of the modules the topology's framework imports (frameworks.FRAMEWORKS).
 
     A top-level module is named like its distribution with `_` for `-` for every framework
     there (langchain_core -> langchain-core, autogen_ext -> autogen-ext); asking

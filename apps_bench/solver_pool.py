@@ -37,9 +37,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
 
 from apps_bench import event_loop
-from apps_bench.cpus import usable_cpus
-from apps_bench.solving import LocalSolver, Solved, requested_processes
-from apps_bench.topologies.registry import FIRST_PROBLEM, FRAMEWORKS, get_topology, runner_module
+from apps_bench.cpus import requested_processes, usable_cpus
+from apps_bench.frameworks import FRAMEWORKS
+from apps_bench.solving import LocalSolver, Solved
+from apps_bench.topologies.registry import FIRST_PROBLEM, get_topology, runner_module
 
 if TYPE_CHECKING:
     from apps_bench.config import Config, TopologyConfig

@@ -124,19 +124,6 @@ def solver_threads(concurrency: int) -> int:
     return concurrency * 2 + 8
 
 
-def requested_processes(setting: Any) -> int | None:
-    """`processes=<setting>` -> a count of solving processes, or None for `auto`."""
-    if str(setting).strip().lower() == "auto":
-        return None
-    try:
-        total = int(setting)
-    except (TypeError, ValueError):
-        raise ValueError(f"processes must be 'auto' or a positive integer, got {setting!r}") from None
-    if total < 1:
-        raise ValueError(f"processes must be 'auto' or a positive integer, got {setting!r}")
-    return total
-
-
 class Solver(Protocol):
     """What the engine solves with: this process (LocalSolver) or its worker processes (solver_pool.SolverPool)."""
 

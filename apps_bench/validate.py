@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, TypeGuard
 
 from apps_bench.config import OPTIMIZER_SCHEMAS, POOL_SOURCES, REQUANTIZE_TYPES, TopologyConfig, typed
+from apps_bench.cpus import requested_processes
 from apps_bench.data import DIFFICULTIES
 from apps_bench.sandbox.limits import SandboxLimits
-from apps_bench.solving import requested_processes
-from apps_bench.topologies.prompts import TopologyConfigError, load_prompts, roles_for, sizes_of
 
 
 @dataclass(frozen=True)
@@ -327,6 +326,9 @@ def pool_problems(dataset: Mapping[str, Any], pool: Mapping[str, Any]) -> list[B
 
 def _roles_and_prompts(data: Mapping[str, Any]) -> list[BadSetting]:
     """The team size must have a role list and every role its prompt (a prompt file is read here)."""
+    # here, not at the top: re-scoring imports this module (through cell.py) and loads no topology code
+    from apps_bench.topologies.prompts import TopologyConfigError, load_prompts, roles_for, sizes_of
+
     topo = data.get("topology") or {}
     size = topo.get("team_size")
     if not _is_int(size) or size < 1:

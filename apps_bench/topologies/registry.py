@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 
 from apps_bench.config import TopologyConfig
+from apps_bench.frameworks import FRAMEWORKS
 from apps_bench.models.clients import MissingFrameworkError
 from apps_bench.topologies.base import Topology
 from apps_bench.topologies.prompts import TopologyConfigError
@@ -19,18 +20,6 @@ from apps_bench.topologies.prompts import TopologyConfigError
 # the project's own dependencies, so one missing is its own ImportError, never "framework not installed".
 FIRST_PROBLEM = ("apps_bench.task.prompt", "apps_bench.task.extract", "httpcore2", "h11", "anyio._backends._asyncio", "truststore")
 
-# framework -> (modules it needs, imported at cell start; the pip command that installs them)
-FRAMEWORKS: dict[str, tuple[tuple[str, ...], str]] = {
-    # everything the LangGraph runners import lazily, so the first problem does not pay for it
-    "langgraph": (
-        ("langgraph.graph", "langgraph.types", "langgraph.errors", "langchain_core.messages", "langchain_core.tools",
-         "langchain_openai", "openai.resources", "langchain_core.tracers.stdout"),
-        "pip install apps-bench",
-    ),
-    "crewai": (("crewai",), "pip install 'apps-bench[crewai]'"),
-    "autogen": (("autogen_agentchat", "autogen_ext.models.openai"), "pip install 'apps-bench[autogen]'"),
-    "openai": (("openai", "openai.resources"), "pip install apps-bench"),  # the SDK loads resources on first use
-}
 
 
 def _missing(framework: str, topology: str, why: str) -> MissingFrameworkError:
