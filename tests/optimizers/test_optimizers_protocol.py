@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 from conftest import optimizer_params
@@ -120,11 +119,9 @@ def test_gate_refuses_eval_keys_outside_final_evaluation():
         strict.check([("train", "99")])
 
 
-def test_eval_set_from_data_module_and_fallback(monkeypatch):
+def test_eval_set_from_data_module():
     ev = load_eval_set()
     assert ev.keys == frozenset(("test", str(i)) for i in range(50))
-    monkeypatch.setitem(sys.modules, "apps_bench.data", None)  # import now raises ImportError
-    assert load_eval_set().keys == ev.keys
 
 
 def test_keys_roundtrip():
