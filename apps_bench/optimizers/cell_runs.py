@@ -20,6 +20,7 @@ local outputs, its pass@1 is logged and printed next to the optimizer cell's.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from apps_bench.cell import Cell, resolve_cell
-from apps_bench.config import NoOptimizer, NoParams, as_plain, config_data
+from apps_bench.config import OptimizerConfig, as_plain, compose, config_data
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.run import NoRun, cell_tags
 
@@ -36,10 +37,13 @@ HEADLINE = ("pass_at_1", "pass_at_1_ci_low", "pass_at_1_ci_high", "pass_at_1_ext
 
 
 def seed_cell_of(data: Mapping[str, Any]) -> Cell:
-    """The seed prompts' cell: this cell's config with `optimizer=none` (which has no settings but its name,
-    config.NoOptimizer: what conf/optimizer/none.yaml composes to)."""
-    none = as_plain(NoOptimizer(name="none", params=NoParams()))
-    return resolve_cell({**dict(data), "optimizer": none})
+    """The seed prompts' cell: this cell's config with `optimizer=none` as conf/optimizer/none.yaml composes it."""
+    return resolve_cell({**dict(data), "optimizer": as_plain(_no_optimizer())})
+
+
+@functools.cache
+def _no_optimizer() -> OptimizerConfig:
+    return compose(["optimizer=none"]).optimizer
 
 
 @dataclass(frozen=True)
