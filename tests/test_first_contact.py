@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import fresh_store, run_cli
 
 
 def _refused(args: list[str], cwd: Path) -> str:
@@ -89,18 +89,26 @@ def test_a_malformed_line_is_named_by_its_number_and_still_counts_toward_limit(t
     [("sequential_langgraph", "1"), ("centralized_autogen", "2"), ("sequential_crewai", "2")],
 )
 def test_ctrl_c_mid_cell_prints_the_one_line_and_the_rerun_finishes(
-    topology: str, processes: str, tmp_path: Path, apps_data_dir: Path
+    topology: str, processes: str, tmp_path: Path, apps_data_dir: Path, mlflow_template: Path
 ):
     """Ctrl-C (SIGINT to the whole group, as a terminal sends it) right after the first record, with
-    problems in the middle of their graphs in this process or in solver workers."""
+    problems in the middle of their graphs in this process or in solver workers.
+
+    CONCURRENCY + 1 problems: at the first record the other CONCURRENCY - 1 are in their graphs (each model
+    call held 200 ms) and one more is at most just starting, so the Ctrl-C always leaves work for the rerun;
+    more problems would only wait in the queue. The store is the session's migrated copy: the test is
+    about the cell, not about creating a store (tests/tracking/test_sqlite_store.py kills that)."""
     import subprocess
 
     import kill_at
     from conftest import cli_env
 
+    concurrency = 4
+    n = concurrency + 1
     args = ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "dataset.split=train",
-            "limit=8", "concurrency=4", f"processes={processes}", f"topology={topology}", "model.latency_ms=200",
-            "progress=false"]  # fmt: skip
+            f"limit={n}", f"concurrency={concurrency}", f"processes={processes}", f"topology={topology}",
+            "model.latency_ms=200", "progress=false"]  # fmt: skip
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     env = {**cli_env(tmp_path), kill_at.KILL_AT: "record:1:sigint"}
     r = subprocess.run([*kill_at.cli(), *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
                        capture_output=True, text=True, timeout=300, start_new_session=True)  # fmt: skip
@@ -111,17 +119,21 @@ def test_ctrl_c_mid_cell_prints_the_one_line_and_the_rerun_finishes(
         assert noise not in out, f"{noise!r} printed on Ctrl-C:\n{out[-4000:]}"
     [cell] = list((tmp_path / "outputs" / "cells").iterdir())
     kept = [json.loads(x)["key"] for x in (cell / "records.jsonl").read_text().splitlines() if x.strip()]
-    assert 1 <= len(kept) < 8
+    assert 1 <= len(kept) < n
 
     again = run_cli(args, tmp_path)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert f"{len(kept)} already recorded, {8 - len(kept)} to run" in again.stderr
+    assert f"{len(kept)} already recorded, {n - len(kept)} to run" in again.stderr
     keys = [json.loads(x)["key"] for x in (cell / "records.jsonl").read_text().splitlines() if x.strip()]
-    assert len(keys) == len(set(keys)) == 8 and set(kept) <= set(keys)
+    assert len(keys) == len(set(keys)) == n and set(kept) <= set(keys)
 
 
-def test_a_file_s_split_is_the_one_the_user_says_and_shows_in_name_keys_and_header(tmp_path: Path, apps_data_dir: Path):
+def test_a_file_s_split_is_the_one_the_user_says_and_shows_in_name_keys_and_header(
+    tmp_path: Path, apps_data_dir: Path, mlflow_template: Path
+):
     rows = apps_data_dir / "train_mini150.jsonl"
+    for cwd in (tmp_path, tmp_path / "unsaid"):  # the session's migrated store: the cells log to MLflow as ever
+        fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
     said = run_cli(["dataset=apps", f"dataset.path={rows}", "dataset.split=train", "limit=2", "progress=false"], tmp_path)
     assert said.returncode == 0, said.stdout[-3000:] + said.stderr[-3000:]
     assert "cell single·gold·none·s0·train [" in said.stderr and " split=train (" in said.stderr
@@ -131,7 +143,6 @@ def test_a_file_s_split_is_the_one_the_user_says_and_shows_in_name_keys_and_head
     assert len(recs) == 2 and all(r["key"].startswith("train/") and r["split"] == "train" for r in recs)
     assert json.loads((cell / "summary.json").read_text())["cell"]["name"] == "single·gold·none·s0·train"
 
-    (tmp_path / "unsaid").mkdir()
     unsaid = run_cli(["dataset=apps", f"dataset.path={rows}", "limit=2", "progress=false"], tmp_path / "unsaid")
     assert unsaid.returncode == 0, unsaid.stdout[-3000:] + unsaid.stderr[-3000:]
     assert "cell single·gold·none·s0 [" in unsaid.stderr and " split=test (" in unsaid.stderr
