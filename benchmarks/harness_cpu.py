@@ -8,10 +8,12 @@ at zero added latency in one process (`processes=1`) against one gold server sta
 reported apart. The cell's CPU is that of the whole command and every process it waited for (the
 sandbox's children included: the judge is part of the harness), as `wait4` reports it. Per call
 = (CPU of the big cell - CPU of the small one) / (model calls of the big - of the small): the
-start-up (imports, store, forkserver) cancels out.
+start-up (imports, store, forkserver) cancels out. A cell's start-up CPU still varies by a few
+tenths of a second from run to run, which over the few dozen calls between the sizes is several
+ms per call: `--repeat N` runs each size N times, interleaved, and takes the medians.
 
 Usage (from anywhere):
-  python benchmarks/harness_cpu.py [--sizes 6 24] [--topology single ...] [--rows FILE]
+  python benchmarks/harness_cpu.py [--sizes 6 24] [--repeat 1] [--topology single ...] [--rows FILE]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,6 +53,7 @@ def main() -> int:
     ap.add_argument("--rows", type=Path, default=DEFAULT_ROWS)
     ap.add_argument("--sizes", type=int, nargs=2, default=[6, 24], metavar=("SMALL", "BIG"))
     ap.add_argument("--topology", nargs="+", default=list(TOPOLOGIES))
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each size, interleaved; medians count")
     args = ap.parse_args()
     small, big = args.sizes
     work = Path(tempfile.mkdtemp(prefix="harness_cpu_"))
@@ -67,23 +71,31 @@ def main() -> int:
         rows = []
         print(f"{'topology':<24}{'calls':>12}{'harness ms/call':>17}{'gold ms/call':>14}{'harness ms/problem':>20}", flush=True)
         for topo in args.topology:
-            seen = {}
-            for n in (small, big):
-                out = work / f"{topo}-{n}"
-                g0 = proc_cpu(gold.pid)
-                cpu = run_cell([*base, f"topology={topo}", f"limit={n}", f"out_dir={out}"], work, env)
-                g1 = proc_cpu(gold.pid)
-                s = json.loads((out / "summary.json").read_text())
-                calls = s["usage"]["model_calls"]
-                seen[n] = (cpu, g1 - g0, calls)
+            runs: dict[int, list[tuple[float, float, int]]] = {small: [], big: []}
+            for i in range(args.repeat):
+                for n in (small, big):
+                    out = work / f"{topo}-{n}-{i}"
+                    g0 = proc_cpu(gold.pid)
+                    cpu = run_cell([*base, f"topology={topo}", f"limit={n}", f"out_dir={out}"], work, env)
+                    g1 = proc_cpu(gold.pid)
+                    s = json.loads((out / "summary.json").read_text())
+                    runs[n].append((cpu, g1 - g0, s["usage"]["model_calls"]))
+            seen = {n: (statistics.median(r[0] for r in runs[n]), statistics.median(r[1] for r in runs[n]), runs[n][0][2])
+                    for n in runs}  # fmt: skip
+            assert all(r[2] == seen[n][2] for n in runs for r in runs[n]), f"{topo}: model calls differ between runs"
             d_calls = seen[big][2] - seen[small][2]
             harness = (seen[big][0] - seen[small][0]) / d_calls * 1000
             server = (seen[big][1] - seen[small][1]) / d_calls * 1000
             per_problem = (seen[big][0] - seen[small][0]) / (big - small) * 1000  # the judge's share is per problem
             rows.append({"topology": topo, "calls": [seen[small][2], seen[big][2]], "harness_ms": harness, "gold_ms": server,
                          "harness_ms_per_problem": per_problem})  # fmt: skip
-            print(f"{topo:<24}{seen[small][2]:>5} -> {seen[big][2]:<5}{harness:>14.1f}{server:>14.1f}{per_problem:>20.0f}", flush=True)
-        print(f"(sizes {small} and {big} problems; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+            print(
+                f"{topo:<24}{seen[small][2]:>5} -> {seen[big][2]:<5}{harness:>14.1f}{server:>14.1f}{per_problem:>20.0f}",
+                flush=True,
+            )
+        print(
+            f"(sizes {small} and {big} problems, median of {args.repeat}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+        )
         (work / "harness_cpu.json").write_text(json.dumps(rows, indent=1))
         print(f"table: {work / 'harness_cpu.json'}")
     finally:
