@@ -10,6 +10,12 @@ times, interleaved (off, on, off, on, ...); medians count. Records of both modes
 apart from timing fields: tracing must change none. The machine is shared: the printed load
 average says how rough the numbers are.
 
+Where a trace's CPU goes (traces-on runs): a `sitecustomize` on the cells' PYTHONPATH adds up the CPU
+of the cell's trace-writer thread (`TraceWriter._write`: building the tree from what was captured,
+with MLflow's span API) and, once the writer has flushed (`TraceWriter.close`), reads the CPU of
+each thread still running (MLflow's export queue and workers, OpenTelemetry's batch processor:
+writing spans and traces to the store) from /proc; nothing else changes.
+
 Usage (from anywhere):
   python benchmarks/trace_overhead.py [--rows FILE] [--n 100] [--topology sequential_langgraph] [--repeat 2]
 """
@@ -24,9 +30,51 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import run_timed  # noqa: E402
+
+WHERE = """
+import json, os, threading, time
+
+
+def _cpu(native_id):
+    fields = open(f"/proc/self/task/{native_id}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+try:
+    from apps_bench.tracking import mlflow as _m, traces as _t
+
+    _writer = [0.0]
+    _write, _finish = _t.TraceWriter._write, _m.CellRun.finish
+
+    def _timed_write(self, *args, **kwargs):
+        t0 = time.thread_time()
+        try:
+            return _write(self, *args, **kwargs)
+        finally:
+            _writer[0] += time.thread_time() - t0
+
+    def _finish_and_log(self, *args, **kwargs):
+        threads = {}
+        for th in threading.enumerate():
+            name = th.name.split(" ")[0].rstrip("0123456789_-:") or th.name
+            try:
+                threads[name] = threads.get(name, 0.0) + _cpu(th.native_id)
+            except OSError:
+                pass
+        t = os.times()
+        with open(os.environ["TRACE_WHERE_LOG"], "a") as f:
+            f.write(json.dumps({"out": os.getcwd(), "process_s": t.user + t.system, "writer_s": _writer[0],
+                                "threads": threads}) + "\\n")
+        return _finish(self, *args, **kwargs)
+
+    _t.TraceWriter._write, _m.CellRun.finish = _timed_write, _finish_and_log
+except ImportError:
+    pass
+"""
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROWS = REPO / "tests" / "fixtures" / "apps" / "train_mini150.jsonl"  # the vendored rows
@@ -83,6 +131,11 @@ def main() -> int:
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{store}", "MLFLOW_DISABLE_TELEMETRY": "true",
            "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}  # fmt: skip
     env.pop("APPS_BENCH_PARENT_RUN_ID", None)
+    (work / "where").mkdir(exist_ok=True)
+    (work / "where" / "sitecustomize.py").write_text(WHERE)
+    where_log = work / "where.jsonl"
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(work / "where"), env.get("PYTHONPATH", "")) if p),
+               TRACE_WHERE_LOG=str(where_log))  # fmt: skip
     py = sys.executable
     subprocess.run([py, "-c", "from apps_bench.tracking import mlflow as m; m.client(m.tracking_uri())"],
                    cwd=work, env=env, check=True)  # fmt: skip
@@ -90,6 +143,7 @@ def main() -> int:
             f"limit={args.n}", f"topology={args.topology}", "progress=false"]  # fmt: skip
 
     results: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
+    where: dict[str, list[dict]] = {"off": [], "on": []}  # the cell process's threads at the run's finish
     records: dict[str, list[dict]] = {}
     load = [os.getloadavg()[0]]
     for i in range(args.repeat):
@@ -100,9 +154,12 @@ def main() -> int:
             wall, cpu = run_timed(cmd, work, env)
             load.append(os.getloadavg()[0])
             results[mode].append((wall, cpu))
+            where[mode].append(json.loads(where_log.read_text().splitlines()[-1]))
             recs = comparable(work / tag / "records.jsonl")
             records.setdefault(mode, recs)
-            assert recs == records[mode], f"{mode} run {i}: records differ from the first {mode} run: {differences(recs, records[mode])}"
+            assert recs == records[mode], (
+                f"{mode} run {i}: records differ from the first {mode} run: {differences(recs, records[mode])}"
+            )
             n_traces, n_spans = count_traces(store, f"trace_overhead_{tag}")
             print(f"traces {mode:>3} run {i}: wall {wall:6.1f} s  cpu {cpu:6.1f} s  problems {len(recs)}  "
                   f"traces {n_traces} ({n_spans} spans)  load {load[-1]:.1f}", flush=True)  # fmt: skip
@@ -119,6 +176,29 @@ def main() -> int:
         print(f"  traces {mode:<7}{med[mode][0]:9.1f}{med[mode][1]:9.1f}")
     print(f"  ratio on/off  {med['on'][0] / med['off'][0]:8.2f}x{med['on'][1] / med['off'][1]:8.2f}x")
     print(f"  records equal apart from timing: {same}")
+
+    # Per trace: what each thread of the cell's process spent more with traces on (on - off, medians), and
+    # the process's own rest (MLflow's export workers, already gone at the finish, and the main thread).
+    def per(mode: str, f: Callable[[dict], float]) -> float:
+        return statistics.median(f(w) for w in where[mode])
+
+    def thread(name: str) -> Callable[[dict], float]:
+        return lambda w: w["threads"].get(name, 0.0)
+
+    extra = {"all of tracing (the whole command)": med["on"][1] - med["off"][1],
+             "the cell's process": per("on", lambda w: w["process_s"]) - per("off", lambda w: w["process_s"]),
+             "  trace writer thread (the tree, MLflow's span API)": per("on", lambda w: w["writer_s"])}  # fmt: skip
+    names = sorted({n for m in where.values() for w in m for n in w["threads"]} - {"apps-bench-traces"})
+    listed = extra["  trace writer thread (the tree, MLflow's span API)"]
+    for n in names:
+        d = per("on", thread(n)) - per("off", thread(n))
+        if abs(d) * 1000 / args.n >= 0.5:
+            extra[f"  thread {n}"] = d
+            listed += d
+    extra["  the rest: threads gone by the finish (MLflow's export workers)"] = extra["the cell's process"] - listed
+    print("\nwhere a trace's CPU goes (ms per trace: on - off, medians; the cell's process read at its run's finish)")
+    for what, seconds in extra.items():
+        print(f"  {what:<66}{seconds * 1000 / args.n:8.1f}")
     return 0 if same else 1
 
 
