@@ -10,11 +10,12 @@ times, interleaved (off, on, off, on, ...); medians count. Records of both modes
 apart from timing fields: tracing must change none. The machine is shared: the printed load
 average says how rough the numbers are.
 
-Where a trace's CPU goes (traces-on runs): a `sitecustomize` on the cells' PYTHONPATH adds up the CPU
-of the cell's trace-writer thread (`TraceWriter._write`: building the tree from what was captured,
-with MLflow's span API) and, once the writer has flushed (`TraceWriter.close`), reads the CPU of
-each thread still running (MLflow's export queue and workers, OpenTelemetry's batch processor:
-writing spans and traces to the store) from /proc; nothing else changes.
+Where a trace's CPU goes: a `sitecustomize` on the cells' PYTHONPATH adds up the CPU of the cell's
+trace-writer thread (`TraceWriter._write`: building the tree from what was captured, with MLflow's
+span API) and, when the cell's run is finished (`CellRun.finish`, after the writer has flushed), reads
+the process's CPU and each running thread's from /proc, in both modes; per trace = on - off, medians.
+MLflow's export workers are gone by then: their share is the process's less the threads listed.
+Nothing else changes.
 
 Usage (from anywhere):
   python benchmarks/trace_overhead.py [--rows FILE] [--n 100] [--topology sequential_langgraph] [--repeat 2]
@@ -67,8 +68,7 @@ try:
                 pass
         t = os.times()
         with open(os.environ["TRACE_WHERE_LOG"], "a") as f:
-            f.write(json.dumps({"out": os.getcwd(), "process_s": t.user + t.system, "writer_s": _writer[0],
-                                "threads": threads}) + "\\n")
+            f.write(json.dumps({"process_s": t.user + t.system, "writer_s": _writer[0], "threads": threads}) + "\\n")
         return _finish(self, *args, **kwargs)
 
     _t.TraceWriter._write, _m.CellRun.finish = _timed_write, _finish_and_log
