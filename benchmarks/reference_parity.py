@@ -74,8 +74,8 @@ def corpus_side_by_side(max_tests: int, tmp: Path) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     from apps_bench.data.rows import parse_row
-    from apps_bench.judge.cli import judge_config
     from apps_bench.judge.core import Judge
+    from apps_bench.judge.profiles import judge_config
     from apps_bench.sandbox import SandboxPool
 
     rows = corpus.corpus_rows()

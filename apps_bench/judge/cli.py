@@ -19,7 +19,6 @@ from typing import Any, Sequence
 from apps_bench.data import load_problems
 from apps_bench.judge.core import Judge, check_profile
 from apps_bench.judge.profiles import JudgeConfigError, judge_cell
-from apps_bench.judge.profiles import judge_config as load
 from apps_bench.judge.summary import summarize
 from apps_bench.provenance import sandbox_summary
 from apps_bench.sandbox import SandboxPool
@@ -28,14 +27,6 @@ from apps_bench.task import extract_program
 
 class UsageError(Exception):
     """Bad input from the user: printed as one clear line, exit status 2."""
-
-
-def judge_config(profile: str, overrides: Sequence[str] = ()) -> Any:
-    """conf/judge/<profile>.yaml, checked (apps_bench.judge.profiles); a bad profile or setting is a UsageError."""
-    try:
-        return load(profile, overrides)
-    except JudgeConfigError as e:
-        raise UsageError(str(e)) from None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -11,7 +11,7 @@ import pytest
 from apps_bench import types as T
 from apps_bench.data import DEMO_PROBLEMS, load_problems
 from apps_bench.judge import Judge, has_sandbox_error, summarize
-from apps_bench.judge.cli import judge_config
+from apps_bench.judge.profiles import judge_config
 
 O = T.Outcome
 

@@ -23,8 +23,8 @@ import pytest
 from conftest import TIMING_MARGINAL_TRAIN_IDS
 
 from apps_bench.data.rows import parse_row
-from apps_bench.judge.cli import judge_config
 from apps_bench.judge.core import Judge
+from apps_bench.judge.profiles import judge_config
 from apps_bench.sandbox import SandboxPool
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reference"

@@ -51,7 +51,7 @@ def problems(apps_data_dir: Path) -> list:
 @pytest.fixture(scope="module")
 def judge(pool):
     from apps_bench.judge import Judge
-    from apps_bench.judge.cli import judge_config
+    from apps_bench.judge.profiles import judge_config
 
     return Judge.from_config(pool, judge_config("seed"))
 
