@@ -31,12 +31,29 @@ def xdist_group_of(item: pytest.Item) -> str | None:
       thread; two at once on 2 cores would halve both and double the time every cell waits.
     - `cluster`: the private network namespace and what runs in it (SLURM's daemons and MariaDB,
       one MLflow server, Ray): one namespace per worker session, so all of them on one worker.
+    - `<module>[<params>]`: the tests of a module that use one of its own module-scoped fixtures (a
+      study, a sweep, a server it starts), per value of the fixtures' parameters. A fixture is built
+      once per worker that needs it: spread over two workers, a 50-second study would be run twice.
     """
     if item.get_closest_marker("local_model"):
         return "local_model"
-    if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+    names = set(getattr(item, "fixturenames", ()))
+    if CLUSTER_FIXTURES & names:
         return "cluster"
-    return None
+    shared = sorted(_own_module_fixtures(item, names))
+    if not shared:
+        return None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    values = [f"{n}={params[n]}" for n in shared if n in params]
+    return f"{item.nodeid.split('::')[0]}[{','.join(values)}]"
+
+
+def _own_module_fixtures(item: pytest.Item, names: set[str]) -> set[str]:
+    """The module-scoped fixtures of the test's own module among those it uses (not conftest's)."""
+    module = getattr(item, "module", None)
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return {n for n in names if module is not None and defs.get(n)
+            and defs[n][-1].scope == "module" and getattr(defs[n][-1].func, "__module__", None) == module.__name__}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marker into the worker choice

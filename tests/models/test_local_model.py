@@ -56,6 +56,19 @@ def endpoint():
     assert ep.server.proc is None  # stopped with the cell
 
 
+@pytest.fixture
+def fresh_endpoint():
+    """A server of its own, for a test whose outcome depends on the server's state: llama.cpp reuses the
+    longest cached prefix of a prompt (its context and the RAM prompt cache), and a prompt read from a cached
+    prefix is computed in other batches than one read whole, so SmolLM2's near-tied tokens can flip, and a
+    reply can be fast where it was slow. On the module's shared `endpoint` such a test depends on which
+    tests ran before it (a pytest-xdist worker runs another order than a sequential run). ~2 s per start."""
+    from apps_bench.models import open_endpoint
+
+    with open_endpoint(cfg().model) as ep:
+        yield ep
+
+
 def clients(endpoint, usage: Usage, **model: object):
     from apps_bench.models import ModelClients
 
@@ -512,13 +525,13 @@ def problem(apps_data_dir):
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
-def test_time_cap_with_an_unanswered_call_is_infrastructure(endpoint, pool, problem, topology):
+def test_time_cap_with_an_unanswered_call_is_infrastructure(fresh_endpoint, pool, problem, topology):
     """A cap that falls while the server still works on a call is not the team's wrong answer."""
     from apps_bench.solving import solve_problem
     from apps_bench.topologies.registry import get_topology
 
     c = cfg(f"topology={topology}", "topology.time_limit_s=1.5", "model.max_tokens=200")
-    solved = asyncio.run(solve_problem(problem, cfg=c, topology=get_topology(c.topology), endpoint=endpoint, pool=pool))
+    solved = asyncio.run(solve_problem(problem, cfg=c, topology=get_topology(c.topology), endpoint=fresh_endpoint, pool=pool))
     assert solved.attempt is not None and solved.attempt.stop_reason == "time_limit"
     assert solved.error and "did not answer" in solved.error, solved.error
     assert solved.usage.cancelled_calls + solved.usage.in_flight >= 1
@@ -551,7 +564,7 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
 # ----------------------------------------------------------------------------- AutoGen's speaker selection
 
 
-def test_centralized_autogen_runs_the_worker_each_delegation_names(endpoint, pool, problem):
+def test_centralized_autogen_runs_the_worker_each_delegation_names(fresh_endpoint, pool, problem):
     """The worker a manager's `delegate` call names speaks next, as in the LangGraph sibling; a
     refused delegation goes back to the manager. (AutoGen's selector model, asked to pick a name,
     sent every turn back to the manager: 56 selector calls and no worker call in one problem.)"""
@@ -559,7 +572,7 @@ def test_centralized_autogen_runs_the_worker_each_delegation_names(endpoint, poo
     from apps_bench.topologies.registry import get_topology
 
     c = cfg("topology=centralized_autogen", "topology.max_turns=2", "topology.max_steps=2", "model.max_tokens=128")
-    solved = asyncio.run(solve_problem(problem, cfg=c, topology=get_topology(c.topology), endpoint=endpoint, pool=pool))
+    solved = asyncio.run(solve_problem(problem, cfg=c, topology=get_topology(c.topology), endpoint=fresh_endpoint, pool=pool))
     assert solved.error is None, solved.error
     assert "selector" not in {call["role"] for call in solved.usage.calls}
     manager, workers = c.topology.roles_by_size[str(c.topology.team_size)][0], set(c.topology.roles_by_size["4"][1:])
