@@ -31,7 +31,7 @@ def xdist_group_of(item: pytest.Item) -> str | None:
       thread; two at once on 2 cores would halve both and double the time every cell waits.
     - `cluster`: the private network namespace and what runs in it (SLURM's daemons and MariaDB,
       one MLflow server, Ray): one namespace per worker session, so all of them on one worker.
-    - `<module>[<params>]`: the tests of a module that use one of its own module-scoped fixtures (a
+    - `<module>:<params>`: the tests of a module that use one of its own module-scoped fixtures (a
       study, a sweep, a server it starts), per value of the fixtures' parameters. A fixture is built
       once per worker that needs it: spread over two workers, a 50-second study would be run twice.
     """
@@ -45,7 +45,8 @@ def xdist_group_of(item: pytest.Item) -> str | None:
         return None
     params = getattr(getattr(item, "callspec", None), "params", {})
     values = [f"{n}={params[n]}" for n in shared if n in params]
-    return f"{item.nodeid.split('::')[0]}[{','.join(values)}]"
+    # xdist reads the group after the nodeid's last "@", and only when no "]" follows it: no brackets here
+    return f"{item.nodeid.split('::')[0]}:{','.join(values)}"
 
 
 def _own_module_fixtures(item: pytest.Item, names: set[str]) -> set[str]:
