@@ -41,3 +41,51 @@ def test_tests_sharing_a_module_fixture_share_a_group_per_parameter_and_xdist_re
     for nodeid, group in groups.items():
         if group != "-":  # xdist's own split of "<nodeid>@<group>" (a "]" after the "@" would lose the group)
             assert LoadGroupScheduling._split_scope(None, f"{nodeid}@{group}") == group, (nodeid, group)  # type: ignore[arg-type]
+
+
+GROUPED_MODULE = """
+import os
+import pytest
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    with open(os.environ["BUILT_LOG"], "a") as f:
+        f.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_uses_the_module_fixture(built, i):
+    pass
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_plain(i):
+    pass
+"""
+
+HOOK_CONFTEST = """
+import importlib.util
+import sys
+
+spec = importlib.util.spec_from_file_location("suite_conftest", {conftest!r})
+suite = sys.modules["suite_conftest"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(suite)
+pytest_collection_modifyitems = suite.pytest_collection_modifyitems
+"""
+
+
+def test_under_two_workers_a_module_fixture_is_built_once(tmp_path: Path):
+    """The suite's own hook, run by pytest-xdist itself: without the groups, both workers start on a test of
+    the module and each builds its fixture (pytest 9.2 with xdist 3.8 does that: pyproject.toml pins < 9.2)."""
+    (tmp_path / "conftest.py").write_text(HOOK_CONFTEST.format(conftest=str(REPO / "tests" / "conftest.py")))
+    (tmp_path / "test_grouped.py").write_text(GROUPED_MODULE)
+    log = tmp_path / "built.log"
+    env = {**os.environ, "BUILT_LOG": str(log)}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+                          "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "8 passed" in run.stdout, run.stdout
+    built = log.read_text().split()
+    assert len(built) == 1 and built[0].startswith("gw"), built  # one build, on a worker
