@@ -26,6 +26,7 @@
 #   APPS_BENCH_SLURM_MEM_GB            1      (MEM_GB_PER_CELL; a gold cell uses ~0.45 GB)
 #   APPS_BENCH_SLURM_TIMEOUT_MIN       30
 #   APPS_BENCH_SLURM_ARRAY_PARALLELISM the node's CPUs / CPUS_PER_CELL
+#   APPS_BENCH_SLURM_POLL_S            2      (squeue on a one-node cluster is cheap: ended jobs are seen soon)
 #
 # Environment: SLURM_LOCAL_DIR (./slurm-local), ACCOUNTING (auto|1|0), CPUS (nproc),
 #   MEM_MB (80% of RAM), CPUS_PER_CELL (1), MEM_GB_PER_CELL (1), CLUSTER (apps), PARTITION (debug),
@@ -196,6 +197,7 @@ export APPS_BENCH_SLURM_CPUS_PER_TASK=$per
 export APPS_BENCH_SLURM_MEM_GB=${MEM_GB_PER_CELL:-1}
 export APPS_BENCH_SLURM_TIMEOUT_MIN=30
 export APPS_BENCH_SLURM_ARRAY_PARALLELISM=$(( cpus / per > 0 ? cpus / per : 1 ))
+export APPS_BENCH_SLURM_POLL_S=2
 EOF
   log "up: partition ${PARTITION:-debug}, node $host ($cpus CPUs, $mem MB), accounting $([ "$acct" = 1 ] && echo on || echo off)"
   echo "source $D/env"

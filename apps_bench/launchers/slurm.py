@@ -56,8 +56,8 @@ class SqueueWatcher(SlurmInfoWatcher):
     report_after_s = 60.0  # a job pending longer is reported, with its reason
     gone_grace_s = 10.0  # a job never seen in the queue this long after submission has ended
 
-    def __init__(self, delay_s: int = 10) -> None:
-        super().__init__(delay_s=delay_s)
+    def __init__(self, poll_s: float) -> None:
+        super().__init__(delay_s=poll_s)  # submitit asks at most this often (every 2 s at the start)
         self._registered_at: dict[str, float] = {}
         self._order: list[str] = []
         self._pending_since: dict[str, float] = {}
@@ -136,10 +136,12 @@ def watched_launch(
     submitit_folder: str,
     job_overrides: Sequence[Sequence[str]],
     initial_job_idx: int,
+    *,
+    poll_s: float,
 ) -> Sequence[JobReturn]:
-    """Run submitit's `launch` with the squeue watcher; end the sweep with a message (exit 1)
-    when a job failed or ended without a result, cancel its jobs on Ctrl-C/SIGTERM."""
-    watcher = SqueueWatcher()
+    """Run submitit's `launch` with the squeue watcher (squeue every `poll_s` seconds); end the sweep
+    with a message (exit 1) when a job failed or ended without a result, cancel its jobs on Ctrl-C/SIGTERM."""
+    watcher = SqueueWatcher(poll_s)
     previous, SlurmJob.watcher = SlurmJob.watcher, watcher
     on_sweep_interrupt(watcher.cancel_all)  # Ctrl-C/SIGTERM: scancel at once, before the parent run ends KILLED
     try:

@@ -14,7 +14,7 @@ from apps_bench.launchers.slurm import ENDED, JobsNotSchedulable, SqueueWatcher,
 
 
 def watcher(*jobs: str) -> SqueueWatcher:
-    w = SqueueWatcher()
+    w = SqueueWatcher(poll_s=10)
     for j in jobs:
         w.register_job(j)
     return w
