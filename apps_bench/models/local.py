@@ -176,16 +176,16 @@ class LocalServer:
             return ""
 
     def stop(self) -> None:
+        """Kill the server. It is the cell's own and holds nothing to save, and on SIGTERM uvicorn
+        would first finish a reply in flight that no one reads any more (a call cut by the time
+        cap, Ctrl-C): up to max_tokens of generation."""
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
             try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
             except ProcessLookupError:
                 pass
+            proc.wait()
         self._remove_converted()
         if self.log_path is not None:
             try:

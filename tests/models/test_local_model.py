@@ -460,6 +460,42 @@ def test_agents_taking_turns_resume_from_their_own_cached_prompt(cache_mb):
         assert again > first, f"without the cache the whole prompt is read again, got {again}"
 
 
+def test_stopping_the_server_does_not_wait_for_a_reply_no_one_reads():
+    """A cell that ends with a call still generating (its time cap fell, Ctrl-C) stops its server at
+    once: the reply in flight is cut off, not generated to its 400th token first."""
+    import threading
+    import time
+
+    import httpx
+
+    from apps_bench.models.local import server_for
+
+    server = server_for(cfg().model)
+    server.start()
+    got: dict[str, object] = {}
+
+    def ask() -> None:
+        body = {"model": server.model_id, "messages": [{"role": "user", "content": "Count from 1 to 1000."}],
+                "max_tokens": 400, "temperature": 0, "seed": 0}  # fmt: skip
+        try:
+            got["reply"] = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120, trust_env=False).json()
+        except httpx.HTTPError as exc:
+            got["error"] = exc
+
+    try:
+        asking = threading.Thread(target=ask)
+        asking.start()
+        deadline = time.monotonic() + 60  # a guard against a hung server, not a timing assertion
+        while "Llama._create_completion" not in server.log_tail(5):  # llama-cpp-python has begun the completion
+            assert time.monotonic() < deadline and asking.is_alive(), got
+            time.sleep(0.05)
+        server.stop()
+        asking.join()
+    finally:
+        server.stop()
+    assert "reply" not in got and isinstance(got["error"], httpx.TransportError), got
+
+
 @pytest.mark.parametrize("kind", ["q8_0", None])
 def test_the_server_serves_the_gguf_as_requantized_and_keeps_no_copy(kind):
     """`model.gguf_requantize`: llama.cpp has no tiled x86 kernels for the shipped Q4_1, so the
