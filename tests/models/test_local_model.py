@@ -45,8 +45,7 @@ def cfg(*overrides: str):
     return copy.deepcopy(_compose(tuple(overrides)))
 
 
-@pytest.fixture(scope="module")
-def endpoint():
+def _served():
     """The real server, started and stopped the way a cell does it (open_endpoint)."""
     from apps_bench.models import open_endpoint
 
@@ -56,6 +55,12 @@ def endpoint():
     assert ep.server.proc is None  # stopped with the cell
 
 
+@pytest.fixture(scope="module")
+def endpoint():
+    """The server most tests share."""
+    yield from _served()
+
+
 @pytest.fixture
 def fresh_endpoint():
     """A server of its own, for a test whose outcome depends on the server's state: llama.cpp reuses the
@@ -63,10 +68,7 @@ def fresh_endpoint():
     prefix is computed in other batches than one read whole, so SmolLM2's near-tied tokens can flip, and a
     reply can be fast where it was slow. On the module's shared `endpoint` such a test depends on which
     tests ran before it (a pytest-xdist worker runs another order than a sequential run). ~2 s per start."""
-    from apps_bench.models import open_endpoint
-
-    with open_endpoint(cfg().model) as ep:
-        yield ep
+    yield from _served()
 
 
 def clients(endpoint, usage: Usage, **model: object):
