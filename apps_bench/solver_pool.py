@@ -100,6 +100,8 @@ class Wire:
         self._on_close = on_close
         self._reader = threading.Thread(target=self._read, name=f"{name}-recv", daemon=True)
         self._writer = threading.Thread(target=self._write, name=f"{name}-send", daemon=True)
+        self._threads_left = 2
+        self._threads_lock = threading.Lock()
 
     def start(self) -> None:
         self._reader.start()
@@ -119,6 +121,7 @@ class Wire:
             pass
         finally:
             self._on_close()
+            self._thread_done()
 
     def _write(self) -> None:
         try:
@@ -135,12 +138,24 @@ class Wire:
         except (OSError, ValueError):  # the other end is gone; the reader reports it
             pass
         finally:
-            hang_up(self.conn)
+            shut_down(self.conn)  # the reader wakes to EOF, and so does the other side
+            self._thread_done()
+
+    def _thread_done(self) -> None:
+        """Close the pipe once neither thread uses it. Closed under the reader, a recv() between a
+        message's length and its body reads from a None handle (a TypeError, traceback on Ctrl-C),
+        or from whatever file reuses the descriptor."""
+        with self._threads_lock:
+            self._threads_left -= 1
+            last = self._threads_left == 0
+        if last:
+            with contextlib.suppress(OSError):
+                self.conn.close()
 
 
-def hang_up(conn: Any) -> None:
-    """Shut the pipe's socket down, then close it: a bare close() neither wakes this side's
-    reader thread blocked in recv() nor, while that thread holds it, sends the other side EOF."""
+def shut_down(conn: Any) -> None:
+    """Shut the pipe's socket down: a bare close() neither wakes a reader thread blocked in
+    recv() nor, while that thread holds it, sends the other side EOF."""
     import socket
 
     try:
@@ -148,10 +163,13 @@ def hang_up(conn: Any) -> None:
             dup.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
-    try:
+
+
+def hang_up(conn: Any) -> None:
+    """Shut a pipe no thread reads down and close it."""
+    shut_down(conn)
+    with contextlib.suppress(OSError):
         conn.close()
-    except OSError:
-        pass
 
 
 # ----------------------------------------------------------------------------- worker side
