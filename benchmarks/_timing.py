@@ -22,6 +22,46 @@ def run_timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, fl
     return wall, usage.ru_utime + usage.ru_stime
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat's fields after the command name (field 3 of proc(5) is index 0)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a running process (its threads included)."""
+    f = _stat(pid)
+    return (int(f[11]) + int(f[12])) / TICK
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a running process and all its descendants, live and reaped (a server's workers)."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int(_stat(int(d.name))[1])
+            except (OSError, IndexError, ValueError):
+                pass  # gone meanwhile
+    tree, grew = {pid}, True
+    while grew:
+        grew = False
+        for child, ppid in parent.items():
+            if ppid in tree and child not in tree:
+                tree.add(child)
+                grew = True
+    total = 0.0
+    for p in tree:
+        try:
+            f = _stat(p)
+        except OSError:
+            continue
+        total += sum(int(x) for x in f[11:15]) / TICK  # utime, stime, and its reaped children's
+    return total
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

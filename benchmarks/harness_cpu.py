@@ -33,19 +33,12 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import free_port, run_timed  # noqa: E402
+from _timing import free_port, proc_cpu, run_timed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROWS = REPO / "tests" / "fixtures" / "apps" / "train_mini150.jsonl"
 TOPOLOGIES = ("single", "independent", "sequential_langgraph", "sequential_crewai", "centralized_langgraph",
               "centralized_autogen", "decentralized_langgraph", "decentralized_openai")  # fmt: skip
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu(pid: int) -> float:
-    """User + system CPU seconds of a running process (its threads included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def tcp_opens() -> int:

@@ -17,8 +17,13 @@ the process's CPU and each running thread's from /proc, in both modes; per trace
 MLflow's export workers are gone by then: their share is the process's less the threads listed.
 Nothing else changes.
 
+With `--server` the cells log to a real `mlflow server` on loopback (launchers/mlflow_server.sh, its
+own SQLite store and artifact folder) as a study's cells do, instead of a SQLite file: the store's
+work then runs in the server's processes, whose CPU (the server and its workers, read from /proc
+around each run) is shown apart from the cell's.
+
 Usage (from anywhere):
-  python benchmarks/trace_overhead.py [--rows FILE] [--n 100] [--topology sequential_langgraph] [--repeat 2]
+  python benchmarks/trace_overhead.py [--rows FILE] [--n 100] [--topology sequential_langgraph] [--repeat 2] [--server]
 """
 
 from __future__ import annotations
@@ -26,15 +31,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import run_timed  # noqa: E402
+from _timing import free_port, run_timed, tree_cpu  # noqa: E402
 
 WHERE = """
 import json, os, threading, time
@@ -103,11 +112,38 @@ def differences(a: list[dict], b: list[dict]) -> list[str]:
             for r in a if r != bk.get(r["key"])][:10]  # fmt: skip
 
 
-def count_traces(store: Path, experiment: str) -> tuple[int, int]:
+@contextmanager
+def mlflow_server(root: Path) -> Iterator[tuple[str, int]]:
+    """A real `mlflow server` on loopback, as launchers/mlflow_server.sh starts one for a team:
+    (its tracking URI, its pid) once it answers, stopped afterwards."""
+    port = free_port()
+    env = {**os.environ, "PYTHON": sys.executable, "PORT": str(port), "MLFLOW_SERVER_DIR": str(root)}
+    log = root.parent / "mlflow_server.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(["bash", str(REPO / "launchers" / "mlflow_server.sh")], env=env, stdout=subprocess.DEVNULL,
+                                stderr=err, start_new_session=True)  # fmt: skip
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise SystemExit(f"mlflow server exited ({proc.returncode}); see {log}") from None
+                time.sleep(0.2)
+        else:
+            raise SystemExit("mlflow server did not answer within 120 s")
+        yield f"http://127.0.0.1:{port}", proc.pid
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def count_traces(tracking_uri: str, experiment: str) -> tuple[int, int]:
     """(traces, spans) in the store; every trace must be whole (its judge span written too)."""
     import mlflow
 
-    mlflow.set_tracking_uri(f"sqlite:///{store}")
+    mlflow.set_tracking_uri(tracking_uri)
     exp = mlflow.get_experiment_by_name(experiment)
     traces = mlflow.search_traces(locations=[exp.experiment_id], return_type="list")
     assert all(any(sp.name == "judge" for sp in t.data.spans) for t in traces), "a trace was stored without its judge span"
@@ -121,14 +157,22 @@ def main() -> int:
     ap.add_argument("--topology", default="sequential_langgraph")
     ap.add_argument("--repeat", type=int, default=2, help="runs of each mode, interleaved; medians count")
     ap.add_argument("--keep", type=Path, help="keep outputs in this folder (default: a temp dir)")
+    ap.add_argument("--server", action="store_true", help="log to a real `mlflow server` on loopback; its CPU apart")
     args = ap.parse_args()
     if not args.rows.exists():
         print(f"rows not found: {args.rows}", file=sys.stderr)
         return 2
     work = args.keep or Path(tempfile.mkdtemp(prefix="trace_overhead_"))
     work.mkdir(parents=True, exist_ok=True)
-    store = work / "mlflow.db"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{store}", "MLFLOW_DISABLE_TELEMETRY": "true",
+    if not args.server:
+        return measure(args, work, f"sqlite:///{work / 'mlflow.db'}", None)
+    with mlflow_server(work / "mlflow-server") as (uri, pid):
+        return measure(args, work, uri, pid)
+
+
+def measure(args: argparse.Namespace, work: Path, tracking_uri: str, server_pid: int | None) -> int:
+    """Both modes, interleaved, into the store at `tracking_uri` (served by `server_pid`, if any); the tables."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_DISABLE_TELEMETRY": "true",
            "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}  # fmt: skip
     env.pop("APPS_BENCH_PARENT_RUN_ID", None)
     (work / "where").mkdir(exist_ok=True)
@@ -143,6 +187,7 @@ def main() -> int:
             f"limit={args.n}", f"topology={args.topology}", "progress=false"]  # fmt: skip
 
     results: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
+    served: dict[str, list[float]] = {"off": [], "on": []}  # the server's CPU during each run
     where: dict[str, list[dict]] = {"off": [], "on": []}  # the cell process's threads at the run's finish
     records: dict[str, list[dict]] = {}
     load = [os.getloadavg()[0]]
@@ -151,7 +196,9 @@ def main() -> int:
             tag = f"{mode}_{i}"
             cmd = base + [f"tracking.traces={'true' if mode == 'on' else 'false'}", f"out_dir={work / tag}",
                           f"tracking.experiment=trace_overhead_{tag}"]  # fmt: skip
+            s0 = tree_cpu(server_pid) if server_pid else 0.0
             wall, cpu = run_timed(cmd, work, env)
+            served[mode].append(tree_cpu(server_pid) - s0 if server_pid else 0.0)
             load.append(os.getloadavg()[0])
             results[mode].append((wall, cpu))
             where[mode].append(json.loads(where_log.read_text().splitlines()[-1]))
@@ -160,8 +207,9 @@ def main() -> int:
             assert recs == records[mode], (
                 f"{mode} run {i}: records differ from the first {mode} run: {differences(recs, records[mode])}"
             )
-            n_traces, n_spans = count_traces(store, f"trace_overhead_{tag}")
-            print(f"traces {mode:>3} run {i}: wall {wall:6.1f} s  cpu {cpu:6.1f} s  problems {len(recs)}  "
+            n_traces, n_spans = count_traces(tracking_uri, f"trace_overhead_{tag}")
+            server = f"  server cpu {served[mode][-1]:5.1f} s" if server_pid else ""
+            print(f"traces {mode:>3} run {i}: wall {wall:6.1f} s  cpu {cpu:6.1f} s{server}  problems {len(recs)}  "
                   f"traces {n_traces} ({n_spans} spans)  load {load[-1]:.1f}", flush=True)  # fmt: skip
             assert n_traces == (len(recs) if mode == "on" else 0)
     same = records["on"] == records["off"]
@@ -169,12 +217,16 @@ def main() -> int:
         print("records that differ on/off:", differences(records["on"], records["off"]))
     med = {m: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for m, v in results.items()}
     print()
-    print(f"trace overhead: {args.n} problems, model=gold, topology={args.topology}, median of {args.repeat} each "
+    store = f"a real `mlflow server` ({tracking_uri}, SQLite behind it)" if server_pid else "a SQLite file"
+    print(f"trace overhead: {args.n} problems, model=gold, topology={args.topology}, store: {store}, median of {args.repeat} each "
           f"(load average {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs: rough numbers)")  # fmt: skip
     print(f"  {'':14}{'wall s':>9}{'CPU s':>9}")
     for mode in ("off", "on"):
         print(f"  traces {mode:<7}{med[mode][0]:9.1f}{med[mode][1]:9.1f}")
     print(f"  ratio on/off  {med['on'][0] / med['off'][0]:8.2f}x{med['on'][1] / med['off'][1]:8.2f}x")
+    if server_pid:
+        s_off, s_on = statistics.median(served["off"]), statistics.median(served["on"])
+        print(f"  the server's CPU: {s_off:.1f} s off, {s_on:.1f} s on: {(s_on - s_off) * 1000 / args.n:.1f} ms per trace")
     print(f"  records equal apart from timing: {same}")
 
     # Per trace: what each thread of the cell's process spent more with traces on (on - off, medians), and
