@@ -33,7 +33,6 @@ from apps_bench.models.client_stack import proxy_for
 from apps_bench.models.clients import ModelClients, crewai_stop_words
 from apps_bench.types import Usage
 
-FRAMEWORKS = ("langgraph", "openai", "autogen", "crewai")
 OK, FAIL, WARN, NA = "ok", "FAIL", "warn", "n/a"
 
 # what a cell's framework did with offered tools (the provenance value `server.tools`)

@@ -14,12 +14,12 @@ from apps_bench.models.clients import MissingFrameworkError
 from apps_bench.topologies.base import Topology
 from apps_bench.topologies.prompts import TopologyConfigError
 
-# What every runner's first problem would import lazily: framing and extraction, and the
-# connection stack of our httpx2 clients (models/clients.py). Imported after the framework
-# (in the forkserver, before workers fork), so no solving process pays for it mid-cell; these are
-# the project's own dependencies, so one missing is its own ImportError, never "framework not installed".
-FIRST_PROBLEM = ("apps_bench.task.prompt", "apps_bench.task.extract", "httpcore2", "h11", "anyio._backends._asyncio", "truststore")
-
+# What every runner's first problem would import lazily: the connection stack of our httpx2 clients
+# (models/clients.py; our own modules are imported at the top, so they need no entry). Imported after
+# the framework (in the forkserver, before workers fork), so no solving process pays for it mid-cell;
+# these are the project's own dependencies, so one missing is its own ImportError, never "framework
+# not installed".
+FIRST_PROBLEM = ("httpcore2", "h11", "anyio._backends._asyncio", "truststore")
 
 
 def _missing(framework: str, topology: str, why: str) -> MissingFrameworkError:
