@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 
+from apps_bench.tracking.traces import TRACE_EXPORT
+
 CASE = r"""
 import json, os, sys, tempfile, time
 import mlflow
@@ -60,8 +62,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=100, help="traces per case")
     ap.add_argument("--payload", type=int, default=6000, help="characters per message, input and output")
     args = ap.parse_args()
-    batched = {"MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "true", "MLFLOW_USE_BATCH_SPAN_PROCESSOR": "true",
-               "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "256"}  # fmt: skip
+    batched = TRACE_EXPORT  # as the cell sets them
     synchronous = {"MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false", "MLFLOW_USE_BATCH_SPAN_PROCESSOR": "false"}
     cases = [("as the cell writes them", batched, k) for k in (0, 3, 13)] + [("synchronous export", synchronous, 13)]
     print(f"MLflow's CPU per trace on SQLite ({args.n} traces per case, {args.payload}-character messages; "

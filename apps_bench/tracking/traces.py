@@ -87,11 +87,15 @@ class TraceWriter:
             import_mlflow().flush_trace_async_logging()
 
 
-def _mlflow(uri: str) -> Any:
-    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_TRACE_LOGGING", "true")  # with the batch span processor (MLflow's
-    os.environ.setdefault("MLFLOW_USE_BATCH_SPAN_PROCESSOR", "true")  # default): many spans per store transaction,
-    os.environ.setdefault("MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE", "256")  # not MLflow's 5
+# How MLflow exports a cell's traces (a user's own values win): asynchronously, with the batch span
+# processor, in batches of 256 spans (not MLflow's 5), so many spans go in one store transaction.
+TRACE_EXPORT = {"MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "true", "MLFLOW_USE_BATCH_SPAN_PROCESSOR": "true",
+                "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "256"}  # fmt: skip
 
+
+def _mlflow(uri: str) -> Any:
+    for name, value in TRACE_EXPORT.items():
+        os.environ.setdefault(name, value)
     mlflow = import_mlflow()
     if mlflow.get_tracking_uri() != uri:
         mlflow.set_tracking_uri(uri)  # the trace exporter writes to the global store: the cell's
