@@ -335,6 +335,30 @@ def compose(overrides: Sequence[str] = ()) -> Config:
         return typed_config(hydra_compose("config", overrides=list(overrides)))
 
 
+class TargetError(ValueError):
+    """A config's `_target_` that names nothing in this install: the message says which part is missing."""
+
+
+def resolve_target(target: str) -> Any:
+    """The object a config's `_target_` names (`module.attribute`: a runner class, an optimizer method),
+    imported. A missing module or attribute is a TargetError; an ImportError from inside the module
+    (one of its own dependencies missing) passes through as it is."""
+    import importlib
+
+    module_name, _, attr = target.rpartition(".")
+    if not module_name:
+        raise TargetError(f"{target!r} is not a module.attribute path")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if not exc.name or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise
+        raise TargetError(f"{target} is not in this install (no module {exc.name!r})") from None
+    if not hasattr(module, attr):
+        raise TargetError(f"module {module_name} has no {attr!r}")
+    return getattr(module, attr)
+
+
 def as_plain(value: Any) -> Any:
     """A config value as plain Python (dicts, lists, scalars) that SDKs can JSON-encode and
     callers may change: an OmegaConf node resolved (a missing value as None), a dataclass as

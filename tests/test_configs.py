@@ -265,3 +265,24 @@ def test_no_setting_has_a_default_in_code():
     defaulted = [f"{c.__name__}.{f.name}" for c in schemas for f in dataclasses.fields(c)
                  if f.default is not MISSING or f.default_factory is not dataclasses.MISSING]  # fmt: skip
     assert defaulted == []
+
+
+def test_a_target_names_what_is_missing_and_a_missing_dependency_passes_through(tmp_path, monkeypatch):
+    """`_target_` (a runner class, an optimizer method) resolves in one place: a module or attribute that
+    is not there is a TargetError naming it; a module that is there but imports something missing
+    raises that ImportError, even when the missing name is a prefix of the module's (`depx` of `depx_runner`)."""
+    from apps_bench.config import TargetError, resolve_target
+
+    (tmp_path / "depx_runner.py").write_text("import depx\n")
+    (tmp_path / "fine_runner.py").write_text("class Runner:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert resolve_target("fine_runner.Runner").__name__ == "Runner"
+    with pytest.raises(TargetError, match="module fine_runner has no 'Star'"):
+        resolve_target("fine_runner.Star")
+    with pytest.raises(TargetError, match="no module 'nowhere_runner'"):
+        resolve_target("nowhere_runner.Runner")
+    with pytest.raises(TargetError, match="not a module.attribute path"):
+        resolve_target("Runner")
+    with pytest.raises(ModuleNotFoundError) as err:
+        resolve_target("depx_runner.Runner")
+    assert not isinstance(err.value, TargetError) and err.value.name == "depx"

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from apps_bench.config import GepaParams, MaspoParams, OptimizerParams
+from apps_bench.config import GepaParams, MaspoParams, OptimizerParams, TargetError, resolve_target
 from apps_bench.optimizers.cache import Checkpoints
 from apps_bench.optimizers.maspo import Maspo, MaspoConfig, graph_for
 from apps_bench.optimizers.maspo_system import EvaluatorSystem, ModelTextJudge
@@ -134,16 +134,10 @@ def _judge_program(problems: Mapping[ProblemKey, Problem], score: Callable[[Prob
 
 def method_of(target: str, name: str) -> Method:
     """The function `optimizer._target_` names (module.function)."""
-    import importlib
-
-    module_name, _, fn_name = target.rpartition(".")
     try:
-        fn = getattr(importlib.import_module(module_name), fn_name, None) if module_name else None
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:  # the module is there; something it imports is not
-            raise
-        raise ValueError(f"optimizer {name!r}: no module {module_name!r} ({exc}); check optimizer._target_ "
-                         f"(conf/optimizer/{name}.yaml)") from None  # fmt: skip
+        fn = resolve_target(target)
+    except TargetError as e:
+        raise ValueError(f"optimizer {name!r}: {e}; check optimizer._target_ (conf/optimizer/{name}.yaml)") from None
     if not callable(fn):
         raise ValueError(f"optimizer {name!r}: {target!r} is not a function; check optimizer._target_ (conf/optimizer/{name}.yaml)")
     return fn  # type: ignore[no-any-return]

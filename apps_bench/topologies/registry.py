@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from apps_bench.config import TopologyConfig
+from apps_bench.config import TargetError, TopologyConfig, resolve_target
 from apps_bench.frameworks import FRAMEWORKS
 from apps_bench.models.clients import MissingFrameworkError
 from apps_bench.topologies.base import Topology
@@ -57,21 +57,12 @@ def runner_module(cfg: TopologyConfig) -> str:
 
 def get_topology(cfg: TopologyConfig) -> Topology:
     """Build the runner class `cfg._target_` names, after importing its framework."""
-    name, target = cfg.name, cfg._target_
-    module_name, _, cls_name = target.rpartition(".")
+    name = cfg.name
     require_framework(cfg.framework, name)
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            raise TopologyConfigError(
-                f"topology {name!r}: its runner {target} is not in this install (no module {exc.name!r}); "
-                f"check topology._target_ (conf/topology/{name}.yaml)"
-            ) from exc
-        raise
-    runner = getattr(module, cls_name, None)
-    if runner is None:
-        raise TopologyConfigError(f"topology {name!r}: module {module_name} has no {cls_name!r}; check topology._target_")
+        runner = resolve_target(cfg._target_)
+    except TargetError as e:
+        raise TopologyConfigError(f"topology {name!r}: {e}; check topology._target_ (conf/topology/{name}.yaml)") from None
     if getattr(runner, "framework", None) != cfg.framework:
         raise TopologyConfigError(
             f"topology {name!r} runs on {getattr(runner, 'framework', '?')}, but its config says framework={cfg.framework!r}"

@@ -269,7 +269,8 @@ def test_each_method_is_the_function_its_yaml_names_and_a_wrong_name_says_where_
     other = compose_cell("optimizer=maspo", "optimizer._target_=apps_bench.optimizers.methods.run_gepa")
     assert resolve_cell(cell_data(cfg)).key == resolve_cell(cell_data(other)).key
     for target, says in (("apps_bench.optimizers.nomodule.run", "no module 'apps_bench.optimizers.nomodule'"),
-                         ("apps_bench.optimizers.methods.MethodRunX", "'apps_bench.optimizers.methods.MethodRunX' is not a function")):
+                         ("apps_bench.optimizers.methods.MethodRunX", "module apps_bench.optimizers.methods has no 'MethodRunX'"),
+                         ("apps_bench.optimizers.methods.annotations", "'apps_bench.optimizers.methods.annotations' is not a function")):
         bad = replace(optimizer_config("none", PARAMS["none"]), _target_=target)
         with pytest.raises(ValueError, match=f"optimizer 'none': .*{re.escape(says)}.*conf/optimizer/none.yaml"):
             optimize(optimizer=bad, flow="sequential", roles=["analyzer", "coder"], seed_prompts=SEED, problems=problems(),
