@@ -60,10 +60,13 @@ def most_common_program(candidates: Sequence[Candidate]) -> tuple[Vote, str | No
     keys: list[str] = []
     members: list[list[str]] = []
     first_program: list[str] = []
+    normalized: dict[str, str] = {}  # agents often write the very same text: parse it once
     for cand in candidates:
         if cand.program is None or not cand.program.strip():
             continue
-        key = normalize_program(cand.program)
+        key = normalized.get(cand.program)
+        if key is None:
+            key = normalized[cand.program] = normalize_program(cand.program)
         if key in keys:
             members[keys.index(key)].append(cand.agent)
         else:
