@@ -38,20 +38,17 @@ def proc_cpu(pid: int) -> float:
 
 def tree_cpu(pid: int) -> float:
     """CPU seconds of a running process and all its descendants, live and reaped (a server's workers)."""
-    parent: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                parent[int(d.name)] = int(_stat(int(d.name))[1])
+                children.setdefault(int(_stat(int(d.name))[1]), []).append(int(d.name))
             except (OSError, IndexError, ValueError):
                 pass  # gone meanwhile
-    tree, grew = {pid}, True
-    while grew:
-        grew = False
-        for child, ppid in parent.items():
-            if ppid in tree and child not in tree:
-                tree.add(child)
-                grew = True
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo.extend(children.get(tree[-1], ()))
     total = 0.0
     for p in tree:
         try:

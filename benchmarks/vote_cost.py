@@ -30,7 +30,8 @@ def main() -> int:
     args = ap.parse_args()
     warnings.simplefilter("ignore", SyntaxWarning)  # some reference solutions have "1if" and the like
     rows = [json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()]
-    programs = [json.loads(r["solutions"])[0] for r in rows if r.get("solutions") and json.loads(r["solutions"])][: args.n]
+    solutions = (json.loads(r["solutions"]) if r.get("solutions") else [] for r in rows)
+    programs = [s[0] for s in solutions if s][: args.n]
     cases = {"identical": lambda p, i: p, "different": lambda p, i: f"{p}\n# agent {i}\nx_{i} = {i}\n"}
     print(f"{len(programs)} votes of {args.agents} programs (mean {sum(map(len, programs)) / len(programs):.0f} characters)")
     for name, text in cases.items():
