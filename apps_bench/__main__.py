@@ -188,6 +188,10 @@ def main() -> None:
             "rerun the same command to finish the rest.\n"
         )
         raise SystemExit(130) from None
+    finally:
+        from apps_bench.tracking.callbacks import end_unfinished_sweep
+
+        end_unfinished_sweep()
 
 
 def _forget_run_dir() -> None:
