@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from apps_bench.config import CONF_DIR, OPTIMIZER_SCHEMAS, Config, cell_data, hydra_on, overlay_dirs
@@ -115,6 +116,7 @@ def check_overrides(argv: Iterable[str]) -> list[BadSetting]:
     with _search(argv) as (loader, searchpath):
         options = _group_options(loader, searchpath)
         own_folders = bool(searchpath or overlay_dirs())
+        bad += _shadowed(searchpath, parser)
         for raw in override_args(argv):
             try:
                 [ov] = parser.parse_overrides([raw])
@@ -147,6 +149,30 @@ def check_overrides(argv: Iterable[str]) -> list[BadSetting]:
                 bad += _params_problems(key, values, methods)
             else:
                 bad += _setting_problems(key, values, options)
+    return bad
+
+
+def _shadowed(searchpath: list[str], parser: Any) -> list[BadSetting]:
+    """A file in a `hydra.searchpath` folder of a packaged preset's name: Hydra searches those folders after the
+    package's conf/, so the packaged preset would run instead of it, without a word."""
+    bad = []
+    for raw in searchpath:
+        try:
+            entries = parser.parse_overrides([raw])[0].value()
+        except Exception:  # noqa: BLE001 - Hydra says what is wrong with it
+            continue
+        for entry in entries if isinstance(entries, list) else []:
+            folder = Path(str(entry).removeprefix("file://"))
+            if str(entry).startswith("pkg://") or not folder.is_dir():
+                continue
+            for own in sorted(folder.glob("*/*.yaml")):
+                if (Path(CONF_DIR) / own.parent.name / own.name).is_file():
+                    bad.append(BadSetting(
+                        "hydra.searchpath", entries,
+                        f"{own} has the name of the packaged {own.parent.name}={own.stem}, which Hydra finds first "
+                        "(hydra.searchpath is searched after the package's conf/), so it would never be used",
+                        f"--config-dir {folder} (searched first), or rename {own.name}",
+                    ))  # fmt: skip
     return bad
 
 
