@@ -94,6 +94,20 @@ def test_a_preset_file_that_does_not_parse_is_named_with_its_line(tmp_path: Path
     assert not (tmp_path / "outputs").exists()
 
 
+def test_a_broken_overlay_of_the_default_preset_is_named_too(tmp_path: Path):
+    """DIR/model/gold.yaml replaces the gold every cell runs by default: checked without `model=` on the line."""
+    mine = tmp_path / "my_conf"
+    (mine / "model").mkdir(parents=True)
+    path = mine / "model" / "gold.yaml"
+    path.write_text((CONF_DIR / "model" / "gold.yaml").read_text().replace("max_tokens: 4096", "max_tokens: {4096"))
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("max_tokens:"))
+    r = run_cli(["--config-dir", str(mine), *ROWS], tmp_path)
+    assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"model=gold: the preset's file does not parse: {path}, line " in r.stderr and "Traceback" not in r.stderr
+    assert f"(while parsing a flow mapping at line {line})" in r.stderr, r.stderr  # where the unclosed `{` is
+    assert not (tmp_path / "outputs").exists()
+
+
 def test_the_server_check_takes_a_config_dir_preset(tmp_path: Path):
     mine = config_dir_preset(tmp_path / "my_conf", "goldslow", "gold", latency_ms=1)
     r = run_cli(["--config-dir", str(mine), "model=goldslow", "server_check.quick=true"], tmp_path, module="apps_bench.check")
