@@ -206,8 +206,9 @@ def _shadowed(searchpath: list[str]) -> list[BadSetting]:
 
 def _twice(key: str, first: str, second: str) -> BadSetting:
     """Hydra keeps the last of two values of a setting without a word (and stops with a traceback for a group)."""
-    return BadSetting(key, second.partition("=")[2], f"given twice ({first} and {second}); a cell has one value",
-                      f"give it once (e.g. {second.lstrip('~+')}); to run both values: -m {key}=A,B")  # fmt: skip
+    said = second.partition("=")[0] if second.startswith("~") else key  # a deletion is said without a value
+    return BadSetting(said, second.partition("=")[2], f"given twice ({first} and {second}); a cell has one value",
+                      f"give it once (e.g. {second.lstrip('+')}); to run both values: -m {key}=A,B")  # fmt: skip
 
 
 def _deletion(key: str, options: dict[str, list[str]]) -> list[BadSetting]:
@@ -219,11 +220,10 @@ def _deletion(key: str, options: dict[str, list[str]]) -> list[BadSetting]:
     if key in options:
         return [BadSetting(f"~{key}", "", f"a cell needs a {key} (options: {', '.join(options[key])})",
                            f"drop ~{key} (the default option), or {key}=NAME")]  # fmt: skip
-    known, typ = _walk(key.split("."))
-    if not known:
+    if not _walk(key.split("."))[0]:
         return _setting_problems(key, [""], options)
-    if typ is None and key.count(".") and _walk(key.split(".")[:-1])[1] is None and not _is_schema_node(key):
-        return []  # a key of a free-form mapping: deleted as Hydra documents
+    if not _is_schema_node(key):
+        return []  # a key of a free-form mapping (model.extra_body.x): deleted as Hydra documents
     return [BadSetting(f"~{key}", "", "a setting of the schema, which every cell has (it cannot be deleted)",
                        f"drop ~{key} (its default), or {key}=VALUE{' (null: none)' if _nullable(key) else ''}")]  # fmt: skip
 
