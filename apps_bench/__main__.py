@@ -51,6 +51,7 @@ Usage:
   python -m apps_bench [OVERRIDE ...]            run one cell (no overrides: the 2 demo problems, gold model)
   python -m apps_bench -m [OVERRIDE ...]         a sweep, e.g. topology=single,independent seed=0,1,2
   python -m apps_bench --cfg job [OVERRIDE ...]  print the composed cell config
+  python -m apps_bench --config-dir DIR model=X  presets of your own (DIR/<group>/<name>.yaml), searched before conf/
   python -m apps_bench --hydra-help              Hydra's own options
   python -m apps_bench.report [--compare baseline=single]  pass@1 with 95% intervals, paired comparisons, cost
   python -m apps_bench.plan [-m] [OVERRIDE ...]  what that command would do (cells, state, grid, cost), no model call

@@ -302,7 +302,7 @@ CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 
 # the running command's `--config-dir` folders (absolute): searched before the package's conf/, so a preset there
 # is selectable like a packaged one and one of a packaged preset's name takes its place
-# (hydra_plugins/apps_bench_config_dir.py puts them on every Hydra search path made while they are set)
+# (hydra_plugins/apps_bench_config_dir puts them on every Hydra search path made while they are set)
 _CONFIG_DIRS: list[str] = []
 
 
@@ -375,9 +375,19 @@ def compose(overrides: Sequence[str] = ()) -> Config:
 
     if HydraConfig.initialized():
         register_configs()
-        return typed_config(cell_data(hydra_compose("config", overrides=list(overrides), return_hydra_config=True)))
+        return _named_cell(hydra_compose("config", overrides=list(overrides), return_hydra_config=True))
     with hydra_on(CONF_DIR):
-        return typed_config(cell_data(hydra_compose("config", overrides=list(overrides), return_hydra_config=True)))
+        return _named_cell(hydra_compose("config", overrides=list(overrides), return_hydra_config=True))
+
+
+def _named_cell(cfg: Any) -> Config:
+    """A composition with its Hydra node as the typed cell, each option named by the option selected."""
+    from omegaconf import open_dict
+
+    name_options(cfg, cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return typed_config(cfg)
 
 
 class TargetError(ValueError):
