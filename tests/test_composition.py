@@ -157,3 +157,18 @@ def test_hydra_searchpath_presets_are_selectable_and_a_shadowed_one_is_refused(t
     assert f"{mine / 'model' / 'gold.yaml'} has the name of the packaged model=gold" in shadowed.stderr
     assert f"Fix: --config-dir {mine} (searched first)" in shadowed.stderr and "Traceback" not in shadowed.stderr
     assert not (elsewhere / "outputs").exists()
+
+
+def test_compose_searches_the_config_dir_first_and_names_the_option_selected(tmp_path: Path):
+    """In-process (plan, check and the optimizer's model preset compose this way): the preset of the folder
+    entered, named by its file although it inherits `name: gold`; the folder is searched only while entered."""
+    from hydra.errors import MissingConfigException
+
+    from apps_bench.config import compose, config_dirs
+
+    mine = config_dir_preset(tmp_path / "my_conf", "goldslow", "gold", latency_ms=7)
+    with config_dirs([str(mine)]):
+        cfg = compose(["model=goldslow", "topology=independent"])
+    assert (cfg.model.name, cfg.model.provider, cfg.model.latency_ms, cfg.topology.name) == ("goldslow", "gold", 7, "independent")
+    with pytest.raises(MissingConfigException):
+        compose(["model=goldslow"])
