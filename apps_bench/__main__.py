@@ -127,7 +127,7 @@ def command_config_dir(argv: list[str]) -> Iterator[None]:
         raise SystemExit(2) from None
 
 
-def _enter_sweep(cfg: Any, multirun: bool, launch_dir: str) -> None:
+def _enter_sweep(cfg: Any, multirun: bool, launch_dir: str = "") -> None:
     """A cell works where the command was launched, whatever folder Hydra gave the job
     (`hydra.job.chdir=true`) or a sweep's worker started in (a Ray worker starts in the `ray start`
     directory), and a sweep's cell stops before it runs if it did not receive the sweep's tracking settings."""
