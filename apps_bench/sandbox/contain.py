@@ -41,6 +41,10 @@ MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_CHILD_SUBREAPER = 36
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 (generic table) alike
 AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
@@ -73,6 +77,14 @@ def mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str |
 
 def umount(path: str) -> None:
     _check(_libc.umount2(path.encode(), MNT_DETACH), f"umount {path}")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
 def prctl(option: int, arg: int) -> None:
@@ -214,8 +226,22 @@ def keep_only_fds(keep: list[int]) -> list[int]:
     return new
 
 
-def drop_privileges(uid: int | None) -> None:
+def drop_privileges(uid: int | None, last_cap: int) -> None:
+    """No capability left in any set, in any namespace, for good; then `uid` (as root).
+
+    The bounding set is emptied first (an exec, even of a setuid or root-owned file, can then
+    gain nothing), the ambient set cleared, and after the uid switch (which empties the others
+    for a non-root uid) permitted, effective and inheritable are set to nothing explicitly: in
+    the user-namespace mode there is no uid to switch to, the program stays root of its
+    namespace, and only this takes its capabilities away.
+    """
     prctl(PR_SET_NO_NEW_PRIVS, 1)
+    for cap in range(last_cap + 1):
+        # EINVAL: a capability this kernel lacks; EPERM: not root anywhere (the weak mode), where
+        # no_new_privs already keeps an exec from gaining what the bounding set would allow
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() not in (errno.EINVAL, errno.EPERM):
+            _check(-1, f"drop capability {cap} from the bounding set")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear the ambient capabilities")
     if uid is not None and os.geteuid() == 0:
         try:
             os.setgroups([])
@@ -223,6 +249,18 @@ def drop_privileges(uid: int | None) -> None:
             pass
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
+def last_capability() -> int:
+    """The highest capability number this kernel knows (read before the filesystem is hidden)."""
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 63
 
 
 def reset_environment(tmpdir: str) -> None:

@@ -34,7 +34,7 @@ import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
-from . import contain, packages  # noqa: E402
+from . import contain, packages, seccomp  # noqa: E402
 from .harness import ChildSpec, child_main, prelude_namespace, stdin_bytes  # noqa: E402
 from .protocol import ChannelClosed, ChannelCorrupt, ChannelTimeout, FrameReader, send_frame  # noqa: E402
 
@@ -85,17 +85,22 @@ def _world_readable(path: str) -> bool:
     return True
 
 
-def _uid_switch_works(uid: int) -> bool:
-    """Probe in a throw-away child whether dropping to `uid` is possible here."""
+def _drop_probe(uid: int | None, last_cap: int, filt: seccomp.Filter | None) -> int:
+    """Drop a program's privileges (to `uid`) in a throw-away child: 0 = done, no capability left;
+    2 = done but the bounding set stays full (not root in any namespace); 1 = refused here."""
     pid = os.fork()
     if pid == 0:
         try:
-            contain.drop_privileges(uid)
-            os._exit(0)
+            contain.drop_privileges(uid, last_cap)
+            if filt is not None:
+                filt.install()
+            with open("/proc/self/status") as f:
+                caps = [int(line.split()[1], 16) for line in f if line.startswith(("CapEff", "CapPrm", "CapBnd"))]
+            os._exit(0 if not any(caps) else 2)
         except BaseException:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
-    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
 
 
 def _pidfd(pid: int) -> int:
@@ -191,7 +196,18 @@ class Worker:
                         except OSError:
                             pass
                 self.nproc = mine + self.nproc
-        if self.uid is not None and not _uid_switch_works(self.uid):
+        # No capability and the seccomp filter for every program (contain.drop_privileges, seccomp.py):
+        # a worker where they cannot be had refuses to start, saying why (no weaker judge in silence).
+        self.last_cap = contain.last_capability()
+        raw = seccomp.build()
+        if raw is None:
+            raise RuntimeError(f"no seccomp filter for this architecture ({os.uname().machine})")
+        self.filter = seccomp.Filter(raw)
+        probe = _drop_probe(None, self.last_cap, self.filter)
+        if probe == 1:
+            raise RuntimeError("programs cannot be stripped of capabilities and filtered by seccomp here")
+        self.features.update(capabilities="none" if probe == 0 else "bounding set kept (not root)", seccomp=True)
+        if self.uid is not None and _drop_probe(self.uid, self.last_cap, None) == 1:
             # e.g. inside a user namespace that maps only root: the uid does not exist here.
             self.features["uid_switch_skipped"] = f"switching to uid {self.uid} is refused here"
             self.uid = None
@@ -256,11 +272,12 @@ class Worker:
                     nproc=self.nproc,
                 )
                 os.chdir(self.run_dir)  # the environment is already the programs' (see setup)
-                contain.drop_privileges(self.uid)
+                contain.drop_privileges(self.uid, self.last_cap)
                 # After the uid switch: changing credentials clears the parent-death signal.
                 contain.prctl(contain.PR_SET_PDEATHSIG, signal.SIGKILL)
                 if os.getppid() != worker_pid:
                     os._exit(6)
+                self.filter.install()  # last: from here on only what a program needs
                 main(spec)
             finally:
                 os._exit(5)
