@@ -168,7 +168,7 @@ class Worker:
                 raise RuntimeError("contained worker is not PID 1 of a new PID namespace")
             keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *self.cfg.get("keep", [])]
             keep += [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
-            hidden = contain.setup_worker_namespace(keep, "/tmp", self.tmp_size, self.shm_size)
+            hidden = contain.setup_worker_namespace(keep, "/tmp/run", self.tmp_size, self.shm_size)
             self.root = "/tmp"
             self.features.update(
                 contained=True, pid_namespace=True, net_namespace=True, ipc_namespace=True, uts_namespace=True,
@@ -219,6 +219,8 @@ class Worker:
         self.program_env = dict(os.environ)
         contain.reset_signals()  # likewise the programs' signal dispositions, inherited by fork
         contain.wipe_dir(self.run_dir, self.uid)
+        self.damaged = ""  # why this worker may not judge again (set by sweep)
+        self.view = self._view()
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         self.features["uid_switch"] = self.uid is not None
         self.features["rlimits"] = ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"]
@@ -312,12 +314,25 @@ class Worker:
                 pass
 
     def sweep(self) -> None:
-        if self.contained:
-            contain.sweep_namespace()
-            contain.wipe_contents("/dev/shm")
-        else:
-            contain.sweep_descendants()
-        contain.wipe_dir(self.run_dir, self.uid)
+        """Kill what the program left running and take back what it left lying: its files (its run dir,
+        /dev/shm), SysV IPC objects. A worker it managed to damage anyway (its filesystem view changed)
+        is marked, judges nothing more and is replaced by the pool (`damaged`)."""
+        try:
+            if self.contained:
+                contain.sweep_namespace()
+                contain.wipe_contents("/dev/shm")
+                contain.remove_sysv_ipc()
+            else:
+                contain.sweep_descendants()
+            contain.wipe_dir(self.run_dir, self.uid)
+            if self.view != self._view():
+                self.damaged = "its filesystem view changed"
+        except Exception as e:  # noqa: BLE001 - whatever it was, this worker is not trusted again
+            self.damaged = f"cleaning up after it failed ({type(e).__name__}: {e})"
+
+    def _view(self) -> tuple[int, ...]:
+        """The devices of the run dir, /tmp and / (a tripwire: the seccomp filter already refuses mounts)."""
+        return tuple(os.stat(p).st_dev for p in (self.run_dir, "/tmp", "/"))
 
     def _read_out(self, c: Child) -> tuple[bytes, int]:
         """The dead child's stdout (up to the cap + 1 byte) and its full size."""
@@ -537,6 +552,14 @@ class Worker:
                 self.kill_child(c)
                 self.close_child(c)
                 self.sweep()
+            if self.damaged and not stop:  # no fresh child here: what is left fails, the program's doing
+                while i < n:
+                    self.send({"t": "raw", "index": i, "status": "runtime_error", "stdout": "", "value_json": None,
+                               "stderr": "", "exit_code": None, "seconds": 0.0, "fatal": True,
+                               "detail": f"the program damaged its sandbox: {self.damaged}"})
+                    i += 1
+                    pending += i < n
+                break
             # Before starting a fresh child, hear what the pool decided so far.
             while pending and not stop and i < n:
                 pending -= 1
@@ -545,7 +568,9 @@ class Worker:
         while pending:
             pending -= 1
             self._reply()
-        self.send({"t": "end"})
+        self.send({"t": "end", "damaged": self.damaged})
+        if self.damaged:  # the pool replaces this worker; it judges nothing more
+            raise ChannelClosed(self.damaged)
 
     def serve(self) -> None:
         self.send({"t": "ready", "features": self.features})
@@ -589,9 +614,7 @@ def main() -> None:
                 pass
         else:
             contain.sweep_descendants()
-            import shutil
-
-            shutil.rmtree(w.root, ignore_errors=True)
+            contain.remove_tree(w.root)
     os._exit(0)
 
 
