@@ -532,5 +532,5 @@ def _raw_from_msg(msg: dict[str, Any], expected: int) -> RawRun:
         index=index, status=status, stdout=s("stdout"), value_json=vj if isinstance(vj, str) else None,
         stderr=s("stderr"), exit_code=ec if type(ec) is int else None,
         seconds=float(secs) if type(secs) in (int, float) else 0.0, detail=s("detail"),
-        fatal=msg.get("fatal") is True,
+        fatal=msg.get("fatal") is True, late=msg.get("late") is True,
     )
