@@ -1,13 +1,14 @@
 """Containment primitives: mounts, cgroup, privilege drop, rlimits, sweeping.
 
-The arrangement (measured in JUDGE.md): each worker is PID 1 of its own PID, net,
+The arrangement (docs/judge.md, "The threat model"): each worker is PID 1 of its own PID, net,
 IPC and mount namespaces (created by the `unshare` command that launches it). In
 `setup_worker_namespace` it hides everything outside the system directories behind
 empty tmpfs mounts (the repository, the dataset, root's home — only the
 interpreter's own prefixes are bound back in), remounts `/` read-only recursively,
-and mounts private writable tmpfs on `/tmp` and `/dev/shm`. Each program child then
-gets setsid, rlimits, closed fds, no-new-privs, an unprivileged uid of its own worker
-and an empty environment. After each program the worker, being PID 1, kills every
+and mounts private writable tmpfs on the programs' run dir (under a read-only `/tmp`)
+and `/dev/shm`. Each program child then gets setsid, rlimits, closed fds, no-new-privs,
+no capability, an unprivileged uid of its own worker, an empty environment and the
+seccomp filter (seccomp.py). After each program the worker, being PID 1, kills every
 other process of its namespace (`kill(-1, SIGKILL)`) and reaps them.
 """
 

@@ -5,11 +5,13 @@ loaded), contained by `contain.py`, then runs its tests in-process one after
 another: a fresh `__main__` module holding the APPS prelude, stdin/stdout/stderr
 swapped at the fd level (memfds owned by the worker, so `os.write(1, ...)` is
 captured and the worker can read them even after the child died), and one result
-frame per test (status, timing, output) back to the worker.
+frame per test (status, output) back to the worker. The child holds no test input: it
+waits for the worker's go, after which the input is in its stdin memfd, and the worker
+times each test from outside (worker.py), so no test's time is this process's word.
 
-Only plain data leaves: the status, exit code and timing, and in call mode the
-return value converted here to JSON text with exact type checks (`type(x) is int`,
-never `isinstance`), so a user object with a lying `__eq__` cannot pass as a value.
+Only plain data leaves: the status and exit code, and in call mode the return value
+converted here to JSON text with exact type checks (`type(x) is int`, never
+`isinstance`), so a user object with a lying `__eq__` cannot pass as a value.
 Anything the program does to this process (monkey-patching, writing frames of its
 own) can at most change *its own* reported output; expected outputs are never here.
 """
@@ -421,10 +423,10 @@ class Runner:
         return out, err
 
     def serve(self) -> None:
-        """Run tests start..n-1 back to back, one result frame after each, then exit.
+        """Say ready, then run tests start..n-1, each on the worker's go, one result frame after each.
 
-        The child does not wait for the judge between tests: the worker forwards each
-        result and kills this process as soon as the judge says stop.
+        The worker sends the next go as soon as a result arrives (the judge compares meanwhile)
+        and kills this process as soon as the judge says stop.
         """
         s = self.spec
         self.ready()

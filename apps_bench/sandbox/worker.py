@@ -6,13 +6,14 @@ imported, so forked children start warm; then only the standard library and the 
 profile's `sandbox.packages` stay importable (packages.py). In contained mode the worker is PID 1 of
 fresh PID/net/IPC/mount namespaces and builds its filesystem view (contain.py).
 
-Per job (one program and its test inputs): fork one contained child that runs the
-tests back to back (pipelined: it does not wait for the judge between tests), read
-each result frame with a wall-clock deadline, send a plain-JSON RawRun to the pool,
-and kill the child as soon as the pool says stop. A timeout or crash kills the
+Per job (one program and its test inputs): fork one contained child, wait until it is
+ready (set up, compiled), then for each test write the input where the child reads it,
+send a go and time the test here until its result frame arrives (wall-clock deadline;
+the next go is sent at once, so the child computes while the pool judges), send a
+plain-JSON RawRun to the pool, and kill the child as soon as the pool says stop. A timeout or crash kills the
 child; if the pool wants more, the remaining tests continue in a fresh child.
-After the job everything the program started is killed and reaped and
-the private temp dir wiped; only then does the worker say `end`.
+After the job everything the program started is killed and reaped, its SysV IPC
+objects removed and its writable dirs emptied; only then does the worker say `end`.
 """
 
 from __future__ import annotations
