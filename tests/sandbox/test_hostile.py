@@ -47,9 +47,17 @@ ENVIRONMENT = ("capabilities", "mount_changes", "ptrace_pidfd_getfd_worker", "sy
 def _user() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
+    except KeyError:  # (another session may be adding it at the same moment: the look-up after decides)
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+                       capture_output=True)
         return pwd.getpwnam(USER)
+
+
+@pytest.fixture(scope="module")
+def judge_user() -> pwd.struct_passwd:
+    """The non-root user; module-scoped, so under xdist this module's tests share one worker, one after
+    another (a test looks for processes of this user left behind, which another test's pool would be)."""
+    return _user()
 
 
 def _closed_dirs(path: str) -> list[tuple[str, str]]:
@@ -143,7 +151,7 @@ MODES = [pytest.param(False, id="root"), pytest.param(True, id="user")]
 
 @pytest.mark.parametrize("as_user", MODES)
 @pytest.mark.parametrize("profile", ["seed", "reference"])
-def test_forged_timing_is_a_timeout(tmp_path: Path, base: Path, profile: str, as_user: bool) -> None:
+def test_forged_timing_is_a_timeout(judge_user, tmp_path: Path, base: Path, profile: str, as_user: bool) -> None:
     """A program running 0.1 s past the limit per test, that rebinds the harness's timer or writes the
     result frame itself claiming 0.01 s, is a timeout: the time is the worker's."""
     out, stderr = _run(tmp_path, base, profile, as_user, TIMING)
@@ -156,7 +164,7 @@ def test_forged_timing_is_a_timeout(tmp_path: Path, base: Path, profile: str, as
 
 
 @pytest.mark.parametrize("as_user", MODES)
-def test_program_leaves_nothing_and_gains_no_privilege(tmp_path: Path, base: Path, as_user: bool) -> None:
+def test_program_leaves_nothing_and_gains_no_privilege(judge_user, tmp_path: Path, base: Path, as_user: bool) -> None:
     """Capabilities, mounts, the worker's process, SysV IPC, /tmp, keyrings, secrets: each attack fails
     and the correct program after it, on the same worker, passes."""
     out, stderr = _run(tmp_path, base, "seed", as_user, ENVIRONMENT)
@@ -185,7 +193,7 @@ def test_program_leaves_nothing_and_gains_no_privilege(tmp_path: Path, base: Pat
     _check_common(out, stderr, as_user)
 
 
-def test_a_damaged_worker_is_replaced_and_the_damage_scores_against_no_one() -> None:
+def test_a_damaged_worker_is_replaced_and_the_damage_scores_against_no_one(judge_user) -> None:
     """A program that changed its worker's mounts (done here from outside with nsenter, as one that got past
     the seccomp filter would: /tmp unmounted while it runs) keeps its own verdict, and nothing is added to
     it; the worker is replaced before it judges again, so the next program passes. (Before, the worker
@@ -193,7 +201,7 @@ def test_a_damaged_worker_is_replaced_and_the_damage_scores_against_no_one() -> 
     from apps_bench.judge.profiles import judge_config
     from apps_bench.sandbox import RunRequest, SandboxPool
 
-    slow = "import time\ntime.sleep(3)\nprint(int(input()) * 2)\n"
+    slow = "import time\nopen('started', 'w').close()\ntime.sleep(3)\nprint(int(input()) * 2)\n"
     with SandboxPool.from_config(judge_config("seed"), workers=1) as pool:
         pool.python_exec("pass", timeout_s=5, output_chars=100)  # started and ready
         mine = os.readlink("/proc/self/ns/pid")
@@ -202,8 +210,8 @@ def test_a_damaged_worker_is_replaced_and_the_damage_scores_against_no_one() -> 
         t = threading.Thread(target=lambda: done.append(pool.run(RunRequest(slow, "stdin", ["1"], timeout_s=10))))
         t.start()
         children = Path(f"/proc/{worker}/task/{worker}/children")
-        while not children.read_text().split():  # the program's process is there: it runs
-            assert t.is_alive()
+        while not any(Path(f"/proc/{c}/cwd/started").exists() for c in children.read_text().split()):
+            assert t.is_alive()  # until the program runs (its file is in its run dir)
             time.sleep(0.01)
         subprocess.run(["nsenter", "-t", str(worker), "-m", "-p", "umount", "-l", "/tmp"], check=True)
         t.join()
