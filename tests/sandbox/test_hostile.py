@@ -195,19 +195,22 @@ def test_program_leaves_nothing_and_gains_no_privilege(judge_user, tmp_path: Pat
 
 def test_a_damaged_worker_is_replaced_and_the_damage_scores_against_no_one(judge_user) -> None:
     """A program that changed its worker's mounts (done here from outside with nsenter, as one that got past
-    the seccomp filter would: /tmp unmounted while it runs) keeps its own verdict, and nothing is added to
-    it; the worker is replaced before it judges again, so the next program passes. (Before, the worker
+    the seccomp filter would: /tmp unmounted while it runs) keeps its own verdict for what it ran, and its
+    remaining test fails (its doing: no fresh child on that worker); the worker is replaced before it
+    judges again, so the next program passes. (Before, the worker
     died in its sweep and the pool added a sandbox_error to the finished job.)"""
     from apps_bench.judge.profiles import judge_config
     from apps_bench.sandbox import RunRequest, SandboxPool
 
-    slow = "import time\nopen('started', 'w').close()\ntime.sleep(3)\nprint(int(input()) * 2)\n"
+    # it ends its process after test 0, so test 1 would need a fresh child: not on a damaged worker
+    slow = ("import os, sys, time\nopen('started', 'w').close()\ntime.sleep(3)\nprint(int(input()) * 2)\n"
+            "sys.stdout.flush()\nos._exit(0)\n")
     with SandboxPool.from_config(judge_config("seed"), workers=1) as pool:
         pool.python_exec("pass", timeout_s=5, output_chars=100)  # started and ready
         mine = os.readlink("/proc/self/ns/pid")
         (worker,) = [p for p in pool.worker_pids() if os.readlink(f"/proc/{p}/ns/pid") != mine]  # not its launcher
         done: list = []
-        t = threading.Thread(target=lambda: done.append(pool.run(RunRequest(slow, "stdin", ["1"], timeout_s=10))))
+        t = threading.Thread(target=lambda: done.append(pool.run(RunRequest(slow, "stdin", ["1", "2"], timeout_s=10))))
         t.start()
         children = Path(f"/proc/{worker}/task/{worker}/children")
         while not any(Path(f"/proc/{c}/cwd/started").exists() for c in children.read_text().split()):
@@ -215,7 +218,8 @@ def test_a_damaged_worker_is_replaced_and_the_damage_scores_against_no_one(judge
             time.sleep(0.01)
         subprocess.run(["nsenter", "-t", str(worker), "-m", "-p", "umount", "-l", "/tmp"], check=True)
         t.join()
-        assert [(r.status, r.stdout) for r in done[0]] == [("ok", "2\n")]
+        assert [(r.status, r.stdout) for r in done[0]] == [("ok", "2\n"), ("runtime_error", "")], done[0]
+        assert done[0][1].detail.startswith("the program damaged its sandbox"), done[0][1]
         (after,) = pool.run(RunRequest("import os\nprint(int(input()) * 2, os.listdir('.'))", "stdin", ["21"],
                                        timeout_s=5))
         assert (after.status, after.stdout) == ("ok", "42 []\n"), after
