@@ -14,7 +14,7 @@ from typing import Any
 
 from apps_bench.cell import CellRefused, CellSetupError
 from apps_bench.config import CONF_DIR, register_configs
-from apps_bench.optimizers.cell import run_optimizer_cell
+from apps_bench.optimizers.cell import check_optimizer_cell, run_optimizer_cell
 from apps_bench.overrides import check_overrides, with_range_problems
 from apps_bench.pipeline import evaluate, prepare
 from apps_bench.tracking import mlflow as mlf
@@ -135,9 +135,10 @@ def run_cell(cfg: Any) -> Any:
     """Run (or resume) one cell: a plain one (pipeline.py) or an optimizer cell, which optimizes
     its prompts first, then evaluates them on the same engine (optimizers/cell.py). The cell's
     folder is locked from `prepare` until its run is finished (one writer per cell)."""
-    prep = prepare(cfg)
+    optimized = str(cfg.optimizer.name) != "none"
+    prep = prepare(cfg, check=check_optimizer_cell if optimized else None)
     try:
-        if prep.cell.optimizer != "none":
+        if optimized:
             return run_optimizer_cell(prep)
         return evaluate(prep)
     finally:

@@ -96,6 +96,7 @@ class Prepared:
     t_start: float
     endpoint: Any = None  # a remote model endpoint, probed by prepare (None: a built-in server, started by evaluate)
     server: Any = None  # what the server check found for this cell's tool requests (server_gate.py); None: not run
+    checked: Any = None  # what `prepare`'s `check` returned (an optimizer cell: its pool, already checked)
 
     @property
     def problems(self) -> list[Any]:
@@ -106,9 +107,11 @@ class Prepared:
         return self.store.dir
 
 
-def prepare(cfg: Any) -> Prepared:
+def prepare(cfg: Any, check: Callable[[Config, Any], Any] | None = None) -> Prepared:
     """Check the cell against the grid and its settings, load its problems, check the model
-    endpoint and the tracking store, then claim (lock) its folder: a refusal writes nothing."""
+    endpoint and the tracking store, then claim (lock) its folder: a refusal writes nothing.
+    `check(config, loaded)`: the checks of a kind of cell that need only its settings and data
+    (an optimizer's pool and splits), run with the others, before any process or file exists."""
     import yaml
 
 
@@ -130,6 +133,7 @@ def prepare(cfg: Any) -> Prepared:
         prompts = dict(load_prompts(config.topology).texts)
     except Exception as exc:  # noqa: BLE001 - a bad prompt set is a setup error with its own message
         raise CellSetupError(str(exc)) from exc
+    checked = check(config, loaded) if check is not None else None
     store = RecordStore(cell_dir_for(config.out_dir, cell))
     try:
         recorded = {r.key for r in store.records() if not r.error}  # read only, before any check
@@ -155,7 +159,8 @@ def prepare(cfg: Any) -> Prepared:
         raise
     todo = [p for p in loaded.problems if record_key(p.split, p.id) not in state.done]
     prep = Prepared(config=config, cell=cell, loaded=loaded, store=store, todo=todo,
-                    n_done=len(loaded.problems) - len(todo), t_start=t_start, endpoint=endpoint, server=server)  # fmt: skip
+                    n_done=len(loaded.problems) - len(todo), t_start=t_start, endpoint=endpoint, server=server,
+                    checked=checked)  # fmt: skip
     print(
         f"apps-bench: cell {cell.name} [{cell.key}] dataset={cell.dataset} split={cell.split} "
         f"({loaded.source}, revision {loaded.revision}): "
