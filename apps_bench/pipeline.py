@@ -41,7 +41,7 @@ from apps_bench.topologies.prompts import load_prompts
 from apps_bench.topologies.tool_use import tool_protocol, tool_warnings
 from apps_bench.tracking.cell_lock import CellBusy, lock_times
 from apps_bench.tracking.console import Progress, print_problem, print_summary
-from apps_bench.tracking.mlflow import StoreUnavailable
+from apps_bench.tracking.mlflow import LoggingPending, StoreUnavailable
 from apps_bench.tracking.records import (
     CELL,
     CONFIG,
@@ -222,14 +222,14 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
         if tracker_future is not None:
             fail_run(tracker_future, exc)
         if isinstance(exc, StoreUnavailable):
-            raise StoreUnavailable(_store_lost(prep, exc)) from None
+            raise _store_lost(prep, exc) from None
         raise
     finally:
         prep.store.close()
     try:
         return finish(prep, tracker, phases=phases, solvers=solvers, sandbox=sandbox, server=prep.server or previous.get("server"))
     except StoreUnavailable as exc:
-        raise StoreUnavailable(_store_lost(prep, exc)) from None
+        raise _store_lost(prep, exc, finished=True) from None
 
 
 def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], solvers: int, sandbox: Any, server: Any) -> CellResult:
@@ -332,14 +332,17 @@ def keep_lock(prep: Prepared) -> None:
         prep.store.lock.start_heartbeat()
 
 
-def _store_lost(prep: Prepared, exc: BaseException) -> str:
-    """What a store that failed mid-cell means for the cell: nothing is lost, and what the rerun does."""
+def _store_lost(prep: Prepared, exc: BaseException, *, finished: bool = False) -> StoreUnavailable:
+    """What a store that failed mid-cell means for the cell: nothing is lost, and what the rerun does;
+    once every problem was answered (or the cell `finished`), the cell is done: LoggingPending."""
     selected = {record_key(p.split, p.id) for p in prep.loaded.problems}
     n = sum(1 for r in prep.store.records() if r.key in selected and not r.error)
+    done = finished or n == len(selected)
     rerun = ("it logs the finished cell to its MLflow run without solving anything again" if n == len(selected)
              else f"it solves only the {len(selected) - n} problems left, then logs the cell")  # fmt: skip
-    return (f"{exc}. Nothing computed is lost: {prep.dir} keeps every record ({n} of {len(selected)} problems "
+    text = (f"{exc}. Nothing computed is lost: {prep.dir} keeps every record ({n} of {len(selected)} problems "
             f"recorded). Once the store answers again, rerun the same command: {rerun}.")
+    return LoggingPending(text) if done else StoreUnavailable(text)
 
 
 def _typed(data: Mapping[str, Any]) -> Config:
