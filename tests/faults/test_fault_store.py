@@ -103,3 +103,24 @@ def test_a_store_lost_as_the_sweep_ends_fails_no_cell_and_the_rerun_logs_the_res
         parents = [x for x in runs if x.data.tags.get("sweep") == "true"]
         assert len(cells) == 2 and all(x.info.status == "FINISHED" for x in cells)
         assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_a_store_killed_while_the_report_reads_it_is_one_line(tmp_path: Path):
+    (tmp_path / "server").mkdir()
+    with mlflow_server(tmp_path / "server") as uri:
+        cell = run_cli(["progress=false"], tmp_path, env=cli_env(tmp_path, MLFLOW_TRACKING_URI=uri))  # a cell to report
+        assert cell.returncode == 0, cell.stderr[-3000:]
+        reads = [0]
+
+        def dies(request: Request) -> bool:  # the report's third call through MLflow's client: mid-report
+            if request.path.startswith("/api/2.0/mlflow/") and "apps-bench-store-check" not in request.user_agent:
+                reads[0] += 1
+            return reads[0] == 3
+
+        with DyingProxy(uri, dies).running() as proxy:
+            r = run_cli(["--tracking-uri", proxy.url], tmp_path, module="apps_bench.report", timeout=300)
+            assert proxy.dead.is_set()
+    assert r.returncode == 2, (r.stdout + r.stderr)[-3000:]
+    line = _one_line(r.stderr, "apps-bench report")
+    assert f"the MLflow store at {proxy.url} does not answer any more" in line and "only reads" in line
