@@ -70,7 +70,7 @@ def disk_fault(exc: BaseException) -> Fault | None:
 def fault_of(exc: BaseException, uri: str | None = None) -> Fault | None:
     """`exc` as a failure of the surroundings (None: a bug or a bad setting, answered elsewhere)."""
     if isinstance(exc, KeyboardInterrupt):
-        return Fault("interrupted", "Rerun the same command to finish the rest.", EXIT_INTERRUPTED)
+        return Fault("interrupted", "Rerun the same command.", EXIT_INTERRUPTED)
     if isinstance(exc, StoreError):  # its message says what failed and the fix
         return Fault(str(exc), "")
     found = disk_fault(exc)
