@@ -77,10 +77,17 @@ def fault_of(exc: BaseException, uri: str | None = None) -> Fault | None:
     if found is not None:
         return found
     if uri:
-        lost = next((s for s in map(lambda e: store_calls_failed(uri, e), _chain(exc)) if s is not None), None)
+        store_side = [e for e in _chain(exc) if not _plain_os_error(e)]  # a file of the command's own is not the store
+        lost = next((s for s in map(lambda e: store_calls_failed(uri, e), store_side) if s is not None), None)
         if lost is not None:
             return Fault(str(lost), "Once the store answers again, rerun the same command.")
     return None
+
+
+def _plain_os_error(exc: BaseException) -> bool:
+    """An OSError of Python's own other than a connection's (a missing file, say); the HTTP clients' errors,
+    OSErrors too, are not plain."""
+    return type(exc).__module__ == "builtins" and isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError))
 
 
 def debugging(debug: bool = False) -> bool:
