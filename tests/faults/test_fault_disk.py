@@ -68,12 +68,17 @@ def test_a_disk_that_fills_while_records_are_written_then_the_rerun_after_space_
 
 
 def test_a_read_only_cell_folder_is_said_in_one_line(tmp_path: Path, apps_data_dir: Path):
+    rows = apps_data_dir / "train_mini150.jsonl"
     with tmpfs(tmp_path / "ro", "size=1m,ro") as ro:
-        r = _cell(tmp_path, apps_data_dir / "train_mini150.jsonl", ro / "cell")
-    assert r.returncode == 2, (r.stdout + r.stderr)[-3000:]
-    line = _said(r.stderr)
-    assert "read-only" in line and str(ro / "cell") in line and "out_dir=" in line
-    assert not (tmp_path / "outputs").exists()  # the Hydra run folder it made is gone too
+        r = _cell(tmp_path, rows, ro / "cell")
+        assert r.returncode == 2, (r.stdout + r.stderr)[-3000:]
+        line = _said(r.stderr)
+        assert "read-only" in line and str(ro / "cell") in line and "out_dir=" in line
+        assert not (tmp_path / "outputs").exists()  # the Hydra run folder it made is gone too
+        verbose = run_cli(["allow_any_cell=true", "dataset=apps", f"dataset.path={rows}", "dataset.split=train", "limit=2",
+                           "tracking=none", f"out_dir={ro / 'cell'}", "hydra.verbose=apps_bench"], tmp_path)  # fmt: skip
+    assert verbose.returncode == 2 and "Traceback" in verbose.stderr  # the traceback when asked for, then the line
+    assert [x for x in verbose.stderr.splitlines() if x.startswith("apps-bench: ")][-1] == line
 
 
 def test_a_read_only_working_directory_is_said_in_one_line(tmp_path: Path):
