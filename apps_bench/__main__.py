@@ -9,13 +9,14 @@ that directory's `outputs/`.
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from apps_bench.cell import CellRefused, CellSetupError
-from apps_bench.config import CONF_DIR, register_configs
+from apps_bench.config import CONF_DIR, ConfigDirMissing, config_dirs, name_options, register_configs
 from apps_bench.optimizers.cell import check_optimizer_cell, run_optimizer_cell
-from apps_bench.overrides import check_overrides, with_range_problems
+from apps_bench.overrides import check_overrides, config_dirs_of, with_range_problems
 from apps_bench.pipeline import evaluate, prepare
 from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
@@ -51,6 +52,7 @@ Usage:
   python -m apps_bench [OVERRIDE ...]            run one cell (no overrides: the 2 demo problems, gold model)
   python -m apps_bench -m [OVERRIDE ...]         a sweep, e.g. topology=single,independent seed=0,1,2
   python -m apps_bench --cfg job [OVERRIDE ...]  print the composed cell config
+  python -m apps_bench --config-dir DIR model=X  presets of your own (DIR/<group>/<name>.yaml), searched before conf/
   python -m apps_bench --hydra-help              Hydra's own options
   python -m apps_bench.report [--compare baseline=single]  pass@1 with 95% intervals, paired comparisons, cost
   python -m apps_bench.plan [-m] [OVERRIDE ...]  what that command would do (cells, state, grid, cost), no model call
@@ -108,22 +110,36 @@ def _refuse_seed_flags(argv: list[str]) -> None:
 def _refuse_bad_overrides(argv: list[str]) -> None:
     """A misspelt option or setting, or a value of the wrong type, answered like every other bad
     setting (exit 2, the fix) before Hydra composes anything or makes its output folder."""
-    bad = check_overrides(argv, Path(CONF_DIR))
+    bad = check_overrides(argv)
     if bad:
-        sys.stderr.write(f"apps-bench: {InvalidSettings(with_range_problems(bad, argv, Path(CONF_DIR)))}\n")
+        sys.stderr.write(f"apps-bench: {InvalidSettings(with_range_problems(bad, argv))}\n")
         raise SystemExit(2)
 
 
-def _enter_sweep(cfg: Any, multirun: bool) -> None:
-    """A sweep's cell works where the sweep was launched (a Ray worker starts in the `ray start`
-    directory), and stops before it runs if it did not receive the sweep's tracking settings."""
+@contextmanager
+def command_config_dir(argv: list[str]) -> Iterator[None]:
+    """The command's `--config-dir`, searched before the package's conf/ while it runs (config.config_dirs);
+    a folder that does not exist is refused (exit 2)."""
+    try:
+        with config_dirs(config_dirs_of(argv)):
+            yield
+    except ConfigDirMissing as exc:
+        sys.stderr.write(f"apps-bench: {exc}\n")
+        raise SystemExit(2) from None
+
+
+def _enter_sweep(cfg: Any, multirun: bool, launch_dir: str = "") -> None:
+    """A cell works where the command was launched, whatever folder Hydra gave the job
+    (`hydra.job.chdir=true`) or a sweep's worker started in (a Ray worker starts in the `ray start`
+    directory), and a sweep's cell stops before it runs if it did not receive the sweep's tracking settings."""
     import os
 
     from apps_bench.tracking.callbacks import ROOT_ENV
 
-    root = os.environ.get(ROOT_ENV, "")
-    if multirun and root and Path(root).is_dir():
-        os.chdir(root)  # relative paths, outputs/ and the default store: the launching command's
+    root = os.environ.get(ROOT_ENV, "") if multirun else ""
+    root = root if root and Path(root).is_dir() else launch_dir
+    if root and Path(root).is_dir():
+        os.chdir(root)  # relative paths, outputs/ and the default store: the launching command's (Hydra goes back after the job)
     if str(cfg.tracking.backend) == "none":
         return
 
@@ -152,11 +168,14 @@ def _task(cfg: Any) -> Any:
 
 
     try:
-        multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+        job = HydraConfig.get()
     except ValueError:
-        multirun = False
+        job = None
+    multirun = job is not None and job.mode == RunMode.MULTIRUN
+    if job is not None:
+        name_options(cfg, job.runtime.choices)  # the cell is named by the options selected
     try:
-        _enter_sweep(cfg, multirun)
+        _enter_sweep(cfg, multirun, str(job.runtime.cwd) if job is not None else "")
         result = run_cell(cfg)
     except mlf.LoggingPending as exc:  # the cell is done and its records safe: only its MLflow run waits
         faults.say("apps-bench", faults.Fault(str(exc), ""), "", exc)
@@ -188,6 +207,11 @@ def main() -> None:
         _print_help()
         return
     _refuse_seed_flags(args)
+    with command_config_dir(args):
+        _run(args)
+
+
+def _run(args: list[str]) -> None:
     _refuse_bad_overrides(args)
     _refuse_unwritable_outputs(args)
     import hydra

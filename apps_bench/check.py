@@ -20,11 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from apps_bench.__main__ import _refuse_bad_overrides
+from apps_bench.__main__ import _refuse_bad_overrides, command_config_dir
 from apps_bench.config import compose, problems_in_flight
 from apps_bench.data.demo import DEMO_PROBLEMS
 from apps_bench.models import ModelEndpointError, open_endpoint
 from apps_bench.models import server_check as sc
+from apps_bench.overrides import split_config_dir
 
 
 def run(config: Any) -> dict[str, Any]:
@@ -74,7 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     as_json = "--json" in args
     args = [a for a in args if a != "--json"]
+    dirs, args = split_config_dir(args)
+    with command_config_dir(["--config-dir", *dirs] if dirs else []):
+        return _check(args, as_json)
 
+
+def _check(args: list[str], as_json: bool) -> int:
     _refuse_bad_overrides(args)
     try:
         config = compose(args)

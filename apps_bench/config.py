@@ -300,11 +300,43 @@ def register_configs() -> None:
 
 CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 
+# the running command's `--config-dir` folders (absolute): searched before the package's conf/, so a preset there
+# is selectable like a packaged one and one of a packaged preset's name takes its place
+# (hydra_plugins/apps_bench_config_dir puts them on every Hydra search path made while they are set)
+_CONFIG_DIRS: list[str] = []
+
+
+class ConfigDirMissing(ValueError):
+    """`--config-dir DIR` names no folder."""
+
+
+@contextmanager
+def config_dirs(dirs: Sequence[str]) -> Iterator[None]:
+    """Search `dirs` (a command's `--config-dir`) before the package's conf/ while the command runs:
+    its own checks, Hydra's composition of the cell or sweep, and every `compose` in between."""
+    found = [str(Path(d).expanduser().resolve()) for d in dirs]
+    missing = [d for d, f in zip(dirs, found) if not Path(f).is_dir()]
+    if missing:
+        raise ConfigDirMissing(f"--config-dir {missing[0]}: no such folder; give a folder of presets laid out like "
+                               "conf/ (e.g. DIR/model/NAME.yaml)")  # fmt: skip
+    before = list(_CONFIG_DIRS)
+    _CONFIG_DIRS[:] = found
+    try:
+        yield
+    finally:
+        _CONFIG_DIRS[:] = before
+
+
+def overlay_dirs() -> list[str]:
+    """The `--config-dir` folders in effect (config_dirs), first to search."""
+    return list(_CONFIG_DIRS)
+
 
 @contextmanager
 def hydra_on(conf_dir: str | Path, job_name: str = "apps_bench") -> Iterator[None]:
-    """Hydra initialized on `conf_dir` (with the schemas registered) for a composition outside a running
-    app; the Hydra state from before (an enclosing app's or a test's) is back afterwards, also on an error."""
+    """Hydra initialized on `conf_dir` (with the schemas registered, after the command's `--config-dir`
+    folders) for a composition outside a running app; the Hydra state from before (an enclosing app's or
+    a test's) is back afterwards, also on an error."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -320,19 +352,42 @@ def hydra_on(conf_dir: str | Path, job_name: str = "apps_bench") -> Iterator[Non
             GlobalHydra.instance().initialize(before)
 
 
+# the axes whose option's name is the label of a cell, and whose behaviour comes from the option's other settings
+# (a dataset's source, a topology's runner, a model's provider): the name is the option selected
+# (`model=goldslow` names the cell goldslow, also when its file takes everything from `gold`). The optimizer's
+# name is its method (OPTIMIZER_SCHEMAS), so an optimizer preset names the method it runs.
+NAMED_BY_CHOICE = ("dataset", "topology", "model")
+
+
+def option_names(choices: Any) -> dict[str, str]:
+    """{group: the option selected} for NAMED_BY_CHOICE, from Hydra's `runtime.choices` of a composition."""
+    return {g: str(choices[g]) for g in NAMED_BY_CHOICE if choices is not None and choices.get(g)}
+
+
 def compose(overrides: Sequence[str] = ()) -> Config:
     """The cell `python -m apps_bench OVERRIDES` composes, typed: how a command or step reads a conf/
     file's values outside a cell (a judge profile, a model preset, the defaults), through Hydra like a
     cell, never from the file by hand. Inside a running Hydra app it composes with that app's search
-    path (so `--config-dir` applies); elsewhere with the package's conf/. Hydra's errors pass through."""
+    path; elsewhere with the package's conf/ after the command's `--config-dir` (config_dirs). Each option's
+    name is the option selected (option_names). Hydra's errors pass through."""
     from hydra import compose as hydra_compose
     from hydra.core.hydra_config import HydraConfig
 
     if HydraConfig.initialized():
         register_configs()
-        return typed_config(hydra_compose("config", overrides=list(overrides)))
+        return _named_cell(hydra_compose("config", overrides=list(overrides), return_hydra_config=True))
     with hydra_on(CONF_DIR):
-        return typed_config(hydra_compose("config", overrides=list(overrides)))
+        return _named_cell(hydra_compose("config", overrides=list(overrides), return_hydra_config=True))
+
+
+def _named_cell(cfg: Any) -> Config:
+    """A composition with its Hydra node as the typed cell, each option named by the option selected."""
+    from omegaconf import open_dict
+
+    name_options(cfg, cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return typed_config(cfg)
 
 
 class TargetError(ValueError):
@@ -377,7 +432,8 @@ def as_plain(value: Any) -> Any:
 
 def cell_data(cfg: Any) -> dict[str, Any]:
     """A composed cell as plain data, without the `hydra` node (whose `${hydra:...}` values do
-    not resolve outside a running job): what the grid guard, the cell key and config.yaml read."""
+    not resolve outside a running job): what the grid guard, the cell key and config.yaml read.
+    When the node is there, each option is named by the option selected (option_names)."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.is_config(cfg):
@@ -387,7 +443,22 @@ def cell_data(cfg: Any) -> dict[str, Any]:
         if k == "hydra":
             continue
         out[str(k)] = None if OmegaConf.is_missing(cfg, k) else as_plain(cfg[k])
+    choices = OmegaConf.select(cfg, "hydra.runtime.choices") if "hydra" in cfg else None
+    for group, name in option_names(choices).items():
+        if isinstance(out.get(group), dict):
+            out[group]["name"] = name
     return out
+
+
+def name_options(cfg: Any, choices: Any) -> None:
+    """Set each NAMED_BY_CHOICE option's name in a composed cell (a running job's config, whose Hydra node
+    is apart: `HydraConfig.get().runtime.choices`) to the option selected, as cell_data does."""
+    from omegaconf import OmegaConf, read_write
+
+    with read_write(cfg):
+        for group, name in option_names(choices).items():
+            if group in cfg:
+                OmegaConf.update(cfg, f"{group}.name", name, merge=False)
 
 
 T = TypeVar("T")

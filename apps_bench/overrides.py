@@ -10,10 +10,11 @@ read only the schema (config.py) and the option files under conf/, so they cost 
 from __future__ import annotations
 
 import difflib
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
-from apps_bench.config import OPTIMIZER_SCHEMAS, Config, cell_data, hydra_on
+from apps_bench.config import CONF_DIR, OPTIMIZER_SCHEMAS, Config, cell_data, hydra_on, overlay_dirs
 from apps_bench.validate import RULES, BadSetting, InvalidSettings, check_settings
 
 # Hydra's own command-line options that take a value (the value is not an override)
@@ -35,23 +36,101 @@ def override_args(argv: Iterable[str]) -> list[str]:
     return out
 
 
-def groups(conf_dir: Path) -> dict[str, list[str]]:
-    """Config group -> its options (the YAML files under conf/<group>/), Hydra's own groups left out."""
-    out = {}
-    for d in sorted(p for p in conf_dir.iterdir() if p.is_dir() and p.name != "hydra"):
-        out[d.name] = sorted(f.stem for f in d.glob("*.yaml"))
-    return out
+def config_dirs_of(argv: Iterable[str]) -> list[str]:
+    """The command's `--config-dir DIR` (`-cd DIR`, `--config-dir=DIR`): the last one, as Hydra takes it."""
+    return split_config_dir(argv)[0]
 
 
-def check_overrides(argv: Iterable[str], conf_dir: Path) -> list[BadSetting]:
-    """Every override that names no option, no setting, or a value of the wrong type."""
+def split_config_dir(argv: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(the command's `--config-dir` as config_dirs_of gives it, the other arguments)."""
+    found: list[str] = []
+    rest: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        flag, eq, value = arg.partition("=")
+        if flag in ("--config-dir", "-cd"):
+            value = value if eq else next(it, "")
+            found = [value] if value else found
+        else:
+            rest.append(arg)
+    return found, rest
+
+
+def _searchpath(argv: Iterable[str]) -> list[str]:
+    """The command's `hydra.searchpath=[...]` override, which Hydra applies when it loads a config."""
+    return [a for a in override_args(argv) if a.split("=", 1)[0] == "hydra.searchpath"]
+
+
+def groups(argv: Iterable[str] = ()) -> dict[str, list[str]]:
+    """Config group -> its options (the YAML files of conf/<group>/) in every folder the command `argv`
+    searches: its `--config-dir` (config.config_dirs, entered by the command), the package's conf/ and
+    `hydra.searchpath`. The groups are the package's (Hydra's own left out); a folder adds options.
+    Read from the folders (milliseconds; Hydra's own listing costs a tenth of a second a group)."""
+    package = Path(CONF_DIR)
+    names = sorted(d.name for d in package.iterdir() if d.is_dir() and d.name != "hydra")
+    out: dict[str, set[str]] = {g: set() for g in names}
+    for folder in [*map(Path, overlay_dirs()), package, *_searchpath_folders(_searchpath(argv))]:
+        for group in names:
+            where = folder / group
+            if where.is_dir():
+                out[group].update(f.name[: -len(".yaml")] for f in where.iterdir() if f.name.endswith(".yaml"))
+    return {g: sorted(o) for g, o in out.items()}
+
+
+def _searchpath_folders(searchpath: list[str]) -> list[Any]:
+    """The folders of a `hydra.searchpath=[...]` override: file:// (or plain) paths and pkg:// packages."""
+    from importlib import resources
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    folders: list[Any] = []
+    for raw in searchpath:
+        try:
+            entries = OverridesParser.create().parse_overrides([raw])[0].value()
+        except Exception:  # noqa: BLE001 - Hydra says what is wrong with it
+            continue
+        for entry in entries if isinstance(entries, list) else []:
+            text = str(entry)
+            if text.startswith("pkg://"):
+                package, _, sub = text.removeprefix("pkg://").partition("/")
+                try:
+                    folders.append(resources.files(package.replace("/", ".")).joinpath(sub) if sub else resources.files(package))
+                except (ModuleNotFoundError, TypeError):
+                    continue
+            else:
+                folders.append(Path(text.removeprefix("file://")))
+    return folders
+
+
+# settings that come with an option and decide what runs: set apart from the option, the cell would be
+# labelled one thing and run another (`topology.name=independent` on the single runner)
+OPTION_KEYS: dict[str, tuple[str, ...]] = {
+    "dataset": ("name", "source"),
+    "topology": ("name", "flow", "framework", "_target_"),
+    "model": ("name", "provider"),
+    "optimizer": ("name", "_target_"),
+}
+# groups a cell may go without (config.yaml: `optional experiment: null`, `debug: null`)
+OPTIONAL_GROUPS = ("experiment", "debug")
+
+
+def check_overrides(argv: Iterable[str]) -> list[BadSetting]:
+    """Every override that names no option, no setting, or a value of the wrong type; a setting that
+    comes with an option (OPTION_KEYS); a key given twice; a deletion a cell cannot do without; and a
+    preset of the command's own folders (`--config-dir`, `hydra.searchpath`) that does not load."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     parser = OverridesParser.create()
-    options = groups(conf_dir)
+    argv = list(argv)
     bad: list[BadSetting] = []
     methods: list[str] | None = None  # the optimizer(s) the command chooses, found when first needed
+    seen: dict[str, str] = {}
+    searchpath = _searchpath(argv)
+    options = groups(argv)
+    bad += _shadowed(searchpath)
+    own = _own_presets(searchpath)
+    mine: list[tuple[str, str]] = []  # the user's presets the command selects: loaded below, to check them
     for raw in override_args(argv):
         try:
             [ov] = parser.parse_overrides([raw])
@@ -62,20 +141,164 @@ def check_overrides(argv: Iterable[str], conf_dir: Path) -> list[BadSetting]:
                                   "key=value; a list as key=[a,b]; a sweep (with -m) as key=a,b"))  # fmt: skip
             continue
         key = ov.key_or_group
-        if ov.is_delete() or key == "hydra" or key.startswith(("hydra.", "hydra/")):
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+            continue
+        if key in seen:
+            bad.append(_twice(key, seen[key], raw))
+            continue
+        seen[key] = raw
+        if ov.is_delete():
+            bad += _deletion(key, options)
             continue
         values = _values(ov)
         if key in options:
-            bad += [_no_option(key, v, options[key]) for v in values if str(v) not in options[key]]
+            missing = [v for v in values if str(v) not in options[key]]
+            bad += [_no_option(key, v, options[key]) for v in missing]
+            mine += [(key, str(v)) for v in values if f"{key}/{v}" in own]
+        elif key.partition(".")[0] in OPTION_KEYS and key.partition(".")[2] in OPTION_KEYS[key.partition(".")[0]]:
+            bad += [_comes_with_option(key, v, options) for v in values[:1]]
         elif key.startswith("optimizer.params."):
-            methods = methods if methods is not None else _chosen_optimizers(argv, conf_dir)
+            methods = methods if methods is not None else _chosen_optimizers(argv)
             bad += _params_problems(key, values, methods)
         else:
-            bad += _setting_problems(key, values)
+            bad += _setting_problems(key, values, options)
+    # a preset of a packaged name replaces it wherever it is selected, by the command line or by default
+    mine += [(g, o) for g, _, o in (p.partition("/") for p in sorted(own)) if (Path(CONF_DIR) / g / f"{o}.yaml").is_file()]
+    if mine:
+        with _loader() as loader:
+            bad += [p for key, option in dict.fromkeys(mine) for p in _unloadable(loader, key, option, searchpath)]
     return bad
 
 
-def _chosen_optimizers(argv: Iterable[str], conf_dir: Path) -> list[str]:
+def _own_presets(searchpath: list[str]) -> set[str]:
+    """`group/option` of every preset in the user's folders (`--config-dir`, `hydra.searchpath`)."""
+    folders = [*map(Path, overlay_dirs()), *_searchpath_folders(searchpath)]
+    return {f"{d.name}/{f.name[: -len('.yaml')]}" for folder in folders if folder.is_dir()
+            for d in folder.iterdir() if d.is_dir() for f in d.iterdir() if f.name.endswith(".yaml")}  # fmt: skip
+
+
+@contextmanager
+def _loader() -> Iterator[Any]:
+    """Hydra's config loader on the command's search path (config.hydra_on)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    with hydra_on(CONF_DIR):
+        yield GlobalHydra.instance().config_loader()
+
+
+def _shadowed(searchpath: list[str]) -> list[BadSetting]:
+    """A file in a `hydra.searchpath` folder of a packaged preset's name: Hydra searches those folders after the
+    package's conf/, so the packaged preset would run instead of it, without a word."""
+    bad = []
+    for folder in _searchpath_folders(searchpath):
+        if not isinstance(folder, Path) or not folder.is_dir():
+            continue
+        for own in sorted(folder.glob("*/*.yaml")):
+            if (Path(CONF_DIR) / own.parent.name / own.name).is_file():
+                bad.append(BadSetting(
+                    "hydra.searchpath", searchpath[-1].partition("=")[2],
+                    f"{own} has the name of the packaged {own.parent.name}={own.stem}, which Hydra finds first "
+                    "(hydra.searchpath is searched after the package's conf/), so it would never be used",
+                    f"--config-dir {folder} (searched first), or rename {own.name}",
+                ))  # fmt: skip
+    return bad
+
+
+def _twice(key: str, first: str, second: str) -> BadSetting:
+    """Hydra keeps the last of two values of a setting without a word (and stops with a traceback for a group)."""
+    said = second.partition("=")[0] if second.startswith("~") else key  # a deletion is said without a value
+    return BadSetting(said, second.partition("=")[2], f"given twice ({first} and {second}); a cell has one value",
+                      f"give it once (e.g. {second.lstrip('+')}); to run both values: -m {key}=A,B")  # fmt: skip
+
+
+def _deletion(key: str, options: dict[str, list[str]]) -> list[BadSetting]:
+    """`~group` and `~setting`: a cell cannot go without an axis or a setting of the schema (every one has a
+    value: its default, or null where the schema allows it). Inside a free-form mapping (model.extra_body)
+    and for an optional group, Hydra deletes as documented."""
+    if key in OPTIONAL_GROUPS:
+        return []
+    if key in options:
+        return [BadSetting(f"~{key}", "", f"a cell needs a {key} (options: {', '.join(options[key])})",
+                           f"drop ~{key} (the default option), or {key}=NAME")]  # fmt: skip
+    if not _walk(key.split("."))[0]:
+        return _setting_problems(key, [""], options)
+    if not _is_schema_node(key):
+        return []  # a key of a free-form mapping (model.extra_body.x): deleted as Hydra documents
+    return [BadSetting(f"~{key}", "", "a setting of the schema, which every cell has (it cannot be deleted)",
+                       f"drop ~{key} (its default), or {key}=VALUE{' (null: none)' if _nullable(key) else ''}")]  # fmt: skip
+
+
+def _is_schema_node(key: str) -> bool:
+    """Whether `key` is a field of a schema dataclass (not a key inside a free-form mapping)."""
+    import dataclasses
+
+    parts = key.split(".")
+    parent: Any = Config
+    for part in parts[:-1]:
+        known, parent = _field_type(parent, part)
+        if not known:
+            return False
+    return dataclasses.is_dataclass(parent) and _field_type(parent, parts[-1])[0]
+
+
+def _nullable(key: str) -> bool:
+    import dataclasses
+    import typing
+
+    parts = key.split(".")
+    parent: Any = Config
+    for part in parts[:-1]:
+        parent = _field_type(parent, part)[1]
+    if not dataclasses.is_dataclass(parent):
+        return True
+    hint = typing.get_type_hints(parent).get(parts[-1])
+    return type(None) in typing.get_args(hint)
+
+
+def _comes_with_option(key: str, value: Any, options: dict[str, list[str]]) -> BadSetting:
+    group, _, leaf = key.partition(".")
+    choices = options.get(group, [])
+    if leaf == "name" and str(value) in choices:
+        fix = f"{group}={value}"
+    else:
+        guess = closest(str(value), choices) if leaf == "name" else None
+        fix = (f"{group}={guess or 'NAME'} (options: {', '.join(choices)}), or a preset of your own: "
+               f"--config-dir DIR with DIR/{group}/{value if leaf == 'name' else 'NAME'}.yaml")  # fmt: skip
+    return BadSetting(key, value, f"comes with the {group} option: the option names the cell and decides what runs, "
+                      f"so {group}.{leaf} is not set apart from it", fix)  # fmt: skip
+
+
+def _unloadable(loader: Any, group: str, option: str, searchpath: list[str]) -> list[BadSetting]:
+    """The option composed alone (with the command's search path): a file that does not parse, named with its
+    path and line, or a preset Hydra cannot compose, with Hydra's reason."""
+    from hydra.types import RunMode
+
+    try:
+        loader.load_configuration("config", [f"{group}={option}", *searchpath], run_mode=RunMode.RUN)
+    except Exception as exc:  # noqa: BLE001 - any reason a preset does not load is the answer
+        return [BadSetting(group, option, *_load_failure(exc, group, option))]
+    return []
+
+
+def _load_failure(exc: BaseException, group: str, option: str) -> tuple[str, str]:
+    """(what is wrong, the fix) for a preset that does not load: a YAML error's file and line when there is one."""
+    import yaml
+
+    err: BaseException | None = exc
+    while err is not None and not isinstance(err, yaml.MarkedYAMLError):
+        err = err.__cause__ or err.__context__
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        mark = err.problem_mark
+        where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}"
+        ctx = err.context_mark
+        since = f" at line {ctx.line + 1}" if ctx is not None and ctx.line != mark.line else ""
+        what = " ".join(p for p in (err.problem, f"({err.context}{since})" if err.context else "") if p)
+        return f"the preset's file does not parse: {where}: {what}", f"correct line {mark.line + 1} of {mark.name}"
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"the preset does not load: {reason}", f"fix {group}/{option}.yaml in your config folder"
+
+
+def _chosen_optimizers(argv: Iterable[str]) -> list[str]:
     """The optimizer(s) the command chooses (`optimizer=`, a sweep's choices, or what the other
     overrides compose to), whose params schemas `optimizer.params.*` overrides must name settings of."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -91,7 +314,7 @@ def _chosen_optimizers(argv: Iterable[str], conf_dir: Path) -> list[str]:
             chosen = [str(v) for v in _values(ov)]
         elif not ov.key_or_group.startswith("optimizer.params."):
             rest.append(raw)
-    return chosen or [_composed_optimizer(rest, conf_dir)]
+    return chosen or [_composed_optimizer(rest)]
 
 
 def _params_problems(key: str, values: list[Any], methods: list[str]) -> list[BadSetting]:
@@ -116,12 +339,12 @@ def _params_problems(key: str, values: list[Any], methods: list[str]) -> list[Ba
                        f"{guess}={_shown(shown)}" if guess else f"drop {key} (see conf/optimizer/{lacking[0]}.yaml)")]  # fmt: skip
 
 
-def _composed_optimizer(overrides: list[str], conf_dir: Path) -> str:
+def _composed_optimizer(overrides: list[str]) -> str:
     from hydra import compose
 
 
     try:
-        with hydra_on(conf_dir):
+        with hydra_on(CONF_DIR):
             return str(compose("config", overrides=overrides).optimizer.name)
     except Exception:  # noqa: BLE001 - another override's problem: said by check_overrides or by Hydra
         return ""
@@ -218,12 +441,20 @@ def _fits(typ: Any, value: Any) -> bool:
     return True
 
 
-def _setting_problems(key: str, values: list[Any]) -> list[BadSetting]:
-    """An unknown setting (with the closest real one), or values its schema type refuses."""
+def _setting_problems(key: str, values: list[Any], options: dict[str, list[str]]) -> list[BadSetting]:
+    """An unknown setting (with the closest group, for a word without a dot, or the closest real setting),
+    or values its schema type refuses."""
     known, typ = _walk(key.split("."))
+    shown = values[0] if values else ""
+    group = closest(key, options) if "." not in key else None
+    if not known and group:
+        choices = options[group]
+        picked = [str(v) for v in values if str(v) in choices] or [closest(str(shown), choices) or choices[0]]
+        return [BadSetting(key, shown, f"no such group or setting (did you mean the group {group}; options: {', '.join(choices)})",
+                           f"{group}={','.join(picked) if len(values) > 1 else picked[0]}")]  # fmt: skip
     if not known:
-        guess = closest(key, _leaf_keys())
-        shown = values[0] if values else ""
+        settable = [k for k in _leaf_keys() if k.partition(".")[2] not in OPTION_KEYS.get(k.partition(".")[0], ())]
+        guess = closest(key, settable)
         return [BadSetting(key, shown, f"unknown setting{f' (did you mean {guess})' if guess else ''}",
                            f"{guess}={_shown(shown)}" if guess else "python -m apps_bench --help lists the settings")]  # fmt: skip
     return [_wrong_type(key, v, typ) for v in values if not _fits(typ, v)]
@@ -251,7 +482,7 @@ def _shown(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def with_range_problems(bad: list[BadSetting], argv: Iterable[str], conf_dir: Path) -> list[BadSetting]:
+def with_range_problems(bad: list[BadSetting], argv: Iterable[str]) -> list[BadSetting]:
     """`bad` plus what the settings check (validate.py) finds in the cell the other overrides compose,
     so one message lists every bad setting (a sweep's choices are left to the sweep's own check)."""
     from hydra import compose
@@ -260,7 +491,7 @@ def with_range_problems(bad: list[BadSetting], argv: Iterable[str], conf_dir: Pa
     named = {b.key for b in bad}
     rest = [a for a in override_args(argv) if a.lstrip("+~").split("=", 1)[0] not in named]
     try:
-        with hydra_on(conf_dir):
+        with hydra_on(CONF_DIR):
             data = cell_data(compose("config", overrides=rest))
         check_settings(data)
     except InvalidSettings as exc:

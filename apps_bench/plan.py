@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from apps_bench.cell import grid_refusal, resolve_cell
-from apps_bench.config import CONF_DIR, cell_data, hydra_on, typed_config
+from apps_bench.config import CONF_DIR, ConfigDirMissing, cell_data, config_dirs, hydra_on, typed_config
 from apps_bench.data import load_selection
+from apps_bench.overrides import check_overrides, split_config_dir, with_range_problems
 from apps_bench.pipeline import cell_dir_for
 from apps_bench.report.cells import from_dirs
 from apps_bench.report.render import text_table
@@ -264,7 +265,16 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     multirun = any(a in ("-m", "--multirun") for a in args)
-    args = [a for a in args if a not in ("-m", "--multirun")]
+    dirs, args = split_config_dir(a for a in args if a not in ("-m", "--multirun"))
+    try:
+        with config_dirs(dirs):
+            return _plan(args, multirun)
+    except ConfigDirMissing as exc:
+        print(f"apps-bench plan: {exc}", file=sys.stderr)
+        return 2
+
+
+def _plan(args: list[str], multirun: bool) -> int:
     json_out = cells_dir = None
     rest: list[str] = []
     it = iter(args)
@@ -276,17 +286,22 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             json_out, cells_dir = (value, cells_dir) if a == "--json" else (json_out, value)
         elif a.startswith("--"):
-            print(f"apps-bench plan: unknown option {a}; options: -m, --json FILE|-, --cells-dir DIR; the rest are overrides",
+            print(f"apps-bench plan: unknown option {a}; options: -m, --json FILE|-, --cells-dir DIR, --config-dir DIR; "
+                  "the rest are overrides",
                   file=sys.stderr)  # fmt: skip
             return 2
         else:
             rest.append(a)
-    bad = _json_path_problem(json_out)
+    bad_json = _json_path_problem(json_out)
+    if bad_json:
+        print(f"apps-bench plan: --json {json_out}: {bad_json}; nothing was run", file=sys.stderr)
+        return 2
+    bad = check_overrides(rest)  # the main command's own check of its command line
     if bad:
-        print(f"apps-bench plan: --json {json_out}: {bad}; nothing was run", file=sys.stderr)
+        print(f"apps-bench plan: {InvalidSettings(with_range_problems(bad, rest))}", file=sys.stderr)
         return 2
     with faults.answered("apps-bench plan", "The plan only reads: nothing was written."):
-        return _plan(rest, multirun, json_out, cells_dir)
+        return _write_plan(rest, multirun, json_out, cells_dir)
 
 
 def _json_path_problem(json_out: str | None) -> str | None:
@@ -300,7 +315,7 @@ def _json_path_problem(json_out: str | None) -> str | None:
     return f"{why}. Give a file in a folder this user can write" if why else None
 
 
-def _plan(rest: list[str], multirun: bool, json_out: str | None, cells_dir: str | None) -> int:
+def _write_plan(rest: list[str], multirun: bool, json_out: str | None, cells_dir: str | None) -> int:
     try:
         plan = make_plan(rest, multirun=multirun, cells_dir=Path(cells_dir) if cells_dir else None)
     except (PlanError, ValueError) as exc:

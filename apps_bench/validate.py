@@ -27,7 +27,8 @@ class BadSetting:
     fix: str  # the override (or action) that fixes it
 
     def line(self) -> str:
-        return f"{self.key}={_show(self.value)}: {self.allowed}. Fix: {self.fix}"
+        said = self.key if self.key.startswith("~") else f"{self.key}={_show(self.value)}"  # a deletion has no value
+        return f"{said}: {self.allowed}. Fix: {self.fix}"
 
 
 class CellRefused(Exception):

@@ -214,6 +214,26 @@ def compose_cell(*overrides: str, hydra_cfg: bool = False):
         GlobalHydra.instance().clear()
 
 
+def config_dir_preset(config_dir: Path, name: str = "goldslow", base: str | None = "gold", group: str = "model",
+                      **settings: Any) -> Path:  # fmt: skip
+    """A preset of the user's own, as `--config-dir config_dir` finds it: `config_dir/<group>/<name>.yaml` holding
+    `defaults: [<base>, _self_]` (None: no defaults, e.g. to overlay a packaged preset with its own full text)
+    and `settings` (dotted keys nest); -> config_dir, to pass as `--config-dir`."""
+    import yaml
+
+    body: dict[str, Any] = {"defaults": [base, "_self_"]} if base else {}
+    for dotted, value in settings.items():
+        node = body
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    path = config_dir / group / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return config_dir
+
+
 @functools.cache
 def _model_preset(name: str):
     return compose_cell(f"model={name}").model

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from conftest import cli_env, run_cli
+from conftest import cli_env, config_dir_preset, run_cli
 
 
 def _runs_in(db: Path) -> int:
@@ -30,7 +30,7 @@ def test_refused_cell_exits_nonzero_and_runs_nothing(tmp_path: Path):
 
 
 def test_refused_exclusion_names_the_axis(tmp_path: Path):
-    r = run_cli(["model=gold", "optimizer.name=gepa"], tmp_path)
+    r = run_cli(["model=gold", "optimizer=gepa"], tmp_path)
     assert r.returncode != 0
     assert "model=gold" in r.stderr and "optimizer=gepa" in r.stderr and "allow_any_cell=true" in r.stderr
     assert not (tmp_path / "outputs" / "cells").exists()
@@ -48,9 +48,10 @@ def test_refusal_in_a_multirun_runs_nothing(tmp_path: Path):
 
 
 def test_refusal_in_a_declared_sweep(tmp_path: Path):
-    # experiment=smoke declares seed=0,1 as data; the command line adds a refused topology value
+    # experiment=smoke declares seed=0,1 as data; the command line adds a topology of the user's own, outside the grid
     env = cli_env(tmp_path)
-    r = run_cli(["experiment=smoke", "topology.name=made_up"], tmp_path, env=env)
+    mine = config_dir_preset(tmp_path / "my_conf", "made_up", "single", group="topology")
+    r = run_cli(["experiment=smoke", "topology=made_up", "--config-dir", str(mine)], tmp_path, env=env)
     assert r.returncode != 0
     assert "topology=made_up" in r.stderr and "2 of 2 cells" in r.stderr
     assert _runs_in(tmp_path / "outputs" / "mlflow.db") == 0

@@ -85,8 +85,25 @@ CASES = {
         [*LOCAL, "optimizer.params.hard_cases=2"], ["optimizer.params.hard_cases=2", "optimizer=none has none"],
     ),
     "an optimizer's name without its option": (
-        ["optimizer.name=gepa", "allow_any_cell=true"],
-        ["optimizer.params.budget=null: a setting of optimizer=gepa, missing here", "Fix: optimizer=gepa"],
+        ["optimizer.name=gepa", "allow_any_cell=true"], ["optimizer.name=gepa: comes with the optimizer option", "Fix: optimizer=gepa"],
+    ),
+    # names come from groups: the label and the runner are the option's (#39)
+    "a misspelt group": (["topolgy=independent"], ["topolgy=independent", "did you mean the group topology", "Fix: topology=independent"]),
+    "a topology's name apart from its option": (
+        ["topology.name=independent"], ["topology.name=independent: comes with the topology option", "Fix: topology=independent"],
+    ),
+    "a runner apart from its option": (
+        ["topology._target_=apps_bench.topologies.independent.IndependentTopology"],
+        ["topology._target_=apps_bench.topologies.independent.IndependentTopology: comes with the topology option",
+         "Fix: topology=NAME (options: centralized_autogen"],
+    ),
+    "a model's provider apart from its preset": (["model.provider=openai"], ["model.provider=openai: comes with the model option"]),
+    # Hydra's deletions and repeated keys (#43)
+    "deleting an axis": (["~topology"], ["~topology: a cell needs a topology", "Fix: drop ~topology (the default option), or topology=NAME"]),
+    "deleting a setting": (["~limit"], ["~limit: a setting of the schema", "Fix: drop ~limit (its default), or limit=VALUE (null: none)"]),
+    "a setting given twice": (["seed=0", "seed=1"], ["seed=1: given twice (seed=0 and seed=1)", "-m seed=A,B"]),
+    "a group given twice": (
+        ["topology=single", "topology=independent"], ["given twice (topology=single and topology=independent)"],
     ),
     "misspelt MASPO weight": (
         [*LOCAL, "optimizer=maspo", f"optimizer.params.pool.path={TRAIN}", "+optimizer.params.reward.lokal=0.1"],

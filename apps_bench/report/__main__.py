@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     sel.add_argument("--dataset", help="only cells of this dataset (e.g. apps)")
     sel.add_argument("--optimizer", help="only cells of this optimizer (e.g. none)")
     sel.add_argument("--model", help="only cells of this model (e.g. qwen)")
+    sel.add_argument("--config-dir", metavar="DIR", help="the --config-dir the cells ran with: its presets are names --model etc. accept")
     sel.add_argument("--seeds", metavar="S,S", help="only these seeds (e.g. 0 to compare single cells)")
     sel.add_argument("--judge", metavar="PROFILE", help="only verdicts of this judge profile (profiles are never pooled)")
     sel.add_argument("--include-incomplete", action="store_true",

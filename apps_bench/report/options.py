@@ -1,7 +1,7 @@
 """The report's options, checked before any cell is read or anything is printed or written.
 
 A misspelt name (a baseline topology, a judge profile, a dataset, an optimizer, a model
-preset) is answered with "did you mean" and the options conf/ offers; a file the report
+preset) is answered with "did you mean" and the options conf/ (and `--config-dir`) offers; a file the report
 cannot write (an export or chart of another type) with the types it can. Every problem is
 listed at once; the command exits 2 (report.__main__).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from apps_bench.config import CONF_DIR
+from apps_bench.config import ConfigDirMissing, config_dirs
 from apps_bench.overrides import closest, groups
 from apps_bench.report.table import ReportError
 
@@ -43,7 +43,11 @@ def baseline_of(spec: str) -> str:
 
 def check(args: argparse.Namespace) -> str | None:
     """Every bad option at once (ReportError) before any work; -> the --compare baseline, if any."""
-    options = groups(Path(CONF_DIR))
+    try:
+        with config_dirs([args.config_dir] if getattr(args, "config_dir", None) else []):
+            options = groups()  # the package's conf/ and the presets of --config-dir
+    except ConfigDirMissing as exc:
+        raise ReportError(str(exc)) from None
     bad: list[str] = []
     baseline = None
     if args.compare:

@@ -10,6 +10,7 @@ from typing import Any
 
 from apps_bench.report.cost import CostRow
 from apps_bench.report.groups import Comparison, Group, blocks, classes
+from apps_bench.report.stats import format_p
 
 
 def _pyplot() -> Any:
@@ -99,7 +100,7 @@ def forest_plot(comps: list[Comparison], path: str, groups: list[Group]) -> None
         assert r is not None
         ax.plot([r.low, r.high], [y, y], color="tab:blue", linewidth=2)
         ax.plot([r.diff], [y], "o", color="tab:blue", markersize=7)
-        ax.annotate(f"p_Holm={c.p_holm:.3g}", (r.high, y), xytext=(6, -3), textcoords="offset points", fontsize=8)
+        ax.annotate(f"p_Holm={format_p(c.p_holm)}", (r.high, y), xytext=(6, -3), textcoords="offset points", fontsize=8)
     ax.axvline(0.0, color="grey", linestyle="--", linewidth=1)
     ax.set_yticks(range(len(done)))
     ax.set_yticklabels([f"{c.name} [{letters.get(c.comparability, '?')}]" for c in reversed(done)])

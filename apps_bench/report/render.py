@@ -43,12 +43,6 @@ def _n(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:,.0f}"
 
 
-def _p(p: float | None) -> str:
-    if p is None:
-        return "-"
-    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
-
-
 def block_header(groups: list[Group]) -> str:
     """Each block once, with its letter: what the tables' `block X` titles refer to."""
     names, labels = blocks(groups), classes(groups)
@@ -134,7 +128,7 @@ def compare_table(comps: list[Comparison], names: Blocks | None = None) -> str:
         r = c.result
         rows.append((c.comparability, [
             c.model, c.label, c.baseline, f"{r.diff:+.3f}", f"[{r.low:+.3f}, {r.high:+.3f}]",
-            f"{r.a_only}/{r.b_only}", _p(r.p_value), _p(c.p_holm), ",".join(c.seeds), str(r.n_problems),
+            f"{r.a_only}/{r.b_only}", stats.format_p(r.p_value), stats.format_p(c.p_holm), ",".join(c.seeds), str(r.n_problems),
         ]))  # fmt: skip
     caption = (
         f"Δ = pass@1(topology) − pass@1(baseline) on the same problems and seeds; {stats.METHOD_PAIRED.format(b=stats.N_BOOT)}; "

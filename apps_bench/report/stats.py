@@ -131,15 +131,40 @@ def _mean(xs: Sequence[float]) -> float:
 
 def mcnemar_exact(b: int, c: int) -> float:
     """Exact two-sided McNemar p-value from the discordant counts b and c: under H0 each
-    discordant pair falls either way with probability 1/2, so p = 2 P(Binom(b+c, 1/2) <= min(b, c)), capped at 1."""
+    discordant pair falls either way with probability 1/2, so p = 2 P(Binom(b+c, 1/2) <= min(b, c)), capped at 1.
+
+    Summed in log space from the largest term of the tail down, each term the one before
+    times i / (n - i + 1): linear in min(b, c) at worst and stopping once the terms no
+    longer change the sum, so 15,000 pairs cost microseconds and a tiny p-value keeps its
+    digits instead of underflowing in big-integer division. A p-value below the smallest
+    float is 0.0; the report prints anything below `P_FLOOR` as a bound."""
     if b < 0 or c < 0:
         raise ValueError(f"discordant counts must be >= 0, got {b}, {c}")
     n = b + c
-    if n == 0:
-        return 1.0
     k = min(b, c)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2.0 * tail)
+    if n == 0 or 2 * k >= n:
+        return 1.0  # no discordant pair, or a balanced split: no evidence either way
+    total = term = 1.0
+    for i in range(k, 0, -1):
+        term *= i / (n - i + 1)
+        total += term
+        if term < total * 1e-17:
+            break
+    log_top = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - n * math.log(2)
+    log_p = math.log(2.0) + log_top + math.log(total)
+    return min(1.0, math.exp(log_p))
+
+
+P_FLOOR = 1e-300  # p-values below this print as "< 1e-300": a float holds little more, and 0 would read as exact
+
+
+def format_p(p: float | None) -> str:
+    """A p-value as the report prints it: never 0, a bound below `P_FLOOR`."""
+    if p is None:
+        return "-"
+    if p < P_FLOOR:
+        return f"< {P_FLOOR:.0e}"
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

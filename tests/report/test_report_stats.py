@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from apps_bench.report.stats import bootstrap_interval, holm, mcnemar_exact, paired_bootstrap, pooled_rate
+from apps_bench.report.stats import bootstrap_interval, format_p, holm, mcnemar_exact, paired_bootstrap, pooled_rate
 
 
 def test_mcnemar_exact_by_hand():
@@ -83,3 +83,31 @@ def test_paired_bootstrap_and_mcnemar_counts():
 def test_paired_bootstrap_refuses_different_problems():
     with pytest.raises(ValueError, match="same problems"):
         paired_bootstrap({"a": [1], "b": [0]}, {"a": [1], "c": [0]})
+
+
+def _exact_log_p(b: int, c: int) -> float:
+    """The two-sided McNemar log p-value from big integers (math.log takes any int)."""
+    n, k = b + c, min(b, c)
+    return math.log(2) + math.log(sum(math.comb(n, i) for i in range(k + 1))) - n * math.log(2)
+
+
+@pytest.mark.parametrize("b,c", [(1, 40), (30, 70), (400, 600), (1450, 1550), (2000, 3000), (100, 14_900), (6000, 9000)])
+def test_mcnemar_exact_at_study_size_keeps_its_digits(b, c):
+    p = mcnemar_exact(b, c)
+    want = _exact_log_p(b, c)
+    if want > math.log(1e-300):
+        assert p == pytest.approx(math.exp(want), rel=1e-9)
+    else:  # below what a float holds well: never reported as an exact 0
+        assert p < 1e-300
+        assert format_p(p) == "< 1e-300" and format_p(holm([p, 0.5])[0]) == "< 1e-300"
+
+
+def test_mcnemar_exact_agrees_with_scipy():
+    from scipy import stats as scipy_stats  # mlflow depends on scipy: always installed
+    for b, c in [(3, 9), (120, 180), (700, 800), (2500, 2600), (7400, 7600)]:
+        assert mcnemar_exact(b, c) == pytest.approx(scipy_stats.binomtest(min(b, c), b + c, 0.5).pvalue, rel=1e-9)
+
+
+def test_format_p_never_prints_zero():
+    assert format_p(0.0) == "< 1e-300" and format_p(5e-301) == "< 1e-300"
+    assert format_p(2e-7) == "2e-07" and format_p(0.0123) == "0.012" and format_p(None) == "-"
