@@ -38,7 +38,7 @@ from apps_bench.config import cell_data, typed_config
 from apps_bench.cpus import SHARE_ENV, usable_cpus
 from apps_bench.data import load_selection
 from apps_bench.report.sweep_run import publish_or_say
-from apps_bench.tracking import membership
+from apps_bench.tracking import faults, membership
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.membership import Member
 from apps_bench.validate import InvalidSettings, empty_selection
@@ -176,6 +176,7 @@ class SweepTracking(Callback):
         self._interrupted: str | None = None
         self._missing: list[str] = []  # member cells the comparison could not cover at the end
         self._members: list[Any] | None = None  # the member list this process recorded on the parent
+        self._store_failed = False  # the store failed while the parent run was closed
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _ACTIVE
@@ -198,11 +199,12 @@ class SweepTracking(Callback):
         tags = {"sweep_overrides": overrides[:5000], "n_cells": str(n), **provenance.git_info()}
         tags["package_version"] = provenance.package_version()
         name = f"sweep·{n} cells"
-        uri, run_id, continued = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri,
-                                                      sweep_key=sweep_key(experiment, [m.key for m in members]))  # fmt: skip
-        self._parent = (uri, run_id)
-        self._members = list(members)
-        membership.record(mlf.client(uri), run_id, members)  # before any cell: membership never depends on order
+        with faults.answered("apps-bench", "No cell was run.", uri=uri):
+            uri, run_id, continued = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri,
+                                                          sweep_key=sweep_key(experiment, [m.key for m in members]))  # fmt: skip
+            self._parent = (uri, run_id)
+            self._members = list(members)
+            membership.record(mlf.client(uri), run_id, members)  # before any cell: membership never depends on order
         _ACTIVE = self
         env = {"MLFLOW_TRACKING_URI": uri, mlf.PARENT_RUN_ENV: run_id, ROOT_ENV: str(Path.cwd().resolve())}
         share = joblib_share(config, n)
@@ -220,6 +222,8 @@ class SweepTracking(Callback):
             self._close("FINISHED")
         finally:
             _stop_idle_launcher_workers()
+        if self._store_failed:  # said on stderr in one line: the cells are done, their logging waits for the rerun
+            raise SystemExit(faults.EXIT_FAILED)
         if self._missing:  # said on stderr and in the parent's tags by the comparison
             raise SystemExit(1)
 
@@ -276,6 +280,13 @@ class SweepTracking(Callback):
             if message:  # a launcher's reason comes last: it says why the sweep ended
                 mlf.client(uri).set_tag(run_id, "error", message[:5000])
             mlf.end_run(uri, run_id, status)
+        except Exception as exc:
+            fault = faults.fault_of(exc, uri)
+            if fault is None:
+                raise
+            self._store_failed = True
+            faults.say("apps-bench", fault, f"The sweep's parent run {run_id} stays open, and every cell keeps its "
+                       "records in its folder: the rerun solves only what is not recorded, then logs the rest.", exc)  # fmt: skip
         finally:
             os.environ.pop(mlf.PARENT_RUN_ENV, None)
             os.environ.pop(SHARE_ENV, None)
