@@ -15,9 +15,10 @@ from typing import Any, Iterator
 
 from apps_bench.cell import CellRefused, CellSetupError
 from apps_bench.config import CONF_DIR, ConfigDirMissing, config_dirs, name_options, register_configs
-from apps_bench.optimizers.cell import run_optimizer_cell
+from apps_bench.optimizers.cell import check_optimizer_cell, run_optimizer_cell
 from apps_bench.overrides import check_overrides, config_dirs_of, with_range_problems
 from apps_bench.pipeline import evaluate, prepare
+from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.records import CellDirConflict
 from apps_bench.tracking.sqlite_store import StoreError
@@ -151,9 +152,10 @@ def run_cell(cfg: Any) -> Any:
     """Run (or resume) one cell: a plain one (pipeline.py) or an optimizer cell, which optimizes
     its prompts first, then evaluates them on the same engine (optimizers/cell.py). The cell's
     folder is locked from `prepare` until its run is finished (one writer per cell)."""
-    prep = prepare(cfg)
+    optimized = str(cfg.optimizer.name) != "none"
+    prep = prepare(cfg, check=check_optimizer_cell if optimized else None)
     try:
-        if prep.cell.optimizer != "none":
+        if optimized:
             return run_optimizer_cell(prep)
         return evaluate(prep)
     finally:
@@ -175,6 +177,11 @@ def _task(cfg: Any) -> Any:
     try:
         _enter_sweep(cfg, multirun, str(job.runtime.cwd) if job is not None else "")
         result = run_cell(cfg)
+    except mlf.LoggingPending as exc:  # the cell is done and its records safe: only its MLflow run waits
+        faults.say("apps-bench", faults.Fault(str(exc), ""), "", exc)
+        if multirun:  # not a failed cell: the sweep goes on, and its end says what the rerun logs
+            return None
+        raise SystemExit(faults.EXIT_FAILED) from None
     except (CellRefused, CellSetupError, CellDirConflict, StoreError) as exc:
         if multirun:  # fail this cell only; the sweep goes on and reports it
             raise
@@ -182,6 +189,13 @@ def _task(cfg: Any) -> Any:
         sys.stdout.flush()
         sys.stderr.write(f"apps-bench: {exc}\n")
         raise SystemExit(2) from None
+    except Exception as exc:
+        fault = faults.fault_of(exc)  # a full disk, a read-only folder
+        if fault is None or multirun:
+            raise
+        _forget_run_dir()
+        faults.say("apps-bench", fault, "Every problem recorded so far is kept, and none is recorded twice.", exc)
+        raise SystemExit(fault.code) from None
     if not multirun and not result.complete:
         raise SystemExit(3)  # recorded, but with errors to retry: scripts must see it
     return result.summary.get("pass_at_1")
@@ -199,6 +213,7 @@ def main() -> None:
 
 def _run(args: list[str]) -> None:
     _refuse_bad_overrides(args)
+    _refuse_unwritable_outputs(args)
     import hydra
 
 
@@ -216,6 +231,20 @@ def _run(args: list[str]) -> None:
         from apps_bench.tracking.callbacks import end_unfinished_sweep
 
         end_unfinished_sweep()
+
+
+def _refuse_unwritable_outputs(argv: list[str]) -> None:
+    """Hydra's run folder goes under ./outputs/ (conf/config.yaml `hydra.run.dir`, `hydra.sweep.dir`): a folder
+    this process cannot write is said in one line before Hydra fails on it with a chain of tracebacks."""
+    if any(a.lstrip("+").startswith(("hydra.run.dir=", "hydra.sweep.dir=")) for a in argv):
+        return
+    if any(a in ("--cfg", "-c", "--info", "-i", "--hydra-help", "--shell-completion", "-sc") for a in argv):
+        return  # prints, runs nothing
+    why = faults.unwritable(Path("outputs"))
+    if why:
+        sys.stderr.write(f"apps-bench: cannot write outputs/ in {Path.cwd()}: {why}; nothing was run. Run from a folder "
+                         "this user can write (every path in the command may be absolute).\n")  # fmt: skip
+        raise SystemExit(faults.EXIT_FAILED)
 
 
 def _forget_run_dir() -> None:

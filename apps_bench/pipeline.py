@@ -41,7 +41,7 @@ from apps_bench.topologies.prompts import load_prompts
 from apps_bench.topologies.tool_use import tool_protocol, tool_warnings
 from apps_bench.tracking.cell_lock import CellBusy, lock_times
 from apps_bench.tracking.console import Progress, print_problem, print_summary
-from apps_bench.tracking.mlflow import StoreUnavailable
+from apps_bench.tracking.mlflow import LoggingPending, StoreUnavailable
 from apps_bench.tracking.records import (
     CELL,
     CONFIG,
@@ -96,6 +96,7 @@ class Prepared:
     t_start: float
     endpoint: Any = None  # a remote model endpoint, probed by prepare (None: a built-in server, started by evaluate)
     server: Any = None  # what the server check found for this cell's tool requests (server_gate.py); None: not run
+    checked: Any = None  # what `prepare`'s `check` returned (an optimizer cell: its pool, already checked)
 
     @property
     def problems(self) -> list[Any]:
@@ -106,9 +107,11 @@ class Prepared:
         return self.store.dir
 
 
-def prepare(cfg: Any) -> Prepared:
+def prepare(cfg: Any, check: Callable[[Config, Any], Any] | None = None) -> Prepared:
     """Check the cell against the grid and its settings, load its problems, check the model
-    endpoint and the tracking store, then claim (lock) its folder: a refusal writes nothing."""
+    endpoint and the tracking store, then claim (lock) its folder: a refusal writes nothing.
+    `check(config, loaded)`: the checks of a kind of cell that need only its settings and data
+    (an optimizer's pool and splits), run with the others, before any process or file exists."""
     import yaml
 
 
@@ -130,6 +133,7 @@ def prepare(cfg: Any) -> Prepared:
         prompts = dict(load_prompts(config.topology).texts)
     except Exception as exc:  # noqa: BLE001 - a bad prompt set is a setup error with its own message
         raise CellSetupError(str(exc)) from exc
+    checked = check(config, loaded) if check is not None else None
     store = RecordStore(cell_dir_for(config.out_dir, cell))
     try:
         recorded = {r.key for r in store.records() if not r.error}  # read only, before any check
@@ -155,7 +159,8 @@ def prepare(cfg: Any) -> Prepared:
         raise
     todo = [p for p in loaded.problems if record_key(p.split, p.id) not in state.done]
     prep = Prepared(config=config, cell=cell, loaded=loaded, store=store, todo=todo,
-                    n_done=len(loaded.problems) - len(todo), t_start=t_start, endpoint=endpoint, server=server)  # fmt: skip
+                    n_done=len(loaded.problems) - len(todo), t_start=t_start, endpoint=endpoint, server=server,
+                    checked=checked)  # fmt: skip
     print(
         f"apps-bench: cell {cell.name} [{cell.key}] dataset={cell.dataset} split={cell.split} "
         f"({loaded.source}, revision {loaded.revision}): "
@@ -217,14 +222,14 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
         if tracker_future is not None:
             fail_run(tracker_future, exc)
         if isinstance(exc, StoreUnavailable):
-            raise StoreUnavailable(_store_lost(prep, exc)) from None
+            raise _store_lost(prep, exc) from None
         raise
     finally:
         prep.store.close()
     try:
         return finish(prep, tracker, phases=phases, solvers=solvers, sandbox=sandbox, server=prep.server or previous.get("server"))
     except StoreUnavailable as exc:
-        raise StoreUnavailable(_store_lost(prep, exc)) from None
+        raise _store_lost(prep, exc, finished=True) from None
 
 
 def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], solvers: int, sandbox: Any, server: Any) -> CellResult:
@@ -327,14 +332,17 @@ def keep_lock(prep: Prepared) -> None:
         prep.store.lock.start_heartbeat()
 
 
-def _store_lost(prep: Prepared, exc: BaseException) -> str:
-    """What a store that failed mid-cell means for the cell: nothing is lost, and what the rerun does."""
+def _store_lost(prep: Prepared, exc: BaseException, *, finished: bool = False) -> StoreUnavailable:
+    """What a store that failed mid-cell means for the cell: nothing is lost, and what the rerun does;
+    once every problem was answered (or the cell `finished`), the cell is done: LoggingPending."""
     selected = {record_key(p.split, p.id) for p in prep.loaded.problems}
     n = sum(1 for r in prep.store.records() if r.key in selected and not r.error)
+    done = finished or n == len(selected)
     rerun = ("it logs the finished cell to its MLflow run without solving anything again" if n == len(selected)
              else f"it solves only the {len(selected) - n} problems left, then logs the cell")  # fmt: skip
-    return (f"{exc}. Nothing computed is lost: {prep.dir} keeps every record ({n} of {len(selected)} problems "
+    text = (f"{exc}. Nothing computed is lost: {prep.dir} keeps every record ({n} of {len(selected)} problems "
             f"recorded). Once the store answers again, rerun the same command: {rerun}.")
+    return LoggingPending(text) if done else StoreUnavailable(text)
 
 
 def _typed(data: Mapping[str, Any]) -> Config:

@@ -31,6 +31,7 @@ from apps_bench.pipeline import cell_dir_for
 from apps_bench.report.cells import from_dirs
 from apps_bench.report.render import text_table
 from apps_bench.report.table import ReportError
+from apps_bench.tracking import faults
 from apps_bench.tracking.records import RecordStore, record_key
 from apps_bench.types import ProblemRecord
 from apps_bench.validate import InvalidSettings, check_settings, empty_selection
@@ -291,10 +292,30 @@ def _plan(args: list[str], multirun: bool) -> int:
             return 2
         else:
             rest.append(a)
+    bad_json = _json_path_problem(json_out)
+    if bad_json:
+        print(f"apps-bench plan: --json {json_out}: {bad_json}; nothing was run", file=sys.stderr)
+        return 2
     bad = check_overrides(rest)  # the main command's own check of its command line
     if bad:
         print(f"apps-bench plan: {InvalidSettings(with_range_problems(bad, rest))}", file=sys.stderr)
         return 2
+    with faults.answered("apps-bench plan", "The plan only reads: nothing was written."):
+        return _write_plan(rest, multirun, json_out, cells_dir)
+
+
+def _json_path_problem(json_out: str | None) -> str | None:
+    """Why --json FILE cannot be written, checked before anything is composed (None: it can, or no FILE)."""
+    if not json_out or json_out == "-":
+        return None
+    folder = Path(json_out).parent
+    if not folder.is_dir():
+        return f"the folder {folder} does not exist. Create it (mkdir -p {folder}) or give a file in an existing folder"
+    why = faults.unwritable(folder)
+    return f"{why}. Give a file in a folder this user can write" if why else None
+
+
+def _write_plan(rest: list[str], multirun: bool, json_out: str | None, cells_dir: str | None) -> int:
     try:
         plan = make_plan(rest, multirun=multirun, cells_dir=Path(cells_dir) if cells_dir else None)
     except (PlanError, ValueError) as exc:

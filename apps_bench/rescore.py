@@ -27,12 +27,13 @@ from typing import Any, Mapping, Sequence
 
 from apps_bench import provenance
 from apps_bench.cell import cell_key, identity_of
-from apps_bench.config import DatasetConfig, JudgeConfig, typed
+from apps_bench.config import DatasetConfig, JudgeConfig, compose, typed
 from apps_bench.data import load_problems
 from apps_bench.judge import Judge
 from apps_bench.judge.core import judge_program
 from apps_bench.judge.profiles import JudgeConfigError, judge_config
 from apps_bench.sandbox import SandboxPool
+from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.records import CELL, CONFIG, RECORDS, SUMMARY, RecordStore, RecordsUnreadable, record_key
 from apps_bench.tracking.summary import metrics_of, summarize_cell, table_rows
@@ -274,6 +275,8 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
     import yaml
 
 
+    if track or RUN_ID.match(source):  # before anything is read or written: a server that does not answer costs seconds
+        mlf.check_store(mlf.tracking_uri(), compose().tracking.store)
     cell_dir = resolve_source(source, cwd)
     info = check_cell_dir(cell_dir)
     sets = parse_overrides(overrides)
@@ -368,9 +371,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("source", help="a cell folder (outputs/cells/<cell>/) or the MLflow run id of a cell")
     p.add_argument("overrides", nargs="*", help="judge=PROFILE, judge.KEY=VALUE, max_tests_per_row=N (<= 0: all tests)")
     p.add_argument("--no-mlflow", action="store_true", help="write the files only, log nothing")
+    p.add_argument("--debug", action="store_true", help="a failure of the store, the disk or an interrupt: its traceback too")
     args = p.parse_args(argv)
+    safe = ("The cell's own records are never changed, and every verdict re-judged so far is kept: the rerun "
+            "judges only the rest.")
     try:
-        summary = rescore(args.source, args.overrides, track=not args.no_mlflow)
+        with faults.answered("apps-bench rescore", safe, uri=mlf.tracking_uri(), debug=args.debug):
+            summary = rescore(args.source, args.overrides, track=not args.no_mlflow)
     except RescoreError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -227,9 +227,13 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
     try:
         topology = get_topology(spec.cfg.topology)
     except Exception as exc:  # noqa: BLE001 - told to the cell, which fails the problems it sends here
-        conn.send(("broken", f"{type(exc).__name__}: {exc}"))
+        with contextlib.suppress(OSError):
+            conn.send(("broken", f"{type(exc).__name__}: {exc}"))
         return
-    msg = conn.recv()
+    try:
+        msg = conn.recv()
+    except (EOFError, OSError):  # the cell stopped (refused, failed or killed) before it set this worker up
+        return
     assert msg[0] == "setup", msg
     endpoint = msg[1]
     proxy = ExecProxy()

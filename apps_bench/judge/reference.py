@@ -245,6 +245,10 @@ def judge_test(problem: Problem, raw: Any, clip: Any) -> tuple[TestResult, Any]:
         raise HarnessCrash(f"the program's process ended during test {raw.index} ({raw.status}: {raw.detail})")
     if raw.status == "compile_error":
         return TestResult(raw.index, Outcome.COMPILE_ERROR, seconds, clip(raw.detail)), COMPILE_ERROR
+    if raw.late:  # ran past the alarm (as the worker measured it) and finished: where the original's alarm
+        # went off and was swallowed, its output held "alarm went off" and failed; a program that silenced
+        # the alarm fails too (no pass bought by tampering with its own process)
+        return TestResult(raw.index, Outcome.TIMEOUT, seconds, clip(raw.detail)), False
     if raw.status in _FAIL_OUTCOME:
         detail = "; ".join(x for x in (raw.detail, clip(raw.stderr or "")) if x)
         return TestResult(raw.index, _FAIL_OUTCOME[raw.status], seconds, clip(detail)), RUNTIME_ERROR

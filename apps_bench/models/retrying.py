@@ -3,8 +3,9 @@
 The SDKs' own retry loops differ (and none retries a 200 with a broken body), so the
 clients we build pass `max_retries=0` to the SDK and retry here instead: on 429, any
 5xx, timeouts and other transport errors (connection refused, connection dropped),
-and on a 2xx model response whose body is not well-formed JSON / SSE (out of
-retries, that one is handed up as a 502, so every SDK raises its own API error).
+and on a 2xx model response whose body is not well-formed JSON / SSE or holds no answer (no
+`choices`, a choice without its message: wire.missing_answer); out of retries, that one is
+handed up as a 502, so every SDK raises its own API error.
 A model response is read whole before it is handed up (so a broken body can still
 be retried); the caller still sees a normal (streamed) response. Every re-send and
 what the discarded reply cost go into the problem's Usage (`retries`,
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apps_bench.models.metering import RETRIES_KEY, is_model_call, parse_usage, record_retry
-from apps_bench.models.wire import normalize_reply
+from apps_bench.models.wire import missing_answer, normalize_reply
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +85,13 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
         _, p, c = parse_usage(body, response.headers.get("content-type", "")) if response is not None else (0, 0, 0)
         record_retry(usage, prompt_tokens=p, completion_tokens=c)
 
-    def judge(response: Any, body: bytes) -> str | None:
+    def judge(response: Any, body: bytes, path: str) -> str | None:
         """Why this response should be retried, or None to hand it up."""
         if _retryable_status(response.status_code):
             return f"HTTP {response.status_code}"
         if 200 <= response.status_code < 300:
             ok, _, _ = parse_usage(body, response.headers.get("content-type", ""))
-            if not ok:
+            if not ok or missing_answer(body, path, response.headers.get("content-type", "")):
                 return MALFORMED
         return None
 
@@ -120,7 +121,7 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
                         raise
                     reason = f"{type(exc).__name__}: {exc}"
                 else:
-                    reason = judge(response, body)
+                    reason = judge(response, body, request.url.path)
                     if reason is None or attempt >= self.policy.max_retries:
                         return broken(response, attempt) if reason == MALFORMED else rebuild(response, body, attempt)
                     retry_after = response.headers.get("retry-after")
@@ -159,7 +160,7 @@ def retrying_classes(mod: Any) -> tuple[type, type]:
                         raise
                     reason = f"{type(exc).__name__}: {exc}"
                 else:
-                    reason = judge(response, body)
+                    reason = judge(response, body, request.url.path)
                     if reason is None or attempt >= self.policy.max_retries:
                         return broken(response, attempt) if reason == MALFORMED else rebuild(response, body, attempt)
                     retry_after = response.headers.get("retry-after")

@@ -17,7 +17,9 @@ and read the same reply:
   strings (a model writing code with real newlines) are escaped, so a runner whose
   parser is strict (the OpenAI SDK loop, AutoGen) reads what LangChain's lenient one does;
 - a reply's tool calls are in `tool_calls` only: the deprecated `function_call` field
-  (llama-cpp-python sends both) is dropped, since AutoGen refuses any reply carrying it.
+  (llama-cpp-python sends both) is dropped, since AutoGen refuses any reply carrying it;
+- a chat reply without an answer (no `choices`, or a choice without its `message`) is a failed
+  attempt, retried like a 5xx (`missing_answer`): each framework would fail on it its own way.
 """
 
 from __future__ import annotations
@@ -157,3 +159,26 @@ def _first_reason(obj: Any) -> str:
     if choices and isinstance(choices[0], dict):
         return str(choices[0].get("finish_reason") or "")
     return ""
+
+
+def missing_answer(body: bytes, path: str, content_type: str = "") -> str | None:
+    """What a well-formed JSON chat or text completion lacks to be an answer (no choices, a choice
+    without its message or text), or None. Streams and other endpoints are not judged here."""
+    if is_stream(body[:64].decode("utf-8", errors="replace"), content_type):
+        return None
+    chat = path.rstrip("/").endswith("/chat/completions")
+    if not chat and not path.rstrip("/").endswith("/completions"):
+        return None
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return None
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    if not isinstance(choices, list) or not choices:
+        return "a reply without choices"
+    field = "message" if chat else "text"
+    if any(not isinstance(c, dict) or c.get(field) is None for c in choices):
+        return f"a choice without its {field}"
+    if chat and any(not isinstance(c["message"], dict) for c in choices):
+        return "a choice whose message is not an object"
+    return None

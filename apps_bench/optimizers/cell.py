@@ -14,12 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from apps_bench import provenance
-from apps_bench.config import config_data
+from apps_bench.config import Config, config_data
 from apps_bench.engine import Engine, fork_solvers
 from apps_bench.optimizers import cell_runs
 from apps_bench.optimizers.cell_runs import StepMetricsSink, link_tags, open_final_eval_run, seed_cell_of
 from apps_bench.optimizers.entry import run_optimizer
-from apps_bench.optimizers.run import step_metrics
+from apps_bench.optimizers.protocol import load_eval_set
+from apps_bench.optimizers.run import pool_and_splits, step_metrics
 from apps_bench.optimizers.scoring import InfrastructureDown
 from apps_bench.pipeline import CellResult, CellSetupError, Prepared, evaluate, keep_lock
 from apps_bench.topologies.base import PromptSet
@@ -28,20 +29,31 @@ from apps_bench.tracking.run import fail_run, open_run
 from apps_bench.tracking.summary import metrics_of
 
 
+def check_optimizer_cell(config: Config, loaded: Any) -> Any:
+    """What an optimizer cell needs that only its settings and data decide, checked with the cell's
+    other checks (pipeline.prepare), before any process starts or any file is written: the extra
+    installed, the pool loaded, its train/val splits drawn, the optimizer model composed.
+    -> the pool (entry.OptimizerPool)."""
+    name = config.optimizer.name
+    try:
+        from apps_bench.optimizers.entry import load_pool, optimizer_model_config
+    except ImportError as exc:
+        raise CellSetupError(f"optimizer={name} needs the optimizers extra: pip install 'apps-bench[optimizers]' ({exc})") from exc
+    try:
+        pool = load_pool(config)
+        pool_and_splits(pool.problems, load_eval_set(), pool.eval_rows, config.optimizer.params.pool)
+        optimizer_model_config(config.optimizer.params.optimizer_model, config.model)
+    except ValueError as exc:  # bad pool or optimizer settings: the message says which
+        raise CellSetupError(f"optimizer={name}: {exc}; nothing was run") from None
+    return pool
+
+
 def run_optimizer_cell(prep: Prepared) -> CellResult:
     """One engine for the whole cell (engine.py): the rollouts and the final evaluation are solved
-    and judged by the same endpoint, sandbox pool, judge and solver processes."""
+    and judged by the same endpoint, sandbox pool, judge and solver processes. Its pool comes
+    checked from `prepare` (`check_optimizer_cell`)."""
     cell = prep.cell
-    try:
-        from apps_bench.optimizers.entry import load_pool
-    except ImportError as exc:
-        raise CellSetupError(
-            f"optimizer={cell.optimizer} needs the optimizers extra: pip install 'apps-bench[optimizers]' ({exc})"
-        ) from exc
-    try:
-        pool = load_pool(prep.config)
-    except ValueError as exc:  # bad pool settings: the message says which
-        raise CellSetupError(f"optimizer={cell.optimizer}: {exc}") from exc
+    pool = prep.checked if prep.checked is not None else check_optimizer_cell(prep.config, prep.loaded)
     rows = list({p.key: p for p in [*pool.problems, *prep.problems]}.values())  # what a built-in server answers
     forked = fork_solvers(prep.config, max(len(pool.problems), len(prep.todo)))  # before this process starts any thread
     keep_lock(prep)

@@ -29,7 +29,9 @@ from apps_bench.optimizers.proposals import CachedChat, ChatFn
 from apps_bench.optimizers.protocol import (
     Budget,
     EvalSet,
+    Pool,
     ScoringGate,
+    Splits,
     build_pool,
     key_str,
     make_splits,
@@ -116,6 +118,16 @@ def write_prompt_set(path: Path, texts: Mapping[str, str]) -> Path:
     return path
 
 
+def pool_and_splits(problems: Sequence[Problem], eval_set: EvalSet, eval_problems: Sequence[Problem],
+                    pool_p: Any) -> tuple[EvalSet, Pool, Splits]:  # fmt: skip
+    """The eval set with the questions of the eval rows among `problems` and `eval_problems`, the pool drawn
+    from `problems` without them, and its train/val splits (ValueError, with the fix, when the pool is too small)."""
+    eval_set = eval_set.with_questions([*problems, *eval_problems])
+    pool = build_pool(problems, eval_set=eval_set, source=pool_p.source, difficulty=pool_p.difficulty)
+    splits = make_splits(pool, train_size=pool_p.train_size, val_size=pool_p.val_size, split_seed=pool_p.split_seed)
+    return eval_set, pool, splits
+
+
 def optimize(
     *,
     optimizer: OptimizerConfig,
@@ -145,10 +157,7 @@ def optimize(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log = EventLog(out / "events.jsonl", hook)
-    eval_set = eval_set.with_questions([*problems, *eval_problems])
-    pool_p = params.pool
-    pool = build_pool(problems, eval_set=eval_set, source=pool_p.source, difficulty=pool_p.difficulty)
-    splits = make_splits(pool, train_size=pool_p.train_size, val_size=pool_p.val_size, split_seed=pool_p.split_seed)
+    eval_set, pool, splits = pool_and_splits(problems, eval_set, eval_problems, params.pool)
     write_manifest(out / "manifest.json", manifest_dict(splits, pool, dataset_revision=dataset_revision, eval_set=eval_set))
     log("start", {"method": method, "train": [key_str(k) for k in splits.train], "val": [key_str(k) for k in splits.val]})
 

@@ -17,11 +17,13 @@ import sys
 from pathlib import Path
 
 from apps_bench import provenance
+from apps_bench.config import compose
 from apps_bench.report import cells as cellmod
 from apps_bench.report import cost, export, groups, options, plots, render, sweep_run
 from apps_bench.report import table as metric_table
 from apps_bench.report.sweep_run import SweepIncomplete
 from apps_bench.report.table import ReportError
+from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
 
 DEFAULT_FOREST = "outputs/report/forest.png"
@@ -54,16 +56,25 @@ def _parser() -> argparse.ArgumentParser:
     out.add_argument("--publish", action="store_true",
                      help="with --sweep: write the sweep's comparison on its parent run (for cells started by hand under it)")
     out.add_argument("--metric", default="pass_at_1", help="another MLflow metric: mean ± std over seeds of the cells' runs")
+    ap.add_argument("--debug", action="store_true", help="a failure of the store, the disk or an interrupt: its traceback too")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    uri = None if args.cells_dir else (mlf.tracking_uri() if args.tracking_uri is None else args.tracking_uri)
+    safe = "The report only reads: the cells, their records and the store are as they were."
+    with faults.answered("apps-bench report", safe, uri=uri, debug=args.debug):
+        return _main(args, uri)
 
+
+def _main(args: argparse.Namespace, uri: str | None) -> int:
     try:
         baseline = options.check(args)  # every bad option, before any cell is read or anything printed
-        if not args.cells_dir:
-            _store_exists(args.tracking_uri)
+        if uri is not None:
+            _store_exists(uri)
+            if uri.startswith(("http://", "https://")):  # a server that does not answer: seconds, not minutes
+                mlf.check_store(uri, compose().tracking.store)  # (a SQLite store is only read: never probed for writing)
         if args.publish:
             return _publish(args)
         if args.metric != "pass_at_1":
@@ -77,9 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _store_exists(uri: str | None) -> None:
+def _store_exists(uri: str) -> None:
     """A local store that does not exist holds nothing to report: say so, and create none."""
-    uri = mlf.tracking_uri() if uri is None else uri
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
         raise ReportError(
             f"nothing to report: there is no MLflow store at {uri[len('sqlite:///') :]} (no cell has logged here). "

@@ -22,6 +22,7 @@ from typing import Any
 from apps_bench.report import cells as cellmod
 from apps_bench.report import groups, plots, render
 from apps_bench.report.table import ReportError
+from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.console import mlflow_ui
 
@@ -122,7 +123,9 @@ def publish_or_say(uri: str, parent_run_id: str) -> list[str] | None:
         print(f"apps-bench: {exc}", file=sys.stderr)
         return exc.missing
     except Exception as exc:  # noqa: BLE001 - MLflow, pandas and matplotlib raise their own types
-        print(f"apps-bench: the sweep's comparison on parent run {parent_run_id} was not written: {exc}", file=sys.stderr)
+        fault = faults.fault_of(exc, uri)
+        said = fault.what if fault is not None else f"{type(exc).__name__}: {exc}"
+        print(f"apps-bench: the sweep's comparison on parent run {parent_run_id} was not written: {said}", file=sys.stderr)
         return None
     print(f"\nsweep {parent_run_id}: every cell has ended\n\n{text}\n\n{where_next(uri, parent_run_id, rows)}", flush=True)
     return []

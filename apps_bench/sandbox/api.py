@@ -68,6 +68,9 @@ class RawRun:
     seconds: float = 0.0
     detail: str = ""
     fatal: bool = False  # the program's process ended (died or was killed) during this test
+    # a `timeout` the program finished: its process reported a result, but later than the limit as the
+    # worker measured it (`reference` judges it as the original judges output after a swallowed alarm)
+    late: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,14 @@
 """Containment primitives: mounts, cgroup, privilege drop, rlimits, sweeping.
 
-The arrangement (measured in JUDGE.md): each worker is PID 1 of its own PID, net,
+The arrangement (docs/judge.md, "The threat model"): each worker is PID 1 of its own PID, net,
 IPC and mount namespaces (created by the `unshare` command that launches it). In
 `setup_worker_namespace` it hides everything outside the system directories behind
 empty tmpfs mounts (the repository, the dataset, root's home — only the
 interpreter's own prefixes are bound back in), remounts `/` read-only recursively,
-and mounts private writable tmpfs on `/tmp` and `/dev/shm`. Each program child then
-gets setsid, rlimits, closed fds, no-new-privs, an unprivileged uid of its own worker
-and an empty environment. After each program the worker, being PID 1, kills every
+and mounts private writable tmpfs on the programs' run dir (under a read-only `/tmp`)
+and `/dev/shm`. Each program child then gets setsid, rlimits, closed fds, no-new-privs,
+no capability, an unprivileged uid of its own worker, an empty environment and the
+seccomp filter (seccomp.py). After each program the worker, being PID 1, kills every
 other process of its namespace (`kill(-1, SIGKILL)`) and reaps them.
 """
 
@@ -17,9 +18,9 @@ import ctypes
 import errno
 import os
 import resource
-import shutil
 import signal
 import stat
+import sys
 import time
 from typing import Iterable
 
@@ -41,6 +42,10 @@ MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_CHILD_SUBREAPER = 36
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 (generic table) alike
 AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
@@ -73,6 +78,14 @@ def mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str |
 
 def umount(path: str) -> None:
     _check(_libc.umount2(path.encode(), MNT_DETACH), f"umount {path}")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
 def prctl(option: int, arg: int) -> None:
@@ -127,7 +140,7 @@ def _under(path: str, parent: str) -> bool:
 
 
 def setup_worker_namespace(keep: Iterable[str], work: str, tmp_size: str, shm_size: str) -> list[str]:
-    """Hide the host filesystem, make / read-only, give the worker private tmpfs.
+    """Hide the host filesystem, make / read-only, give the worker private tmpfs (`work`, under /tmp).
 
     `keep` are directories (the interpreter prefixes, site-packages) that stay
     visible, read-only, even when they live under a hidden directory (a virtualenv
@@ -165,7 +178,7 @@ def setup_worker_namespace(keep: Iterable[str], work: str, tmp_size: str, shm_si
             mount(s, k, None, MS_BIND | MS_REC)
     # 4. Everything read-only, then the worker's own writable tmpfs.
     remount_readonly_recursive("/")
-    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size},mode=755")
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
     for s, k in in_tmp:
         os.makedirs(k, mode=0o755, exist_ok=True)
         mount(s, k, None, MS_BIND | MS_REC)
@@ -173,7 +186,12 @@ def setup_worker_namespace(keep: Iterable[str], work: str, tmp_size: str, shm_si
     for s, _ in stash:
         umount(s)
     mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={shm_size},mode=1777")
+    # The programs' only writable directories: `work` (their $TMPDIR and $HOME, a tmpfs of its own) and
+    # /dev/shm, both emptied after every program. /tmp itself is read-only: without root the program is
+    # root of its user namespace, owner of /tmp, and could otherwise leave files there for the next.
     os.makedirs(work, mode=0o755, exist_ok=True)
+    mount("tmpfs", work, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size},mode=700")
+    mount(None, "/tmp", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     return hidden
 
 
@@ -214,8 +232,22 @@ def keep_only_fds(keep: list[int]) -> list[int]:
     return new
 
 
-def drop_privileges(uid: int | None) -> None:
+def drop_privileges(uid: int | None, last_cap: int) -> None:
+    """No capability left in any set, in any namespace, for good; then `uid` (as root).
+
+    The bounding set is emptied first (an exec, even of a setuid or root-owned file, can then
+    gain nothing), the ambient set cleared, and after the uid switch (which empties the others
+    for a non-root uid) permitted, effective and inheritable are set to nothing explicitly: in
+    the user-namespace mode there is no uid to switch to, the program stays root of its
+    namespace, and only this takes its capabilities away.
+    """
     prctl(PR_SET_NO_NEW_PRIVS, 1)
+    for cap in range(last_cap + 1):
+        # EINVAL: a capability this kernel lacks; EPERM: not root anywhere (the weak mode), where
+        # no_new_privs already keeps an exec from gaining what the bounding set would allow
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() not in (errno.EINVAL, errno.EPERM):
+            _check(-1, f"drop capability {cap} from the bounding set")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear the ambient capabilities")
     if uid is not None and os.geteuid() == 0:
         try:
             os.setgroups([])
@@ -223,6 +255,18 @@ def drop_privileges(uid: int | None) -> None:
             pass
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
+def last_capability() -> int:
+    """The highest capability number this kernel knows (read before the filesystem is hidden)."""
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 63
 
 
 def reset_environment(tmpdir: str) -> None:
@@ -313,9 +357,70 @@ def sweep_descendants(max_rounds: int = 200) -> None:
         time.sleep(0.001)
 
 
+def remove_tree(path: str, keep_top: bool = False) -> None:
+    """Remove `path` (its contents only with `keep_top`), symlinks never followed, best effort.
+
+    Iterative, holding one directory fd at a time, with names relative to it: a program may leave a
+    tree deeper than Python's recursion limit (shutil.rmtree then raises RecursionError) or than
+    PATH_MAX. Nothing of the program may run meanwhile (it is swept first), so `..` is the parent.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        try:
+            if not keep_top:
+                os.unlink(path)
+        except OSError:
+            pass
+        return
+    names: list[str] = []  # the way down from `path`
+    try:
+        while True:
+            sub = None
+            with os.scandir(fd) as it:
+                for e in it:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            sub = e.name
+                            break
+                        os.unlink(e.name, dir_fd=fd)
+                    except OSError:
+                        pass
+            if sub is not None:
+                try:
+                    child = os.open(sub, flags, dir_fd=fd)
+                except OSError:  # cannot enter it: try to remove it as it is, then go on
+                    try:
+                        os.rmdir(sub, dir_fd=fd)
+                    except OSError:
+                        return
+                    continue
+                os.close(fd)
+                fd = child
+                names.append(sub)
+                continue
+            if not names:
+                break
+            parent = os.open("..", flags, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            try:
+                os.rmdir(names.pop(), dir_fd=fd)
+            except OSError:
+                return  # not empty after all (or busy): leave it rather than loop
+    finally:
+        os.close(fd)
+    if not keep_top:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
 def wipe_dir(path: str, owner: int | None) -> None:
     """Remove everything in `path` and recreate it empty, private to `owner`."""
-    shutil.rmtree(path, ignore_errors=True)
+    remove_tree(path)
     if os.path.lexists(path):
         try:
             os.unlink(path)
@@ -327,18 +432,37 @@ def wipe_dir(path: str, owner: int | None) -> None:
     os.chmod(path, 0o700)
 
 
-def wipe_contents(path: str) -> None:
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return
-    for n in names:
-        p = os.path.join(path, n)
+# kind -> (its ctl call, its *_INFO command, where the count of existing objects sits in the answer:
+# shm_info.used_ids, msginfo.msgpool, seminfo.semusz)
+_SYSV = {"shm": ("shmctl", 14, 0), "msg": ("msgctl", 12, 0), "sem": ("semctl", 19, 28)}
+IPC_RMID = 0
+
+
+def remove_sysv_ipc() -> int:
+    """Remove every SysV shared memory segment, message queue and semaphore set of this IPC namespace
+    (the worker's: a program may not leave one for the next). Returns how many were removed.
+
+    Three *_INFO calls say whether there is anything at all (the usual case costs microseconds);
+    only then is /proc/sysvipc read for the ids.
+    """
+    buf = ctypes.create_string_buffer(512)
+    removed = 0
+    for kind, (call, info, at) in _SYSV.items():
+        fn = getattr(_libc, call)
+        if (fn(0, 0, info, buf) if kind == "sem" else fn(0, info, buf)) < 0:
+            continue
+        if int.from_bytes(buf.raw[at : at + 4], sys.byteorder, signed=True) <= 0:
+            continue
         try:
-            if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                os.unlink(p)
-        except OSError as e:
-            if e.errno != errno.ENOENT:
-                pass
+            with open(f"/proc/sysvipc/{kind}") as f:
+                ids = [int(line.split()[1]) for line in f.readlines()[1:]]
+        except (OSError, ValueError, IndexError):
+            continue
+        for ipc_id in ids:
+            ret = fn(ipc_id, 0, IPC_RMID, None) if kind == "sem" else fn(ipc_id, IPC_RMID, None)
+            removed += ret == 0
+    return removed
+
+
+def wipe_contents(path: str) -> None:
+    remove_tree(path, keep_top=True)

@@ -5,11 +5,13 @@ loaded), contained by `contain.py`, then runs its tests in-process one after
 another: a fresh `__main__` module holding the APPS prelude, stdin/stdout/stderr
 swapped at the fd level (memfds owned by the worker, so `os.write(1, ...)` is
 captured and the worker can read them even after the child died), and one result
-frame per test (status, timing, output) back to the worker.
+frame per test (status, output) back to the worker. The child holds no test input: it
+waits for the worker's go, after which the input is in its stdin memfd, and the worker
+times each test from outside (worker.py), so no test's time is this process's word.
 
-Only plain data leaves: the status, exit code and timing, and in call mode the
-return value converted here to JSON text with exact type checks (`type(x) is int`,
-never `isinstance`), so a user object with a lying `__eq__` cannot pass as a value.
+Only plain data leaves: the status and exit code, and in call mode the return value
+converted here to JSON text with exact type checks (`type(x) is int`, never
+`isinstance`), so a user object with a lying `__eq__` cannot pass as a value.
 Anything the program does to this process (monkey-patching, writing frames of its
 own) can at most change *its own* reported output; expected outputs are never here.
 """
@@ -21,6 +23,7 @@ import io
 import json
 import linecache
 import os
+import pickle
 import resource
 import sys
 import threading
@@ -52,6 +55,12 @@ from heapq import *
 """
 
 SOURCE_NAME = "solution.py"
+# The child <-> worker steps: READY (a frame: set up and compiled), then per test the worker's GO (one byte
+# on the control pipe, the input already in place) and the child's result frame; `reference` loads the
+# program on LOAD (one byte) and answers LOADED (a frame) first.
+READY = b"R"
+LOAD = LOADED = b"L"
+GO = b"G"
 _PRELUDE_NS: dict[str, Any] | None = None
 
 # Private references taken at import time: the program may replace the public ones
@@ -70,6 +79,8 @@ _write = os.write
 _pread = os.pread
 _fstat = os.fstat
 _exit = os._exit
+_read = os.read
+_loads = pickle.loads
 _perf = time.perf_counter
 _times = os.times
 _setrlimit = resource.setrlimit
@@ -180,7 +191,7 @@ class ChildSpec:
     code: str
     mode: str  # "stdin" | "call"
     fn_name: str | None
-    inputs: Sequence[Any]
+    n_tests: int  # the inputs are not here: the worker hands over each one when it starts the test's clock
     timeout_s: float
     output_cap: int
     fsize_hard: int
@@ -188,6 +199,7 @@ class ChildSpec:
     in_fd: int
     out_fd: int
     err_fd: int
+    ctl_fd: int  # the worker's go for each step, one byte (see Runner.await_go)
     guard: bool
     start: int  # first test this child runs (a fresh child resumes after a timeout/crash)
     stderr_chars: int  # stderr tail kept per test
@@ -227,14 +239,32 @@ class Runner:
             self.code_obj = None
             self.compile_detail = _clip("".join(traceback.format_exception_only(_type(e), e)).strip() or repr(e))
 
-    def _stdio(self, data: bytes) -> None:
+    def await_go(self) -> bytes:
+        """Block until the worker says go (b"G": a test's input is in the stdin memfd; b"L": load);
+        b"" when it is gone. The worker times each step from just before it wrote the input."""
+        try:
+            return _read(self.spec.ctl_fd, 1)
+        except OSError:
+            return b""
+
+    def take_input(self) -> Any:
+        """The current test's input as the worker pickled it into the stdin memfd (call mode, and every
+        `reference` test), removed from there: the program's own stdin stays empty."""
+        fd = self.spec.in_fd
+        data = _pread(fd, _fstat(fd).st_size, 0)
+        _ftruncate(fd, 0)
+        return _loads(data)
+
+    def ready(self) -> None:
+        """Tell the worker this child is set up and compiled (no program code has run): its clock may start."""
+        try:
+            send_frame(self.spec.res_fd, READY)
+        except BaseException:
+            _exit(3)
+
+    def _stdio(self) -> None:
         s = self.spec
-        hard = s.fsize_hard
-        _setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
-        _ftruncate(s.in_fd, 0)
-        if data:
-            _pwrite(s.in_fd, data, 0)
-        _setrlimit(resource.RLIMIT_FSIZE, (s.output_cap + 1, hard))
+        _setrlimit(resource.RLIMIT_FSIZE, (s.output_cap + 1, s.fsize_hard))
         for fd in (s.out_fd, s.err_fd):
             _ftruncate(fd, 0)
             _lseek(fd, 0, os.SEEK_SET)
@@ -309,7 +339,7 @@ class Runner:
 
     # -- one test ------------------------------------------------------------------
     def run_stdin(self, index: int) -> dict:
-        self._stdio(stdin_bytes(self.spec.inputs[index]))
+        self._stdio()
         mod = fresh_main()
         status, code, detail = "ok", 0, ""
         t0 = _perf()
@@ -344,10 +374,9 @@ class Runner:
             status, code, detail = "runtime_error", 120, "stdout could not be flushed"
         return {"i": index, "status": status, "exit_code": code, "seconds": secs, "detail": detail}
 
-    def run_call(self, index: int) -> dict:
-        self._stdio(b"")
+    def run_call(self, index: int, args: Any) -> dict:
+        self._stdio()
         mod = fresh_main()
-        args = self.spec.inputs[index]
         args = list(args) if _type(args) in (list, tuple) else [args]
         fn_name = self.spec.fn_name or ""
         t0 = _perf()
@@ -394,18 +423,21 @@ class Runner:
         return out, err
 
     def serve(self) -> None:
-        """Run tests start..n-1 back to back, one result frame after each, then exit.
+        """Say ready, then run tests start..n-1, each on the worker's go, one result frame after each.
 
-        The child does not wait for the judge between tests: the worker forwards each
-        result and kills this process as soon as the judge says stop.
+        The worker sends the next go as soon as a result arrives (the judge compares meanwhile)
+        and kills this process as soon as the judge says stop.
         """
         s = self.spec
-        for index in range(s.start, _len(s.inputs)):
+        self.ready()
+        for index in range(s.start, s.n_tests):
+            if self.await_go() != GO:
+                break
             if self.code_obj is None:
                 res = {"i": index, "status": "compile_error", "exit_code": 1, "seconds": 0.0,
                        "detail": self.compile_detail}
             elif s.mode == "call":
-                res = self.run_call(index)
+                res = self.run_call(index, self.take_input())
             else:
                 res = self.run_stdin(index)
             self.send_result(res)

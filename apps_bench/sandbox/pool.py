@@ -411,6 +411,9 @@ class SandboxPool:
                 msg = w.recv(time.monotonic() + per_msg)
                 kind = msg.get("t")
                 if kind == "end":
+                    if msg.get("damaged"):  # the program damaged this worker: a fresh one judges the next
+                        log.warning("sandbox worker %d replaced: %s", w.index, msg["damaged"])
+                        w.restart()
                     break
                 if kind != "raw":
                     raise WorkerBroken(f"unexpected worker message {kind!r}")
@@ -436,7 +439,7 @@ class SandboxPool:
                     w.restart()
                 except Exception as e2:  # noqa: BLE001
                     log.error("sandbox worker %d failed to restart: %s", w.index, e2)
-            if go:
+            if go and len(results) < n:  # (every result already in: the job stands as it is)
                 results.append(RawRun(index=len(results), status="sandbox_error",
                                       detail=f"sandbox worker broke: {e}"))
             if pending is not None:
@@ -529,5 +532,5 @@ def _raw_from_msg(msg: dict[str, Any], expected: int) -> RawRun:
         index=index, status=status, stdout=s("stdout"), value_json=vj if isinstance(vj, str) else None,
         stderr=s("stderr"), exit_code=ec if type(ec) is int else None,
         seconds=float(secs) if type(secs) in (int, float) else 0.0, detail=s("detail"),
-        fatal=msg.get("fatal") is True,
+        fatal=msg.get("fatal") is True, late=msg.get("late") is True,
     )

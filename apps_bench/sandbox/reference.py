@@ -45,6 +45,9 @@ from typing import Any
 from unittest import mock
 
 from .harness import (
+    GO,
+    LOAD,
+    LOADED,
     PRELUDE,
     ChildSpec,
     NotPlainData,
@@ -59,6 +62,7 @@ from .harness import (
     _type,
     reliability_guard,
 )
+from .protocol import send_frame
 
 SOURCE_NAME = "<string>"  # exec() of a text, as pyext does
 MODULE_NAME = "tmp_sol"
@@ -301,8 +305,7 @@ class ReferenceRunner(Runner):
         detail = f"alarm after {self.spec.alarm_s:g}s" if timeout else (lines[-1] if lines else _type(e).__name__)
         return {"i": index, "status": status, "exit_code": 1, "seconds": secs, "detail": _clip(detail)}
 
-    def run_call(self, index: int) -> dict:
-        args = self.spec.inputs[index]
+    def run_call(self, index: int, args: Any) -> dict:
         try:  # JSON forced string keys: a dict first argument becomes its int-keyed copy, alone
             if _isinstance(args[0], dict):
                 args = [{_int(k): v for k, v in args[0].items()}]
@@ -341,9 +344,8 @@ class ReferenceRunner(Runner):
         p.set(builtins, "open", _lazy_mock_open(self.mock, text))
         return p
 
-    def run_stdin(self, index: int) -> dict:
+    def run_stdin(self, index: int, text: Any) -> dict:
         s = self.spec
-        text = s.inputs[index]
         if _isinstance(text, list):
             try:
                 text = "\n".join(text)
@@ -395,12 +397,22 @@ class ReferenceRunner(Runner):
         _ftruncate(s.out_fd, 0)
         reliability_guard()  # before the program is loaded, in both modes, as the original
         signal.signal(signal.SIGALRM, _on_alarm)
+        self.ready()
+        if self.await_go() != LOAD:
+            _exit(0)
         detail = self.load()
         if detail is not None:
             self.send_result({"i": 0, "status": "compile_error", "exit_code": 1, "seconds": 0.0, "detail": detail})
             _exit(0)
-        for index in range(s.start, _len(s.inputs)):
-            res = self.run_call(index) if s.mode == "call" else self.run_stdin(index)
+        try:
+            send_frame(s.res_fd, LOADED)
+        except BaseException:
+            _exit(3)
+        for index in range(s.start, s.n_tests):
+            if self.await_go() != GO:
+                break
+            inp = self.take_input()
+            res = self.run_call(index, inp) if s.mode == "call" else self.run_stdin(index, inp)
             self.send_result(res)
             _ftruncate(s.out_fd, 0)
             _ftruncate(s.err_fd, 0)

@@ -6,13 +6,14 @@ imported, so forked children start warm; then only the standard library and the 
 profile's `sandbox.packages` stay importable (packages.py). In contained mode the worker is PID 1 of
 fresh PID/net/IPC/mount namespaces and builds its filesystem view (contain.py).
 
-Per job (one program and its test inputs): fork one contained child that runs the
-tests back to back (pipelined: it does not wait for the judge between tests), read
-each result frame with a wall-clock deadline, send a plain-JSON RawRun to the pool,
-and kill the child as soon as the pool says stop. A timeout or crash kills the
+Per job (one program and its test inputs): fork one contained child, wait until it is
+ready (set up, compiled), then for each test write the input where the child reads it,
+send a go and time the test here until its result frame arrives (wall-clock deadline;
+the next go is sent at once, so the child computes while the pool judges), send a
+plain-JSON RawRun to the pool, and kill the child as soon as the pool says stop. A timeout or crash kills the
 child; if the pool wants more, the remaining tests continue in a fresh child.
-After the job everything the program started is killed and reaped and
-the private temp dir wiped; only then does the worker say `end`.
+After the job everything the program started is killed and reaped, its SysV IPC
+objects removed and its writable dirs emptied; only then does the worker say `end`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
-from . import contain, packages  # noqa: E402
+from . import contain, packages, seccomp  # noqa: E402
 from .harness import ChildSpec, child_main, prelude_namespace, stdin_bytes  # noqa: E402
 from .protocol import ChannelClosed, ChannelCorrupt, ChannelTimeout, FrameReader, send_frame  # noqa: E402
 
@@ -85,17 +86,22 @@ def _world_readable(path: str) -> bool:
     return True
 
 
-def _uid_switch_works(uid: int) -> bool:
-    """Probe in a throw-away child whether dropping to `uid` is possible here."""
+def _drop_probe(uid: int | None, last_cap: int, filt: seccomp.Filter | None) -> int:
+    """Drop a program's privileges (to `uid`) in a throw-away child: 0 = done, no capability left;
+    2 = done but the bounding set stays full (not root in any namespace); 1 = refused here."""
     pid = os.fork()
     if pid == 0:
         try:
-            contain.drop_privileges(uid)
-            os._exit(0)
+            contain.drop_privileges(uid, last_cap)
+            if filt is not None:
+                filt.install()
+            with open("/proc/self/status") as f:
+                caps = [int(line.split()[1], 16) for line in f if line.startswith(("CapEff", "CapPrm", "CapBnd"))]
+            os._exit(0 if not any(caps) else 2)
         except BaseException:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
-    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
 
 
 def _pidfd(pid: int) -> int:
@@ -115,6 +121,7 @@ class Child:
     in_fd: int
     out_fd: int
     err_fd: int
+    ctl_w: int
     nonce: str = ""
     reaped: bool = False
 
@@ -163,7 +170,7 @@ class Worker:
                 raise RuntimeError("contained worker is not PID 1 of a new PID namespace")
             keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *self.cfg.get("keep", [])]
             keep += [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
-            hidden = contain.setup_worker_namespace(keep, "/tmp", self.tmp_size, self.shm_size)
+            hidden = contain.setup_worker_namespace(keep, "/tmp/run", self.tmp_size, self.shm_size)
             self.root = "/tmp"
             self.features.update(
                 contained=True, pid_namespace=True, net_namespace=True, ipc_namespace=True, uts_namespace=True,
@@ -191,7 +198,18 @@ class Worker:
                         except OSError:
                             pass
                 self.nproc = mine + self.nproc
-        if self.uid is not None and not _uid_switch_works(self.uid):
+        # No capability and the seccomp filter for every program (contain.drop_privileges, seccomp.py):
+        # a worker where they cannot be had refuses to start, saying why (no weaker judge in silence).
+        self.last_cap = contain.last_capability()
+        raw = seccomp.build()
+        if raw is None:
+            raise RuntimeError(f"no seccomp filter for this architecture ({os.uname().machine})")
+        self.filter = seccomp.Filter(raw)
+        probe = _drop_probe(None, self.last_cap, self.filter)
+        if probe == 1:
+            raise RuntimeError("programs cannot be stripped of capabilities and filtered by seccomp here")
+        self.features.update(capabilities="none" if probe == 0 else "bounding set kept (not root)", seccomp=True)
+        if self.uid is not None and _drop_probe(self.uid, self.last_cap, None) == 1:
             # e.g. inside a user namespace that maps only root: the uid does not exist here.
             self.features["uid_switch_skipped"] = f"switching to uid {self.uid} is refused here"
             self.uid = None
@@ -203,6 +221,8 @@ class Worker:
         self.program_env = dict(os.environ)
         contain.reset_signals()  # likewise the programs' signal dispositions, inherited by fork
         contain.wipe_dir(self.run_dir, self.uid)
+        self.damaged = ""  # why this worker may not judge again (set by sweep)
+        self.view = self._view()
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         self.features["uid_switch"] = self.uid is not None
         self.features["rlimits"] = ["AS", "CPU", "FSIZE", "NOFILE", "NPROC", "CORE"]
@@ -216,6 +236,8 @@ class Worker:
     # -- children -----------------------------------------------------------------
     def spawn(self, job: dict[str, Any], fsize_hard: int, start: int) -> Child:
         res_r, res_w = os.pipe()
+        ctl_r, ctl_w = os.pipe()  # the worker's go for each step (one byte)
+        os.set_blocking(ctl_w, False)
         in_fd = os.memfd_create("stdin")
         out_fd = os.memfd_create("stdout")
         err_fd = os.memfd_create("stderr")
@@ -226,11 +248,11 @@ class Worker:
             contain.reset_environment(self.run_dir)
             self.program_env = dict(os.environ)
         # Built before the fork (a child's every allocation dirties copy-on-write pages);
-        # keep_only_fds numbers the kept fds 3, 4, 5, 6 in the child.
+        # keep_only_fds numbers the kept fds 3, 4, 5, 6, 7 in the child.
         spec = ChildSpec(
-            code=job["code"], mode=job["mode"], fn_name=job.get("fn_name"), inputs=job["inputs"],
+            code=job["code"], mode=job["mode"], fn_name=job.get("fn_name"), n_tests=len(job["inputs"]),
             timeout_s=float(job["timeout_s"]), output_cap=self.output_cap, fsize_hard=fsize_hard,
-            res_fd=3, in_fd=4, out_fd=5, err_fd=6,
+            res_fd=3, in_fd=4, out_fd=5, err_fd=6, ctl_fd=7,
             guard=job["mode"] == "call", nonce=nonce, start=start,
             stderr_chars=int(job["stderr_chars"]), cpu_slack_s=self.cpu_slack_s,
             reference=bool(job["reference"]), alarm_s=float(job["alarm_s"]),
@@ -240,7 +262,7 @@ class Worker:
         if pid == 0:  # ---- the program child
             try:
                 os.setsid()
-                if contain.keep_only_fds([res_w, in_fd, out_fd, err_fd]) != [3, 4, 5, 6]:
+                if contain.keep_only_fds([res_w, in_fd, out_fd, err_fd, ctl_r]) != [3, 4, 5, 6, 7]:
                     os._exit(7)
                 os.dup2(4, 0)
                 os.dup2(5, 1)
@@ -256,18 +278,20 @@ class Worker:
                     nproc=self.nproc,
                 )
                 os.chdir(self.run_dir)  # the environment is already the programs' (see setup)
-                contain.drop_privileges(self.uid)
+                contain.drop_privileges(self.uid, self.last_cap)
                 # After the uid switch: changing credentials clears the parent-death signal.
                 contain.prctl(contain.PR_SET_PDEATHSIG, signal.SIGKILL)
                 if os.getppid() != worker_pid:
                     os._exit(6)
+                self.filter.install()  # last: from here on only what a program needs
                 main(spec)
             finally:
                 os._exit(5)
         os.close(res_w)
+        os.close(ctl_r)
         max_frame = 2 * self.output_cap + 4 * max(1024, int(job["stderr_chars"])) + (1 << 20)
         return Child(pid, _pidfd(pid), res_r, FrameReader(res_r, max_frame=max_frame),
-                     in_fd, out_fd, err_fd, nonce)
+                     in_fd, out_fd, err_fd, ctl_w, nonce)
 
     def kill_child(self, c: Child) -> int | None:
         """SIGKILL the child's process group and reap the child; returns its wait status."""
@@ -286,7 +310,7 @@ class Worker:
         return status
 
     def close_child(self, c: Child) -> None:
-        for fd in (c.pidfd, c.res_r, c.in_fd, c.out_fd, c.err_fd):
+        for fd in (c.pidfd, c.res_r, c.in_fd, c.out_fd, c.err_fd, c.ctl_w):
             if fd < 0:
                 continue
             try:
@@ -295,12 +319,25 @@ class Worker:
                 pass
 
     def sweep(self) -> None:
-        if self.contained:
-            contain.sweep_namespace()
-            contain.wipe_contents("/dev/shm")
-        else:
-            contain.sweep_descendants()
-        contain.wipe_dir(self.run_dir, self.uid)
+        """Kill what the program left running and take back what it left lying: its files (its run dir,
+        /dev/shm), SysV IPC objects. A worker it managed to damage anyway (its filesystem view changed)
+        is marked, judges nothing more and is replaced by the pool (`damaged`)."""
+        try:
+            if self.contained:
+                contain.sweep_namespace()
+                contain.wipe_contents("/dev/shm")
+                contain.remove_sysv_ipc()
+            else:
+                contain.sweep_descendants()
+            contain.wipe_dir(self.run_dir, self.uid)
+            if self.view != self._view():
+                self.damaged = "its filesystem view changed"
+        except Exception as e:  # noqa: BLE001 - whatever it was, this worker is not trusted again
+            self.damaged = f"cleaning up after it failed ({type(e).__name__}: {e})"
+
+    def _view(self) -> tuple[int, ...]:
+        """The devices of the run dir, /tmp and / (a tripwire: the seccomp filter already refuses mounts)."""
+        return tuple(os.stat(p).st_dev for p in (self.run_dir, "/tmp", "/"))
 
     def _read_out(self, c: Child) -> tuple[bytes, int]:
         """The dead child's stdout (up to the cap + 1 byte) and its full size."""
@@ -362,23 +399,30 @@ class Worker:
         err = payload[4 + mlen + ol :]
         return meta, out, err
 
+    @staticmethod
+    def _read_frame(c: Child, deadline: float, timed_out: bool) -> tuple[bytes | None, str]:
+        """The child's next frame, or None and why not ('timeout', 'died', 'corrupt')."""
+        if timed_out:
+            return None, "timeout"
+        try:
+            return c.reader.read(deadline), ""
+        except ChannelTimeout:
+            return None, "timeout"
+        except ChannelClosed:
+            return None, "died"
+        except ChannelCorrupt:
+            return None, "corrupt"
+
     def collect(self, c: Child, i: int, job: dict[str, Any], t0: float, deadline: float,
-                timed_out: bool) -> tuple[dict[str, Any], bool]:
-        """Read test i's result from child c (or classify its death). Returns (raw, child usable)."""
-        timeout = float(job["timeout_s"])
+                frame: bytes | None, reason: str, limit: float) -> tuple[dict[str, Any], bool]:
+        """Test i's result from child c's frame (or its death), timed here: from just before this
+        process made the input available (t0) to the frame's arrival; over `limit` it is a timeout,
+        whatever the program's process says. Returns (raw, child usable)."""
         stderr_chars = int(job["stderr_chars"])
         parsed = None
-        reason = "timeout" if timed_out else ""
-        if not timed_out:
-            try:
-                parsed = self._parse_frame(c, i, c.reader.read(deadline))
-                if parsed is None:
-                    reason = "corrupt"
-            except ChannelTimeout:
-                reason = "timeout"
-            except ChannelClosed:
-                reason = "died"
-            except ChannelCorrupt:
+        if frame is not None:
+            parsed = self._parse_frame(c, i, frame)
+            if parsed is None:
                 reason = "corrupt"
         wall = time.monotonic() - t0
         raw: dict[str, Any] = {"index": i, "status": "runtime_error", "stdout": "", "value_json": None,
@@ -387,14 +431,13 @@ class Worker:
         if parsed is not None:
             meta, out, err = parsed
             size = len(out)
-            secs = meta.get("seconds")
-            secs = float(secs) if type(secs) in (int, float) and 0 <= secs <= wall + 0.01 else wall
             ec = meta.get("exit_code")
             d = meta.get("detail")
-            raw.update(seconds=round(secs, 6), status=meta["status"], exit_code=ec if type(ec) is int else None,
+            raw.update(status=meta["status"], exit_code=ec if type(ec) is int else None,
                        value_json=meta.get("value_json"), detail=d[:300] if isinstance(d, str) else "")
-            if secs > timeout and raw["status"] != "compile_error":
-                raw.update(status="timeout", detail=f"took {secs:.2f}s > {timeout:g}s", value_json=None)
+            if wall > limit and raw["status"] != "compile_error":
+                raw.update(status="timeout", detail=f"took {wall:.2f}s > {limit:g}s", value_json=None,
+                           late=raw["status"] == "ok")
             alive = True
         else:
             alive = False
@@ -407,7 +450,7 @@ class Worker:
                 status_word = self.kill_child(c)
             raw["seconds"] = round(time.monotonic() - t0, 6)
             if reason == "timeout":
-                raw.update(status="timeout", detail=f"killed at the {timeout:g}s deadline")
+                raw.update(status="timeout", detail=f"killed at the {float(job['timeout_s']):g}s deadline")
             elif reason == "corrupt":
                 raw.update(status="runtime_error", detail="the program corrupted the result channel")
             else:
@@ -469,12 +512,30 @@ class Worker:
         """Read one keep-going reply from the pool: True = continue."""
         return self.reader.read() == b"C"
 
-    def handle(self, job: dict[str, Any]) -> None:
-        """Run a job's tests, pipelined: the child runs ahead while the pool judges.
+    def _go(self, c: Child, token: bytes, data: bytes | None) -> float:
+        """Put the next step's input where the child reads it and say go; returns when the step's
+        clock started (before the input existed for the child: nothing it computes can predate it)."""
+        t0 = time.monotonic()
+        if data is not None:
+            os.ftruncate(c.in_fd, 0)
+            if data:
+                os.pwrite(c.in_fd, data, 0)
+        try:
+            os.write(c.ctl_w, token)
+        except OSError:  # gone (or not reading: a go is pending): its result channel says what happened
+            pass
+        return t0
 
-        Every result except the last (and a compile error) gets exactly one C/S reply
-        from the pool; all replies are consumed before `end`, so none leaks into the
-        next job. After S (or the last test) the child is killed and everything swept.
+    def handle(self, job: dict[str, Any]) -> None:
+        """Run a job's tests, each timed here, pipelined: the next test's go is sent as soon as a
+        result arrives, so the child computes while the pool judges.
+
+        A child first says it is ready (set up, program compiled, nothing of the program run yet);
+        in `reference` it is then told to load the program (timed like a test, as the original's
+        alarm covers it); then each test's input is written and a go sent, and the test lasts
+        until its result frame arrives. Every result except the last (and a compile error) gets
+        exactly one C/S reply from the pool; all replies are consumed before `end`, so none leaks
+        into the next job. After S (or the last test) the child is killed and everything swept.
         """
         inputs = job["inputs"]
         n = len(inputs)
@@ -485,8 +546,15 @@ class Worker:
         fsize_hard = max(self.output_cap, max_in) + 1
         timeout = float(job["timeout_s"])
         # reference: one process runs every test (no fresh child after a death) within one
-        # program-wide deadline (the original's global limit); the child times each test itself.
+        # program-wide deadline (the original's global limit); each test (and the load) is limited to
+        # the alarm's length, measured here.
         one_process = bool(job["reference"])
+        limit = float(job["alarm_s"]) if one_process else timeout
+        raw_stdin = job["mode"] != "call" and not one_process  # seed stdin: the bytes are the program's stdin
+
+        def data(k: int) -> bytes:
+            return stdin_bytes(inputs[k]) if raw_stdin else pickle.dumps(inputs[k], protocol=pickle.HIGHEST_PROTOCOL)
+
         i = 0
         pending = 0  # results sent that still owe a reply
         stop = False
@@ -494,21 +562,43 @@ class Worker:
             c = self.spawn(job, fsize_hard, i)
             t0 = time.monotonic()
             program_deadline = t0 + timeout + self.grace_s
-            slack = self.grace_s + self.first_test_slack_s  # fork, set-up and compile count against test `i`
+            # set-up and compiling are not the program's: they get the first-test slack on top
+            deadline = t0 + timeout + self.grace_s + self.first_test_slack_s
+            step = b"R"  # the control frame awaited: R(eady), L(oaded), then b"" (test results)
             try:
                 while i < n and not stop:
-                    deadline = program_deadline if one_process else t0 + timeout + slack
+                    if one_process:
+                        deadline = min(deadline, program_deadline)
                     ev = self._wait_any(c, deadline)
                     if ev == "parent":
                         pending -= 1
                         if not self._reply():
                             stop = True
                         continue
-                    raw, alive = self.collect(c, i, job, t0, deadline, timed_out=ev == "timeout")
-                    self.send({"t": "raw", **raw})
+                    frame, reason = self._read_frame(c, deadline, ev == "timeout")
+                    if step and frame == step:
+                        if step == b"R" and one_process:
+                            step, t0 = b"L", self._go(c, b"L", None)
+                            deadline = t0 + limit + self.grace_s
+                            continue
+                        if step == b"L" and time.monotonic() - t0 > limit:
+                            frame, reason = None, "slow_load"
+                        else:
+                            step, t0 = b"", self._go(c, b"G", data(i))
+                            deadline = program_deadline if one_process else t0 + timeout + self.grace_s
+                            continue
+                    if reason == "slow_load":
+                        self.kill_child(c)
+                        raw, alive = {"index": i, "status": "compile_error", "stdout": "", "value_json": None,
+                                      "stderr": "", "exit_code": None, "seconds": round(time.monotonic() - t0, 6),
+                                      "fatal": True, "detail": f"loading took more than {limit:g}s"}, False
+                    else:
+                        raw, alive = self.collect(c, i, job, t0, deadline, frame, reason, limit)
                     i += 1
-                    t0 = time.monotonic()
-                    slack = self.grace_s
+                    if alive and i < n and raw["status"] != "compile_error":
+                        t0 = self._go(c, b"G", data(i))  # the child goes on while the pool judges
+                        deadline = program_deadline if one_process else t0 + timeout + self.grace_s
+                    self.send({"t": "raw", **raw})
                     if raw["status"] == "compile_error":
                         stop = True
                     elif i < n:
@@ -520,6 +610,14 @@ class Worker:
                 self.kill_child(c)
                 self.close_child(c)
                 self.sweep()
+            if self.damaged and not stop:  # no fresh child here: what is left fails, the program's doing
+                while i < n:
+                    self.send({"t": "raw", "index": i, "status": "runtime_error", "stdout": "", "value_json": None,
+                               "stderr": "", "exit_code": None, "seconds": 0.0, "fatal": True,
+                               "detail": f"the program damaged its sandbox: {self.damaged}"})
+                    i += 1
+                    pending += i < n
+                break
             # Before starting a fresh child, hear what the pool decided so far.
             while pending and not stop and i < n:
                 pending -= 1
@@ -528,7 +626,9 @@ class Worker:
         while pending:
             pending -= 1
             self._reply()
-        self.send({"t": "end"})
+        self.send({"t": "end", "damaged": self.damaged})
+        if self.damaged:  # the pool replaces this worker; it judges nothing more
+            raise ChannelClosed(self.damaged)
 
     def serve(self) -> None:
         self.send({"t": "ready", "features": self.features})
@@ -572,9 +672,7 @@ def main() -> None:
                 pass
         else:
             contain.sweep_descendants()
-            import shutil
-
-            shutil.rmtree(w.root, ignore_errors=True)
+            contain.remove_tree(w.root)
     os._exit(0)
 
 

@@ -44,7 +44,7 @@ from apps_bench.data import load_selection
 from apps_bench.launchers.needs import launcher_problem
 from apps_bench.pipeline import cell_dir_for
 from apps_bench.report.sweep_run import publish_or_say
-from apps_bench.tracking import membership, sweep_lock
+from apps_bench.tracking import faults, membership, sweep_lock
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.cell_lock import CellLock, lock_times
 from apps_bench.tracking.membership import Member
@@ -212,6 +212,7 @@ class SweepTracking(Callback):
         self._interrupted: str | None = None
         self._missing: list[str] = []  # member cells the comparison could not cover at the end
         self._members: list[Any] | None = None  # the member list this process recorded on the parent
+        self._store_failed = False  # the store failed while the parent run was closed
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _ACTIVE
@@ -234,14 +235,16 @@ class SweepTracking(Callback):
         tags["package_version"] = provenance.package_version()
         name = f"sweep·{n} cells"
         try:
-            uri, run_id, earlier = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri,
-                                                        sweep_key=key)  # fmt: skip
+            with faults.answered("apps-bench", "No cell was run.", uri=uri):
+                uri, run_id, earlier = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri,
+                                                            sweep_key=key)  # fmt: skip
+                self._parent = (uri, run_id)
+                self._members = list(members)
+                membership.record(mlf.client(uri), run_id, members)  # before any cell: membership never depends on order
         except BaseException:
-            self._let_go()
+            if self._parent is None:  # else the parent's end releases it
+                self._let_go()
             raise
-        self._parent = (uri, run_id)
-        self._members = list(members)
-        membership.record(mlf.client(uri), run_id, members)  # before any cell: membership never depends on order
         _ACTIVE = self
         env = {"MLFLOW_TRACKING_URI": uri, mlf.PARENT_RUN_ENV: run_id, ROOT_ENV: str(Path.cwd().resolve())}
         share = joblib_share(config, n)
@@ -283,6 +286,8 @@ class SweepTracking(Callback):
             self._close("FINISHED")
         finally:
             _stop_idle_launcher_workers()
+        if self._store_failed:  # said on stderr in one line: the cells are done, their logging waits for the rerun
+            raise SystemExit(faults.EXIT_FAILED)
         if self._missing:  # said on stderr and in the parent's tags by the comparison
             raise SystemExit(1)
 
@@ -339,6 +344,13 @@ class SweepTracking(Callback):
             if message:  # a launcher's reason comes last: it says why the sweep ended
                 mlf.client(uri).set_tag(run_id, "error", message[:5000])
             mlf.end_run(uri, run_id, status)
+        except Exception as exc:
+            fault = faults.fault_of(exc, uri)
+            if fault is None:
+                raise
+            self._store_failed = True
+            faults.say("apps-bench", fault, f"The sweep's parent run {run_id} stays open, and every cell keeps its "
+                       "records in its folder: the rerun solves only what is not recorded, then logs the rest.", exc)  # fmt: skip
         finally:
             self._let_go()
             os.environ.pop(mlf.PARENT_RUN_ENV, None)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -122,6 +123,11 @@ class StoreUnavailable(StoreError):
     """The store failed while a cell ran (a server gone, a disk full); the cell's folder keeps its records."""
 
 
+class LoggingPending(StoreUnavailable):
+    """The store failed once every problem of the cell was recorded: the cell is done, only its run is
+    not logged; the next run of the same command logs it without solving anything."""
+
+
 def check_store(uri: str, settings: Any) -> None:
     """One cheap look at the store before a cell or a sweep creates anything, as the model endpoint
     gets: a server that does not answer or refuses this client, and a SQLite store this user cannot
@@ -215,6 +221,9 @@ def store_calls_failed(uri: str, exc: BaseException) -> StoreUnavailable | None:
         return None
     if isinstance(exc, (mlflow.exceptions.MlflowException, OSError, *transport)):
         first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        refused = re.search(r"\[Errno \d+\] [^\"')(]+|Read timed out|RemoteDisconnected", first)
+        if refused:  # urllib3's retry chain says it in one phrase, a line of 400 characters around it
+            return StoreUnavailable(f"the MLflow store at {uri} does not answer any more ({refused.group(0).strip()})")
         return StoreUnavailable(f"the MLflow store at {uri} failed: {type(exc).__name__}: {first[:400]}")
     return None
 

@@ -204,12 +204,16 @@ class RecordStore:
         with self._lock:
             if self.lock is not None:
                 self.lock.check()  # taken over by another run: never two writers
-            self._open()
-            assert self._fd is not None and self._tfd is not None
-            if transcript is not None:
-                # no fsync: a transcript lost in a power cut leaves its record without one, nothing worse
-                self._write_line(self._tfd, {"key": record.key, "id": record.id, "events": transcript}, sync=False)
-            self._write_line(self._fd, record.to_json())
+            try:
+                self._open()
+                assert self._fd is not None and self._tfd is not None
+                if transcript is not None:
+                    # no fsync: a transcript lost in a power cut leaves its record without one, nothing worse
+                    self._write_line(self._tfd, {"key": record.key, "id": record.id, "events": transcript}, sync=False)
+                self._write_line(self._fd, record.to_json())
+            except OSError as exc:  # a full disk: say where (a write to a descriptor names no file)
+                exc.filename = exc.filename or str(self.dir)
+                raise
 
     def close(self) -> None:
         with self._lock:

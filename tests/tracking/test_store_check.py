@@ -161,7 +161,7 @@ def test_a_server_lost_mid_cell_loses_nothing_and_the_rerun_only_logs(tmp_path: 
             os.killpg(proc.pid, signal.SIGKILL)
     assert n_at_kill < N
     assert proc.returncode == 2, out[-3000:]
-    assert "Traceback" not in out and f"{uri} failed" in out
+    assert "Traceback" not in out and f"the MLflow store at {uri} does not answer any more" in out
     assert f"Nothing computed is lost: {cell} keeps every record ({N} of {N} problems recorded)" in out
     assert "it logs the finished cell to its MLflow run without solving anything again" in out
     recorded = {r["key"]: r["completed_at"] for r in _records(cell)}

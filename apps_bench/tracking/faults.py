@@ -1,0 +1,133 @@
+"""A failure of a command's surroundings, answered like a bad setting.
+
+The tracking store unreachable or lost, a full disk, a read-only folder, an interrupt: each
+command (a cell, a sweep's end, `report`, `rescore`, `plan`) ends with one line saying what
+failed, what is safe and the fix, and a documented exit code (docs/usage.md, "Outputs,
+resume, errors"), never a traceback. The traceback is printed first when asked for
+(`--debug`, or `hydra.verbose=apps_bench` for a cell: the `apps_bench` logger at DEBUG).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import sys
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from apps_bench.tracking.mlflow import store_calls_failed
+from apps_bench.tracking.sqlite_store import StoreError
+
+EXIT_FAILED = 2  # the surroundings failed: nothing computed is lost, the same command finishes the rest
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells count it
+
+_DISK_ERRNOS = {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EROFS: "read-only", errno.EACCES: "denied",
+                errno.EPERM: "denied"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What failed (with the fix) and the exit code that says so."""
+
+    what: str
+    fix: str
+    code: int = EXIT_FAILED
+
+    def line(self, safe: str) -> str:
+        return " ".join(part.strip() for part in (self.what.rstrip(".") + ".", safe, self.fix) if part.strip())
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+
+
+def disk_fault(exc: BaseException) -> Fault | None:
+    """A full disk or a folder this process may not write, anywhere in `exc`'s chain."""
+    for e in _chain(exc):
+        kind = _DISK_ERRNOS.get(getattr(e, "errno", None) or -1) if isinstance(e, OSError) else None
+        if kind is None or (kind == "denied" and not e.filename):  # type: ignore[union-attr]
+            continue
+        path = str(e.filename or "")  # type: ignore[union-attr]
+        where = f" ({path})" if path else ""
+        if kind == "full":
+            return Fault(f"no space left on the disk{where} ({e.strerror})",  # type: ignore[union-attr]
+                         "Free space there (or give out_dir= another disk) and rerun the same command.")  # fmt: skip
+        why = "it is on a read-only file system" if kind == "read-only" else "permission denied"
+        return Fault(f"cannot write {path or 'a file'}: {why}",
+                     "Run from a folder this user can write, or point out_dir= (and MLFLOW_TRACKING_URI) at one, "
+                     "then rerun the same command.")  # fmt: skip
+    return None
+
+
+def fault_of(exc: BaseException, uri: str | None = None) -> Fault | None:
+    """`exc` as a failure of the surroundings (None: a bug or a bad setting, answered elsewhere)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return Fault("interrupted", "Rerun the same command.", EXIT_INTERRUPTED)
+    if isinstance(exc, StoreError):  # its message says what failed and the fix
+        return Fault(str(exc), "")
+    found = disk_fault(exc)
+    if found is not None:
+        return found
+    if uri:
+        store_side = [e for e in _chain(exc) if not _plain_os_error(e)]  # a file of the command's own is not the store
+        lost = next((s for s in map(lambda e: store_calls_failed(uri, e), store_side) if s is not None), None)
+        if lost is not None:
+            return Fault(str(lost), "Once the store answers again, rerun the same command.")
+    return None
+
+
+def _plain_os_error(exc: BaseException) -> bool:
+    """An OSError of Python's own other than a connection's (a missing file, say); the HTTP clients' errors,
+    OSErrors too, are not plain."""
+    return type(exc).__module__ == "builtins" and isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError))
+
+
+def debugging(debug: bool = False) -> bool:
+    """Whether the traceback is wanted: `--debug`, or the `apps_bench` logger at DEBUG (hydra.verbose=apps_bench)."""
+    return debug or logging.getLogger("apps_bench").isEnabledFor(logging.DEBUG)
+
+
+def say(prog: str, fault: Fault, safe: str, exc: BaseException | None = None, *, debug: bool = False) -> None:
+    """Print `fault` as one line on stderr (its traceback first when debugging)."""
+    sys.stdout.flush()
+    if exc is not None and debugging(debug):
+        traceback.print_exception(exc)
+    print(f"{prog}: {fault.line(safe)}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def answered(prog: str, safe: str, *, uri: str | None = None, debug: bool = False) -> Iterator[None]:
+    """Run a command's work; a failure of its surroundings ends it as one line and its exit code
+    (SystemExit). `safe`: what the failure leaves intact, in the command's own words."""
+    try:
+        yield
+    except (Exception, KeyboardInterrupt) as exc:
+        fault = fault_of(exc, uri)
+        if fault is None:
+            raise
+        say(prog, fault, safe, exc, debug=debug)
+        raise SystemExit(fault.code) from None
+
+
+def unwritable(path: Path) -> str | None:
+    """Why `path` (a folder a command will create files under) cannot be written, or None."""
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir():
+        return f"{p} is not a folder"
+    if os.access(p, os.W_OK | os.X_OK):
+        return None
+    try:
+        ro = bool(os.statvfs(p).f_flag & os.ST_RDONLY)
+    except OSError:
+        ro = False
+    return f"{p} is on a read-only file system" if ro else f"this user cannot write {p}"
