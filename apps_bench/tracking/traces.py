@@ -91,11 +91,18 @@ class TraceWriter:
 # processor, in batches of 256 spans (not MLflow's 5), so many spans go in one store transaction.
 TRACE_EXPORT = {"MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "true", "MLFLOW_USE_BATCH_SPAN_PROCESSOR": "true",
                 "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "256"}  # fmt: skip
+# One export worker, whatever the environment says: MLflow queues a batch's spans (`log_spans`) before
+# the traces the batch ends (`start_trace`), and with several workers a trace could be created before
+# its spans were stored; the store's answer then lacked the tag saying the spans are in the store, and
+# MLflow uploaded the whole trace as a traces.json artifact too (half of a 5,000-problem cell's traces
+# were stored twice). One worker runs the queue in order: the spans first, every time.
+TRACE_EXPORT_WORKERS = {"MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS": "1"}
 
 
 def _mlflow(uri: str) -> Any:
     for name, value in TRACE_EXPORT.items():
         os.environ.setdefault(name, value)
+    os.environ.update(TRACE_EXPORT_WORKERS)
     mlflow = import_mlflow()
     if mlflow.get_tracking_uri() != uri:
         mlflow.set_tracking_uri(uri)  # the trace exporter writes to the global store: the cell's

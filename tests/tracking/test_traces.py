@@ -232,3 +232,46 @@ def test_an_infrastructure_error_is_a_trace_tagged_with_it_and_its_failed_call(
         timed_out = "timed out" in rec["error"]
         assert call.status.status_code == "ERROR" and (call.attributes["http_status"] == 0 if timed_out else call.attributes["http_status"] >= 400)
         assert not [s for s in trace.data.spans if s.span_type == "EVALUATOR"]  # never judged
+
+
+# ----------------------------------------------------------------------------- what a trace costs the store
+
+
+@pytest.fixture(scope="module")
+def traced_cell(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_data_dir: Path) -> Path:
+    """A gold sequential_langgraph cell of 30 problems with traces on (14 spans per trace), in its own store."""
+    cwd = tmp_path_factory.mktemp("traced_cell")
+    fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
+    _run(cwd, _cell_args(apps_data_dir / "train_mini150.jsonl", "topology=sequential_langgraph", "limit=30",
+                         "tracking.traces=true"))  # fmt: skip
+    return cwd
+
+
+def _artifact_root(cwd: Path) -> Path:
+    from urllib.parse import urlparse
+
+    from apps_bench.tracking import mlflow as mlf
+
+    exp = mlf.client(f"sqlite:///{cwd / 'outputs' / 'mlflow.db'}").get_experiment_by_name("apps")
+    loc = exp.artifact_location
+    path = Path(urlparse(loc).path) if loc.startswith("file:") else Path(loc)
+    return path if path.is_absolute() else cwd / path
+
+
+def test_each_trace_is_stored_once_as_spans_in_the_store_never_also_as_an_artifact(traced_cell: Path):
+    """MLflow's exporter uploads a trace's spans as a traces.json artifact when the store's answer to
+    start_trace does not yet say its spans are in the store (the spans' batch still queued): about half
+    of a cell's traces were stored twice."""
+    import sqlite3
+
+    records = {r["key"] for r in _records(traced_cell)}
+    _, traces = _traces(traced_cell)
+    assert sorted(t.info.tags["problem_key"] for t in traces) == sorted(records) and len(records) == 30
+    for trace in traces:  # whole, from the store's spans: the root, 4 turns, 6 calls, 2 python_exec, the judge
+        assert len(trace.data.spans) == 14 and [s.name for s in trace.data.spans if s.span_type == "EVALUATOR"] == ["judge"]
+        assert trace.info.tags["mlflow.trace.spansLocation"] == "TRACKING_STORE"
+    with sqlite3.connect(traced_cell / "outputs" / "mlflow.db") as db:
+        assert db.execute("select count(distinct trace_id), count(*) from spans").fetchone() == (30, 30 * 14)
+    root = _artifact_root(traced_cell)
+    uploaded = sorted(str(p.relative_to(root)) for p in root.rglob("traces.json")) if root.exists() else []
+    assert uploaded == [], f"{len(uploaded)} of 30 traces were also uploaded as artifacts: {uploaded[:3]}"
