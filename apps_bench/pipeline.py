@@ -55,7 +55,7 @@ from apps_bench.tracking.records import (
 )
 from apps_bench.tracking.run import Tracker, check_store, fail_run, open_run
 from apps_bench.tracking.summary import metrics_of, summarize_cell, summary_tags, table_rows
-from apps_bench.tracking.traces import TraceWriter, traces_enabled
+from apps_bench.tracking.traces import TraceChoice, TraceWriter, traces_enabled
 from apps_bench.types import ProblemRecord
 from apps_bench.validate import InvalidSettings, empty_selection
 
@@ -274,7 +274,7 @@ async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progres
     """Every problem left through the engine's step, `problems_in_flight` at a time, each record
     flushed as it completes."""
     keep = prep.config.tracking.log_transcripts
-    traces = _trace_writer(prep.config, tracker_future)
+    traces = _trace_writer(prep, tracker_future)
     store_failed: list[BaseException] = []
 
     async def one(problem: Any) -> None:
@@ -300,9 +300,12 @@ async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progres
         raise store_failed[0]
 
 
-def _trace_writer(config: Config, tracker_future: Future[Tracker]) -> TraceWriter | None:
+def _trace_writer(prep: Prepared, tracker_future: Future[Tracker]) -> TraceWriter | None:
     """The cell's TraceWriter (tracking/traces.py) when it writes traces, else None."""
-    return TraceWriter(tracker_future) if traces_enabled(config) else None
+    if not traces_enabled(prep.config):
+        return None
+    keys = [record_key(p.split, p.id) for p in prep.problems]
+    return TraceWriter(tracker_future, TraceChoice.of(prep.config, keys))
 
 
 def _check_endpoint(config: Config) -> Any:
