@@ -191,11 +191,11 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
     `open_tracker`: opens the run this evaluation logs to (default: the cell's own,
     tracking/run.py), on a thread while the first problems are solved."""
     config, cell = prep.config, prep.cell
-    open_tracker = open_tracker or functools.partial(open_run, config, cell, prep.loaded)
+    open_tracker = open_tracker or functools.partial(open_run, config, cell, prep.loaded, idle=not prep.todo)
     phases: dict[str, float] = {}
     previous = _previous_provenance(prep.dir)  # a rerun with nothing to solve starts no sandbox, checks no server
     sandbox: Any = previous.get("sandbox")
-    solvers = 0
+    solvers = sandbox_workers = 0
     tracker_future: Future[Tracker] | None = None
     try:
         if not prep.todo:
@@ -209,14 +209,15 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
                 stack.callback(tx.shutdown, wait=True)
                 tracker_future = tx.submit(open_tracker)  # importing mlflow and reaching the store overlap the engine's start
                 if engine is None:
-                    engine = stack.enter_context(Engine.open(config, prep.problems, forked=forked, endpoint=prep.endpoint))
+                    engine = stack.enter_context(Engine.open(config, prep.problems, forked=forked, endpoint=prep.endpoint,
+                                                             left=len(prep.todo)))  # fmt: skip
                 progress = Progress(len(prep.problems), prep.n_done, config.progress, cell.name)
                 stack.callback(progress.close)
                 phases["setup_s"] = time.perf_counter() - prep.t_start
                 job = Job(prompts=prompts) if prompts is not None else CELL_JOB
                 engine.run(lambda: _solve_all(prep, engine, job, progress, tracker_future))
                 phases["problems_s"] = time.perf_counter() - prep.t_start - phases["setup_s"]
-                sandbox, solvers = engine.features, engine.solvers
+                sandbox, solvers, sandbox_workers = engine.features, engine.solvers, int(getattr(engine.pool, "workers", 0))
             tracker = tracker_future.result()
     except BaseException as exc:
         if tracker_future is not None:
@@ -227,12 +228,14 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
     finally:
         prep.store.close()
     try:
-        return finish(prep, tracker, phases=phases, solvers=solvers, sandbox=sandbox, server=prep.server or previous.get("server"))
+        return finish(prep, tracker, phases=phases, solvers=solvers, sandbox=sandbox, server=prep.server or previous.get("server"),
+                      sandbox_workers=sandbox_workers)  # fmt: skip
     except StoreUnavailable as exc:
         raise _store_lost(prep, exc, finished=True) from None
 
 
-def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], solvers: int, sandbox: Any, server: Any) -> CellResult:
+def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], solvers: int, sandbox: Any, server: Any,
+           sandbox_workers: int = 0) -> CellResult:  # fmt: skip
     """summary.json, the tracking run's metrics/tags/artifacts, and the printed summary."""
     config, cell, loaded, store = prep.config, prep.cell, prep.loaded, prep.store
     selected = {record_key(p.split, p.id): i for i, p in enumerate(loaded.problems)}
@@ -241,7 +244,10 @@ def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], sol
                              profile=config.judge.profile, wall_s=time.perf_counter() - prep.t_start)  # fmt: skip
     summary["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
     summary["run"] = {"concurrency": config.concurrency, "problems_in_flight": problems_in_flight(config),
-                      "processes": config.processes, "solvers": solvers}
+                      "processes": config.processes, "solvers": solvers, "sandbox_workers": sandbox_workers}
+    if not prep.todo:  # a rerun that solved nothing keeps the times of the run that did (and logs nothing new)
+        earlier = _previous_summary(store.dir)
+        summary.update({k: earlier[k] for k in ("wall_s", "phases_s", "run") if k in earlier})
     summary["cell"] = {"key": cell.key, "name": cell.name, **cell.axes(), "model_label": cell.model_label}
     summary["tool_protocol"] = tool_protocol(records)
     summary["warnings"] = tool_warnings(records, config.topology, config.model)
@@ -369,8 +375,14 @@ def _quiet_libraries() -> None:
 
 def _previous_provenance(cell_dir: Path) -> dict[str, Any]:
     """The provenance an earlier run of this cell recorded ({} when none did)."""
+    prov = _previous_summary(cell_dir).get("provenance")
+    return prov if isinstance(prov, dict) else {}
+
+
+def _previous_summary(cell_dir: Path) -> dict[str, Any]:
+    """The summary an earlier run of this cell wrote ({} when none did)."""
     try:
-        prov = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8")).get("provenance")
-        return prov if isinstance(prov, dict) else {}
-    except (OSError, ValueError, AttributeError):
+        summary = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8"))
+        return summary if isinstance(summary, dict) else {}
+    except (OSError, ValueError):
         return {}
