@@ -317,23 +317,24 @@ class Texts:
         self._first: dict[str, tuple[int, str]] = {}
         self._spans = 0
 
-    def span(self, label: str) -> Callable[[Any], str]:
-        """The texts of one more span, named `label` in the references to it."""
+    def span(self, label: str) -> Callable[..., str]:
+        """The texts of one more span, named `label` in the references to it; `keep=True`: shown
+        even when shown before (the code of a python_exec, the program of the root)."""
         self._spans += 1
         me = self._spans
 
-        def text(value: Any) -> str:
+        def text(value: Any, keep: bool = False) -> str:
             s = "" if value is None else str(value)
             if len(s) >= REPEAT_MIN:
                 first, where = self._first.setdefault(s, (me, label))
-                if first != me:
+                if first != me and not keep:
                     return f"[the same {len(s)} characters as in the span '{where}']"
             return clip(s, self.n)
 
         return text
 
 
-def _request(call: ModelCall, text: Callable[[Any], str]) -> dict[str, Any]:
+def _request(call: ModelCall, text: Callable[..., str]) -> dict[str, Any]:
     """The request's messages, each clipped, and its tools named, not defined (the same definitions
     and sampling settings go with every call of the cell: they are the run's params)."""
     try:
@@ -353,7 +354,7 @@ def _request(call: ModelCall, text: Callable[[Any], str]) -> dict[str, Any]:
     return out
 
 
-def _reply(call: ModelCall, text: Callable[[Any], str]) -> Any:
+def _reply(call: ModelCall, text: Callable[..., str]) -> Any:
     """The reply's model and choices, each message clipped (its token usage is the span's attributes)."""
     obj = reply_object(call)
     if not isinstance(obj, dict):
@@ -368,7 +369,7 @@ def _reply(call: ModelCall, text: Callable[[Any], str]) -> Any:
     return {"model": obj.get("model"), "choices": choices}
 
 
-def _clip_message(m: dict[str, Any], text: Callable[[Any], str]) -> None:
+def _clip_message(m: dict[str, Any], text: Callable[..., str]) -> None:
     if isinstance(m.get("content"), str):
         m["content"] = text(m["content"])
     for tc in m.get("tool_calls") or []:
@@ -415,7 +416,7 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
     judge_ns = int(record.judge_s * 1e9)
     texts = Texts(n)
     text = texts.span(f"problem {record.key}")
-    program = text(record.program)  # the root shows the program; the judge's span refers to it
+    program = text(record.program, keep=True)  # the root shows the program; the judge's span refers to it
     root = mlflow.start_span_no_context(
         name=f"problem {record.key}", span_type=SpanType.AGENT,
         inputs={"problem": record.key, "question": text(problem.question), "starter_code": text(problem.starter_code),
@@ -445,7 +446,7 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
         text = texts.span("python_exec")
         span = mlflow.start_span_no_context(
             name="python_exec", span_type=SpanType.TOOL, parent_span=parent, start_time_ns=ex.start_ns,
-            inputs={"code": text(ex.code), "stdin": text(ex.stdin)},
+            inputs={"code": text(ex.code, keep=True), "stdin": text(ex.stdin)},
             attributes={"exit_code": ex.exit_code, "status": ex.status, "timed_out": ex.timed_out},
         )  # fmt: skip
         out = {"exit_code": ex.exit_code, "stdout": text(ex.stdout), "stderr": text(ex.stderr),
