@@ -195,7 +195,7 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
     phases: dict[str, float] = {}
     previous = _previous_provenance(prep.dir)  # a rerun with nothing to solve starts no sandbox, checks no server
     sandbox: Any = previous.get("sandbox")
-    solvers = sandbox_workers = 0
+    solvers = 0
     tracker_future: Future[Tracker] | None = None
     try:
         if not prep.todo:
@@ -217,7 +217,7 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
                 job = Job(prompts=prompts) if prompts is not None else CELL_JOB
                 engine.run(lambda: _solve_all(prep, engine, job, progress, tracker_future))
                 phases["problems_s"] = time.perf_counter() - prep.t_start - phases["setup_s"]
-                sandbox, solvers, sandbox_workers = engine.features, engine.solvers, int(getattr(engine.pool, "workers", 0))
+                sandbox, solvers = engine.features, engine.solvers
             tracker = tracker_future.result()
     except BaseException as exc:
         if tracker_future is not None:
@@ -228,14 +228,12 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
     finally:
         prep.store.close()
     try:
-        return finish(prep, tracker, phases=phases, solvers=solvers, sandbox=sandbox, server=prep.server or previous.get("server"),
-                      sandbox_workers=sandbox_workers)  # fmt: skip
+        return finish(prep, tracker, phases=phases, solvers=solvers, sandbox=sandbox, server=prep.server or previous.get("server"))
     except StoreUnavailable as exc:
         raise _store_lost(prep, exc, finished=True) from None
 
 
-def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], solvers: int, sandbox: Any, server: Any,
-           sandbox_workers: int = 0) -> CellResult:  # fmt: skip
+def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], solvers: int, sandbox: Any, server: Any) -> CellResult:
     """summary.json, the tracking run's metrics/tags/artifacts, and the printed summary."""
     config, cell, loaded, store = prep.config, prep.cell, prep.loaded, prep.store
     selected = {record_key(p.split, p.id): i for i, p in enumerate(loaded.problems)}
@@ -244,7 +242,7 @@ def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], sol
                              profile=config.judge.profile, wall_s=time.perf_counter() - prep.t_start)  # fmt: skip
     summary["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
     summary["run"] = {"concurrency": config.concurrency, "problems_in_flight": problems_in_flight(config),
-                      "processes": config.processes, "solvers": solvers, "sandbox_workers": sandbox_workers}
+                      "processes": config.processes, "solvers": solvers}
     if not prep.todo:  # a rerun that solved nothing keeps the times of the run that did (and logs nothing new)
         earlier = _previous_summary(store.dir)
         summary.update({k: earlier[k] for k in ("wall_s", "phases_s", "run") if k in earlier})

@@ -40,7 +40,7 @@ def test_a_rerun_of_a_finished_cell_writes_nothing_to_mlflow(tmp_path: Path, mlf
 
 def test_the_last_problem_of_a_cell_starts_no_more_workers_than_it_needs(tmp_path: Path, mlflow_template: Path, apps_data_dir: Path):
     """One problem left: solved in the cell's own process, on one sandbox worker, not on a pool sized
-    for the whole cell (judge.workers=4 here; `solvers` and `sandbox_workers` in summary.json's `run`)."""
+    for the whole cell (judge.workers=4 here; summary.json's `run.solvers` and `provenance.sandbox.workers`)."""
     import json
 
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
@@ -49,13 +49,13 @@ def test_the_last_problem_of_a_cell_starts_no_more_workers_than_it_needs(tmp_pat
     assert first.returncode == 0, first.stderr[-3000:]
     [cell] = list((tmp_path / "outputs" / "cells").iterdir())
     summary = json.loads((cell / "summary.json").read_text())
-    assert (summary["run"]["solvers"], summary["run"]["sandbox_workers"]) == (2, 3)  # 3 problems: 3 of the 4 workers
+    assert (summary["run"]["solvers"], summary["provenance"]["sandbox"]["workers"]) == (2, 3)  # 3 problems: 3 of the 4
     kept = (cell / "records.jsonl").read_text().splitlines()[:2]
     (cell / "records.jsonl").write_text("\n".join(kept) + "\n")  # as if the cell had been stopped before its last problem
 
     again = run_cli(args, tmp_path, env=cli_env(tmp_path))
     assert again.returncode == 0 and "2 already recorded, 1 to run" in again.stderr, again.stderr[-3000:]
     summary = json.loads((cell / "summary.json").read_text())
-    assert (summary["run"]["solvers"], summary["run"]["sandbox_workers"]) == (1, 1)
+    assert (summary["run"]["solvers"], summary["provenance"]["sandbox"]["workers"]) == (1, 1)
     lines = (cell / "records.jsonl").read_text().splitlines()
     assert lines[:2] == kept and len(lines) == 3  # nothing solved twice
