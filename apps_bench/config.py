@@ -252,6 +252,9 @@ class TrackingConfig:
     # a trace per problem in the cell's run; null = on for real models, off for model=gold
     # (the rule: tracking/traces.traces_enabled)
     traces: Optional[bool] = MISSING
+    trace_problems: str = MISSING  # all | failed | errors: which problems get a trace
+    trace_sample: Any = MISSING  # null, a fraction 0 < x < 1, or a whole number N >= 1 (an int stays an int)
+    trace_text_chars: int = MISSING  # characters kept of each text in a span
     cell_lock: CellLockConfig = MISSING  # one writer per cell folder
     store: Optional[StoreCheckConfig] = MISSING  # the MLflow store's check (null for tracking=none)
 

@@ -25,6 +25,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, 
 from apps_bench import event_loop
 from apps_bench.cell import CellSetupError
 from apps_bench.config import Config, problems_in_flight, typed_config
+from apps_bench.cpus import usable_cpus
 from apps_bench.judge import Judge
 from apps_bench.models import ModelEndpointError, open_endpoint
 from apps_bench.models.clients import MissingFrameworkError
@@ -64,6 +65,17 @@ def fork_solvers(config: Config, n_problems: int) -> Forked | None:
     return Forked(ctx=start_forkserver(topology), workers=n)
 
 
+def sandbox_workers(config: Config, left: int | None) -> int:
+    """The sandbox pool's workers: `judge.workers` (0 = one per usable CPU), but no more than the
+    `left` problems to solve can keep busy at once (one sandbox job at a time per agent of each
+    problem in flight: a tool call, or the problem's judging). None: as configured."""
+    configured = config.judge.workers or usable_cpus()
+    if left is None:
+        return configured
+    busy = min(left, problems_in_flight(config)) * max(1, int(config.topology.team_size or 1))
+    return max(1, min(configured, busy))
+
+
 class Engine:
     """The endpoint, sandbox pool, judge and solver(s) of a cell; see the module doc."""
 
@@ -82,12 +94,12 @@ class Engine:
     @contextlib.contextmanager
     def open(
         cls, config: Config, problems: Iterable[Any] = (), *, forked: Forked | None = None, endpoint: Any = None,
-        pool: Sandbox | None = None,
+        pool: Sandbox | None = None, left: int | None = None,
     ) -> Iterator[Engine]:  # fmt: skip
         """The engine for `config` (a composed node from tests and scripts, or the typed config):
         `endpoint` and `pool` when given (the caller's to close), else the model's endpoint (a
-        built-in server gets `problems`' rows) and a new sandbox pool; `forked` workers, else this
-        process solves."""
+        built-in server gets `problems`' rows) and a new sandbox pool, of no more workers than
+        `left` problems to solve need (`sandbox_workers`); `forked` workers, else this process solves."""
         config = typed_config(config)
         concurrency = problems_in_flight(config)
         with ExitStack() as stack:
@@ -97,7 +109,7 @@ class Engine:
                 except ModelEndpointError as exc:
                     raise CellSetupError(str(exc)) from exc
             if pool is None:
-                pool = stack.enter_context(SandboxPool.from_config(config.judge))  # while the forkserver imports
+                pool = stack.enter_context(SandboxPool.from_config(config.judge, workers=sandbox_workers(config, left)))
             if forked is not None:
                 solver: Any = SolverPool.start(forked.ctx, forked.workers, cfg=config, threads=solver_threads(concurrency),
                                                timeout_s=time_cap(config.topology) + 60)  # fmt: skip

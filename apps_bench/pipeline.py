@@ -55,7 +55,7 @@ from apps_bench.tracking.records import (
 )
 from apps_bench.tracking.run import Tracker, check_store, fail_run, open_run
 from apps_bench.tracking.summary import metrics_of, summarize_cell, summary_tags, table_rows
-from apps_bench.tracking.traces import TraceWriter, traces_enabled
+from apps_bench.tracking.traces import TraceChoice, TraceWriter, traces_enabled
 from apps_bench.types import ProblemRecord
 from apps_bench.validate import InvalidSettings, empty_selection
 
@@ -191,7 +191,7 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
     `open_tracker`: opens the run this evaluation logs to (default: the cell's own,
     tracking/run.py), on a thread while the first problems are solved."""
     config, cell = prep.config, prep.cell
-    open_tracker = open_tracker or functools.partial(open_run, config, cell, prep.loaded)
+    open_tracker = open_tracker or functools.partial(open_run, config, cell, prep.loaded, idle=not prep.todo)
     phases: dict[str, float] = {}
     previous = _previous_provenance(prep.dir)  # a rerun with nothing to solve starts no sandbox, checks no server
     sandbox: Any = previous.get("sandbox")
@@ -209,7 +209,8 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
                 stack.callback(tx.shutdown, wait=True)
                 tracker_future = tx.submit(open_tracker)  # importing mlflow and reaching the store overlap the engine's start
                 if engine is None:
-                    engine = stack.enter_context(Engine.open(config, prep.problems, forked=forked, endpoint=prep.endpoint))
+                    engine = stack.enter_context(Engine.open(config, prep.problems, forked=forked, endpoint=prep.endpoint,
+                                                             left=len(prep.todo)))  # fmt: skip
                 progress = Progress(len(prep.problems), prep.n_done, config.progress, cell.name)
                 stack.callback(progress.close)
                 phases["setup_s"] = time.perf_counter() - prep.t_start
@@ -242,6 +243,9 @@ def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], sol
     summary["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
     summary["run"] = {"concurrency": config.concurrency, "problems_in_flight": problems_in_flight(config),
                       "processes": config.processes, "solvers": solvers}
+    if not prep.todo:  # a rerun that solved nothing keeps the times of the run that did (and logs nothing new)
+        earlier = _previous_summary(store.dir)
+        summary.update({k: earlier[k] for k in ("wall_s", "phases_s", "run") if k in earlier})
     summary["cell"] = {"key": cell.key, "name": cell.name, **cell.axes(), "model_label": cell.model_label}
     summary["tool_protocol"] = tool_protocol(records)
     summary["warnings"] = tool_warnings(records, config.topology, config.model)
@@ -274,7 +278,7 @@ async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progres
     """Every problem left through the engine's step, `problems_in_flight` at a time, each record
     flushed as it completes."""
     keep = prep.config.tracking.log_transcripts
-    traces = _trace_writer(prep.config, tracker_future)
+    traces = _trace_writer(prep, tracker_future)
     store_failed: list[BaseException] = []
 
     async def one(problem: Any) -> None:
@@ -300,9 +304,12 @@ async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progres
         raise store_failed[0]
 
 
-def _trace_writer(config: Config, tracker_future: Future[Tracker]) -> TraceWriter | None:
+def _trace_writer(prep: Prepared, tracker_future: Future[Tracker]) -> TraceWriter | None:
     """The cell's TraceWriter (tracking/traces.py) when it writes traces, else None."""
-    return TraceWriter(tracker_future) if traces_enabled(config) else None
+    if not traces_enabled(prep.config):
+        return None
+    keys = [record_key(p.split, p.id) for p in prep.problems]
+    return TraceWriter(tracker_future, TraceChoice.of(prep.config, keys))
 
 
 def _check_endpoint(config: Config) -> Any:
@@ -366,8 +373,14 @@ def _quiet_libraries() -> None:
 
 def _previous_provenance(cell_dir: Path) -> dict[str, Any]:
     """The provenance an earlier run of this cell recorded ({} when none did)."""
+    prov = _previous_summary(cell_dir).get("provenance")
+    return prov if isinstance(prov, dict) else {}
+
+
+def _previous_summary(cell_dir: Path) -> dict[str, Any]:
+    """The summary an earlier run of this cell wrote ({} when none did)."""
     try:
-        prov = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8")).get("provenance")
-        return prov if isinstance(prov, dict) else {}
-    except (OSError, ValueError, AttributeError):
+        summary = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8"))
+        return summary if isinstance(summary, dict) else {}
+    except (OSError, ValueError):
         return {}

@@ -137,6 +137,13 @@ RULES: tuple[Rule, ...] = (
     ("topology", "max_steps", _int_min(1), "a whole number >= 1 (model calls per agent's tool loop)", "topology.max_steps=8"),
     ("topology", "max_turns", _int_min(1), "a whole number >= 1", "topology.max_turns=12"),
     ("topology", "time_limit_s", _positive, "seconds > 0 (per problem)", "topology.time_limit_s=600"),
+    ("tracking", "trace_problems", lambda v: v in ("all", "failed", "errors"),
+     "all, failed (not passed, errors included) or errors (infrastructure errors only)", "tracking.trace_problems=failed"),
+    ("tracking", "trace_sample", lambda v: v is None or (_is_int(v) and v >= 1) or (isinstance(v, float) and 0 < v < 1),
+     "null (every problem), a fraction between 0 and 1, or a whole number N >= 1 (N of the cell's problems)",
+     "tracking.trace_sample=0.1, or tracking.trace_sample=100, or tracking.trace_sample=null"),
+    ("tracking", "trace_text_chars", _int_min(100), "a whole number >= 100 (characters kept of each text in a span)",
+     "tracking.trace_text_chars=500"),
 )
 
 GEPA_COMPONENT_SELECTION = ("round_robin", "all")

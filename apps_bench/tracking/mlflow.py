@@ -16,12 +16,14 @@ race on its migrations); a sweep creates it in the parent process.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import re
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -30,6 +32,7 @@ from apps_bench.tracking.mlflow_internals import forget_engine, load_mlflow
 from apps_bench.tracking.sqlite_store import ELSEWHERE, StoreError
 
 PARENT_RUN_ENV = "APPS_BENCH_PARENT_RUN_ID"
+DIGESTS_TAG = "artifact_digests"  # {artifact path: sha256 of what was uploaded}: a rerun uploads only what changed
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 TABLE_ARTIFACT = "problems.json"
 
@@ -323,12 +326,19 @@ def sweep_settings_problem(multirun: bool = False) -> str | None:
 
 @dataclass
 class CellRun:
-    """The MLflow run of one cell: created, or found again by its cell key on resume."""
+    """The MLflow run of one cell: created, or found again by its cell key on resume.
+
+    What the run held when it was found (`status`, `tags`, `metrics`) is compared before writing:
+    a rerun of a finished cell that changed nothing writes nothing (artifacts are compared by the
+    digests in the `artifact_digests` tag)."""
 
     uri: str
     run_id: str
     experiment_id: str
     resumed: bool
+    status: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def open(
@@ -342,11 +352,13 @@ class CellRun:
         uri: str | None = None,
         key_tag: str = "cell_key",
         parent_run_id: str | None = None,
+        idle: bool = False,
     ) -> CellRun:
         """`key_tag`: the tag that finds the run again (an optimizer cell's final-eval child uses
         its own, so it never shadows the cell's run); `parent_run_id`: nest under this run
-        instead of the sweep's. Tags the identity implies (`identity_tags`) are added here, so every
-        kind of cell run (cell, final eval, re-scoring) carries them."""
+        instead of the sweep's; `idle`: nothing will be solved (a found run is not marked RUNNING).
+        Tags the identity implies (`identity_tags`) are added here, so every kind of cell run
+        (cell, final eval, re-scoring) carries them."""
         problem = sweep_settings_problem()
         if problem:  # before any store is touched: the local default is not the sweep's store
             raise SweepSettingsMissing(problem)
@@ -354,11 +366,11 @@ class CellRun:
         uri = uri or tracking_uri()
         with store_calls(uri):
             return cls._open(uri, experiment=experiment, cell_key=cell_key, run_name=run_name, params=params, tags=tags,
-                             key_tag=key_tag, parent_run_id=parent_run_id)  # fmt: skip
+                             key_tag=key_tag, parent_run_id=parent_run_id, idle=idle)  # fmt: skip
 
     @classmethod
     def _open(cls, uri: str, *, experiment: str, cell_key: str, run_name: str, params: Mapping[str, Any],
-              tags: Mapping[str, str], key_tag: str, parent_run_id: str | None) -> CellRun:  # fmt: skip
+              tags: Mapping[str, str], key_tag: str, parent_run_id: str | None, idle: bool = False) -> CellRun:  # fmt: skip
         c = client(uri)
         exp_id = experiment_id(c, experiment, uri)
         from mlflow.entities import Param, RunTag
@@ -372,9 +384,15 @@ class CellRun:
         if key_tag != "rescore_key":  # a re-scoring run carries the key of the cell it reads like; never continue it
             found = [r for r in found if r.data.tags.get("run_kind") != "rescore"][:1]
         flat = flatten(params)
+        have_tags: dict[str, str] = {}
+        have_metrics: dict[str, float] = {}
         if found:
             run_id = found[0].info.run_id
-            c.update_run(run_id, status="RUNNING")
+            status = str(found[0].info.status)
+            have_tags, have_metrics = dict(found[0].data.tags), dict(found[0].data.metrics)
+            if not idle and status != "RUNNING":
+                c.update_run(run_id, status="RUNNING")
+                status = "RUNNING"
             resumed = True
             parent = parent_run_id or os.environ.get(PARENT_RUN_ENV, "").strip()
             if parent and not found[0].data.tags.get("mlflow.parentRunId"):  # a cell first run alone: nest it in
@@ -389,11 +407,14 @@ class CellRun:
             run = c.create_run(exp_id, run_name=run_name, tags=all_tags)
             run_id = run.info.run_id
             missing = [Param(k, v) for k, v in sorted(flat.items())]
-            resumed = False
+            resumed, status = False, "RUNNING"
         for chunk in _batched(missing, 100):
             c.log_batch(run_id, params=chunk)
-        c.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
-        return cls(uri=uri, run_id=run_id, experiment_id=exp_id, resumed=resumed)
+        changed = {k: str(v) for k, v in tags.items() if have_tags.get(k) != str(v)}
+        if changed:
+            c.log_batch(run_id, tags=[RunTag(k, v) for k, v in changed.items()])
+        return cls(uri=uri, run_id=run_id, experiment_id=exp_id, resumed=resumed, status=status,
+                   tags={**have_tags, **changed}, metrics=have_metrics)  # fmt: skip
 
     def finish(
         self,
@@ -414,21 +435,35 @@ class CellRun:
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
-        ms = [Metric(k, float(v), now, 0) for k, v in sorted(metrics.items()) if v is not None]
+        ms = [Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())
+              if v is not None and not _same_value(self.metrics.get(k), float(v))]  # fmt: skip
         for chunk in _batched(ms, 500):
             c.log_batch(self.run_id, metrics=chunk)
-        all_tags = {"complete": str(complete).lower(), **(tags or {})}
-        c.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in all_tags.items()])
-        if rows:  # an optimizer cell's own run has no problems (its final-eval child has them)
-            log_table(c, self.run_id, rows, TABLE_ARTIFACT)
-        for f in files:
-            if f.exists():
-                c.log_artifact(self.run_id, str(f))
+        digests = _digests(self.tags.get(DIGESTS_TAG))
+        uploads: list[tuple[Path, str | None]] = [(f, None) for f in files if f.exists()]
         for name, d in (dirs or {}).items():
             for f in sorted(Path(d).glob("*")):  # e.g. optimizer/{result.json,prompts.yaml,manifest.json,events.jsonl}
                 if f.is_file() and f.suffix in (".json", ".jsonl", ".yaml", ".txt"):
-                    c.log_artifact(self.run_id, str(f), artifact_path=name)
-        c.set_terminated(self.run_id, status="FINISHED" if complete else "FAILED")
+                    uploads.append((f, name))
+        if rows:  # an optimizer cell's own run has no problems (its final-eval child has them)
+            digest = _sha256(json.dumps(rows, sort_keys=True, default=str).encode())
+            if digests.get(TABLE_ARTIFACT) != digest:
+                log_table(c, self.run_id, rows, TABLE_ARTIFACT)
+                digests[TABLE_ARTIFACT] = digest
+        for f, under in uploads:
+            path, digest = f"{under}/{f.name}" if under else f.name, _file_sha256(f)
+            if digests.get(path) != digest:
+                c.log_artifact(self.run_id, str(f), artifact_path=under)
+                digests[path] = digest
+        all_tags = {"complete": str(complete).lower(), **(tags or {}), DIGESTS_TAG: json.dumps(digests, sort_keys=True)}
+        changed = {k: str(v) for k, v in all_tags.items() if self.tags.get(k) != str(v)}
+        if changed:  # after the uploads: a digest is recorded once its artifact is there
+            c.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in changed.items()])
+            self.tags.update(changed)
+        status = "FINISHED" if complete else "FAILED"
+        if ms or changed or self.status != status:
+            c.set_terminated(self.run_id, status=status)
+            self.status = status
         # the sweep's comparison is the launching process's, once every cell has ended (report/sweep_run.py)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
@@ -445,6 +480,30 @@ class CellRun:
             c = client(self.uri)
             c.set_tag(self.run_id, "error", message[:5000])
             c.set_terminated(self.run_id, status="FAILED")
+
+
+def _same_value(had: float | None, new: float) -> bool:
+    return had is not None and (had == new or (math.isnan(had) and math.isnan(new)))
+
+
+def _digests(tag: str | None) -> dict[str, str]:
+    try:
+        d = json.loads(tag or "{}")
+        return {str(k): str(v) for k, v in d.items()} if isinstance(d, dict) else {}
+    except ValueError:
+        return {}
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:32]
 
 
 def log_table(c: Any, run_id: str, rows: list[dict[str, Any]], artifact_file: str, columns: list[str] | None = None) -> None:

@@ -95,11 +95,13 @@ def cell_tags(config: Config, cell: Cell, loaded: Any) -> dict[str, str]:
     }
 
 
-def open_run(config: Config, cell: Cell, loaded: Any, *, extra_tags: Mapping[str, str] | None = None) -> Tracker:
-    """The cell's run (found again by its cell key on resume)."""
+def open_run(config: Config, cell: Cell, loaded: Any, *, extra_tags: Mapping[str, str] | None = None,
+             idle: bool = False) -> Tracker:  # fmt: skip
+    """The cell's run (found again by its cell key on resume); `idle`: nothing is left to solve, so a
+    finished run found again is left as it is unless something to log changed."""
     if config.tracking.backend == "none":
         return NoRun()
 
     tags = {**cell_tags(config, cell, loaded), **(extra_tags or {})}
     return mlf.CellRun.open(experiment=config.tracking.experiment, cell_key=cell.key, run_name=cell.name,
-                            params=dict(cell.identity), tags=tags)  # fmt: skip
+                            params=dict(cell.identity), tags=tags, idle=idle)  # fmt: skip

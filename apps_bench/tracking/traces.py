@@ -13,17 +13,24 @@ model calls, the tool's runs, the transcript's events), not from a framework's o
 The trace is linked to the run (`mlflow.sourceRun`), so the run's Traces tab lists it. It is
 written on one thread of its own in the cell's process, after the problem's record: tracing
 never changes a record or a verdict, and a resumed cell traces only the problems it solves.
+
+A trace is a view, kept small (conf/tracking/mlflow.yaml): each text in a span (a message, an
+input, a reply, a program, a tool's output) is kept up to `tracking.trace_text_chars` characters,
+the whole text being in the run's transcripts.jsonl and prompts.json; a request's tool definitions
+are named, not repeated; `tracking.trace_problems` and `tracking.trace_sample` choose which
+problems get a trace, by outcome and by a sample drawn from the problem keys.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from apps_bench.models.wire import is_stream, stream_events
 from apps_bench.tracking.capture import ExecCall, ModelCall, TraceLog, log_of
@@ -33,8 +40,7 @@ from apps_bench.types import ProblemRecord
 if TYPE_CHECKING:
     from apps_bench.config import Config
 
-CLIP = 20_000  # characters kept of one text in a span (a message, a program)
-CLIP_OUTPUT = 4_000  # of a python_exec stdout/stderr and a test's detail
+TRACE_PROBLEMS = ("all", "failed", "errors")  # tracking.trace_problems
 
 
 def traces_enabled(config: Config) -> bool:
@@ -48,6 +54,44 @@ def traces_enabled(config: Config) -> bool:
     return bool(setting)
 
 
+# ----------------------------------------------------------------------------- which problems, how much
+
+
+@dataclass(frozen=True)
+class TraceChoice:
+    """Which of a cell's problems get a trace, and how much text a span keeps (docs/tracking.md, Traces)."""
+
+    text_chars: int  # tracking.trace_text_chars
+    problems: str = "all"  # tracking.trace_problems: all | failed (not passed, errors included) | errors
+    sample: float | None = None  # a fraction of the problem keys (None: every one)
+    keys: frozenset[str] | None = None  # the problems a sample of N chose (None: no such sample)
+
+    @classmethod
+    def of(cls, config: Config, keys: list[str]) -> TraceChoice:
+        """The cell's choice; `keys`: every problem of the cell, so a sample of N is the same N on resume."""
+        t = config.tracking
+        sample = t.trace_sample
+        if sample is None or isinstance(sample, bool) or not isinstance(sample, int):
+            return cls(int(t.trace_text_chars), str(t.trace_problems), None if sample is None else float(sample))
+        return cls(int(t.trace_text_chars), str(t.trace_problems), None, frozenset(sorted(keys, key=draw)[:sample]))
+
+    def wants(self, record: ProblemRecord) -> bool:
+        if self.keys is not None and record.key not in self.keys:
+            return False
+        if self.sample is not None and draw(record.key) >= self.sample:
+            return False
+        if self.problems == "failed":
+            return not record.passed
+        if self.problems == "errors":
+            return bool(record.error)
+        return True
+
+
+def draw(key: str) -> float:
+    """A problem's place in [0, 1) from its key alone: the same problems are sampled in every run."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
+
+
 # ----------------------------------------------------------------------------- the writer
 
 
@@ -56,15 +100,16 @@ class TraceWriter:
     (the run may still be opening: the first trace waits for it). A failed trace is a warning,
     never the cell's failure."""
 
-    def __init__(self, tracker_future: Future[Any]) -> None:
+    def __init__(self, tracker_future: Future[Any], choice: TraceChoice) -> None:
         self._run = tracker_future
+        self.choice = choice
         self._tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-traces")
         self._pending: list[Future[Any]] = []
         self._warned = False
 
     def submit(self, outcome: Any, record: ProblemRecord) -> None:
         log = log_of(getattr(outcome.solved, "usage", None))
-        if log is None:
+        if log is None or not self.choice.wants(record):
             return
         end_ns = time.time_ns()
         self._pending.append(self._tx.submit(self._write, outcome, record, log, end_ns))
@@ -73,7 +118,7 @@ class TraceWriter:
         try:
             run = self._run.result()
             if getattr(run, "run_id", None):
-                write_trace(run, outcome, record, log, end_ns)
+                write_trace(run, outcome, record, log, end_ns, self.choice.text_chars)
         except Exception as exc:  # noqa: BLE001 - a trace is a view; the record is what counts
             if not self._warned:
                 self._warned = True
@@ -91,11 +136,18 @@ class TraceWriter:
 # processor, in batches of 256 spans (not MLflow's 5), so many spans go in one store transaction.
 TRACE_EXPORT = {"MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "true", "MLFLOW_USE_BATCH_SPAN_PROCESSOR": "true",
                 "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "256"}  # fmt: skip
+# One export worker, whatever the environment says: MLflow queues a batch's spans (`log_spans`) before
+# the traces the batch ends (`start_trace`), and with several workers a trace could be created before
+# its spans were stored; the store's answer then lacked the tag saying the spans are in the store, and
+# MLflow uploaded the whole trace as a traces.json artifact too (half of a 5,000-problem cell's traces
+# were stored twice). One worker runs the queue in order: the spans first, every time.
+TRACE_EXPORT_WORKERS = {"MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS": "1"}
 
 
 def _mlflow(uri: str) -> Any:
     for name, value in TRACE_EXPORT.items():
         os.environ.setdefault(name, value)
+    os.environ.update(TRACE_EXPORT_WORKERS)
     mlflow = import_mlflow()
     if mlflow.get_tracking_uri() != uri:
         mlflow.set_tracking_uri(uri)  # the trace exporter writes to the global store: the cell's
@@ -165,7 +217,7 @@ def reply_object(call: ModelCall) -> Any:
         try:
             return json.loads(text)
         except ValueError:
-            return {"unparsed": text[:CLIP]}
+            return {"unparsed": text}
     content: list[str] = []
     tool_calls: dict[int, dict[str, Any]] = {}
     usage, reason, model = None, None, None
@@ -244,22 +296,91 @@ def _tool_code(content: str) -> str:
         return content
 
 
-def _clip(text: Any, n: int = CLIP) -> str:
+def clip(text: Any, n: int) -> str:
+    """`text` up to `n` characters; a longer one says how much is left out and where it is whole."""
     s = "" if text is None else str(text)
-    return s if len(s) <= n else s[:n] + f"... [{len(s) - n} more characters]"
+    if len(s) <= n:
+        return s
+    return s[:n] + f"... [+{len(s) - n} characters: the run's transcripts.jsonl]"
 
 
-def _request(call: ModelCall) -> dict[str, Any]:
+REPEAT_MIN = 200  # characters from which a text shown again in a trace is a reference to its first span
+
+
+class Texts:
+    """A trace's texts as its spans show them: each up to `n` characters, and one already shown in
+    another span (a system prompt in every call of a turn, the question in each agent's input, the
+    program in the judge's span and the root's) as a reference to that span."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._first: dict[str, tuple[int, str]] = {}
+        self._spans = 0
+
+    def span(self, label: str) -> Callable[..., str]:
+        """The texts of one more span, named `label` in the references to it; `keep=True`: shown
+        even when shown before (the code of a python_exec, the program of the root)."""
+        self._spans += 1
+        me = self._spans
+
+        def text(value: Any, keep: bool = False) -> str:
+            s = "" if value is None else str(value)
+            if len(s) >= REPEAT_MIN:
+                first, where = self._first.setdefault(s, (me, label))
+                if first != me and not keep:
+                    return f"[the same {len(s)} characters as in the span '{where}']"
+            return clip(s, self.n)
+
+        return text
+
+
+def _request(call: ModelCall, text: Callable[..., str]) -> dict[str, Any]:
+    """The request's messages, each clipped, and its tools named, not defined (the same definitions
+    and sampling settings go with every call of the cell: they are the run's params)."""
     try:
         body = json.loads(call.request.decode("utf-8", errors="replace")) if call.request else {}
     except ValueError:
-        return {"unparsed": _clip(call.request.decode("utf-8", errors="replace"))}
+        return {"unparsed": text(call.request.decode("utf-8", errors="replace"))}
     if not isinstance(body, dict):
-        return {"body": body}
+        return {"body": text(json.dumps(body))}
     for m in body.get("messages") or []:
-        if isinstance(m, dict) and isinstance(m.get("content"), str):
-            m["content"] = _clip(m["content"])
-    return body
+        if isinstance(m, dict) and m.get("role") == "system" and call.role:  # the same in every call of the role
+            m["content"] = f"[the system prompt of {call.role}: the run's prompts.json]"
+        elif isinstance(m, dict):
+            _clip_message(m, text)
+    out: dict[str, Any] = {"messages": body.get("messages") or []}
+    if isinstance(body.get("tools"), list):
+        out["tools"] = [_tool_name(t) for t in body["tools"]]
+    return out
+
+
+def _reply(call: ModelCall, text: Callable[..., str]) -> Any:
+    """The reply's model and choices, each message clipped (its token usage is the span's attributes)."""
+    obj = reply_object(call)
+    if not isinstance(obj, dict):
+        return obj
+    if "unparsed" in obj:
+        return {"unparsed": text(obj["unparsed"])}
+    choices = []
+    for choice in obj.get("choices") or []:
+        if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
+            _clip_message(choice["message"], text)
+            choices.append({k: choice.get(k) for k in ("index", "message", "finish_reason")})
+    return {"model": obj.get("model"), "choices": choices}
+
+
+def _clip_message(m: dict[str, Any], text: Callable[..., str]) -> None:
+    if isinstance(m.get("content"), str):
+        m["content"] = text(m["content"])
+    for tc in m.get("tool_calls") or []:
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+            fn["arguments"] = text(fn["arguments"])
+
+
+def _tool_name(tool: Any) -> Any:
+    fn = tool.get("function") if isinstance(tool, dict) else None
+    return fn.get("name", tool) if isinstance(fn, dict) else tool
 
 
 def trace_tags(record: ProblemRecord) -> dict[str, str]:
@@ -274,8 +395,8 @@ def trace_tags(record: ProblemRecord) -> dict[str, str]:
     }
 
 
-def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, end_ns: int) -> str:
-    """One problem's trace in `run` (a tracking.mlflow.CellRun); returns its trace id."""
+def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, end_ns: int, n: int) -> str:
+    """One problem's trace in `run` (a tracking.mlflow.CellRun), each text up to `n` characters; returns its trace id."""
     mlflow = _mlflow(run.uri)
     from mlflow.entities import SpanEvent, SpanStatusCode, SpanType
     from mlflow.tracing.constant import SpanAttributeKey, TraceMetadataKey
@@ -293,37 +414,42 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
         (turn.execs if turn is not None else loose_execs).append(ex)
 
     judge_ns = int(record.judge_s * 1e9)
+    texts = Texts(n)
+    text = texts.span(f"problem {record.key}")
+    program = text(record.program, keep=True)  # the root shows the program; the judge's span refers to it
     root = mlflow.start_span_no_context(
         name=f"problem {record.key}", span_type=SpanType.AGENT,
-        inputs={"problem": record.key, "question": _clip(problem.question), "starter_code": problem.starter_code,
+        inputs={"problem": record.key, "question": text(problem.question), "starter_code": text(problem.starter_code),
                 "mode": record.mode, "fn_name": problem.tests.fn_name},
         attributes={"cell": record.cell, "topology_turns": record.turns, "rounds": record.rounds},
         tags=trace_tags(record), metadata={TraceMetadataKey.SOURCE_RUN: run.run_id},
         experiment_id=run.experiment_id, start_time_ns=log.start_ns,
     )  # fmt: skip
     for ts, e in notes:
-        root.add_event(SpanEvent(name="note", timestamp=ts, attributes={"content": _clip(e.get("content"))}))
+        root.add_event(SpanEvent(name="note", timestamp=ts, attributes={"content": text(e.get("content"))}))
 
     def model_span(parent: Any, call: ModelCall) -> None:
+        text = texts.span(f"chat {call.role or 'model'}")
         usage = {"input_tokens": call.prompt_tokens, "output_tokens": call.completion_tokens,
                  "total_tokens": call.prompt_tokens + call.completion_tokens}  # fmt: skip
         span = mlflow.start_span_no_context(
             name=f"chat {call.role or 'model'}", span_type=SpanType.CHAT_MODEL, parent_span=parent,
-            inputs=_request(call), start_time_ns=call.start_ns,
+            inputs=_request(call, text), start_time_ns=call.start_ns,
             attributes={"role": call.role, "prompt_tokens": call.prompt_tokens, "completion_tokens": call.completion_tokens,
                         "finish_reason": call.finish_reason, "latency_s": round((call.end_ns - call.start_ns) / 1e9, 4),
                         "retries": call.retries, "http_status": call.status, SpanAttributeKey.CHAT_USAGE: usage},
         )  # fmt: skip
-        span.end(outputs=reply_object(call), end_time_ns=call.end_ns,
+        span.end(outputs=_reply(call, text), end_time_ns=call.end_ns,
                  status=SpanStatusCode.OK if call.ok else SpanStatusCode.ERROR)  # fmt: skip
 
     def exec_span(parent: Any, ex: ExecCall) -> None:
+        text = texts.span("python_exec")
         span = mlflow.start_span_no_context(
             name="python_exec", span_type=SpanType.TOOL, parent_span=parent, start_time_ns=ex.start_ns,
-            inputs={"code": _clip(ex.code), "stdin": _clip(ex.stdin, CLIP_OUTPUT)},
+            inputs={"code": text(ex.code, keep=True), "stdin": text(ex.stdin)},
             attributes={"exit_code": ex.exit_code, "status": ex.status, "timed_out": ex.timed_out},
         )  # fmt: skip
-        out = {"exit_code": ex.exit_code, "stdout": _clip(ex.stdout, CLIP_OUTPUT), "stderr": _clip(ex.stderr, CLIP_OUTPUT),
+        out = {"exit_code": ex.exit_code, "stdout": text(ex.stdout), "stderr": text(ex.stderr),
                "timed_out": ex.timed_out, "status": ex.status}  # fmt: skip
         if ex.error:
             out = {"error": ex.error}
@@ -336,20 +462,22 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
         end = max([turn.end_ns] + [c.end_ns for _, _, c in children])  # type: ignore[union-attr]
         first = next((e for _, e in turn.events if e.get("kind") == "input"), None)
         replies = [e for _, e in turn.events if e.get("kind") == "reply"]
+        name = turn.agent + (f" · round {turn.round}" if turn.round else "")
+        text = texts.span(name)
         span = mlflow.start_span_no_context(
-            name=turn.agent + (f" · round {turn.round}" if turn.round else ""), span_type=SpanType.AGENT,
-            parent_span=root, start_time_ns=start, inputs={"input": _clip(first.get("content")) if first else ""},
+            name=name, span_type=SpanType.AGENT,
+            parent_span=root, start_time_ns=start, inputs={"input": text(first.get("content")) if first else ""},
             attributes={"agent": turn.agent, "role": turn.role, "round": turn.round, "model_calls": len(turn.calls),
                         "tool_calls": len(turn.execs)},
         )  # fmt: skip
         for ts, e in turn.events:
             if e.get("kind") in ("note", "tool_result"):
                 span.add_event(
-                    SpanEvent(name=str(e["kind"]), timestamp=ts, attributes={"content": _clip(e.get("content"), CLIP_OUTPUT)})
+                    SpanEvent(name=str(e["kind"]), timestamp=ts, attributes={"content": text(e.get("content"))})
                 )
         for kind, _, child in sorted(children, key=lambda c: c[1]):
             model_span(span, child) if kind == "call" else exec_span(span, child)  # type: ignore[arg-type]
-        span.end(outputs={"reply": _clip(replies[-1].get("content")) if replies else ""}, end_time_ns=end)
+        span.end(outputs={"reply": text(replies[-1].get("content")) if replies else ""}, end_time_ns=end)
     for call in loose_calls:
         model_span(root, call)
     for ex in loose_execs:
@@ -358,19 +486,20 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
     verdict = record.verdict
     judged = verdict is not None or (getattr(outcome.solved, "error", None) is None and record.error)
     if judged:  # a verdict, or judging's own failure (a problem that failed to solve was never judged)
+        text = texts.span("judge")
         span = mlflow.start_span_no_context(
             name="judge", span_type=SpanType.EVALUATOR, parent_span=root, start_time_ns=end_ns - judge_ns,
-            inputs={"program": _clip(record.program)},
+            inputs={"program": text(record.program)},
             attributes={"passed": record.passed, "profile": (verdict or {}).get("profile", "")},
         )  # fmt: skip
         out = {"error": record.error} if verdict is None else {
             "passed": verdict["passed"], "tests_passed": verdict["tests_passed"], "tests_run": verdict["tests_run"],
             "n_tests": verdict["n_tests"], "extracted": verdict.get("extracted", True),
-            "results": [{**r, "detail": _clip(r.get("detail"), CLIP_OUTPUT)} for r in verdict.get("results") or []],
+            "results": [{**r, "detail": text(r.get("detail"))} for r in verdict.get("results") or []],
         }  # fmt: skip
         span.end(outputs=out, end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.error else SpanStatusCode.OK)
     root.end(
-        outputs={"program": _clip(record.program), "passed": record.passed,
+        outputs={"program": program, "passed": record.passed,
                  "stop_reason": record.stop_reason, "error": record.error},
         end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.error else SpanStatusCode.OK,
     )  # fmt: skip

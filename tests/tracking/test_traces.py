@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import cli_env, compose_cell, fresh_store, run_cli
+from conftest import cli_env, compose_cell, fresh_store, problem_record, run_cli
 
 RUNNERS = (
     "single", "independent", "sequential_langgraph", "sequential_crewai",
@@ -232,3 +232,118 @@ def test_an_infrastructure_error_is_a_trace_tagged_with_it_and_its_failed_call(
         timed_out = "timed out" in rec["error"]
         assert call.status.status_code == "ERROR" and (call.attributes["http_status"] == 0 if timed_out else call.attributes["http_status"] >= 400)
         assert not [s for s in trace.data.spans if s.span_type == "EVALUATOR"]  # never judged
+
+
+# ----------------------------------------------------------------------------- what a trace costs the store
+
+
+@pytest.fixture(scope="module")
+def traced_cell(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_data_dir: Path) -> Path:
+    """A gold sequential_langgraph cell of 30 problems with traces on (14 spans per trace), in its own store."""
+    cwd = tmp_path_factory.mktemp("traced_cell")
+    fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
+    _run(cwd, _cell_args(apps_data_dir / "train_mini150.jsonl", "topology=sequential_langgraph", "limit=30",
+                         "tracking.traces=true"))  # fmt: skip
+    return cwd
+
+
+def _artifact_root(cwd: Path) -> Path:
+    from urllib.parse import urlparse
+
+    from apps_bench.tracking import mlflow as mlf
+
+    exp = mlf.client(f"sqlite:///{cwd / 'outputs' / 'mlflow.db'}").get_experiment_by_name("apps")
+    loc = exp.artifact_location
+    path = Path(urlparse(loc).path) if loc.startswith("file:") else Path(loc)
+    return path if path.is_absolute() else cwd / path
+
+
+def test_each_trace_is_stored_once_as_spans_in_the_store_never_also_as_an_artifact(traced_cell: Path):
+    """MLflow's exporter uploads a trace's spans as a traces.json artifact when the store's answer to
+    start_trace does not yet say its spans are in the store (the spans' batch still queued): about half
+    of a cell's traces were stored twice."""
+    import sqlite3
+
+    records = {r["key"] for r in _records(traced_cell)}
+    _, traces = _traces(traced_cell)
+    assert sorted(t.info.tags["problem_key"] for t in traces) == sorted(records) and len(records) == 30
+    for trace in traces:  # whole, from the store's spans: the root, 4 turns, 6 calls, 2 python_exec, the judge
+        assert len(trace.data.spans) == 14 and [s.name for s in trace.data.spans if s.span_type == "EVALUATOR"] == ["judge"]
+        assert trace.info.tags["mlflow.trace.spansLocation"] == "TRACKING_STORE"
+    with sqlite3.connect(traced_cell / "outputs" / "mlflow.db") as db:
+        assert db.execute("select count(distinct trace_id), count(*) from spans").fetchone() == (30, 30 * 14)
+    root = _artifact_root(traced_cell)
+    uploaded = sorted(str(p.relative_to(root)) for p in root.rglob("traces.json")) if root.exists() else []
+    assert uploaded == [], f"{len(uploaded)} of 30 traces were also uploaded as artifacts: {uploaded[:3]}"
+
+
+def test_a_trace_keeps_each_text_up_to_its_length_and_the_whole_text_is_in_the_transcript(traced_cell: Path):
+    """On main a trace's spans held 78 KB of JSON: every message of every call, each up to 20,000
+    characters. Now each text is kept up to `tracking.trace_text_chars` (500), a text shown again is a
+    reference to its first span, and the clipped text's whole is in the run's transcripts.jsonl."""
+    import sqlite3
+
+    with sqlite3.connect(traced_cell / "outputs" / "mlflow.db") as db:
+        per_trace = [n for (n,) in db.execute("select sum(length(content)) from spans group by trace_id")]
+    assert len(per_trace) == 30 and max(per_trace) <= 25_000, sorted(per_trace)[-3:]
+    transcripts = {}
+    [tfile] = list((traced_cell / "outputs" / "cells").glob("*/transcripts.jsonl"))
+    for line in tfile.read_text().splitlines():
+        d = json.loads(line)
+        transcripts[d["key"]] = d["events"]
+    _, traces = _traces(traced_cell)
+    clipped = 0
+    for trace in traces:
+        key = trace.info.tags["problem_key"]
+        inputs = {(e["agent"], e["round"]): e["content"] for e in transcripts[key] if e["kind"] == "input"}
+        for span in (s for s in trace.data.spans if s.span_type == "AGENT" and s.parent_id is not None):
+            head, sep, note = span.inputs["input"].partition("... [+")
+            whole = inputs[(span.attributes["agent"], span.attributes["round"])]  # the turn's input, whole
+            assert len(head) <= 500 and whole.startswith(head)
+            if sep:
+                clipped += 1
+                assert note == f"{len(whole) - 500} characters: the run's transcripts.jsonl]"
+        for span in (s for s in trace.data.spans if s.span_type == "CHAT_MODEL"):
+            assert set(span.inputs) == {"messages", "tools"} and span.inputs["tools"] == ["python_exec"] or "tools" not in span.inputs
+            for m in span.inputs["messages"]:
+                assert len(m["content"] or "") <= 500 + 60, m["content"][-80:]
+    assert clipped >= 30  # every problem's later turns carry the earlier ones' outputs: longer than 500
+
+
+def test_which_problems_get_a_trace_failed_only_or_a_sample_by_key(tmp_path: Path, mlflow_template: Path, apps_data_dir: Path):
+    from apps_bench.tracking.traces import draw
+
+    rows = apps_data_dir / "train_mini150.jsonl"
+    failed, sample = tmp_path / "failed", tmp_path / "sample"
+    fresh_store(mlflow_template, failed / "outputs" / "mlflow.db")
+    _run(failed, _cell_args(rows, "topology=single", "limit=8", "tracking.traces=true", "tracking.trace_problems=failed",
+                            "model.wrong_fraction=0.5"))  # fmt: skip
+    records = _records(failed)
+    wrong = {r["key"] for r in records if not r["passed"]}
+    assert 0 < len(wrong) < len(records) == 8
+    assert sorted(t.info.tags["problem_key"] for t in _traces(failed)[1]) == sorted(wrong)
+
+    fresh_store(mlflow_template, sample / "outputs" / "mlflow.db")
+    _run(sample, _cell_args(rows, "topology=single", "limit=8", "tracking.traces=true", "tracking.trace_sample=3"))
+    keys = sorted((r["key"] for r in _records(sample)), key=draw)
+    assert sorted(t.info.tags["problem_key"] for t in _traces(sample)[1]) == sorted(keys[:3])
+
+
+def test_a_fraction_samples_by_key_alone():
+    from apps_bench.config import typed_config
+    from apps_bench.tracking.traces import TraceChoice, draw
+
+    keys = [f"train/{i}" for i in range(400)]
+    choice = TraceChoice.of(typed_config(compose_cell("model=gold", "tracking.trace_sample=0.25")), keys)
+    chosen = [k for k in keys if choice.wants(problem_record(key=k, passed=True, error=None))]
+    assert chosen == [k for k in keys if draw(k) < 0.25] and 70 <= len(chosen) <= 130
+
+
+@pytest.mark.parametrize("bad", ["tracking.trace_sample=1.0", "tracking.trace_problems=wrong", "tracking.trace_text_chars=10"])
+def test_a_bad_trace_setting_is_one_line_exit_2_and_nothing_written(bad: str, tmp_path: Path, apps_data_dir: Path):
+    r = run_cli(_cell_args(apps_data_dir / "train_mini150.jsonl", "limit=1", "tracking.traces=true", bad), tmp_path,
+                env=cli_env(tmp_path))  # fmt: skip
+    assert r.returncode == 2, r.stderr[-2000:]
+    key = bad.split("=")[0]
+    [line] = [x for x in r.stderr.splitlines() if key in x]
+    assert "tracking." in line and not (tmp_path / "outputs").exists()
