@@ -227,6 +227,10 @@ def _run(args: list[str]) -> None:
             "rerun the same command to finish the rest.\n"
         )
         raise SystemExit(130) from None
+    finally:
+        from apps_bench.tracking.callbacks import end_unfinished_sweep
+
+        end_unfinished_sweep()
 
 
 def _refuse_unwritable_outputs(argv: list[str]) -> None:

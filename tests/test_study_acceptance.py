@@ -152,16 +152,20 @@ def _run_study(cwd: Path, env: dict[str, str], uri: str, data: Path) -> dict[str
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(EXPERIMENT)
     parents = [r for r in client.search_runs([exp.experiment_id]) if r.info.run_name.startswith("sweep")]
-    assert len(parents) == 1, [p.info.run_name for p in parents]
-    out["parent"] = parents[0]
+    # a parent run per launch: the interrupted one's, left KILLED, and the rerun's, which links it
+    assert len(parents) == 2, [p.info.run_name for p in parents]
+    [rerun] = [p for p in parents if "sweep_earlier_run" in p.data.tags]
+    [interrupted] = [p for p in parents if p is not rerun]
+    assert interrupted.info.status == "KILLED" and rerun.data.tags["sweep_earlier_run"] == interrupted.info.run_id
+    out["parent"] = rerun
     out["client"] = client
     csv_path = cwd / "problems.csv"
-    r = run_cli(["--sweep", parents[0].info.run_id, "--compare", "baseline=single", "--export", str(csv_path)],
+    r = run_cli(["--sweep", rerun.info.run_id, "--compare", "baseline=single", "--export", str(csv_path)],
                 cwd, env=env, module="apps_bench.report")  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     out["report_all"] = r.stdout  # both judge profiles, each its own block
     out["csv"] = list(csv.DictReader(csv_path.open()))
-    r = run_cli(["--sweep", parents[0].info.run_id, "--compare", "baseline=single", "--judge", "seed"],
+    r = run_cli(["--sweep", rerun.info.run_id, "--compare", "baseline=single", "--judge", "seed"],
                 cwd, env=env, module="apps_bench.report")  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     out["report"] = r.stdout  # the cells' own verdicts: the figures checked below

@@ -88,10 +88,10 @@ def _select(
             return
 
 
-def _row_key(row: Any) -> tuple[str | None, str]:
-    if not isinstance(row, Mapping):
+def _row_key(item: Located) -> tuple[str | None, str]:
+    if item.row is None:
         return None, ""
-    return row_id(row), str(row.get("difficulty") or "")
+    return row_id(item.row), str(item.row.get("difficulty") or "")
 
 
 def _check_schema(row: Mapping[str, Any], source: str) -> None:
@@ -104,18 +104,34 @@ def _check_schema(row: Mapping[str, Any], source: str) -> None:
 
 
 @dataclass(frozen=True)
-class Unparsable:
-    """A JSONL line that is not a JSON object: kept in the stream so the row counts, and said by line."""
+class Located:
+    """A row and where its source holds it ("line 4" of a JSONL file, "row 4" of parquet or the hub),
+    so a skipped or repeated row is named where the user can find it. `row` is None for a JSONL line
+    that is not a JSON object: kept in the stream so the row counts."""
 
-    line: int
+    where: str
+    row: Mapping[str, Any] | None
+
+
+class DuplicateIds(ValueError):
+    """Selected rows that share a problem_id: both would be recorded under one key, so none is run."""
+
+    def __init__(self, source: str, places: Mapping[str, Sequence[str]]) -> None:
+        shown = "; ".join(f"problem_id {pid} on {', '.join(where)}" for pid, where in list(places.items())[:10])
+        more = f"; and {len(places) - 10} more ids" if len(places) > 10 else ""
+        super().__init__(
+            f"{source}: {len(places)} problem_id(s) appear on more than one row ({shown}{more}); a problem is "
+            "recorded by its id, so each row needs its own: remove or renumber the repeated rows"
+        )
+        self.places = dict(places)
 
 
 class NotJsonLines(ValueError):
     """A .jsonl/.json file that holds one JSON document (an array, or pretty-printed) instead of one object per line."""
 
 
-def _iter_jsonl(path: Path) -> Iterator[Any]:
-    with path.open("r", encoding="utf-8") as f:
+def _iter_jsonl(path: Path) -> Iterator[Located]:
+    with path.open("r", encoding="utf-8-sig") as f:  # -sig: a byte-order mark (Windows editors write one) is not data
         first = True
         for number, line in enumerate(f, start=1):
             if not line.strip():
@@ -132,7 +148,13 @@ def _iter_jsonl(path: Path) -> Iterator[Any]:
                 row = json.loads(line)
             except ValueError:
                 row = None
-            yield row if isinstance(row, Mapping) else Unparsable(number)
+            yield Located(f"line {number}", row if isinstance(row, Mapping) else None)
+
+
+def _numbered(rows: Iterable[Any]) -> Iterator[Located]:
+    """Rows of parquet or the hub, named by their position (1-based, as lines are)."""
+    for number, row in enumerate(rows, start=1):
+        yield Located(f"row {number}", row if isinstance(row, Mapping) else None)
 
 
 def _iter_parquet(path: Path) -> Iterator[Any]:
@@ -143,14 +165,14 @@ def _iter_parquet(path: Path) -> Iterator[Any]:
         yield from batch.to_pylist()
 
 
-def _iter_local(path: Path) -> Iterator[Any]:
+def _iter_local(path: Path) -> Iterator[Located]:
     if path.is_dir():
         raise IsADirectoryError(f"dataset.path={path} is a directory; give one codeparrot-schema .jsonl or .parquet file in it")
     if not path.is_file():
         raise FileNotFoundError(f"dataset file {path} not found (dataset.path must be a codeparrot-schema .jsonl or .parquet file)")
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
     if suffix == ".parquet":
-        return _iter_parquet(path)
+        return _numbered(_iter_parquet(path))
     if suffix in (".jsonl", ".json"):
         return _iter_jsonl(path)
     raise ValueError(f"dataset file {path}: unknown format {suffix!r}; use .jsonl or .parquet")
@@ -232,7 +254,7 @@ def load_problems(
         builder, data_files = hub_data_files(repo, revision, split)
         bounded = limit is not None or bool(only)
         streaming = dataset_cfg.streaming and bounded
-        rows, source = _iter_hub(builder, data_files, streaming), data_files
+        rows, source = _numbered(_iter_hub(builder, data_files, streaming)), data_files
     else:
         raise ValueError(f"unknown dataset.source {source_kind!r}; choose hub, file or demo")
 
@@ -241,12 +263,16 @@ def load_problems(
     problems: list[Problem] = []
     n_selected = 0
     checked = False
-    for row in _select(rows, _row_key, **select):
+    places: dict[str, list[str]] = {}  # problem_id -> where each selected row with it is
+    for item in _select(rows, _row_key, **select):
         n_selected += 1
-        if not isinstance(row, Mapping):
+        row = item.row
+        if row is None:
             skipped[UNPARSABLE_ROW] += 1
-            which.append(f"line {row.line}: not a JSON object" if isinstance(row, Unparsable) else "a row that is not a JSON object")
+            which.append(f"{item.where}: not a JSON object")
             continue
+        if row_id(row) is not None:
+            places.setdefault(str(row_id(row)), []).append(item.where)
         if not checked:
             _check_schema(row, source)
             checked = True
@@ -255,6 +281,9 @@ def load_problems(
         except RowError as e:
             skipped[e.reason] += 1
             which.append(f"id {row_id(row)}: {e.reason}")
+    repeated = {pid: where for pid, where in places.items() if len(where) > 1}
+    if repeated:
+        raise DuplicateIds(source, repeated)
     return _result(problems, skipped, source, revision, only, tally, n_selected, which)
 
 

@@ -7,6 +7,7 @@ JSONL and parquet, and so each skip reason can be tested on a hand-made row.
 from __future__ import annotations
 
 import json
+import keyword
 import sys
 from typing import Any, Mapping
 
@@ -23,6 +24,7 @@ UNPARSABLE_INPUT_OUTPUT = "unparsable_input_output"
 MALFORMED_INPUT_OUTPUT = "malformed_input_output"  # not a dict, or inputs/outputs not lists
 EMPTY_TESTS = "empty_tests"
 UNEQUAL_LENGTHS = "unequal_lengths"
+BAD_FN_NAME = "bad_fn_name"  # a call-based row whose fn_name no program could define: the tests cannot be run
 SKIP_REASONS = (
     MISSING_ID,
     EMPTY_QUESTION,
@@ -31,6 +33,7 @@ SKIP_REASONS = (
     MALFORMED_INPUT_OUTPUT,
     EMPTY_TESTS,
     UNEQUAL_LENGTHS,
+    BAD_FN_NAME,
 )
 
 
@@ -115,6 +118,8 @@ def parse_row(row: Mapping[str, Any], *, split: str = "test", max_tests_per_row:
     fn_name = io.get("fn_name") or None
     if fn_name is not None and not isinstance(fn_name, str):
         raise RowError(MALFORMED_INPUT_OUTPUT, pid, "fn_name is not a string")
+    if fn_name is not None and (not fn_name.isidentifier() or keyword.iskeyword(fn_name)):
+        raise RowError(BAD_FN_NAME, pid, f"fn_name {fn_name!r} is not a Python identifier, so no program can define it")
     n_available = len(inputs)
     if max_tests_per_row > 0:
         inputs, outputs = inputs[:max_tests_per_row], outputs[:max_tests_per_row]

@@ -1,21 +1,25 @@
 """Hydra callbacks for multirun sweeps: check the whole sweep, then set up MLflow once.
 
-`on_multirun_start` runs in the launching process before any cell starts. It expands
-the sweep exactly as Hydra's basic sweeper does (sweep params declared in config first,
-command-line overrides win), composes every cell, and refuses the sweep if any cell lies
-outside the grid: `SystemExit(2)` (Hydra only warns on a plain exception from a callback).
-Then it creates the tracking store, the experiment and the sweep's parent run (a rerun of
-the same cells continues the earlier parent), and hands the store URI, the parent run id and
-the launching directory to every cell through `hydra.job.env_set` (cells may run in other
+`on_multirun_start` runs in the launching process before any cell starts. It checks that the
+launcher can run here (its package, SLURM's tools: launchers/needs.py), expands the sweep
+exactly as Hydra's basic sweeper does (sweep params declared in config first, command-line
+overrides win), composes every cell, and refuses the sweep if any cell lies outside the grid or
+cannot read its data: `SystemExit(2)` (Hydra only warns on a plain exception from a callback).
+Then it takes this launch's lock on the sweep (a second launch of the same cells, or of a cell
+another command runs, is refused: tracking/sweep_lock.py), creates the tracking store, the
+experiment and this launch's parent run (never an earlier launch's: that one is left as it
+ended, and linked by the tag `sweep_earlier_run`), and hands the store URI, the parent run id
+and the launching directory to every cell through `hydra.job.env_set` (cells may run in other
 processes or hosts: joblib, submitit, Ray; a cell that misses them refuses to run). The parent
 records its member cells first (tracking/membership.py), so a cell that ran before the sweep,
-alone or in another sweep, is one of its cells all the same.
+alone or in another sweep or launch, is one of its cells all the same.
 
-The parent run is closed in `on_multirun_end`, at exit when a cell failed (Hydra skips
-`on_multirun_end` then: FAILED), or KILLED on Ctrl-C / SIGTERM after the launchers' cancel
-hooks (`on_sweep_interrupt`) ran. Closing it (unless interrupted) publishes the sweep's
-comparison once, from the launching process (report/sweep_run.py); a member missing from it
-ends the parent FAILED and the command with exit 1, naming the member.
+The parent run is closed in `on_multirun_end`; when a cell or the launcher failed (Hydra skips
+`on_multirun_end` then) FAILED, by the entrypoint once Hydra returns (`end_unfinished_sweep`);
+KILLED on Ctrl-C / SIGTERM after the launchers' cancel hooks (`on_sweep_interrupt`) ran. Closing
+it (unless interrupted) publishes the sweep's comparison once, from the launching process
+(report/sweep_run.py); a member missing from it ends the parent FAILED and the command with
+exit 1, naming the member (tag `comparison_missing`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -37,9 +41,12 @@ from apps_bench.cell import CellRefused, guard
 from apps_bench.config import cell_data, typed_config
 from apps_bench.cpus import SHARE_ENV, usable_cpus
 from apps_bench.data import load_selection
+from apps_bench.launchers.needs import launcher_problem
+from apps_bench.pipeline import cell_dir_for
 from apps_bench.report.sweep_run import publish_or_say
-from apps_bench.tracking import faults, membership
+from apps_bench.tracking import faults, membership, sweep_lock
 from apps_bench.tracking import mlflow as mlf
+from apps_bench.tracking.cell_lock import CellLock, lock_times
 from apps_bench.tracking.membership import Member
 from apps_bench.validate import InvalidSettings, empty_selection
 
@@ -68,12 +75,10 @@ def sweep_overrides(config: DictConfig) -> list[list[str]]:
     return [list(cell) for cell in itertools.product(*choices)]
 
 
-def check_sweep(config: DictConfig) -> tuple[int, list[str], list[Member]]:
-    """Compose every cell of the sweep; check its settings and the grid guard, and (for local
-    data: the demos or a file) that its selection holds problems. -> (cells, refusals, members).
-
-    A hub dataset's selection is checked by each cell at its start instead: reading the hub
-    here would stream the rows once more, and the launching host may not be where cells run."""
+def check_sweep(config: DictConfig) -> tuple[int, list[tuple[str, str]], list[Member], list[Path]]:
+    """Compose every cell of the sweep; check its settings, the grid guard, and that its data can
+    be read and its selection holds problems, as `plan` does (a hub selection is read once here:
+    the first rows, streamed). -> (cells, (overrides, why) of each refused cell, members, each member's folder)."""
     import json
 
     from hydra.core.global_hydra import GlobalHydra
@@ -81,25 +86,25 @@ def check_sweep(config: DictConfig) -> tuple[int, list[str], list[Member]]:
 
     loader = GlobalHydra.instance().config_loader()
     cells = sweep_overrides(config)
-    refusals: list[str] = []
+    refusals: list[tuple[str, str]] = []
     members: list[Member] = []
+    folders: list[Path] = []
     checked: dict[str, str | None] = {}  # selection -> refusal (cells of a sweep mostly share one)
     for overrides in cells:
         data = cell_data(loader.load_sweep_config(master_config=config, sweep_overrides=list(overrides)))
         try:
             cell = guard(data)
             members.append(Member(key=cell.key, name=cell.name, overrides=" ".join(overrides)))
-            ds = data.get("dataset") or {}
-            if ds.get("source") == "demo" or ds.get("path"):
-                sel = {k: data.get(k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
-                key = json.dumps([ds, sel], sort_keys=True, default=str)
-                if key not in checked:
-                    checked[key] = _selection_refusal(data)
-                if checked[key]:
-                    raise CellRefused(checked[key])
+            folders.append(cell_dir_for(data.get("out_dir"), cell))
+            sel = {k: data.get(k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
+            key = json.dumps([data.get("dataset") or {}, sel], sort_keys=True, default=str)
+            if key not in checked:
+                checked[key] = _selection_refusal(data)
+            if checked[key]:
+                raise CellRefused(checked[key])
         except CellRefused as e:
-            refusals.append(f"[{' '.join(overrides)}] {e}")
-    return len(cells), refusals, members
+            refusals.append((" ".join(overrides), str(e)))
+    return len(cells), refusals, members, folders
 
 
 def _selection_refusal(data: dict[str, Any]) -> str | None:
@@ -137,6 +142,16 @@ def end_sweep(status: str, message: str = "") -> None:
         _ACTIVE._close(status, message)
 
 
+def end_unfinished_sweep() -> None:
+    """End the parent run of a sweep that did not reach its end (a cell or the launcher failed:
+    Hydra skips `on_multirun_end` then) FAILED, or KILLED after a signal, naming its missing cells.
+    The entrypoint calls it when Hydra returns, while MLflow can still read the sweep's artifacts: at
+    interpreter exit its thread pools are shut down ("Failed to download artifacts"). A no-op
+    outside a sweep or once ended; the exit hook stays for any other caller."""
+    if _ACTIVE is not None:
+        _ACTIVE._close("FAILED")
+
+
 def forward_to_jobs(config: DictConfig, env: dict[str, str]) -> None:
     """Make every job of the sweep see `env`, on every launcher: each launcher recomposes a job's
     config from the sweep config's `hydra.overrides.hydra` (in its own worker: joblib, submitit,
@@ -162,15 +177,36 @@ def joblib_share(config: DictConfig, n_cells: int) -> int | None:
 
 
 def sweep_key(experiment: str, cell_keys: list[str]) -> str:
-    """The same cells in the same experiment = the same sweep (its rerun continues its parent run)."""
+    """The same cells in the same experiment = the same sweep: one launch of it at a time, and each
+    launch's parent run links the one before (`sweep_earlier_run`)."""
     import hashlib
 
     return hashlib.sha256(json.dumps([experiment, sorted(cell_keys)]).encode()).hexdigest()[:16]
 
 
+def _by_reason(refusals: list[tuple[str, str]]) -> str:
+    """One line per distinct reason, naming its cells (cells of a sweep mostly share one: its data)."""
+    reasons: dict[str, list[str]] = {}
+    for overrides, why in refusals:
+        reasons.setdefault(why, []).append(overrides)
+    lines = []
+    for why, cells in reasons.items():
+        more = f" and {len(cells) - 3} more cells" if len(cells) > 3 else ""
+        lines.append(f"[{'], ['.join(cells[:3])}]{more}: {why}" if len(cells) > 1 else f"[{cells[0]}] {why}")
+    return "\n  ".join(lines)
+
+
+def _refuse(message: str) -> NoReturn:
+    """A sweep refused before it created anything: one line (or a list), exit 2."""
+    print(f"apps-bench: {message}", file=sys.stderr)
+    sys.stderr.flush()
+    raise SystemExit(2)
+
+
 class SweepTracking(Callback):
     def __init__(self) -> None:
         self._parent: tuple[str, str] | None = None
+        self._lock: CellLock | None = None  # this launch's hold on its sweep (tracking/sweep_lock.py)
         self._closed = False
         self._handlers: dict[int, Any] = {}
         self._interrupted: str | None = None
@@ -180,31 +216,35 @@ class SweepTracking(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _ACTIVE
-        n, refusals, members = check_sweep(config)
+        problem = launcher_problem(str(OmegaConf.select(config, "hydra.launcher._target_") or ""))
+        if problem:
+            _refuse(problem)
+        n, refusals, members, folders = check_sweep(config)
         if refusals:
-            print(
-                f"apps-bench: {len(refusals)} of {n} cells of this sweep are refused; nothing was run.",
-                file=sys.stderr,
-            )
-            for r in refusals:
-                print("  " + r, file=sys.stderr)
-            sys.stderr.flush()
-            raise SystemExit(2)
+            _refuse(f"{len(refusals)} of {n} cells of this sweep are refused; nothing was run.\n  " + _by_reason(refusals))
 
 
         experiment = str(OmegaConf.select(config, "tracking.experiment") or "apps")
         uri = mlf.tracking_uri()
         _check_store(uri, OmegaConf.select(config, "tracking.store"))
+        key = sweep_key(experiment, [m.key for m in members])
+        self._hold(key, f"this sweep ({n} cells in experiment {experiment})", members, folders,
+                   lock_times(OmegaConf.select(config, "tracking.cell_lock")))  # fmt: skip
         overrides = " ".join(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))  # type: ignore[arg-type]
         tags = {"sweep_overrides": overrides[:5000], "n_cells": str(n), **provenance.git_info()}
         tags["package_version"] = provenance.package_version()
         name = f"sweep·{n} cells"
-        with faults.answered("apps-bench", "No cell was run.", uri=uri):
-            uri, run_id, continued = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri,
-                                                          sweep_key=sweep_key(experiment, [m.key for m in members]))  # fmt: skip
-            self._parent = (uri, run_id)
-            self._members = list(members)
-            membership.record(mlf.client(uri), run_id, members)  # before any cell: membership never depends on order
+        try:
+            with faults.answered("apps-bench", "No cell was run.", uri=uri):
+                uri, run_id, earlier = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri,
+                                                            sweep_key=key)  # fmt: skip
+                self._parent = (uri, run_id)
+                self._members = list(members)
+                membership.record(mlf.client(uri), run_id, members)  # before any cell: membership never depends on order
+        except BaseException:
+            if self._parent is None:  # else the parent's end releases it
+                self._let_go()
+            raise
         _ACTIVE = self
         env = {"MLFLOW_TRACKING_URI": uri, mlf.PARENT_RUN_ENV: run_id, ROOT_ENV: str(Path.cwd().resolve())}
         share = joblib_share(config, n)
@@ -212,10 +252,34 @@ class SweepTracking(Callback):
             env[SHARE_ENV] = f"{share}:joblib"
         os.environ.update(env)
         forward_to_jobs(config, env)
-        how = "continues the parent run of its earlier run" if continued else "MLflow parent run"
-        print(f"apps-bench: sweep of {n} cells; {how} {run_id} ({uri})", file=sys.stderr)
+        before = f"; its earlier launch's parent run {earlier} is left as it ended" if earlier else ""
+        print(f"apps-bench: sweep of {n} cells; MLflow parent run {run_id} ({uri}){before}", file=sys.stderr)
         atexit.register(self._close, "FAILED")
         self._install_signal_handlers()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """joblib pickles the callbacks into its workers: the launch's lock (a thread) stays here."""
+        return {**self.__dict__, "_lock": None}
+
+    def _hold(self, key: str, what: str, members: list[Member], folders: list[Path], times: Any) -> None:
+        """Take this launch's lock on the sweep, then check no member cell is being run by another
+        command: else exit 2 before anything is created (tracking/sweep_lock.py)."""
+        try:
+            self._lock, note = sweep_lock.take(Path.cwd().resolve(), key, what, times)
+        except sweep_lock.SweepBusy as exc:
+            _refuse(str(exc))
+        if note:
+            print(f"apps-bench: {note}", file=sys.stderr)
+        busy = sweep_lock.busy_cells(((m.describe(), d) for m, d in zip(members, folders)), times)
+        if busy:
+            self._let_go()
+            _refuse(f"{len(busy)} of {len(members)} cells of this sweep are being run by another command right now; "
+                    "nothing was run.\n  " + "\n  ".join(busy))  # fmt: skip
+
+    def _let_go(self) -> None:
+        if self._lock is not None:
+            sweep_lock.release(self._lock)
+            self._lock = None
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -288,6 +352,7 @@ class SweepTracking(Callback):
             faults.say("apps-bench", fault, f"The sweep's parent run {run_id} stays open, and every cell keeps its "
                        "records in its folder: the rerun solves only what is not recorded, then logs the rest.", exc)  # fmt: skip
         finally:
+            self._let_go()
             os.environ.pop(mlf.PARENT_RUN_ENV, None)
             os.environ.pop(SHARE_ENV, None)
             _ON_INTERRUPT.clear()

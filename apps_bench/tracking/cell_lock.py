@@ -129,6 +129,15 @@ class CellLock:
             return note
         raise CellBusy(f"{self.path} keeps changing hands: other runs of this cell are starting at the same time; nothing was run")
 
+    def busy(self) -> str | None:
+        """Why a run could not take this lock now (as `acquire` would refuse), None when it could.
+        Reads only: a dead holder's lock is left for `acquire` to take over."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        return self._busy_message(raw) if self._stale(raw) is None else None
+
     def _stale(self, raw: bytes) -> str | None:
         """Why the lock in `raw` is a dead holder's (None: it is alive)."""
         held = Holder.parse(raw)

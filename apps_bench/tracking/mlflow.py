@@ -2,7 +2,7 @@
 
 Mapping: experiment = the study (`tracking.experiment`); run = one cell, found again by
 its `cell_key` tag so a resumed cell continues its own run; a multirun sweep gets a
-parent run (created by the Hydra callback before any cell starts) and each cell's run
+parent run for each launch (created by the Hydra callback before any cell starts) and each cell's run
 nests under it (a run that existed before the sweep is a member all the same: the parent
 lists its members, tracking/membership.py). An optimizer cell's final evaluation is a
 child of the cell's run, found again by its own tag (`key_tag="final_eval_of"`, `parent_run_id`). Params are the flattened identity of the cell (settings that change
@@ -260,7 +260,13 @@ def experiment_id(c: Any, name: str, uri: str) -> str:
         exp = c.get_experiment_by_name(name)
         if exp is not None:
             return str(exp.experiment_id)
-        return str(c.create_experiment(name))
+        try:
+            return str(c.create_experiment(name))
+        except Exception:
+            exp = c.get_experiment_by_name(name)  # a server: another launch created it meanwhile
+            if exp is None:
+                raise
+            return str(exp.experiment_id)
     finally:
         if lock is not None:
             lock.release()
@@ -520,29 +526,25 @@ def log_table(c: Any, run_id: str, rows: list[dict[str, Any]], artifact_file: st
 
 def start_parent_run(
     *, experiment: str, run_name: str, tags: Mapping[str, str], uri: str | None = None, sweep_key: str = ""
-) -> tuple[str, str, bool]:
-    """A sweep's parent run (not made 'active': cells nest by tag). -> (uri, run_id, continued).
+) -> tuple[str, str, str | None]:
+    """A new parent run for this launch of a sweep (not made 'active': cells nest by tag).
+    -> (uri, run_id, the parent run of the latest earlier launch of the same cells, or None).
 
-    With `sweep_key` (the same cells in the same experiment), a rerun of the sweep continues the
-    parent run of its last run instead of opening an empty one, so `report --sweep` sees every cell."""
+    A launch never reopens an earlier launch's parent: one that fails before any cell runs, or a
+    second launch while the first runs, must leave it as it was. The earlier parent is linked by
+    the tag `sweep_earlier_run`; every cell counts in the new parent all the same, whichever launch
+    ran it, because the parent finds its cells by their keys (membership.py)."""
     uri = uri or tracking_uri()
     c = client(uri)
     exp_id = experiment_id(c, experiment, uri)
+    earlier = None
     if sweep_key:
         found = c.search_runs([exp_id], filter_string=f"tags.sweep_key = '{sweep_key}'",
                               order_by=["attributes.start_time DESC"], max_results=1)  # fmt: skip
-        if found:
-            run = found[0]
-            c.update_run(run.info.run_id, status="RUNNING")
-            reruns = int(run.data.tags.get("sweep_reruns", "0") or 0) + 1
-            from mlflow.entities import RunTag
-
-            c.log_batch(run.info.run_id, tags=[RunTag(k, str(v)) for k, v in {**tags, "sweep_reruns": reruns}.items()])
-            if "error" in run.data.tags:  # why the earlier run ended is not this run's error
-                c.delete_tag(run.info.run_id, "error")
-            return uri, run.info.run_id, True
-    run = c.create_run(exp_id, run_name=run_name, tags={**tags, "sweep": "true", "sweep_key": sweep_key})
-    return uri, run.info.run_id, False
+        earlier = found[0].info.run_id if found else None
+    link = {"sweep_earlier_run": earlier} if earlier else {}
+    run = c.create_run(exp_id, run_name=run_name, tags={**tags, "sweep": "true", "sweep_key": sweep_key, **link})
+    return uri, run.info.run_id, earlier
 
 
 def end_run(uri: str, run_id: str, status: str) -> None:

@@ -100,9 +100,11 @@ def test_a_store_lost_as_the_sweep_ends_fails_no_cell_and_the_rerun_logs_the_res
         c = MlflowClient(tracking_uri=uri)
         runs = c.search_runs([c.get_experiment_by_name("apps").experiment_id])
         cells = [x for x in runs if x.data.tags.get("cell_key")]
-        parents = [x for x in runs if x.data.tags.get("sweep") == "true"]
+        parents = sorted((x for x in runs if x.data.tags.get("sweep") == "true"), key=lambda x: x.info.start_time)
         assert len(cells) == 2 and all(x.info.status == "FINISHED" for x in cells)
-        assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+        # a parent run per launch: the rerun's FINISHED, linking the first's, which stays as the lost store left it
+        assert len(parents) == 2 and [x.info.status for x in parents] == ["RUNNING", "FINISHED"]
+        assert parents[1].data.tags["sweep_earlier_run"] == parents[0].info.run_id
 
 
 @pytest.mark.slow

@@ -112,14 +112,17 @@ def test_slurm_cancelled_job_ends_the_sweep_and_the_rerun_resumes_it(
     rerun_logs = [log for job, log in job_logs(tmp_path).items() if job.split("_")[0] != victim.split("_")[0]]
     said = sorted(re.search(r"(\d+) already recorded, (\d+) to run", log).groups() for log in rerun_logs)
     assert said == sorted([("5", "0"), (str(len(partial)), str(N_PROBLEMS - len(partial)))]), said
-    # each cell kept one run (the resumed cell continued its own), all finished and complete
-    # and the rerun continued the sweep's parent run: one parent, every cell under it, now FINISHED
+    # each cell kept one run (the resumed cell continued its own), all finished and complete, nested under the
+    # first launch's parent (left FAILED, as it ended); the rerun's own parent links it and covers both cells
     parents, cells = sweep_runs(mlflow_server, "slurm_resume")
     assert len(cells) == 2 and {r.info.status for r in cells} == {"FINISHED"}
     assert all(r.data.metrics["pass_at_1"] == 1.0 for r in cells)
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED", [(p.info.run_id, p.info.status) for p in parents]
-    assert parents[0].data.tags.get("sweep_reruns") == "1", parents[0].data.tags
-    assert {r.data.tags.get("mlflow.parentRunId") for r in cells} == {parents[0].info.run_id}
+    assert len(parents) == 2, [(p.info.run_id, p.info.status) for p in parents]
+    [rerun] = [p for p in parents if "sweep_earlier_run" in p.data.tags]
+    [ended] = [p for p in parents if p is not rerun]
+    assert rerun.info.status == "FINISHED" and rerun.data.tags["sweep_earlier_run"] == ended.info.run_id
+    assert ended.info.status == "FAILED" and rerun.data.tags["comparison_cells"] == "2", rerun.data.tags
+    assert {r.data.tags.get("mlflow.parentRunId") for r in cells} == {ended.info.run_id}
 
 
 def _settled(jobs: dict[str, str], cluster: SlurmCluster, before: set[str]) -> dict[str, str]:

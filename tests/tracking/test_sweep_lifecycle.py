@@ -1,5 +1,5 @@
 """A sweep's lifecycle through the real CLI (apps_bench/tracking/callbacks.py): its settings reach
-every job through Hydra's own job config, a rerun continues its parent run, a cell without its
+every job through Hydra's own job config, a rerun is a launch with its own parent run, a cell without its
 sweep's settings refuses to log elsewhere, and Ctrl-C / SIGTERM end the parent KILLED after the
 launchers' cancel hooks ran. Real Hydra multirun (basic and joblib launchers), real SQLite store."""
 
@@ -42,7 +42,7 @@ def _job_env_sets(cwd: Path) -> list[dict]:
     return [yaml.safe_load(p.read_text())["hydra"]["job"]["env_set"] for p in sorted(cwd.glob("outputs/multirun/**/.hydra/hydra.yaml"))]
 
 
-def test_every_job_gets_the_sweeps_settings_and_a_rerun_continues_its_parent(tmp_path: Path, mlflow_template: Path):
+def test_every_job_gets_the_sweeps_settings_and_a_rerun_has_its_own_parent(tmp_path: Path, mlflow_template: Path):
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     r = run_cli(["-m", "seed=0,1", "progress=false"], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -52,30 +52,34 @@ def test_every_job_gets_the_sweeps_settings_and_a_rerun_continues_its_parent(tmp
     assert len(envs) == 2 and all(e["MLFLOW_TRACKING_URI"] == f"sqlite:///{db}" and e[PARENT_RUN_ENV] == pid
                                   and e["APPS_BENCH_ROOT"] == str(tmp_path.resolve()) for e in envs)  # fmt: skip
 
-    # the rerun, through another launcher (not part of the sweep): same cells -> the same parent
+    # the rerun, through another launcher (not part of the sweep): same cells, a parent run of this launch's own
+    # that links the earlier one, which stays as it ended
     r2 = run_cli(["-m", "hydra/launcher=local_parallel", "seed=0,1", "progress=false"], tmp_path)
     assert r2.returncode == 0, r2.stderr[-3000:]
-    assert f"continues the parent run of its earlier run {pid}" in r2.stderr
-    [parent2] = _parents(db)
-    assert parent2.info.run_id == pid and parent2.info.status == "FINISHED"
-    assert parent2.data.tags["sweep_reruns"] == "1"
-    kids = [x for x in _runs(db) if x.data.tags.get("mlflow.parentRunId") == pid]
+    assert f"its earlier launch's parent run {pid} is left as it ended" in r2.stderr
+    [parent2] = [p for p in _parents(db) if p.info.run_id != pid]
+    assert parent2.info.status == "FINISHED" and parent2.data.tags["sweep_earlier_run"] == pid
+    assert parent2.data.tags["comparison_cells"] == "2"
+    assert (_client(db).get_run(pid).info.status, _client(db).get_run(pid).info.end_time) == ("FINISHED", parent.info.end_time)
+    kids = [x for x in _runs(db) if x.data.tags.get("mlflow.parentRunId") == pid]  # nested where they first ran
     assert sorted(k.data.tags["seed"] for k in kids) == ["0", "1"] and all(k.info.status == "FINISHED" for k in kids)
-    assert len(_job_env_sets(tmp_path)) == 4 and all(e[PARENT_RUN_ENV] == pid for e in _job_env_sets(tmp_path))
+    envs = _job_env_sets(tmp_path)
+    assert len(envs) == 4 and sorted(e[PARENT_RUN_ENV] for e in envs) == sorted([pid, pid, parent2.info.run_id, parent2.info.run_id])
     # joblib ran both cells at once (n_jobs 2): each was given its share of this host's CPUs
     from apps_bench.cpus import usable_cpus
 
     for cell in (tmp_path / "outputs" / "cells").iterdir():
         prov = json.loads((cell / "summary.json").read_text())["provenance"]
         assert prov["cpus_source"] == "joblib" and prov["usable_cpus"] == max(1, usable_cpus() // 2)
-    rep = run_cli(["--sweep", pid], tmp_path, module="apps_bench.report")
+    rep = run_cli(["--sweep", parent2.info.run_id], tmp_path, module="apps_bench.report")
     assert rep.returncode == 0, rep.stderr[-3000:]
-    assert "(2s × 2p)" in rep.stdout  # both seeds' cells, whichever run of the sweep logged them
+    assert "(2s × 2p)" in rep.stdout  # both seeds' cells, whichever launch of the sweep logged them
 
-    # other cells are another sweep: a new parent
+    # other cells are another sweep: a new parent, linked to none
     r3 = run_cli(["-m", "seed=0,2", "allow_any_cell=true", "progress=false"], tmp_path)
     assert r3.returncode == 0, r3.stderr[-3000:]
-    assert len(_parents(db)) == 2
+    parents = _parents(db)
+    assert len(parents) == 3 and sum("sweep_earlier_run" in p.data.tags for p in parents) == 1
 
 
 def test_a_cell_of_a_sweep_without_its_settings_refuses_to_log_elsewhere(tmp_path: Path):
@@ -157,20 +161,24 @@ def test_a_server_that_refuses_the_host_name_stops_the_cell_with_the_fix(tmp_pat
     assert "refused this client (HTTP 403)" in r.stderr and "MLFLOW_SERVER_ALLOWED_HOSTS" in r.stderr
 
 
-def test_a_sweep_against_the_server_continues_its_parent_on_rerun(tmp_path: Path, mlflow_server):
+def test_a_sweep_against_the_server_has_a_parent_per_launch(tmp_path: Path, mlflow_server):
     url, _ = mlflow_server
     env = cli_env(tmp_path, MLFLOW_TRACKING_URI=url)
     from mlflow.tracking import MlflowClient
 
     c = MlflowClient(tracking_uri=url)
+    earlier = None
     for attempt in range(2):
         r = run_cli(["-m", "seed=0,1", "tracking.experiment=server_sweep", "progress=false"], tmp_path, env=env)
         assert r.returncode == 0, r.stderr[-3000:]
         exp = c.get_experiment_by_name("server_sweep").experiment_id
-        [parent] = c.search_runs([exp], filter_string="tags.sweep = 'true'")
-        kids = c.search_runs([exp], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-        assert parent.info.status == "FINISHED" and len(kids) == 2 and all(k.info.status == "FINISHED" for k in kids)
-        assert parent.data.tags.get("sweep_reruns", "0") == str(attempt)
+        parents = c.search_runs([exp], filter_string="tags.sweep = 'true'", order_by=["attributes.start_time DESC"])
+        parent = parents[0]
+        assert len(parents) == attempt + 1 and all(p.info.status == "FINISHED" for p in parents)
+        assert parent.data.tags.get("sweep_earlier_run") == earlier and parent.data.tags["comparison_cells"] == "2"
+        kids = c.search_runs([exp], filter_string="tags.cell_key != ''")
+        assert len(kids) == 2 and all(k.info.status == "FINISHED" for k in kids)
+        earlier = parent.info.run_id
     assert not (tmp_path / "outputs" / "mlflow.db").exists()  # nothing went to a local store
 
 

@@ -28,7 +28,7 @@ SWEEP_TIMEOUT = 900  # a loaded 2-core machine: a 4-cell gold sweep can take min
 
 
 def _parent_id(stderr: str) -> str:
-    m = re.search(r"(?:MLflow parent run|continues the parent run of its earlier run) ([0-9a-f]{32})", stderr)
+    m = re.search(r"MLflow parent run ([0-9a-f]{32})", stderr)
     assert m, stderr[-3000:]
     return m.group(1)
 
@@ -105,11 +105,14 @@ def test_a_cell_of_two_sweeps_counts_in_both_and_each_sweep_publishes_once(tmp_p
     assert shared.data.tags["mlflow.parentRunId"] == pa
     assert [server.artifact_writes(p, sweep_run.TABLE) for p in (pa, pb)] == [1, 1]
 
-    # a rerun of a sweep publishes again at its end (once), solving nothing
+    # a rerun of a sweep is a launch of its own: its parent publishes once at its end, solving nothing,
+    # and the earlier launch's parent is left as it was
     b2 = run_cli(["-m", "topology=single,sequential_langgraph", "seed=0", *common], tmp_path, env=env, timeout=SWEEP_TIMEOUT)
     assert b2.returncode == 0, b2.stderr[-3000:]
-    assert _parent_id(b2.stderr) == pb and b2.stderr.count("3 already recorded, 0 to run") == 2
-    assert [server.artifact_writes(p, sweep_run.TABLE) for p in (pa, pb)] == [1, 2]
+    pb2 = _parent_id(b2.stderr)
+    assert pb2 not in (pa, pb) and b2.stderr.count("3 already recorded, 0 to run") == 2
+    assert c.get_run(pb2).data.tags["sweep_earlier_run"] == pb and _rows(server.url, pb2) == _rows(server.url, pb)
+    assert [server.artifact_writes(p, sweep_run.TABLE) for p in (pa, pb, pb2)] == [1, 1, 1]
 
 
 LOSE = '''
@@ -158,13 +161,19 @@ def test_a_member_missing_at_the_sweeps_end_is_named_never_a_smaller_table(tmp_p
     part = run_cli(["--sweep", parent, "--include-incomplete"], tmp_path, module="apps_bench.report")
     assert part.returncode == 0 and "1 member cell(s) missing" in part.stdout and lost in part.stdout
 
-    # the rerun logs the cell again from its folder (nothing solved again) and publishes the whole table
+    # the rerun logs the cell again from its folder (nothing solved again) and its own parent publishes the whole
+    # table; the failed launch's parent is left as it ended
+    failed = _client(uri).get_run(parent)
     again = run_cli(args, tmp_path, timeout=SWEEP_TIMEOUT)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert _parent_id(again.stderr) == parent and again.stderr.count("3 already recorded, 0 to run") == 4
-    tags = _client(uri).get_run(parent).data.tags
+    rerun = _parent_id(again.stderr)
+    assert rerun != parent and again.stderr.count("3 already recorded, 0 to run") == 4
+    tags = _client(uri).get_run(rerun).data.tags
     assert tags["comparison_cells"] == "4" and "comparison_missing" not in tags and "error" not in tags
-    assert _rows(uri, parent) == {("single", "0,1", 3), ("sequential_langgraph", "0,1", 3)}
+    assert tags["sweep_earlier_run"] == parent
+    assert _rows(uri, rerun) == {("single", "0,1", 3), ("sequential_langgraph", "0,1", 3)}
+    then = _client(uri).get_run(parent)
+    assert (then.info.status, then.info.end_time, then.data.tags) == (failed.info.status, failed.info.end_time, failed.data.tags)
 
 
 # ----------------------------------------------------------- a real MLflow server on loopback
