@@ -367,8 +367,8 @@ SETTING_ROWS = 5
 @pytest.fixture(scope="module", params=sorted(SETTING_SWEEPS))
 def setting_study(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path,
                   apps_data_dir: Path) -> dict[str, Any]:  # fmt: skip
-    """The sweep through the CLI (its end-of-sweep comparison printed), then `report --sweep` compared along
-    the setting with the CSV export, and `report --metric n_passed` over its experiment."""
+    """The sweep through the CLI (its end-of-sweep comparison printed), then `report --sweep` with the CSV
+    export, the same compared along the setting, and `report --metric n_passed` over its experiment."""
     sw = SETTING_SWEEPS[request.param]
     cwd = tmp_path_factory.mktemp(f"setting-{request.param}")
     for name, text in PROMPTS.items():
@@ -390,10 +390,11 @@ def setting_study(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     out["parent_table"] = json.loads(Path(client.download_artifacts(parent.info.run_id, "sweep_comparison.json",
                                                                     str(cwd))).read_text())  # fmt: skip
     csv_path = cwd / "problems.csv"
-    r = run_cli(["--sweep", parent.info.run_id, "--compare", f"{sw.key}={sw.baseline}", "--export", str(csv_path)], cwd,
-                env=env, module="apps_bench.report")  # fmt: skip
+    r = run_cli(["--sweep", parent.info.run_id, "--export", str(csv_path)], cwd, env=env, module="apps_bench.report")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     out["report"], out["csv"] = r.stdout, list(csv.DictReader(csv_path.open()))
+    out["compare"] = run_cli(["--sweep", parent.info.run_id, "--compare", f"{sw.key}={sw.baseline}"], cwd, env=env,
+                             module="apps_bench.report")  # fmt: skip
     r = run_cli(["--experiment", experiment, "--metric", "n_passed"], cwd, env=env, module="apps_bench.report")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     out["metric"] = r.stdout
@@ -448,7 +449,9 @@ def test_a_setting_sweep_shows_each_cell_in_the_report(setting_study: dict):
 
 
 def test_a_setting_sweep_shows_each_cell_in_its_own_comparison(setting_study: dict):
-    _pass_rows_say_each_cell(setting_study["sweep_out"].split("every cell has ended", 1)[1], setting_study)
+    end = setting_study["sweep_out"].split("every cell has ended", 1)[1]
+    _pass_rows_say_each_cell(end, setting_study)
+    assert f"--compare {setting_study['sweep'].key}=" in end.split("full report", 1)[1], end  # where to look next
     table = setting_study["parent_table"]
     rows = [dict(zip(table["columns"], r)) for r in table["data"]]
     key = setting_study["sweep"].key
@@ -462,7 +465,10 @@ def test_a_comparison_along_the_setting_matches_the_records(setting_study: dict)
     sw = setting_study["sweep"]
     base = _setting_outcomes(setting_study, _baseline_value(setting_study))
     others = [v for v in _setting_values(setting_study) if v != _baseline_value(setting_study)]
-    rows = _section(setting_study["report"], "paired comparison against the baseline")
+    r = setting_study["compare"]
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert _section(r.stdout, "pass@1 by topology") == _section(setting_study["report"], "pass@1 by topology")
+    rows = _section(r.stdout, "paired comparison against the baseline")
     for v in others:
         res = _paired(_setting_outcomes(setting_study, v), base)
         [row] = [x for x in rows if x.split()[:4] == ["gold", sw.topology, v, f"{sw.key}={sw.baseline}"]]

@@ -153,7 +153,7 @@ class Baseline:
         return f"{self.key}={self.value}"
 
     @property
-    def shown(self) -> str:
+    def label(self) -> str:
         """How the comparison table names it: the topology, or `setting=value`."""
         return str(self) if self.on_setting else self.value
 
@@ -168,7 +168,7 @@ class Baseline:
 class Comparison:
     model: str
     label: str  # the compared topology label
-    baseline: str  # Baseline.shown
+    baseline: str  # Baseline.label
     cls: str  # comparability class label
     seeds: list[str]
     result: stats.PairedResult | None = None
@@ -216,7 +216,7 @@ def compare_to_baseline(groups: list[Group], baseline: str | Baseline, *,
     for g in groups:
         if base.holds(g):
             continue
-        cmp = Comparison(model=g.model, label=g.label, baseline=base.shown, cls=labels[g.comparability], seeds=[],
+        cmp = Comparison(model=g.model, label=g.label, baseline=base.label, cls=labels[g.comparability], seeds=[],
                          comparability=g.comparability, settings=g.settings)  # fmt: skip
         bases = _bases(g, base, everyone)
         same = [b for b in bases if b.comparability == g.comparability]
@@ -224,7 +224,7 @@ def compare_to_baseline(groups: list[Group], baseline: str | Baseline, *,
             cmp.result, cmp.seeds, cmp.refused = pair(g, same[0])
             cmp.pair = (g, same[0]) if cmp.result is not None else None
         elif same:
-            cmp.refused = f"{len(same)} {base.shown} groups fit ({'; '.join(b.name for b in same)}): narrow the cells"
+            cmp.refused = f"{len(same)} {base.label} groups fit ({'; '.join(b.name for b in same)}): narrow the cells"
         elif bases:
             cmp.refused = incomparable_reason(g.cells[0], bases[0].cells[0]) or "different comparability classes"
         elif base.on_setting:

@@ -104,10 +104,14 @@ def _publish(uri: str, parent_run_id: str) -> tuple[list[dict[str, Any]], str]:
 
 def where_next(uri: str, parent_run_id: str, rows: list[dict[str, Any]]) -> str:
     """The commands that show the sweep again: the whole report (compared against single, or the
-    first topology when single did not run), and the MLflow UI on its store."""
+    first topology when single did not run; along the first setting that tells its cells apart when
+    they share one topology), and the MLflow UI on its store."""
     topologies = [r["topology"] for r in rows]
     base = "single" if "single" in topologies or not topologies else topologies[0]
     compare = f" --compare baseline={base}" if len(set(topologies)) > 1 else ""
+    settings = [r["settings"].split("; ")[0] for r in rows if r["settings"]]
+    if not compare and settings:  # cells of one topology that differ in a setting: compared along it
+        compare = f" --compare {settings[0]}"
     return "\n".join([
         f"full report (comparison, cost, charts): python -m apps_bench.report --sweep {parent_run_id} --tracking-uri {uri}"
         + compare,
