@@ -21,7 +21,7 @@ import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -75,10 +75,19 @@ def check_cell_dir(path: Path) -> dict[str, Any]:
     return info
 
 
-def cell_dir_of_run(run_id: str, cwd: Path) -> Path:
-    """The local folder of the cell whose MLflow run is `run_id` (found by its cell key)."""
+@dataclass(frozen=True)
+class CellRunRef:
+    """The MLflow run a re-scoring was given: the new run is its child, in its experiment."""
+
+    run_id: str
+    experiment: str
+
+
+def cell_dir_of_run(run_id: str, cwd: Path) -> tuple[Path, CellRunRef]:
+    """The local folder of the cell whose MLflow run is `run_id` (found by its cell key), and the run."""
+    c = mlf.client(mlf.tracking_uri())
     try:
-        run = mlf.client(mlf.tracking_uri()).get_run(run_id)
+        run = c.get_run(run_id)
     except Exception as e:  # noqa: BLE001 - mlflow raises its own exception types
         raise RescoreError(f"no MLflow run {run_id} in {mlf.tracking_uri()} ({type(e).__name__}); "
                            "set MLFLOW_TRACKING_URI to the store the cell logged to") from None
@@ -90,14 +99,16 @@ def cell_dir_of_run(run_id: str, cwd: Path) -> Path:
     if not found:
         raise RescoreError(f"run {run_id} is cell {key}, but its folder is not under {cwd / 'outputs' / 'cells'}: "
                            "re-scoring needs the recorded programs; run it where the cell ran, or pass the cell folder")
-    return found[0]
+    return found[0], CellRunRef(run_id, str(c.get_experiment(run.info.experiment_id).name))
 
 
-def resolve_source(source: str, cwd: Path | None = None) -> Path:
+def resolve_source(source: str, cwd: Path | None = None) -> tuple[Path, CellRunRef | None]:
+    """The cell folder to re-score, and the cell's run when the source is a run id (else None: the run is
+    the cell's in its config's experiment)."""
     cwd = cwd or Path.cwd()
     p = Path(source).expanduser()
     if p.exists():
-        return p.resolve()
+        return p.resolve(), None
     if RUN_ID.match(source):
         return cell_dir_of_run(source, cwd)
     raise RescoreError(f"{source!r} is neither a folder nor an MLflow run id (32 hex characters)")
@@ -236,10 +247,17 @@ def source_run_id(experiment: str, cell_key: str) -> str | None:
 
 
 def log_rescore(data: Mapping[str, Any], cell_info: Mapping[str, Any], new_identity: Mapping[str, Any], new_key: str,
-                out_dir: Path, summary: Mapping[str, Any], records: list[ProblemRecord]) -> tuple[str, str | None]:
-    """A child run of the cell's run that reads like a cell run: (run id, parent run id)."""
-    experiment = str((data.get("tracking") or {}).get("experiment") or "apps")
-    parent = source_run_id(experiment, str(cell_info["key"]))
+                out_dir: Path, summary: Mapping[str, Any], records: list[ProblemRecord],
+                given: CellRunRef | None = None) -> tuple[str, str | None]:  # fmt: skip
+    """A child run of the cell's run that reads like a cell run: (run id, parent run id). The cell's run is
+    the one the command was given (its experiment, whatever the cell folder's config last said), else the
+    cell's run in the experiment of its config (or `tracking.experiment=`)."""
+    parent: str | None
+    if given is not None:
+        experiment, parent = given.experiment, given.run_id
+    else:
+        experiment = str((data.get("tracking") or {}).get("experiment") or "apps")
+        parent = source_run_id(experiment, str(cell_info["key"]))
     axes = dict(cell_info.get("axes") or {})
     judge = data["judge"]
     rescore_key = f"{cell_info['key']}->{new_key}"
@@ -277,9 +295,13 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
 
     if track or RUN_ID.match(source):  # before anything is read or written: a server that does not answer costs seconds
         mlf.check_store(mlf.tracking_uri(), compose().tracking.store)
-    cell_dir = resolve_source(source, cwd)
+    cell_dir, given = resolve_source(source, cwd)
     info = check_cell_dir(cell_dir)
     sets = parse_overrides(overrides)
+    if given is not None and sets.get("tracking.experiment", given.experiment) != given.experiment:
+        raise RescoreError(f"tracking.experiment={sets['tracking.experiment']}: a re-scoring is logged next to the run it "
+                           f"was given, {given.run_id} in experiment {given.experiment!r}; drop tracking.experiment, or "
+                           "pass the cell folder to log it under the cell's run in another experiment")
     data = yaml.safe_load((cell_dir / CONFIG).read_text(encoding="utf-8"))
     new = rescored_config(data, sets)
     new_identity = identity_of(new)
@@ -334,14 +356,18 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
     new_records = sorted((r for r in store.records() if r.key in recorded), key=lambda r: order.get(r.key, len(order)))
     summary = summarize_cell(new_records, n_selected=len(problems), skipped=loaded.skipped, profile=profile)
     summary["cell"] = {"key": new_key, "name": info.get("name"), **(info.get("axes") or {})}
+    old_counts = summarize_cell(records, n_selected=len(problems), skipped=loaded.skipped, profile=str(data["judge"]["profile"]))
     summary["rescore_of"] = {"cell": old_key, "dir": str(cell_dir), "profile": data["judge"]["profile"],
                              "max_tests_per_row": data.get("max_tests_per_row"),
-                             "pass_at_1": old_summary.get("pass_at_1"), "complete": old_summary.get("complete")}
+                             "pass_at_1": old_summary.get("pass_at_1"), "complete": old_summary.get("complete"),
+                             # the same records' figures under the cell's own verdicts, counted as the new ones are
+                             "n_problems": old_counts["n_problems"], "n_passed": old_counts["n_passed"],
+                             "pass_at_1_recorded": old_counts["pass_at_1"]}
     summary["dir"] = str(out_dir)
 
     summary["provenance"] = provenance.collect("", sandbox_features)  # what the new verdicts ran on
     if track:
-        run_id, parent = log_rescore(new, info, new_identity, new_key, out_dir, summary, new_records)
+        run_id, parent = log_rescore(new, info, new_identity, new_key, out_dir, summary, new_records, given)
         summary["mlflow"] = {"run_id": run_id, "parent_run_id": parent}
     store.write_summary(summary)
     _print(summary, data, profile, cap)
@@ -349,21 +375,23 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
 
 
 def _print(summary: Mapping[str, Any], data: Mapping[str, Any], profile: str, cap: int) -> None:
+    """The cell's verdicts and the new ones, one row each, over the same recorded programs."""
     from rich.console import Console
     from rich.table import Table
 
     old = summary["rescore_of"]
-    t = Table(title=f"re-scored {summary['cell'].get('name')} [{old['cell']} -> {summary['cell']['key']}]")
-    for col in ("judge", "max_tests_per_row", "problems", "passed", "pass@1"):
-        t.add_column(col, justify="right" if col not in ("judge",) else "left")
-    old_p = old.get("pass_at_1")
-    t.add_row(str(old["profile"]), str(old["max_tests_per_row"]), "", "", f"{old_p:.4f}" if old_p is not None else "?")
-    t.add_row(profile, str(cap), str(summary["n_problems"]), str(summary["n_passed"]), f"{summary['pass_at_1']:.4f}")
-    Console(file=sys.stdout).print(t)
+    print(f"re-scored {summary['cell'].get('name')}: cell {old['cell']} -> {summary['cell']['key']}")
+    t = Table()
+    for col in ("verdicts", "judge", "max_tests_per_row", "problems", "passed", "pass@1"):
+        t.add_column(col, justify="left" if col in ("verdicts", "judge") else "right")
+    t.add_row("the cell's", str(old["profile"]), str(old["max_tests_per_row"]), str(old["n_problems"]), str(old["n_passed"]),
+              f"{old['pass_at_1_recorded']:.4f}")  # fmt: skip
+    t.add_row("re-scored", profile, str(cap), str(summary["n_problems"]), str(summary["n_passed"]), f"{summary['pass_at_1']:.4f}")
+    Console(file=sys.stdout, width=max(100, Console().width)).print(t)
     print(f"errors (not scored): {summary['n_errors']}; not recorded by the cell: {summary['n_missing']}"
           + ("" if summary["complete"] else "  (INCOMPLETE: the cell did not record every problem)"))
-    print(f"outputs: {summary['dir']}" + (f"   MLflow run: {summary['mlflow']['run_id']} (child of {summary['mlflow']['parent_run_id']})"
-                                          if summary.get("mlflow") else ""))
+    mlflow = summary.get("mlflow")
+    print(f"outputs: {summary['dir']}" + (f"   MLflow run: {mlflow['run_id']} (child of {mlflow['parent_run_id']})" if mlflow else ""))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

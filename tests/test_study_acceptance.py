@@ -8,7 +8,10 @@ store and against a real `mlflow server` on loopback:
 2. the topology × seed sweep that includes it, interrupted with SIGINT after a record of a new cell, then rerun;
 3. between the two, one of the sweep's cells launched twice at once (the first held still while the second starts);
 4. a re-scoring of one cell under `judge=reference`;
-5. `report --sweep <parent> --compare baseline=single --export problems.csv`.
+5. `report --sweep <parent> --compare baseline=single --export problems.csv`;
+6. apart, sweeps over settings outside the five axes (`model.temperature`, `model.wrong_fraction`,
+   `topology.team_size`, a prompt file: `SETTING_SWEEPS`, one entry each) crossed with the seeds, reported
+   with `--compare SETTING=VALUE` and `--metric`: every cell under its own label, never pooled with another.
 
 Guaranteed: every cell is a member of the sweep (the one that ran before it too), no problem is solved twice,
 and each figure (pass@1 with its bootstrap interval and counts, per-seed pass@1, paired differences with exact
@@ -22,15 +25,18 @@ import csv
 import json
 import math
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from conftest import cli_env, fresh_store, mlflow_server, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -330,3 +336,192 @@ def test_the_rescore_is_its_own_block_with_its_own_figures(study: dict):
     rows = [r for r in study["csv"] if r["judge_profile"] == "reference"]
     assert sorted((r["problem_id"], r["passed"] == "True") for r in rows) == sorted((r["id"], bool(r["passed"])) for r in ok)
     assert "judge reference (rules" in study["report_all"] and "judge reference (rules" not in study["report"]
+
+
+# ----------------------------------------------------------------------------- sweeps over settings off the five axes
+
+
+@dataclass(frozen=True)
+class SettingSweep:
+    """A sweep over one setting outside the five axes, crossed with the seeds: its flat key, its values as the
+    command line gives them (`{dir}`: the study's folder, for files it writes), the value `--compare` takes as
+    the baseline, and the rest of the command. Another sweep (a --config-dir preset) is one more entry."""
+
+    topology: str
+    key: str
+    values: tuple[str, ...]
+    baseline: str
+    extra: tuple[str, ...] = ("model.wrong_fraction=0.3",)
+
+
+SETTING_SWEEPS = {
+    "temperature": SettingSweep("single", "model.temperature", ("0", "0.7"), "0"),
+    "wrong_fraction": SettingSweep("single", "model.wrong_fraction", ("0", "0.5"), "0", extra=()),
+    "team_size": SettingSweep("independent", "topology.team_size", ("2", "4"), "2"),
+    "prompt_file": SettingSweep("single", "topology.prompt_file", ("{dir}/terse.yaml", "{dir}/plain.yaml"), "terse.yaml"),
+}
+PROMPTS = {  # the prompt files the prompt_file sweep selects (role -> text)
+    "terse.yaml": "solver: Solve the problem in Python 3 and end with one fenced python block holding the program.\n",
+    "plain.yaml": "solver: |\n  You are a careful programmer. Read the problem, write a Python 3 program, and end your\n"
+                  "  reply with exactly one ```python fenced block holding the complete program.\n",
+}  # fmt: skip
+SETTING_ROWS = 5
+
+
+@pytest.fixture(scope="module", params=sorted(SETTING_SWEEPS))
+def setting_study(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path,
+                  apps_data_dir: Path) -> dict[str, Any]:  # fmt: skip
+    """The sweep through the CLI (its end-of-sweep comparison printed), then `report --sweep` with the CSV
+    export, the same compared along the setting, and `report --metric n_passed` over its experiment."""
+    sw = SETTING_SWEEPS[request.param]
+    cwd = tmp_path_factory.mktemp(f"setting-{request.param}")
+    for name, text in PROMPTS.items():
+        (cwd / name).write_text(text)
+    db = fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
+    env, experiment = cli_env(cwd), f"setting-{request.param}"
+    values = [v.format(dir=cwd) for v in sw.values]
+    r = run_cli(["-m", f"topology={sw.topology}", f"{sw.key}={','.join(values)}", f"seed={','.join(SEEDS)}", "dataset=apps",
+                 f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", f"limit={SETTING_ROWS}", "progress=false",
+                 f"tracking.experiment={experiment}", *sw.extra], cwd, env=env, timeout=900)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    out: dict[str, Any] = {"sweep": sw, "sweep_out": r.stdout, "cells": {}, "cwd": cwd, "env": env}
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name(experiment)
+    [parent] = [p for p in client.search_runs([exp.experiment_id]) if p.data.tags.get("sweep") == "true"]
+    out["parent"] = parent.info.run_id
+    out["parent_table"] = json.loads(Path(client.download_artifacts(parent.info.run_id, "sweep_comparison.json",
+                                                                    str(cwd))).read_text())  # fmt: skip
+    csv_path = cwd / "problems.csv"
+    r = run_cli(["--sweep", parent.info.run_id, "--export", str(csv_path)], cwd, env=env, module="apps_bench.report")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    out["report"], out["csv"] = r.stdout, list(csv.DictReader(csv_path.open()))
+    out["compare"] = run_cli(["--sweep", parent.info.run_id, "--compare", f"{sw.key}={sw.baseline}"], cwd, env=env,
+                             module="apps_bench.report")  # fmt: skip
+    r = run_cli(["--experiment", experiment, "--metric", "n_passed"], cwd, env=env, module="apps_bench.report")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    out["metric"] = r.stdout
+    for d in (cwd / "outputs" / "cells").iterdir():  # (shown value, seed) -> cell folder, from the cell's own config
+        node: Any = yaml.safe_load((d / "config.yaml").read_text())
+        for part in sw.key.split("."):
+            node = node[part]
+        value = str(node)
+        out["cells"][(Path(value).name if "/" in value else value, str(json.loads((d / "cell.json").read_text())["axes"]["seed"]))] = d
+    return out
+
+
+def _setting_outcomes(study: dict[str, Any], value: str) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for seed in SEEDS:
+        for r in _records(study["cells"][(value, seed)]):
+            if not r["error"]:
+                out.setdefault(r["key"], []).append(1.0 if r["passed"] else 0.0)
+    return out
+
+
+def _setting_values(study: dict[str, Any]) -> list[str]:
+    return sorted({v for v, _ in study["cells"]})
+
+
+def _baseline_value(study: dict[str, Any]) -> str:
+    """The value of the baseline's cells as their config holds it (`--compare model.temperature=0`: 0.0)."""
+    want = study["sweep"].baseline
+    return next(v for v in _setting_values(study) if v == want or v.replace(".", "", 1).isdigit() and float(v) == float(want))
+
+
+def _pass_rows_say_each_cell(text: str, study: dict[str, Any]) -> None:
+    topology = study["sweep"].topology
+    rows = [x for x in _section(text, "pass@1 by topology") if x.startswith(topology + " ")]
+    assert len(rows) == len(_setting_values(study)), rows  # one row per setting value: every cell under its own label
+    for v in _setting_values(study):
+        est, lo, hi = _cell_interval(_setting_outcomes(study, v))
+        [row] = [x for x in rows if x.split()[:3] == [topology, "gold", v]]
+        assert f"{est:.3f} [{lo:.3f}, {hi:.3f}] (2s × {SETTING_ROWS}p)" in row, row
+        per_seed = []
+        for s in SEEDS:
+            ok = [r["passed"] for r in _records(study["cells"][(v, s)]) if not r["error"]]
+            per_seed.append(f"s{s} {sum(ok) / len(ok):.3f}")
+        assert row.endswith("  ".join(per_seed)), row
+
+
+def test_a_setting_sweep_shows_each_cell_in_the_report(setting_study: dict):
+    assert len(setting_study["cells"]) == len(setting_study["sweep"].values) * len(SEEDS)
+    header = next(x for x in _section(setting_study["report"], "pass@1 by topology") if x.startswith("topology"))
+    assert header.split()[:3] == ["topology", "model", setting_study["sweep"].key], header
+    _pass_rows_say_each_cell(setting_study["report"], setting_study)
+
+
+def test_a_setting_sweep_shows_each_cell_in_its_own_comparison(setting_study: dict):
+    end = setting_study["sweep_out"].split("every cell has ended", 1)[1]
+    _pass_rows_say_each_cell(end, setting_study)
+    assert f"--compare {setting_study['sweep'].key}=" in end.split("full report", 1)[1], end  # where to look next
+    table = setting_study["parent_table"]
+    rows = [dict(zip(table["columns"], r)) for r in table["data"]]
+    key = setting_study["sweep"].key
+    assert sorted(r["settings"] for r in rows) == sorted(f"{key}={v}" for v in _setting_values(setting_study))
+    for r in rows:
+        outcomes = _setting_outcomes(setting_study, r["settings"].split("=", 1)[1])
+        assert r["pass_at_1"] == pytest.approx(_cell_interval(outcomes)[0]) and r["n_seeds"] == len(SEEDS), r
+
+
+def test_a_comparison_along_the_setting_matches_the_records(setting_study: dict):
+    sw = setting_study["sweep"]
+    base = _setting_outcomes(setting_study, _baseline_value(setting_study))
+    others = [v for v in _setting_values(setting_study) if v != _baseline_value(setting_study)]
+    r = setting_study["compare"]
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert _section(r.stdout, "pass@1 by topology") == _section(setting_study["report"], "pass@1 by topology")
+    rows = _section(r.stdout, "paired comparison against the baseline")
+    for v in others:
+        res = _paired(_setting_outcomes(setting_study, v), base)
+        [row] = [x for x in rows if x.split()[:4] == ["gold", sw.topology, v, f"{sw.key}={sw.baseline}"]]
+        assert f"{res['diff']:+.3f}" in row and f"[{res['low']:+.3f}, {res['high']:+.3f}]" in row, row
+        assert f"{res['wins']}/{res['losses']}" in row, row
+        cols = row.split()
+        assert cols[-4] == _p(res["p"]) and cols[-3] == _p(_holm([res["p"]])[0]), row
+
+
+def test_a_setting_sweep_s_cost_and_other_metrics_match_the_records(setting_study: dict):
+    topology = setting_study["sweep"].topology
+    cost = _section(setting_study["report"], "cost per problem")
+    metric = setting_study["metric"].splitlines()
+    assert metric[1].split() == ["topology", setting_study["sweep"].key, "gold"], metric
+    for v in _setting_values(setting_study):
+        recs = [r for s in SEEDS for r in _records(setting_study["cells"][(v, s)])]
+        tokens = sum(r["usage"]["total_tokens"] for r in recs)
+        [row] = [x.split() for x in cost if x.split()[:3] == [topology, "gold", v]]
+        assert row[3] == str(len(recs)) and row[5] == f"{tokens / len(recs):,.0f}", row
+        passed = [float(sum(bool(r["passed"]) for r in _records(setting_study["cells"][(v, s)]) if not r["error"]))
+                  for s in SEEDS]  # fmt: skip
+        [line] = [x for x in metric if x.split()[:2] == [topology, v]]
+        assert f"{np.mean(passed):.3f} ± {np.std(passed, ddof=1):.3f} ({len(SEEDS)})" in line, line
+    for (v, s), d in setting_study["cells"].items():  # the export: each cell's problems under its own key
+        key = json.loads((d / "cell.json").read_text())["key"]
+        mine = {r["problem_id"]: r["passed"] == "True" for r in setting_study["csv"] if r["cell_key"] == key}
+        assert mine == {r["id"]: bool(r["passed"]) for r in _records(d)}, (v, s)
+
+
+def test_what_the_report_cannot_tell_apart_or_compare_along_is_refused(setting_study: dict, tmp_path: Path):
+    sw, cwd, env = setting_study["sweep"], setting_study["cwd"], setting_study["env"]
+
+    def refused(*args: str) -> str:
+        r = run_cli(list(args), cwd, env=env, module="apps_bench.report")
+        assert r.returncode == 2 and r.stdout == "", r.stdout[-2000:] + r.stderr[-2000:]
+        return r.stderr
+
+    typo = sw.key[:-1]
+    err = refused("--sweep", setting_study["parent"], "--compare", f"{typo}={sw.baseline}")
+    assert f"{typo} is not a setting these cells differ in; did you mean --compare {sw.key}={sw.baseline}?" in err, err
+    err = refused("--sweep", setting_study["parent"], "--compare", f"{sw.key}=nowhere")
+    assert f"no cell has {sw.key}=nowhere" in err, err
+    # two folders of one cell under two keys (a copy with its key edited): nothing tells them apart
+    cell = setting_study["cells"][(_baseline_value(setting_study), "0")]
+    for n in ("1", "2"):
+        copy = tmp_path / "cells" / f"{cell.name}-{n}"
+        shutil.copytree(cell, copy, ignore=shutil.ignore_patterns("*.lock", "rescore"))
+        info = json.loads((copy / "cell.json").read_text())
+        info["key"] += n
+        (copy / "cell.json").write_text(json.dumps(info))
+    err = refused("--cells-dir", str(tmp_path / "cells"))
+    assert "cannot tell apart 2 cells labelled" in err and "never pools cells that differ" in err, err

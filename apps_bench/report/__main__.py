@@ -46,8 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     sel.add_argument("--include-incomplete", action="store_true",
                      help="also count cells marked incomplete (with --sweep: show the cells there are, naming the missing ones)")
     out = ap.add_argument_group("what to produce")
-    out.add_argument("--compare", metavar="baseline=TOPOLOGY", nargs="?", const="baseline=single",
-                     help="paired comparison of every topology against the baseline, per model (default baseline: single)")
+    out.add_argument("--compare", metavar="baseline=TOPOLOGY|SETTING=VALUE", nargs="?", const="baseline=single",
+                     help="paired comparison of every topology against the baseline, per model (default baseline: single); "
+                          "or of every cell against the one that differs from it only in SETTING, set to VALUE "
+                          "(e.g. model.temperature=0)")
     out.add_argument("--forest", metavar="FILE.png", help=f"forest plot of --compare (default: {DEFAULT_FOREST})")
     out.add_argument("--plot", metavar="FILE.png", help="pass@1 bars with their 95%% intervals")
     out.add_argument("--pareto", metavar="FILE.png", help="pass@1 against tokens per problem, with the Pareto front")
@@ -98,7 +100,7 @@ def _store_exists(uri: str) -> None:
         )
 
 
-def _report(args: argparse.Namespace, baseline: str | None) -> int:
+def _report(args: argparse.Namespace, baseline: groups.Baseline | None) -> int:
     if args.cells_dir:
         found = cellmod.from_dirs(args.cells_dir)
         where = f"cell folders under {args.cells_dir}"
@@ -124,15 +126,12 @@ def _report(args: argparse.Namespace, baseline: str | None) -> int:
         extra = f"; judge profiles there: {', '.join(profiles)}" if args.judge and profiles else ""
         raise ReportError(f"no finished cells with per-problem records in {where}{hint}{extra}")
     gs = groups.group_cells(chosen)
-    if baseline is not None and not any(g.label == baseline for g in gs):  # before anything is printed
-        labels = sorted({g.label for g in gs})
-        guess = options.closest(baseline, labels)
-        hint = f"; did you mean --compare baseline={guess}?" if guess else ""
-        raise ReportError(f"--compare baseline={baseline}: no such topology among the cells{hint} ({', '.join(labels)})")
+    if baseline is not None:  # before anything is printed
+        _check_baseline(baseline, gs)
     names = groups.blocks(gs)
     print(render.pass_table(gs))
     if baseline is None:  # with --compare, each comparison says what differs between its own cells
-        for w in provenance.differences({f"{c.label}·{c.model}·s{c.seed}": c.provenance for c in chosen}):
+        for w in provenance.differences({f"{g.label}·{g.model}{groups.shown(g.settings)}·s{c.seed}": c.provenance for g in gs for c in g.cells}):
             print(render.wrap(f"warning: provenance: {w}"))
 
     comps = []
@@ -142,10 +141,12 @@ def _report(args: argparse.Namespace, baseline: str | None) -> int:
         print(render.compare_table(comps, names))
         for c in comps:
             where = f"{c.name} [block {names[c.comparability]}]"
-            for w in provenance.differences({f"{x.label}·s{x.seed}": x.provenance for x in c.cells()}):
+            used = [(g, x) for g in c.pair or () for x in g.cells if x.seed in c.seeds]
+            for w in provenance.differences({f"{g.label}{groups.shown(g.settings)}·s{x.seed}": x.provenance for g, x in used}):
                 print(render.wrap(f"warning: {where}: provenance: {w}"))
             if c.pair is not None:
-                diff = cellmod.setting_differences(c.pair[0].cells[0], c.pair[1].cells[0])
+                diff = [d for d in cellmod.setting_differences(c.pair[0].cells[0], c.pair[1].cells[0])
+                        if not d.startswith(f"{baseline.key}: ")]  # what --compare SETTING=VALUE compares along
                 if diff:
                     print(render.wrap(f"note: {where}: settings differ ({c.label} vs {c.baseline}): " + "; ".join(diff)))
 
@@ -177,6 +178,26 @@ def _report(args: argparse.Namespace, baseline: str | None) -> int:
         n = export.write(chosen, path)
         print(f"tidy table written to {path} ({n} rows)")
     return 0
+
+
+def _check_baseline(baseline: groups.Baseline, gs: list[groups.Group]) -> None:
+    """--compare's baseline names a row label the cells have, or a setting they vary and one of its values."""
+    if not baseline.on_setting:
+        if not any(g.label == baseline.value for g in gs):
+            labels = sorted({g.label for g in gs})
+            guess = options.closest(baseline.value, labels)
+            hint = f"; did you mean --compare baseline={guess}?" if guess else ""
+            raise ReportError(f"--compare {baseline}: no such topology among the cells{hint} ({', '.join(labels)})")
+        return
+    varying = sorted({k for g in gs for k, _ in g.settings})
+    if baseline.key not in varying:
+        guess = options.closest(baseline.key, varying)
+        hint = f"; did you mean --compare {guess}={baseline.value}?" if guess else ""
+        have = f"settings that vary among these cells: {', '.join(varying)}" if varying else "these cells vary in no setting"
+        raise ReportError(f"--compare {baseline}: {baseline.key} is not a setting these cells differ in{hint} ({have})")
+    if not any(baseline.holds(g) for g in gs):
+        values = sorted({g.identity.get(baseline.key, "(unset)") for g in gs})
+        raise ReportError(f"--compare {baseline}: no cell has {baseline}; its values here: {', '.join(values)}")
 
 
 def _publish(args: argparse.Namespace) -> int:

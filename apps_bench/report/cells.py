@@ -16,7 +16,7 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 from apps_bench import provenance
 from apps_bench.report.money import billed_tokens
@@ -66,6 +66,7 @@ class CellData:
     price: dict[str, Any] | None = None  # the model.price it was costed at when it ran (report.money); None = no price
     provenance: dict[str, str] = field(default_factory=dict)
     settings: dict[str, str] = field(default_factory=dict)  # model/judge/tool settings from the cell's identity
+    identity: dict[str, str] = field(default_factory=dict)  # the cell's whole identity, flat (its run's params)
     problems: list[dict[str, Any]] = field(default_factory=list)  # one row per recorded problem
     roles: dict[str, dict[str, RoleUse]] = field(default_factory=dict)  # problem key -> role -> use
 
@@ -73,6 +74,12 @@ class CellData:
     def label(self) -> str:
         """Row label: the topology, with the optimizer when one ran (`single+maspo`)."""
         return self.topology if self.optimizer in ("none", "", "?") else f"{self.topology}+{self.optimizer}"
+
+    @property
+    def replicate_of(self) -> tuple[tuple[str, str], ...]:
+        """What the cell shares with its seed replicates: its identity without the seed (cells are pooled
+        over seeds only when this is equal)."""
+        return tuple(sorted((k, v) for k, v in self.identity.items() if k != "seed"))
 
     @property
     def comparability(self) -> tuple[str, str, str, str, str]:
@@ -103,6 +110,53 @@ def setting_differences(a: CellData, b: CellData) -> list[str]:
     keys = sorted(set(a.settings) | set(b.settings))
     return [f"{k}: {a.settings.get(k, '(unset)')} vs {b.settings.get(k, '(unset)')}" for k in keys
             if a.settings.get(k) != b.settings.get(k)]  # fmt: skip
+
+
+UNSET = "(unset)"  # a setting one cell's identity has and another's has not
+
+
+def setting_columns(members: Sequence[tuple[Hashable, Mapping[str, str]]]) -> list[str]:
+    """The settings (flat identity keys) that tell apart members with the same axes (the first item of
+    each pair; one pair per group of seed replicates): what a table shows as columns beside the axes, so
+    two cells that differ never share a row. A file's digest is left out when its path tells the same."""
+    by_axes: dict[Hashable, list[Mapping[str, str]]] = {}
+    for axes, ident in members:
+        by_axes.setdefault(axes, []).append(ident)
+    keys: set[str] = set()
+    for idents in by_axes.values():
+        for k in set().union(*idents) - {"seed"}:
+            if len({i.get(k, UNSET) for i in idents}) > 1:
+                keys.add(k)
+    digests = {k for k in keys if k.endswith("_sha256") and k.removesuffix("_sha256") in keys}
+    fewer = sorted(keys - digests)
+    if all(len({tuple(i.get(k, UNSET) for k in fewer) for i in idents}) == len({tuple(i.get(k, UNSET) for k in keys)
+                                                                                for i in idents})
+           for idents in by_axes.values()):  # fmt: skip
+        return fewer
+    return sorted(keys)
+
+
+def setting_values(idents: Sequence[Mapping[str, str]], keys: Sequence[str]) -> list[tuple[str, ...]]:
+    """Each identity's values of `keys` as a table shows them: a path by its file name when the names
+    alone tell the values apart."""
+    cols = []
+    for k in keys:
+        vals = [i.get(k, UNSET) for i in idents]
+        names = [Path(v).name if "/" in v else v for v in vals]
+        cols.append(names if len(set(names)) == len(set(vals)) else vals)
+    return [tuple(col[n] for col in cols) for n in range(len(idents))]
+
+
+def same_value(a: str | None, b: str | None) -> bool:
+    """Two settings' values as the user means them: `0` is `0.0`, `true` is `True`."""
+    if a is None or b is None:
+        return a is b
+    if a == b or a.lower() == b.lower() and a.lower() in ("true", "false", "none", "null"):
+        return True
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return False
 
 
 def comparability_label(c: CellData) -> str:
@@ -307,7 +361,7 @@ def from_dirs(root: Path | str, *, with_roles: bool = True) -> list[CellData]:
             judge_rules=ident.get("judge.rules", "?"),
             selection=_selection(ident.get), complete=bool(summary.get("complete")),
             price=(summary.get("cost") or {}).get("price"),
-            settings=_settings(ident),
+            settings=_settings(ident), identity=ident,
             source=str(d), framework=ident.get("topology.framework", ""), flow=ident.get("topology.flow", ""),
             provenance=provenance.comparable(prov) if prov else {},
             problems=[problem_row(r) for r in _records(d)],
@@ -459,7 +513,7 @@ def _cell_of_run(c: Any, r: Any, by_id: Mapping[str, Any], dst: Path, with_roles
         judge_rules=t.get("judge_rules") or p.get("judge.rules", "?"),
         selection=_selection(p.get), complete=t.get("complete") == "true",
         price={k: t.get(f"price_{k}") for k in ("input_per_mtok", "output_per_mtok", "as_of")} if t.get("price_input_per_mtok") else None,
-        settings=_settings(p),
+        settings=_settings(p), identity=dict(p),
         source=r.info.run_id, framework=t.get("framework") or p.get("topology.framework", ""),
         flow=p.get("topology.flow", ""), run_kind=t.get("run_kind", "cell"),
         provenance=provenance.from_tags(t), problems=_problems_of_run(c, data_run, dst),

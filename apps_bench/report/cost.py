@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from apps_bench.report import money
-from apps_bench.report.groups import Group
+from apps_bench.report.groups import Group, Settings
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class CostRow:
     judge_s: float  # per problem: judging, apart from solving
     comparability: tuple[str, ...] = ()  # the group's class (its block)
     n_cells: int = 0
+    settings: Settings = ()  # the group's (Group.settings): the setting columns
     usd: float | None = None  # the group's cells at their recorded prices (retries included); None = no price
     price: str = ""  # the price the cells were costed at ("mixed" when seeds ran at different prices)
 
@@ -65,6 +66,7 @@ class RoleRow:
     token_share: float  # of the group's tokens
     measured: bool = True  # False: the group's records do not say who made each call; tokens/calls estimated
     comparability: tuple[str, ...] = ()
+    settings: Settings = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class FrameworkRow:
     # side lacks (AutoGen's selector) has 0 there. Empty when either side's roles are estimated.
     roles: tuple[tuple[str, tuple[float, float], tuple[float, float]], ...] = ()
     comparability: tuple[str, ...] = ()
+    settings: Settings = ()
 
 
 def _avg(total: float, n: int) -> float:
@@ -104,6 +107,7 @@ def cost_rows(groups: list[Group]) -> list[CostRow]:
                 tokens_per_solved=_avg(tokens, solved),
                 solve_s=_avg(sum(p["solve_s"] for p in probs), n), tool_s=_avg(sum(p["tool_s"] for p in probs), n),
                 judge_s=_avg(sum(p["judge_s"] for p in probs), n), comparability=g.comparability, n_cells=len(g.cells),
+                settings=g.settings,
                 **_money(g),
             )  # fmt: skip
         )
@@ -169,7 +173,7 @@ def _measured(g: Group, probs: list) -> list[RoleRow]:
         t = counts.get(role, [0.0] * 4)
         out.append(
             RoleRow(
-                label=g.label, model=g.model, role=role, problems=max(int(t[0]), len(seen.get(role, ()))),
+                label=g.label, model=g.model, settings=g.settings, role=role, problems=max(int(t[0]), len(seen.get(role, ()))),
                 turns=_avg(t[1], covered), replies=_avg(t[2], covered), tool_calls=_avg(t[3], covered),
                 tokens=_avg(tokens, n), calls=_avg(calls, n),
                 token_share=tokens / group_tokens if group_tokens else float("nan"), measured=True,
@@ -201,7 +205,7 @@ def _estimated(g: Group, probs: list) -> list[RoleRow]:
         t = counts[role]
         out.append(
             RoleRow(
-                label=g.label, model=g.model, role=role, problems=int(t[0]),
+                label=g.label, model=g.model, settings=g.settings, role=role, problems=int(t[0]),
                 turns=_avg(t[1], covered), replies=_avg(t[2], covered), tool_calls=_avg(t[3], covered),
                 tokens=_avg(tokens, covered), calls=_avg(calls, covered),
                 token_share=tokens / group_tokens if group_tokens else float("nan"), measured=False,
@@ -215,25 +219,25 @@ def framework_rows(groups: list[Group], costs: list[CostRow], roles: list[RoleRo
     """Sibling runners of one flow (same flow, model, optimizer and comparability class, two
     frameworks): the difference is what the framework itself adds, in all and (with `roles`
     counted on both sides) role by role."""
-    by_name = {(c.label, c.model, c.comparability): c for c in costs}
-    role_map: dict[tuple[str, str, tuple[str, ...]], list[RoleRow]] = {}
+    by_name = {(c.label, c.model, c.comparability, c.settings): c for c in costs}
+    role_map: dict[tuple, list[RoleRow]] = {}
     for r in roles or ():
-        role_map.setdefault((r.label, r.model, r.comparability), []).append(r)
+        role_map.setdefault((r.label, r.model, r.comparability, r.settings), []).append(r)
     buckets: dict[tuple, list[Group]] = {}
     for g in groups:
         first = g.cells[0]
         if not first.flow or not first.framework:
             continue
-        buckets.setdefault((first.flow, g.model, first.optimizer, g.comparability), []).append(g)
+        buckets.setdefault((first.flow, g.model, first.optimizer, g.comparability, g.settings), []).append(g)
     out = []
-    for (flow, model, _opt, cls), members in sorted(buckets.items(), key=lambda kv: (kv[0][3], *kv[0][:3])):
+    for (flow, model, _opt, cls, settings), members in sorted(buckets.items(), key=lambda kv: (kv[0][3], *kv[0][:3], kv[0][4])):
         members = sorted(members, key=lambda g: (g.cells[0].framework != "langgraph", g.cells[0].framework))
         base = members[0]
         for other in members[1:]:
             if other.cells[0].framework == base.cells[0].framework:
                 continue
-            a, b = by_name[(base.label, model, cls)], by_name[(other.label, model, cls)]
-            ra, rb = role_map.get((base.label, model, cls), []), role_map.get((other.label, model, cls), [])
+            a, b = by_name[(base.label, model, cls, settings)], by_name[(other.label, model, cls, settings)]
+            ra, rb = role_map.get((base.label, model, cls, settings), []), role_map.get((other.label, model, cls, settings), [])
             both = bool(ra and rb) and all(r.measured for r in ra + rb)
             out.append(
                 FrameworkRow(
@@ -241,6 +245,7 @@ def framework_rows(groups: list[Group], costs: list[CostRow], roles: list[RoleRo
                     base_label=base.label, other_label=other.label,
                     tokens=(a.tokens_per_problem, b.tokens_per_problem), calls=(a.calls_per_problem, b.calls_per_problem),
                     pass_at_1=(a.pass_at_1, b.pass_at_1), roles=_role_pairs(ra, rb) if both else (), comparability=cls,
+                    settings=settings,
                 )  # fmt: skip
             )
     return out

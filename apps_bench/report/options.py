@@ -9,10 +9,12 @@ listed at once; the command exits 2 (report.__main__).
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from apps_bench.config import ConfigDirMissing, config_dirs
 from apps_bench.overrides import closest, groups
+from apps_bench.report.groups import Baseline
 from apps_bench.report.table import ReportError
 
 EXPORT_SUFFIXES = (".csv", ".parquet", ".pq")
@@ -34,14 +36,19 @@ def topology_labels(options: dict[str, list[str]]) -> list[str]:
     return topos + [f"{t}+{o}" for t in topos for o in opts]
 
 
-def baseline_of(spec: str) -> str:
-    key, sep, value = spec.partition("=")
-    if key.strip() != "baseline" or not sep or not value.strip():
-        raise ReportError(f"--compare {spec!r}: write --compare baseline=TOPOLOGY, e.g. --compare baseline=single")
-    return value.strip()
+SETTING = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
 
-def check(args: argparse.Namespace) -> str | None:
+def baseline_of(spec: str) -> Baseline:
+    """`baseline=TOPOLOGY`, or `SETTING=VALUE` for a setting the cells vary (model.temperature=0)."""
+    key, sep, value = (x.strip() for x in spec.partition("="))
+    if not sep or not value or not SETTING.match(key):
+        raise ReportError(f"--compare {spec!r}: write --compare baseline=TOPOLOGY (e.g. --compare baseline=single), "
+                          "or --compare SETTING=VALUE for a setting the cells vary (e.g. --compare model.temperature=0)")
+    return Baseline("baseline" if key == "topology" else key, value)
+
+
+def check(args: argparse.Namespace) -> Baseline | None:
     """Every bad option at once (ReportError) before any work; -> the --compare baseline, if any."""
     try:
         with config_dirs([args.config_dir] if getattr(args, "config_dir", None) else []):
@@ -57,10 +64,10 @@ def check(args: argparse.Namespace) -> str | None:
             bad.append(str(exc))
         else:
             labels = topology_labels(options)
-            if baseline not in labels:
-                guess = closest(baseline, labels)
+            if not baseline.on_setting and baseline.value not in labels:
+                guess = closest(baseline.value, labels)
                 hint = f"; did you mean --compare baseline={guess}?" if guess else ""
-                bad.append(f"--compare baseline={baseline}: no such topology{hint} (topologies: {', '.join(options.get('topology', []))}; "
+                bad.append(f"--compare {baseline}: no such topology{hint} (topologies: {', '.join(options.get('topology', []))}; "
                            "with an optimizer: TOPOLOGY+OPTIMIZER, e.g. single+maspo)")  # fmt: skip
     for option, value, group in (("--judge", args.judge, "judge"), ("--dataset", args.dataset, "dataset"),
                                  ("--optimizer", args.optimizer, "optimizer")):  # fmt: skip

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from apps_bench.report.cost import CostRow
-from apps_bench.report.groups import Comparison, Group, blocks, classes
+from apps_bench.report.groups import Comparison, Group, blocks, classes, shown
 from apps_bench.report.stats import format_p
 
 
@@ -64,9 +64,9 @@ def pass_figure(groups: list[Group]) -> Any:
     plt = _pyplot()
     letters = blocks(groups)
     many = len(letters) > 1
-    xs_keys = list(dict.fromkeys((g.comparability, g.label) for g in groups))
+    xs_keys = list(dict.fromkeys((g.comparability, g.label + shown(g.settings)) for g in groups))
     models = sorted({g.model for g in groups})
-    at = {(g.comparability, g.label, g.model): g for g in groups}
+    at = {(g.comparability, g.label + shown(g.settings), g.model): g for g in groups}
     width = 0.8 / max(1, len(models))
     fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(xs_keys) + 2), 4.5 + 0.15 * len(letters)))
     for i, m in enumerate(models):
@@ -137,7 +137,8 @@ def pareto_plot(costs: list[CostRow], path: str, groups: list[Group]) -> None:
         mine = [c for c in rows if c.model == m]
         ax.scatter([c.tokens_per_problem for c in mine], [c.pass_at_1 for c in mine], s=50, label=m, zorder=3)
     for c in rows:
-        name = f"{c.label} [{letters.get(c.comparability, '?')}]" if many else c.label
+        label = c.label + shown(c.settings)
+        name = f"{label} [{letters.get(c.comparability, '?')}]" if many else label
         ax.annotate(name, (c.tokens_per_problem, c.pass_at_1), xytext=(5, 4), textcoords="offset points", fontsize=8)
     ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "--", color="grey", zorder=2)
     ax.scatter([pts[i][0] for i in front], [pts[i][1] for i in front], s=170, facecolors="none", edgecolors="black",

@@ -29,7 +29,7 @@ from apps_bench.tracking.console import mlflow_ui
 TABLE = "sweep_comparison.json"
 TEXT = "sweep_comparison.txt"
 FIGURE = "sweep_pass_at_1.png"
-COLUMNS = ["topology", "model", "pass_at_1", "ci_low", "ci_high", "seeds", "n_seeds", "n_problems", "per_seed", "block",
+COLUMNS = ["topology", "model", "settings", "pass_at_1", "ci_low", "ci_high", "seeds", "n_seeds", "n_problems", "per_seed", "block",
            "comparability"]  # fmt: skip
 
 
@@ -48,14 +48,16 @@ class SweepIncomplete(ReportError):
 
 
 def leader(rows: list[dict[str, Any]]) -> str:
-    """'topology · model (pass@1)' of the best row(s) of the first comparability class."""
+    """'topology · model (pass@1)' of the best row(s) of the first comparability class (with the settings
+    that tell it apart, when cells of one topology and model differ in some)."""
     scored = [r for r in rows if r["pass_at_1"] is not None]
     if not scored:
         return ""
     first = scored[0]["comparability"]
     same = [r for r in scored if r["comparability"] == first]
     best = max(r["pass_at_1"] for r in same)
-    return " = ".join(f"{r['topology']} · {r['model']}" for r in same if r["pass_at_1"] == best) + f" ({best:.3f})"
+    return " = ".join(f"{r['topology']} · {r['model']}" + (f" · {r['settings']}" if r["settings"] else "")
+                      for r in same if r["pass_at_1"] == best) + f" ({best:.3f})"  # fmt: skip
 
 
 def publish(uri: str, parent_run_id: str) -> list[dict[str, Any]]:
@@ -102,10 +104,14 @@ def _publish(uri: str, parent_run_id: str) -> tuple[list[dict[str, Any]], str]:
 
 def where_next(uri: str, parent_run_id: str, rows: list[dict[str, Any]]) -> str:
     """The commands that show the sweep again: the whole report (compared against single, or the
-    first topology when single did not run), and the MLflow UI on its store."""
+    first topology when single did not run; along the first setting that tells its cells apart when
+    they share one topology), and the MLflow UI on its store."""
     topologies = [r["topology"] for r in rows]
     base = "single" if "single" in topologies or not topologies else topologies[0]
     compare = f" --compare baseline={base}" if len(set(topologies)) > 1 else ""
+    settings = [r["settings"].split("; ")[0] for r in rows if r["settings"]]
+    if not compare and settings:  # cells of one topology that differ in a setting: compared along it
+        compare = f" --compare {settings[0]}"
     return "\n".join([
         f"full report (comparison, cost, charts): python -m apps_bench.report --sweep {parent_run_id} --tracking-uri {uri}"
         + compare,

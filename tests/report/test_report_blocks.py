@@ -227,3 +227,21 @@ def test_the_charts_name_their_blocks(sweep: dict):
         plots.close(fig)
     for name in ("pass_at_1.png", "pareto.png", "forest.png"):
         assert (sweep["cwd"] / "charts" / name).stat().st_size > 5000
+
+
+def test_another_metric_has_a_row_per_data_file_never_a_mean_across_them(sweep: dict):
+    import statistics
+
+    r = run_cli(["--sweep", sweep["parent"], "--tracking-uri", sweep["uri"], "--metric", "latency_mean_s"], sweep["cwd"],
+                env=sweep["env"], module="apps_bench.report")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines[1].split() == ["topology", "dataset.path", "gold"], r.stdout
+    rows = [x.split() for x in lines[3:] if x.split() and x.split()[0] in TOPOLOGIES]
+    assert len(rows) == len(TOPOLOGIES) * len(FILES), r.stdout
+    for f in FILES:
+        for t in TOPOLOGIES:
+            means = [statistics.fmean(x["latency_s"] for x in _lines(sweep["cells"][(f, t, s)] / "records.jsonl") if not x["error"])
+                     for s in SEEDS]  # fmt: skip
+            [row] = [x for x in rows if x[:2] == [t, f]]
+            assert row[2:] == [f"{statistics.fmean(means):.3f}", "±", f"{statistics.stdev(means):.3f}", f"({len(SEEDS)})"], row

@@ -96,6 +96,63 @@ def test_seeds_pool_into_one_interval_and_profiles_never_pool():
     assert [c.judge_profile for c in select(cells, judge="reference")] == ["reference"]
 
 
+def _varied(seed: int, passed: list[int], **settings: str) -> CellData:
+    """A single·m cell whose identity (its run's params) says its settings: a cell of a sweep off the axes."""
+    c = _cell("single", seed, passed)
+    c.identity = {"seed": str(seed), "topology.name": "single", "model.name": "m", "model.temperature": "0.0",
+                  "topology.prompt_file": "None", **settings}  # fmt: skip
+    c.key = "k" + "".join(sorted(settings.values())) + str(seed)
+    return c
+
+
+def test_cells_differing_in_a_setting_are_two_rows_never_pooled():
+    from apps_bench.report.render import pass_table
+
+    cells = [_varied(0, [1, 1, 1, 1]), _varied(1, [1, 1, 1, 0]),
+             _varied(0, [0, 0, 1, 1], **{"model.temperature": "0.7"}), _varied(1, [0, 1, 1, 1], **{"model.temperature": "0.7"})]  # fmt: skip
+    groups = group_cells(cells)
+    assert [(g.settings, g.seeds, g.interval.estimate) for g in groups] == [
+        ((("model.temperature", "0.0"),), ["0", "1"], 7 / 8), ((("model.temperature", "0.7"),), ["0", "1"], 5 / 8)]
+    rows = pass_table(groups).splitlines()
+    assert next(x for x in rows if x.startswith("topology")).split()[:3] == ["topology", "model", "model.temperature"]
+    assert [x.split()[:4] for x in rows if x.startswith("single")] == [["single", "m", "0.0", "0.875"], ["single", "m", "0.7", "0.625"]]
+
+
+def test_a_comparison_along_a_setting_pairs_cells_that_differ_only_there():
+    from apps_bench.report.groups import Baseline
+
+    cells = [_varied(0, [1, 1, 1, 1]), _varied(0, [0, 1, 1, 1], **{"model.temperature": "0.7"}),
+             _varied(0, [0, 0, 1, 1], **{"model.temperature": "0.7", "model.top_p": "0.5"})]  # fmt: skip
+    comps = {c.settings: c for c in compare_to_baseline(group_cells(cells), Baseline("model.temperature", "0"))}
+    near = comps[(("model.temperature", "0.7"), ("model.top_p", "(unset)"))]
+    assert near.pair is not None and near.pair[1].cells[0] is cells[0] and near.result.diff == pytest.approx(-0.25)
+    assert near.baseline == "model.temperature=0"
+    far = comps[(("model.temperature", "0.7"), ("model.top_p", "0.5"))]  # differs in top_p too: no baseline
+    assert far.result is None and "differs from it only in model.temperature" in far.refused
+
+
+def test_two_cells_the_report_cannot_tell_apart_are_refused():
+    from apps_bench.report.cells import ReportError
+
+    a, b = _varied(0, [1, 1]), _varied(0, [0, 0])
+    b.key, b.source = "other", "run-b"
+    with pytest.raises(ReportError, match=r"cannot tell apart 2 cells labelled single · m s0 \(x \[key k0\], run-b \[key other\]\)"):
+        group_cells([a, b])
+
+
+def test_a_prompt_file_is_shown_by_its_name_and_its_digest_left_out():
+    from apps_bench.report.cells import setting_columns, setting_values
+
+    idents = [{"topology.prompt_file": f"/data/{n}.yaml", "topology.prompt_file_sha256": n * 4} for n in ("a", "b")]
+    keys = setting_columns([("single", i) for i in idents])
+    assert keys == ["topology.prompt_file"] and setting_values(idents, keys) == [("a.yaml",), ("b.yaml",)]
+    same = [{"topology.prompt_file": "/d/p.yaml", "topology.prompt_file_sha256": x} for x in ("1111", "2222")]
+    keys = setting_columns([("single", i) for i in same])  # one file, edited between two cells: its digest tells them apart
+    assert keys == ["topology.prompt_file_sha256"]
+    two = [{"topology.prompt_file": f"/d{n}/p.yaml"} for n in (1, 2)]  # two files of one name: the whole paths
+    assert setting_values(two, ["topology.prompt_file"]) == [("/d1/p.yaml",), ("/d2/p.yaml",)]
+
+
 def test_cost_per_role_sums_the_roles_of_the_calls():
     from apps_bench.report.cells import problem_row
 
