@@ -11,7 +11,9 @@ store and against a real `mlflow server` on loopback:
 5. `report --sweep <parent> --compare baseline=single --export problems.csv`;
 6. apart, sweeps over settings outside the five axes (`model.temperature`, `model.wrong_fraction`,
    `topology.team_size`, a prompt file: `SETTING_SWEEPS`, one entry each) crossed with the seeds, reported
-   with `--compare SETTING=VALUE` and `--metric`: every cell under its own label, never pooled with another.
+   with `--compare SETTING=VALUE` and `--metric`: every cell under its own label, never pooled with another;
+7. a model preset of the user's own (`--config-dir`, gold with injected wrong answers) swept beside the
+   packaged one it builds on: each under its own name, its figures those of its records.
 
 Guaranteed: every cell is a member of the sweep (the one that ran before it too), no problem is solved twice,
 and each figure (pass@1 with its bootstrap interval and counts, per-seed pass@1, paired differences with exact
@@ -37,7 +39,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from conftest import cli_env, fresh_store, mlflow_server, run_cli
+from conftest import cli_env, config_dir_preset, fresh_store, mlflow_server, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -525,3 +527,58 @@ def test_what_the_report_cannot_tell_apart_or_compare_along_is_refused(setting_s
         (copy / "cell.json").write_text(json.dumps(info))
     err = refused("--cells-dir", str(tmp_path / "cells"))
     assert "cannot tell apart 2 cells labelled" in err and "never pools cells that differ" in err, err
+
+
+# ----------------------------------------------------------------------------- a --config-dir model preset
+
+
+@pytest.fixture(scope="module")
+def preset_study(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_data_dir: Path) -> dict[str, Any]:
+    """`-m model=gold,goldhalf seed=0,1 --config-dir DIR` where DIR/model/goldhalf.yaml is gold answering half
+    the problems wrong; then `report --sweep`. Cells keyed by (model, seed) from their own cell.json."""
+    cwd = tmp_path_factory.mktemp("preset")
+    presets = config_dir_preset(cwd / "presets", "goldhalf", wrong_fraction=0.5)
+    fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
+    env = cli_env(cwd)
+    r = run_cli(["--config-dir", str(presets), "-m", "model=gold,goldhalf", f"seed={','.join(SEEDS)}", "dataset=apps",
+                 f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", f"limit={SETTING_ROWS}", "progress=false",
+                 "allow_any_cell=true", "tracking.experiment=preset"], cwd, env=env, timeout=900)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    out: dict[str, Any] = {"sweep_out": r.stdout, "cells": {}}
+    r = run_cli(["--config-dir", str(presets), "--experiment", "preset", "--model", "goldhalf"], cwd, env=env,
+                module="apps_bench.report")  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    out["report_one"] = r.stdout
+    r = run_cli(["--experiment", "preset"], cwd, env=env, module="apps_bench.report")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    out["report"] = r.stdout
+    for d in (cwd / "outputs" / "cells").iterdir():
+        axes = json.loads((d / "cell.json").read_text())["axes"]
+        out["cells"][(axes["model"], str(axes["seed"]))] = d
+    return out
+
+
+def _preset_rows_say_each_cell(text: str, study: dict[str, Any], models: tuple[str, ...]) -> None:
+    rows = [x for x in _section(text, "pass@1 by topology") if x.startswith("single ")]
+    assert sorted(x.split()[1] for x in rows) == sorted(models), rows  # one row per preset, under its own name
+    for model in models:
+        outcomes: dict[str, list[float]] = {}
+        for s in SEEDS:
+            for rec in _records(study["cells"][(model, s)]):
+                if not rec["error"]:
+                    outcomes.setdefault(rec["key"], []).append(1.0 if rec["passed"] else 0.0)
+        est, lo, hi = _cell_interval(outcomes)
+        [row] = [x for x in rows if x.split()[1] == model]
+        assert f"{est:.3f} [{lo:.3f}, {hi:.3f}] (2s × {SETTING_ROWS}p)" in row, row
+
+
+def test_a_config_dir_preset_is_its_own_cell_in_every_view(preset_study: dict):
+    assert sorted(preset_study["cells"]) == sorted((m, s) for m in ("gold", "goldhalf") for s in SEEDS)
+    keys = {json.loads((d / "cell.json").read_text())["key"] for d in preset_study["cells"].values()}
+    assert len(keys) == 4  # the preset changes what runs: its own key, never gold's
+    half = [r for s in SEEDS for r in _records(preset_study["cells"][("goldhalf", s)])]
+    assert not all(r["passed"] for r in half)  # the overlay took effect: gold alone passes every row
+    end = preset_study["sweep_out"].split("every cell has ended", 1)[1]
+    for text in (preset_study["report"], end):
+        _preset_rows_say_each_cell(text, preset_study, ("gold", "goldhalf"))
+    _preset_rows_say_each_cell(preset_study["report_one"], preset_study, ("goldhalf",))
