@@ -5,8 +5,8 @@ Takes exactly the main command's overrides (experiment files and `-m` sweeps inc
 composes every cell the way the real command would (Hydra's config loader, the sweep
 expanded as Hydra's basic sweeper does), and for each cell reports its key, its state
 from the records on disk (done / partial with n of N recorded / new; `invalid` for bad
-settings, which select no problems), the grid guard's verdict, and the model calls and tokens still to spend, estimated from finished cells of
-the same topology and model (saying when there are none). Nothing is written: no cell
+settings, which select no problems), the grid guard's verdict, and the model calls and tokens still to spend, estimated from its finished seed
+replicates, else from finished cells of the same topology and model (saying which, or that there are none). Nothing is written: no cell
 folder, no MLflow run, no model endpoint, no sandbox. It exits 2 when any cell it lists
 would be refused or cannot read its data here (so it can gate a script), else 0.
 
@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apps_bench.cell import grid_refusal, resolve_cell
+from apps_bench.cell import Cell, grid_refusal, resolve_cell
 from apps_bench.config import CONF_DIR, ConfigDirMissing, cell_data, config_dirs, hydra_on, typed_config
 from apps_bench.data import load_selection
 from apps_bench.overrides import check_overrides, split_config_dir, with_range_problems
@@ -32,6 +32,7 @@ from apps_bench.report.cells import from_dirs
 from apps_bench.report.render import text_table
 from apps_bench.report.table import ReportError
 from apps_bench.tracking import faults
+from apps_bench.tracking.mlflow import flatten
 from apps_bench.tracking.records import RecordStore, record_key
 from apps_bench.types import ProblemRecord
 from apps_bench.validate import InvalidSettings, check_settings, empty_selection
@@ -121,18 +122,26 @@ def _recorded(cell_dir: Path) -> list[ProblemRecord]:
     return RecordStore(cell_dir).records() if (cell_dir / "records.jsonl").exists() else []
 
 
-def _per_problem(finished: list[Any], topology: str, model: str, dataset: str) -> Estimate:
-    """Calls and tokens per problem of finished cells of this topology and model (of this
-    dataset when there are any: problem lengths differ between datasets)."""
-    same = [c for c in finished if c.topology == topology and c.model == model and c.complete and c.problems]
-    if not same:
-        return Estimate(f"no finished cell of topology {topology} with model {model} to estimate from")
-    here = [c for c in same if c.dataset == dataset]
-    used = here or same
+def _per_problem(finished: list[Any], cell: Cell) -> Estimate:
+    """Calls and tokens per problem of finished cells like this one: its seed replicates (the same
+    identity but for the seed) when there are any, else cells of its topology and model (of its dataset
+    when there are any: problem lengths differ between datasets), and the basis says which."""
+    ident = flatten(json.loads(json.dumps(dict(cell.identity), default=str)))  # as its cell.json will hold it
+    mine = tuple(sorted((k, v) for k, v in ident.items() if k != "seed"))
+    done = [c for c in finished if c.complete and c.problems]
+    replicates = [c for c in done if c.replicate_of == mine]
+    same = [c for c in done if c.topology == cell.topology and c.model == cell.model]
+    if replicates:
+        used, what = replicates, "seed replicate(s) of this cell"
+    elif not same:
+        return Estimate(f"no finished cell of topology {cell.topology} with model {cell.model} to estimate from")
+    else:
+        here = [c for c in same if c.dataset == cell.dataset]
+        where = f"dataset {cell.dataset}" if here else f"other datasets ({', '.join(sorted({c.dataset for c in same}))})"
+        used, what = here or same, f"{cell.topology} x {cell.model} on {where} (settings may differ)"
     probs = [p for c in used for p in c.problems]
-    where = f"dataset {dataset}" if here else f"other datasets ({', '.join(sorted({c.dataset for c in used}))})"
     return Estimate(
-        basis=f"{len(used)} finished cell(s) of {topology} x {model} on {where}, {len(probs)} problems",
+        basis=f"{len(used)} finished {what}, {len(probs)} problems",
         calls_per_problem=sum(p["model_calls"] for p in probs) / len(probs),
         tokens_per_problem=sum(p["total_tokens"] for p in probs) / len(probs),
     )
@@ -170,7 +179,7 @@ def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: list[Any]
     else:
         state = "new"
     to_run = None if n is None else max(0, n - len(ok))
-    est = _per_problem(finished, cell.topology, cell.model, cell.dataset)
+    est = _per_problem(finished, cell)
     if est.calls_per_problem is not None and to_run is not None:
         est.calls, est.tokens = est.calls_per_problem * to_run, (est.tokens_per_problem or 0.0) * to_run
     if cell.optimizer != "none":  # the estimate is the evaluation's: the optimization's rollouts come on top
@@ -240,7 +249,7 @@ def render(plan: dict[str, Any]) -> str:
         + (f" (+ {len(plan['cells_with_unknown_problems'])} cell(s) whose problems could not be counted)"
            if plan["cells_with_unknown_problems"] else ""),
         f"estimated: {plan['estimated_model_calls']:,.0f} model calls, {plan['estimated_tokens']:,.0f} tokens "
-        f"(per problem from finished cells of the same topology and model in {plan['finished_cells_read_from']})",
+        f"(per problem from finished seed replicates, else cells of the same topology and model, in {plan['finished_cells_read_from']})",
     ]
     if plan["cells_without_estimate"]:
         caption_lines.append("no estimate (no finished cell of the same topology and model): " + ", ".join(plan["cells_without_estimate"]))

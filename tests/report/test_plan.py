@@ -132,3 +132,33 @@ def test_plan_gates_a_script_on_invalid_settings_and_unreadable_data(tmp_path: P
     ok = run_cli(["dataset=apps", rows, "limit=3"], tmp_path, env=env, module="apps_bench.plan")
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
     assert not (tmp_path / "outputs").exists()  # a plan writes nothing
+
+
+def test_plan_estimates_from_the_cells_seed_replicates_not_from_cells_differing_in_a_setting(
+    tmp_path: Path, mlflow_template: Path, apps_data_dir: Path
+):
+    fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
+    env = cli_env(tmp_path)
+    common = ["topology=independent", "dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "limit=2",
+              "progress=false"]  # fmt: skip
+    r = run_cli(["-m", "topology.team_size=2,4", "seed=0", *common], tmp_path, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    calls: dict[int, list[int]] = {}
+    for d in (tmp_path / "outputs" / "cells").iterdir():
+        size = json.loads((d / "cell.json").read_text())["identity"]["topology"]["team_size"]
+        calls[size] = [json.loads(x)["usage"]["model_calls"] for x in (d / "records.jsonl").read_text().splitlines()]
+    assert sum(calls[4]) != sum(calls[2])  # the pooled figure would be neither cell's
+
+    def plan_of(*extra: str) -> dict:
+        out = tmp_path / f"plan{len(list(tmp_path.glob('plan*.json')))}.json"
+        p = run_cli(["seed=1", *common, *extra, "--json", str(out)], tmp_path, env=env, module="apps_bench.plan")
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        [cell] = json.loads(out.read_text())["cells"]
+        return cell["estimate"]
+
+    est = plan_of("topology.team_size=4")
+    assert est["calls_per_problem"] == pytest.approx(sum(calls[4]) / len(calls[4]))
+    assert est["basis"].startswith("1 finished seed replicate(s) of this cell"), est
+    est = plan_of("topology.team_size=8")  # no replicate: the topology and model's cells, and it says so
+    assert est["calls_per_problem"] == pytest.approx((sum(calls[2]) + sum(calls[4])) / (len(calls[2]) + len(calls[4])))
+    assert "settings may differ" in est["basis"], est
