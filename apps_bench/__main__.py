@@ -183,8 +183,9 @@ def _task(cfg: Any) -> Any:
             return None
         raise SystemExit(faults.EXIT_FAILED) from None
     except StoreError as exc:  # the store unreachable or lost: its message says what is safe and the fix
-        if multirun:
-            _stop_sweep(faults.Fault(str(exc), ""), "", exc, store_lost=True)
+        if multirun:  # the fix, when the store's message (a start's: "Start it ...") does not say the rerun
+            fix = "" if "rerun" in str(exc) else "Once the store answers again, rerun the same command."
+            _stop_sweep(faults.Fault(str(exc), fix), "", exc, store_lost=True)
         _forget_run_dir()
         faults.say("apps-bench", faults.Fault(str(exc), ""), "")
         raise SystemExit(faults.EXIT_FAILED) from None

@@ -59,6 +59,7 @@ def test_a_store_lost_while_a_cell_of_a_sweep_runs_is_one_line_and_the_rerun_log
         # sweep stopped once, by a cell, in one line: nothing said again as its parent run ends
         assert 1 <= len(said) <= 2 and said[-1] == r.stderr.strip().splitlines()[-1], r.stderr[-3000:]
         assert "does not answer" in said[-1] and "The sweep stops here" in said[-1], said[-1]
+        assert "rerun the same command" in said[-1], said[-1]
         assert sum("The sweep stops here" in line for line in said) == 1
         first = _records(tmp_path)
         assert all(len(keys) == len(set(keys)) for keys in first.values())
