@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NoReturn
 
 from apps_bench.cell import CellRefused, CellSetupError
 from apps_bench.config import CONF_DIR, ConfigDirMissing, config_dirs, name_options, register_configs
@@ -182,7 +182,14 @@ def _task(cfg: Any) -> Any:
         if multirun:  # not a failed cell: the sweep goes on, and its end says what the rerun logs
             return None
         raise SystemExit(faults.EXIT_FAILED) from None
-    except (CellRefused, CellSetupError, CellDirConflict, StoreError) as exc:
+    except StoreError as exc:  # the store unreachable or lost: its message says what is safe and the fix
+        if multirun:  # the fix, when the store's message (a start's: "Start it ...") does not say the rerun
+            fix = "" if "rerun" in str(exc) else "Once the store answers again, rerun the same command."
+            _stop_sweep(faults.Fault(str(exc), fix), "", exc, store_lost=True)
+        _forget_run_dir()
+        faults.say("apps-bench", faults.Fault(str(exc), ""), "")
+        raise SystemExit(faults.EXIT_FAILED) from None
+    except (CellRefused, CellSetupError, CellDirConflict) as exc:
         if multirun:  # fail this cell only; the sweep goes on and reports it
             raise
         _forget_run_dir()
@@ -191,14 +198,29 @@ def _task(cfg: Any) -> Any:
         raise SystemExit(2) from None
     except Exception as exc:
         fault = faults.fault_of(exc)  # a full disk, a read-only folder
-        if fault is None or multirun:
+        if fault is None:
             raise
+        safe = "Every problem recorded so far is kept, and none is recorded twice."
+        if multirun:
+            _stop_sweep(fault, safe, exc, store_lost=False)
         _forget_run_dir()
-        faults.say("apps-bench", fault, "Every problem recorded so far is kept, and none is recorded twice.", exc)
+        faults.say("apps-bench", fault, safe, exc)
         raise SystemExit(fault.code) from None
     if not multirun and not result.complete:
         raise SystemExit(3)  # recorded, but with errors to retry: scripts must see it
     return result.summary.get("pass_at_1")
+
+
+def _stop_sweep(fault: faults.Fault, safe: str, exc: BaseException, *, store_lost: bool) -> NoReturn:
+    """A sweep's cell whose surroundings failed stops the sweep (the next cells would fail the same way): its
+    line said once, the parent run ended as `callbacks.stop_sweep` says, the exit code out of Hydra's launcher
+    (it reports a job's exception as a traceback, but lets a SystemExit through)."""
+    from apps_bench.tracking.callbacks import stop_sweep
+
+    safe = f"{safe} The sweep stops here; the cells it finished keep their records too.".strip()
+    faults.say("apps-bench", fault, safe, exc)
+    stop_sweep(fault.line(safe), store_lost=store_lost)
+    raise SystemExit(fault.code) from None
 
 
 def main() -> None:

@@ -631,7 +631,10 @@ class Worker:
             raise ChannelClosed(self.damaged)
 
     def serve(self) -> None:
-        self.send({"t": "ready", "features": self.features})
+        try:
+            self.send({"t": "ready", "features": self.features})
+        except ChannelClosed:  # the cell stopped (killed, interrupted) while this worker set up: end quietly
+            return
         while True:
             try:
                 frame = self.reader.read()

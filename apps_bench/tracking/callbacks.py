@@ -142,6 +142,15 @@ def end_sweep(status: str, message: str = "") -> None:
         _ACTIVE._close(status, message)
 
 
+def stop_sweep(line: str, *, store_lost: bool) -> None:
+    """A cell's surroundings failed (the store, the disk) and the sweep stops after it, `line` said on stderr:
+    its parent run is ended FAILED with `line` as its error, without the comparison (the rerun publishes it),
+    or, the store lost, left open as a sweep whose end lost the store (its rerun's parent links it). A no-op
+    outside a sweep launched by this process."""
+    if _ACTIVE is not None:
+        _ACTIVE._stopped = (line, store_lost)
+
+
 def end_unfinished_sweep() -> None:
     """End the parent run of a sweep that did not reach its end (a cell or the launcher failed:
     Hydra skips `on_multirun_end` then) FAILED, or KILLED after a signal, naming its missing cells.
@@ -213,6 +222,7 @@ class SweepTracking(Callback):
         self._missing: list[str] = []  # member cells the comparison could not cover at the end
         self._members: list[Any] | None = None  # the member list this process recorded on the parent
         self._store_failed = False  # the store failed while the parent run was closed
+        self._stopped: tuple[str, bool] | None = None  # (the line said, the store lost) when a cell's surroundings failed
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _ACTIVE
@@ -325,6 +335,9 @@ class SweepTracking(Callback):
         self._closed = True
 
         uri, run_id = self._parent
+        if self._stopped is not None:
+            self._end_stopped(uri, run_id, *self._stopped)
+            return
         if self._interrupted is not None:
             status, message = "KILLED", message or f"the launching command was interrupted ({self._interrupted})"
         try:
@@ -352,14 +365,32 @@ class SweepTracking(Callback):
             faults.say("apps-bench", fault, f"The sweep's parent run {run_id} stays open, and every cell keeps its "
                        "records in its folder: the rerun solves only what is not recorded, then logs the rest.", exc)  # fmt: skip
         finally:
-            self._let_go()
-            os.environ.pop(mlf.PARENT_RUN_ENV, None)
-            os.environ.pop(SHARE_ENV, None)
-            _ON_INTERRUPT.clear()
-            _ACTIVE = None
-            for sig, handler in self._handlers.items():
-                if threading.current_thread() is threading.main_thread():
-                    signal.signal(sig, handler)
+            self._forget()
+
+    def _end_stopped(self, uri: str, run_id: str, line: str, store_lost: bool) -> None:
+        """The parent of a sweep a failed surrounding stopped: said once already, so a store that fails here too
+        says nothing more (the parent stays open, as when the store is lost at the sweep's end)."""
+        try:
+            if not store_lost:
+                mlf.client(uri).set_tag(run_id, "error", line[:5000])
+                mlf.end_run(uri, run_id, "FAILED")
+        except Exception as exc:
+            if faults.fault_of(exc, uri) is None:
+                raise
+        finally:
+            self._forget()
+
+    def _forget(self) -> None:
+        """This launch lets go of its sweep: the lock, the cells' environment, the signal handlers."""
+        global _ACTIVE
+        self._let_go()
+        os.environ.pop(mlf.PARENT_RUN_ENV, None)
+        os.environ.pop(SHARE_ENV, None)
+        _ON_INTERRUPT.clear()
+        _ACTIVE = None
+        for sig, handler in self._handlers.items():
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(sig, handler)
 
 
 def _check_store(uri: str, settings: Any) -> None:

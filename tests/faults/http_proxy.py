@@ -1,5 +1,6 @@
 """A loopback HTTP proxy that dies at an event of the traffic it forwards: a tracking store (or any server) that
-goes away at a chosen request, however loaded the machine is."""
+goes away at a chosen request, however loaded the machine is; or that alters a reply it forwards (a fault
+injected into a model endpoint's answer)."""
 
 from __future__ import annotations
 
@@ -21,14 +22,23 @@ class Request:
     user_agent: str
 
 
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
 class DyingProxy:
     """Forwards every request to `upstream` until `dies(request)` is true for one: that request and every later
     one get no answer, and the port stops listening, as when the server is killed. A request `holds(request)`
-    is true for waits unanswered (`held` is set) until `release` is set."""
+    is true for waits unanswered (`held` is set) until `release` is set. Each reply forwarded is what
+    `alter(request, reply)` returns: None closes the connection without any reply (a reset)."""
 
     def __init__(self, upstream: str, dies: Callable[[Request], bool] = lambda _: False,
-                 holds: Callable[[Request], bool] = lambda _: False) -> None:  # fmt: skip
-        self.upstream, self.dies, self.holds = upstream.rstrip("/").split("//", 1)[1], dies, holds
+                 holds: Callable[[Request], bool] = lambda _: False,
+                 alter: Callable[[Request, Reply], Reply | None] = lambda _, reply: reply) -> None:  # fmt: skip
+        self.upstream, self.dies, self.holds, self.alter = upstream.rstrip("/").split("//", 1)[1], dies, holds, alter
         self.requests = 0
         self.dead = threading.Event()
         self.held = threading.Event()
@@ -62,16 +72,20 @@ class DyingProxy:
                     conn.request(self.command, self.path, body=body if body or self.command in ("POST", "PUT", "PATCH") else None,
                                  headers={k: v for k, v in self.headers.items() if k.lower() not in HOP})  # fmt: skip
                     r = conn.getresponse()
-                    reply = r.read()
-                    self.send_response(r.status)
-                    for k, v in r.getheaders():
-                        if k.lower() not in HOP:
-                            self.send_header(k, v)
+                    reply = proxy.alter(request, Reply(r.status, r.getheaders(), r.read()))
                 finally:
                     conn.close()
-                self.send_header("content-length", str(len(reply)))
+                if reply is None:
+                    self.close_connection = True
+                    self.connection.shutdown(2)  # the socket closes with no reply at all
+                    return
+                self.send_response(reply.status)
+                for k, v in reply.headers:
+                    if k.lower() not in HOP:
+                        self.send_header(k, v)
+                self.send_header("content-length", str(len(reply.body)))
                 self.end_headers()
-                self.wfile.write(reply)
+                self.wfile.write(reply.body)
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any
 

@@ -8,16 +8,12 @@ so the cell finishes with every problem answered. With no retries allowed, the p
 
 from __future__ import annotations
 
-import http.client
-import http.server
 import json
-import threading
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from conftest import cli_env, run_cli
+from faults.http_proxy import DyingProxy, Reply, Request
 
 from apps_bench.models.gold import GoldServer, load_rows
 
@@ -26,65 +22,32 @@ pytestmark = pytest.mark.slow
 FAULTS = ("no_choices", "no_message", "truncated", "reset", "http_500")
 
 
-class FaultProxy:
+class FaultProxy(DyingProxy):
     """Forwards to `upstream`; the first model call about each problem in `plan` (problem question -> fault) gets
     that fault instead of the reply. `injected` counts what was done, `calls` every model call forwarded or not."""
 
     def __init__(self, upstream: str, plan: dict[str, str]) -> None:
-        self.upstream, self.plan = upstream.rstrip("/"), dict(plan)
+        super().__init__(upstream, alter=self._fault)
+        self.plan = dict(plan)
         self.injected: list[str] = []
         self.calls = 0
-        self.lock = threading.Lock()
-        proxy = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self._forward(b"")
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("content-length") or 0))
-                fault = proxy._fault_for(body) if self.path.endswith("/chat/completions") else None
-                if fault == "reset":
-                    self.connection.shutdown(2)  # the socket closes with no reply at all
-                    self.close_connection = True
-                    return
-                status, headers, reply = proxy._send(self.command, self.path, body, dict(self.headers))
-                if fault == "http_500":
-                    status, reply = 500, b'{"error": {"message": "injected burst", "code": 500}}'
-                elif fault in ("no_choices", "no_message"):
-                    obj = json.loads(reply)
-                    if fault == "no_choices":
-                        obj["choices"] = []
-                    else:
-                        obj["choices"][0].pop("message")
-                    reply = json.dumps(obj).encode()
-                elif fault == "truncated":
-                    reply = reply[: len(reply) // 2]
-                self.send_response(status)
-                for k, v in headers:
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
-                        self.send_header(k, v)
-                self.send_header("content-length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-            def _forward(self, body: bytes) -> None:
-                status, headers, reply = proxy._send(self.command, self.path, body, dict(self.headers))
-                self.send_response(status)
-                for k, v in headers:
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
-                        self.send_header(k, v)
-                self.send_header("content-length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+    def _fault(self, request: Request, reply: Reply) -> Reply | None:
+        fault = self._fault_for(request.body) if request.path.endswith("/chat/completions") else None
+        if fault == "reset":
+            return None
+        if fault == "http_500":
+            return Reply(500, reply.headers, b'{"error": {"message": "injected burst", "code": 500}}')
+        if fault in ("no_choices", "no_message"):
+            obj = json.loads(reply.body)
+            if fault == "no_choices":
+                obj["choices"] = []
+            else:
+                obj["choices"][0].pop("message")
+            return Reply(reply.status, reply.headers, json.dumps(obj).encode())
+        if fault == "truncated":
+            return Reply(reply.status, reply.headers, reply.body[: len(reply.body) // 2])
+        return reply
 
     def _fault_for(self, body: bytes) -> str | None:
         text = body.decode("utf-8", "replace")
@@ -96,27 +59,6 @@ class FaultProxy:
                     self.injected.append(fault)
                     return fault
         return None
-
-    def _send(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:
-        host = self.upstream.split("//", 1)[1]
-        conn = http.client.HTTPConnection(host, timeout=60)
-        try:
-            keep = {k: v for k, v in headers.items() if k.lower() not in ("host", "content-length", "connection")}
-            conn.request(method, path, body=body or None, headers=keep)
-            r = conn.getresponse()
-            return r.status, r.getheaders(), r.read()
-        finally:
-            conn.close()
-
-    @contextmanager
-    def running(self) -> Iterator[FaultProxy]:
-        t = threading.Thread(target=self.server.serve_forever, daemon=True)
-        t.start()
-        try:
-            yield self
-        finally:
-            self.server.shutdown()
-            self.server.server_close()
 
 
 def _records(cwd: Path) -> list[dict]:
