@@ -33,7 +33,10 @@ def tmpfs(where: Path, options: str) -> Iterator[Path]:
 
 
 def _keys(cell: Path) -> list[str]:
-    return [json.loads(x)["key"] for x in (cell / "records.jsonl").read_text().splitlines() if x.strip()]
+    """The recorded keys as the store reads them: a full disk may leave a torn last line (no newline), which
+    the rerun cuts off; only complete lines are records."""
+    text = (cell / "records.jsonl").read_text()
+    return [json.loads(x)["key"] for x in text[: text.rfind("\n") + 1].splitlines() if x.strip()]
 
 
 def _cell(cwd: Path, rows: Path, out_dir: Path):
