@@ -33,7 +33,10 @@ def test_tests_sharing_a_module_fixture_share_a_group_per_parameter_and_xdist_re
     groups = _groups(tmp_path, "tests/test_study_acceptance.py", "tests/report/test_report_blocks.py",
                      "tests/judge/test_judge.py")
     study = collections.Counter(g for n, g in groups.items() if n.startswith("tests/test_study_acceptance.py::"))
-    assert len(study) == 2 and set(study.values()) == {8}, study  # one study per store, built once each
+    stores = {g: n for g, n in study.items() if ":study=" in g}
+    assert stores == {"tests/test_study_acceptance.py:study=sqlite": 8, "tests/test_study_acceptance.py:study=server": 8}, study
+    sweeps = {g: n for g, n in study.items() if ":setting_study=" in g}  # one study per store, one per setting sweep
+    assert len(sweeps) == 4 and set(sweeps.values()) == {5}, study
     blocks = {g for n, g in groups.items() if n.startswith("tests/report/test_report_blocks.py::")}
     assert len(blocks) == 1 and "-" not in blocks  # its one sweep
     judge = {n: g for n, g in groups.items() if n.startswith("tests/judge/test_judge.py::")}

@@ -439,7 +439,7 @@ class CellRun:
               if v is not None and not _same_value(self.metrics.get(k), float(v))]  # fmt: skip
         for chunk in _batched(ms, 500):
             c.log_batch(self.run_id, metrics=chunk)
-        digests = _digests(self.tags.get(DIGESTS_TAG))
+        digests = _still_there(c, self.run_id, _digests(self.tags.get(DIGESTS_TAG)))
         uploads: list[tuple[Path, str | None]] = [(f, None) for f in files if f.exists()]
         for name, d in (dirs or {}).items():
             for f in sorted(Path(d).glob("*")):  # e.g. optimizer/{result.json,prompts.yaml,manifest.json,events.jsonl}
@@ -492,6 +492,15 @@ def _digests(tag: str | None) -> dict[str, str]:
         return {str(k): str(v) for k, v in d.items()} if isinstance(d, dict) else {}
     except ValueError:
         return {}
+
+
+def _still_there(c: Any, run_id: str, digests: dict[str, str]) -> dict[str, str]:
+    """The digests whose artifact the run's store still holds: one it lost is uploaded again, whatever the tag says."""
+    if not digests:
+        return digests
+    folders = {path.rpartition("/")[0] for path in digests}
+    there = {f.path for folder in folders for f in c.list_artifacts(run_id, folder or None)}
+    return {path: h for path, h in digests.items() if path in there}
 
 
 def _sha256(data: bytes) -> str:
