@@ -342,3 +342,7 @@ def test_an_option_read_from_its_file_honours_the_config_dir_and_overrides(tmp_p
         read_option("judge", "seed", ["timeout_s=soon"])
     with pytest.raises(ConfFileError, match="no judge option 'nonesuch'"):
         read_option("judge", "nonesuch")
+    (tmp_path / "judge").mkdir()  # a file Hydra would place elsewhere: only a composition reads it right
+    (tmp_path / "judge" / "moved.yaml").write_text("# a profile\n# @package _global_\njudge:\n  timeout_s: 1\n")
+    with config_dirs([str(tmp_path)]), pytest.raises(ConfFileError, match="moved.yaml composes other config files"):
+        read_option("judge", "moved")
