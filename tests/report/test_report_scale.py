@@ -2,7 +2,8 @@
 real CLI, real APPS rows, a real SQLite MLflow store) and copies of its cells with new keys and problem ids:
 a finished cell saves its counts (counts.json); the report reads records one at a time and never holds a
 transcript, so its memory does not grow with transcript size; counts of older or resumed cells are counted
-again, never served stale; and from MLflow each cell's downloads go as soon as it is read."""
+again, never served stale; from MLflow each cell's downloads go as soon as it is read; and `plan` reads the
+records of the cells it plans and of the cells its estimate uses, never of unrelated ones."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from conftest import cli_env, fresh_store, run_cli
 from apps_bench.report import cells as cellmod
 from apps_bench.report.cost import role_rows
 from apps_bench.report.groups import group_cells
+from apps_bench.tracking import records
 from apps_bench.tracking.records import RecordStore
 from apps_bench.types import ProblemRecord
 
@@ -208,3 +210,52 @@ def test_report_from_mlflow_drops_each_cells_downloads(sweep: dict, monkeypatch:
     assert again[older].counts is not None and again[older].counts.roles == local[found[0].key].counts.roles
     assert [asdict(r) for r in role_rows(group_cells(list(again.values())))] == \
            [asdict(r) for r in role_rows(group_cells(list(local.values())))]  # fmt: skip
+
+
+def _plan_reads(sweep: dict, cells_dir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, list[str]]:
+    from apps_bench.plan import make_plan
+
+    read: list[str] = []
+    real_lines, real_iter = records._read_lines, getattr(records, "iter_lines", None)
+
+    def read_lines(path: Path) -> Any:
+        read.append(str(path))
+        return real_lines(path)
+
+    def iter_lines(path: Path) -> Any:
+        read.append(str(path))
+        assert real_iter is not None
+        return real_iter(path)
+
+    monkeypatch.setattr(records, "_read_lines", read_lines)
+    monkeypatch.setattr(records, "iter_lines", iter_lines, raising=False)
+    monkeypatch.chdir(sweep["cwd"])
+    plan = make_plan(["topology=sequential_langgraph", "seed=0,1,2", "dataset=apps", *sweep["common"]], multirun=True,
+                     cells_dir=cells_dir)  # fmt: skip
+    return plan, sorted(p.replace(str(cells_dir), "") for p in read)
+
+
+def test_plan_reads_no_unrelated_records(sweep: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Beside 0 or 20 unrelated finished cells (another topology, 300 problems each): the same files read, the
+    same plan."""
+    alone, beside = tmp_path / "alone", tmp_path / "beside"
+    for root in (alone, beside):
+        for d in sweep["dirs"]:
+            shutil.copytree(d, root / d.name)
+    for i in range(20):
+        _copy(sweep["dirs"][0], beside, n=300, key=f"cccc{i:08d}", topology="independent")
+
+    plan0, read0 = _plan_reads(sweep, alone, monkeypatch)
+    plan20, read20 = _plan_reads(sweep, beside, monkeypatch)
+    assert read20 == read0 and all("independent" not in p for p in read20)
+    assert [c["state"] for c in plan0["cells"]] == ["done", "done", "new"]
+    for p in (plan0, plan20):
+        for c in p["cells"]:
+            c["dir"] = Path(c["dir"]).name
+        p["finished_cells_read_from"] = ""
+    assert plan20 == plan0
+    est = plan0["cells"][2]["estimate"]  # seed 2 from its two finished seed replicates
+    recs = [r for d in sweep["dirs"] for r in _lines(d / "records.jsonl")]
+    assert est["calls_per_problem"] == sum(r["usage"]["model_calls"] for r in recs) / len(recs)
+    assert est["tokens_per_problem"] == sum(r["usage"]["total_tokens"] for r in recs) / len(recs)
+    assert est["basis"] == f"2 finished seed replicate(s) of this cell, {len(recs)} problems"
