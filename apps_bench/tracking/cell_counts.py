@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from apps_bench.tracking.records import RECORDS, TRANSCRIPTS, atomic_write_text, iter_lines, iter_records
+from apps_bench.tracking.records import RECORDS, TRANSCRIPTS, iter_lines, iter_records
 
 COUNTS = "counts.json"
 VERSION = 1
@@ -216,11 +216,23 @@ def saved(cell_dir: Path) -> CellCounts | None:
     return got if got is not None and got.of == stamps(cell_dir) else None
 
 
+def _save(cell_dir: Path, counts: CellCounts) -> Path:
+    """counts.json, replaced whole: a temporary file of this process's own (two reports may count one
+    cell at once), removed when the write fails or is interrupted."""
+    path = cell_dir / COUNTS
+    tmp = cell_dir / f".{COUNTS}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps(counts.to_json(), indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def write(cell_dir: Path) -> Path:
     """Count the cell and save its counts.json (the cell does this when it finishes)."""
-    path = cell_dir / COUNTS
-    atomic_write_text(path, json.dumps(count(cell_dir).to_json(), indent=1) + "\n")
-    return path
+    return _save(cell_dir, count(cell_dir))
 
 
 def of_folder(cell_dir: Path) -> CellCounts:
@@ -233,7 +245,7 @@ def of_folder(cell_dir: Path) -> CellCounts:
     if got.of[RECORDS] is None:
         return got  # nothing recorded (a cell that never got going): nothing to save
     try:
-        atomic_write_text(cell_dir / COUNTS, json.dumps(got.to_json(), indent=1) + "\n")
+        _save(cell_dir, got)
     except OSError:
         pass  # not ours to write (a shared, read-only study): counted, not saved
     return got
