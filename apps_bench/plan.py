@@ -34,7 +34,7 @@ from apps_bench.report.table import ReportError
 from apps_bench.tracking import cell_counts, faults
 from apps_bench.tracking.cell_counts import CellCounts
 from apps_bench.tracking.mlflow import flatten
-from apps_bench.tracking.records import RecordStore, record_key
+from apps_bench.tracking.records import RecordStore, RecordsUnreadable, record_key
 from apps_bench.types import ProblemRecord
 from apps_bench.validate import InvalidSettings, check_settings, empty_selection
 
@@ -132,10 +132,14 @@ class Finished:
         self._counts: dict[str, CellCounts] = {}
 
     def counts(self, c: CellData) -> CellCounts:
-        """Its saved counts when current, else counted from its records (the plan writes nothing)."""
+        """Its saved counts when current, else counted from its records (the plan writes nothing); a cell
+        whose records this version cannot read counts no problem (no estimate from it)."""
         if c.source not in self._counts:
             d = Path(c.source)
-            self._counts[c.source] = cell_counts.saved(d) or cell_counts.count(d, transcripts=False)
+            try:
+                self._counts[c.source] = cell_counts.saved(d) or cell_counts.count(d, transcripts=False)
+            except RecordsUnreadable:
+                self._counts[c.source] = CellCounts()
         return self._counts[c.source]
 
     def recorded(self, cells: list[CellData]) -> list[tuple[CellData, CellCounts]]:

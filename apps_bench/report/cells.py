@@ -391,12 +391,10 @@ def _problems_of_run(c: Any, run_id: str, dst: Path, sizes: Mapping[str, int | N
         return []
     table = json.loads(path.read_text(encoding="utf-8"))  # log_table's "split" orientation
     cols = table.get("columns") or []
-    rows = {}
-    for values in table.get("data") or []:
-        row = table_row(dict(zip(cols, values)))
-        rows[row["key"]] = row
+    rows = [table_row(dict(zip(cols, values))) for values in table.get("data") or []]
+    for row, values in zip(rows, table.get("data") or []):
         tally.add(row["key"], dict(zip(cols, values)))
-    return list(rows.values())
+    return rows
 
 
 def _size(stamp: list[int] | None) -> int | None:
