@@ -241,7 +241,8 @@ def table_row(row: Mapping[str, Any]) -> dict[str, Any]:
     usage columns flat and no per-call entries -> the report's per-problem row."""
     split, pid = str(row.get("split") or "test"), str(row.get("id"))
     times = tuple(float(row.get(k, 0.0) or 0.0) for k in ("latency_s", "solve_s", "judge_s"))
-    tests = {k: int(row.get(k, row.get("n_tests", 0) if k == "tests_kept" else 0) or 0) for k in TEST_COUNTS}
+    tests = {k: int(row.get(k, 0) or 0) for k in TEST_COUNTS}
+    tests["tests_kept"] = tests["tests_kept"] or int(row.get("n_tests", 0) or 0)  # tables logged before tests_kept
     return _row(f"{split}/{pid}", pid, split, str(row.get("difficulty") or ""), bool(row.get("passed")), row.get("error"),
                 row, (times[0], times[1], times[2]), tests)  # fmt: skip
 
