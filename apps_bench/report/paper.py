@@ -74,7 +74,7 @@ def apps_text(rows: Sequence[PaperRow], *, header: bool = True) -> str:
                                                   f"{len(r.group.seeds)}", *cells]))  # fmt: skip
     caption = (
         "APPS paper Table 2's figures per difficulty tier, each seed's cell a sample pooled over the seeds: test-case average = "
-        "mean over problems of the share of the kept tests passed (a compile error or a timed-out test passes none); "
+        "mean over problems of the share of the kept tests passed (a compile error passes none, a timed-out test fails); "
         "strict accuracy = share of problems passing every kept test (= pass@1); all = every problem, weighted by problems; "
         f"[95% CI: {stats.METHOD_CELL.format(b=stats.N_BOOT)}]; infrastructure errors left out"
     )
