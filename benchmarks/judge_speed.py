@@ -46,7 +46,7 @@ from apps_bench.config import DatasetConfig, typed  # noqa: E402
 from apps_bench.data import load_problems  # noqa: E402
 from apps_bench.judge.compare import compare_call, compare_stdin  # noqa: E402
 
-# The seed profile's prelude (JUDGE.md), used only to explain disagreements.
+# The seed profile's prelude (docs/judge.md), used only to explain disagreements.
 PRELUDE = """\
 import sys, time, itertools, collections, functools, math, fractions, random, heapq
 from itertools import accumulate, product, permutations, combinations

@@ -2,7 +2,7 @@
 """Side by side: the original APPS harness vs judge profile `reference`, same programs, same run.
 
 (a) Each vendored rows file's (tests/fixtures/apps) first reference solutions, as whole commands timed one after the
-    other: `ref_judge.py ROWS --gold` (../shared/tools/apps_reference: hendrycks/apps'
+    other: `ref_judge.py ROWS --gold` (the harness given on the command line: hendrycks/apps'
     harness, unmodified, one program at a time through a multiprocessing Manager, as their
     eval runs it) vs `python -m apps_bench.judge ROWS --gold --profile reference`; agreement
     on the strict verdict and on the whole result list, per program.
@@ -45,14 +45,14 @@ def read(path: Path) -> dict[str, dict]:
     return {str(json.loads(x)["id"]): json.loads(x) for x in path.read_text().splitlines() if x.strip()}
 
 
-def gold_side_by_side(max_tests: int, repeat: int, tmp: Path) -> list[dict]:
+def gold_side_by_side(ref_judge: Path, max_tests: int, repeat: int, tmp: Path) -> list[dict]:
     out = []
     for name, split in corpus.ROW_FILES.items():
         rows = corpus.DATA / name
         ref_out, ours_out = tmp / f"{name}.ref.jsonl", tmp / f"{name}.ours.jsonl"
         t_ref, t_ours = [], []
         for _ in range(repeat):  # alternated, so load changes hit both sides alike
-            t_ref.append(timed([sys.executable, str(corpus.REF_JUDGE), str(rows), "--gold", "--max-tests", str(max_tests),
+            t_ref.append(timed([sys.executable, str(ref_judge), str(rows), "--gold", "--max-tests", str(max_tests),
                                 "--out", str(ref_out)]))
             t_ours.append(timed([sys.executable, "-m", "apps_bench.judge", str(rows), "--gold", "--profile", "reference",
                                  "--split", split, "--max-tests-per-row", str(max_tests), "--out", str(ours_out), "--no-progress"]))
@@ -70,7 +70,7 @@ def gold_side_by_side(max_tests: int, repeat: int, tmp: Path) -> list[dict]:
     return out
 
 
-def corpus_side_by_side(max_tests: int, tmp: Path) -> dict:
+def corpus_side_by_side(ref_judge: Path, max_tests: int, tmp: Path) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     from apps_bench.data.rows import parse_row
@@ -83,7 +83,7 @@ def corpus_side_by_side(max_tests: int, tmp: Path) -> dict:
     rows_file, prog_file, ref_out = tmp / "rows.jsonl", tmp / "programs.jsonl", tmp / "corpus.ref.jsonl"
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows.values()))
     prog_file.write_text("".join(json.dumps({"id": p["id"], "problem_id": p["problem"], "code": p["code"]}) + "\n" for p in programs))
-    t_ref = timed([sys.executable, str(corpus.REF_JUDGE), str(rows_file), "--programs", str(prog_file),
+    t_ref = timed([sys.executable, str(ref_judge), str(rows_file), "--programs", str(prog_file),
                    "--max-tests", str(max_tests), "--out", str(ref_out)])
     t0 = time.perf_counter()
     with SandboxPool.from_config(judge_config("seed"), workers=0) as pool:
@@ -106,6 +106,7 @@ def corpus_side_by_side(max_tests: int, tmp: Path) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("harness", type=Path, help="the original harness's ref_judge.py (hendrycks/apps, unmodified)")
     p.add_argument("--max-tests", type=int, default=0, help="first N tests per problem; <= 0 all (default)")
     p.add_argument("--repeat", type=int, default=3, help="runs of (a) per side; the median counts")
     p.add_argument("--no-corpus", action="store_true", help="skip (b)")
@@ -114,12 +115,12 @@ def main() -> int:
     from rich.table import Table
 
     with tempfile.TemporaryDirectory() as tmp:
-        results = gold_side_by_side(args.max_tests, args.repeat, Path(tmp))
+        results = gold_side_by_side(args.harness.resolve(), args.max_tests, args.repeat, Path(tmp))
         total = {k: sum(r[k] for r in results) for k in ("programs", "verdicts_agree", "lists_agree", "passed_original",
                                                           "passed_reference", "original_s", "reference_s")}
         results.append({"set": "all reference solutions", **total, "disagree": sum((r["disagree"] for r in results), [])})
         if not args.no_corpus:
-            results.append(corpus_side_by_side(args.max_tests, Path(tmp)))
+            results.append(corpus_side_by_side(args.harness.resolve(), args.max_tests, Path(tmp)))
     t = Table(title=f"original APPS harness vs judge profile reference (max_tests={args.max_tests}; whole commands, median of {args.repeat})")
     for col in ("set", "programs", "verdicts agree", "result lists agree", "passed (orig / ref)", "original s", "reference s", "speed-up"):
         t.add_column(col, justify="left" if col == "set" else "right")

@@ -97,7 +97,7 @@ def optimizer_pool_file(apps_data_dir: Path, tmp_path_factory: pytest.TempPathFa
 
 @pytest.fixture(scope="session", autouse=True)
 def _framework_env(tmp_path_factory: pytest.TempPathFactory):
-    """Offline, quiet frameworks for the whole session (ECOSYSTEM.md, agent frameworks).
+    """Offline, quiet frameworks for the whole session (docs/contributing.md).
 
     A scratch HOME (CrewAI writes a key and a kickoff database there), telemetry off,
     no interactive CrewAI prompt, loopback never proxied, and OPENAI_BASE_URL at a

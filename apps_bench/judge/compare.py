@@ -1,4 +1,4 @@
-"""APPS output comparison, profile `seed` (JUDGE.md), as pure functions.
+"""APPS output comparison, profile `seed` (docs/judge.md), as pure functions.
 
 These run in the judge process only, on plain data the sandbox sent back (a
 program's stdout, or its return value decoded from JSON), never inside the child

@@ -11,7 +11,7 @@ are unit-tested with a synthetic world and the real pipeline plugs in unchanged:
   none) and global (the final program);
 - `propose(agent, prompt, rollouts) -> [texts]`: the optimizer model's variations.
 
-Update rules (OPTIMIZERS.md), stated exactly because tests pin them:
+Update rules, stated here exactly because tests pin them:
 
 - Rounds 0..D-1; in each, agents in topological order; each agent gets T steps with
   the others held at their current best (the shared prompt map).

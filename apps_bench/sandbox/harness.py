@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 from .protocol import send_frame
 
-# APPS reference import prelude (JUDGE.md lists it exactly).
+# The APPS import prelude, as the original harness runs it before every program (docs/judge.md).
 PRELUDE = """\
 import sys
 import time

@@ -1,6 +1,6 @@
 """Take the submitted program out of a model reply.
 
-Rule (APPS.md): the last fenced block that parses as Python, preferring blocks
+Rule (docs/topologies.md): the last fenced block that parses as Python, preferring blocks
 labelled python/py/python3 (any case) over bare fences; blocks with any other
 label are never taken. `<think>...</think>` is removed first. Fences are paired
 line by line the CommonMark way (same character, at least as long, no info

@@ -1,7 +1,7 @@
 """Parity of judge profile `reference` with the original APPS harness, on a recorded corpus.
 
 tests/fixtures/reference/verdicts.jsonl holds what hendrycks/apps' harness (run by
-../shared/tools/apps_reference/ref_judge.py, see record.py: only recording needs it) answered for every
+the original's `ref_judge.py`, see record.py: only recording needs it) answered for every
 program of the corpus -- each vendored row's (tests/fixtures/apps) first reference solution and the probes of programs.jsonl -- at
 the 20-test cap and at all tests. `reference` must give the same strict verdict and the same
 result list on every one, through the Judge API, through `python -m apps_bench.judge` and

@@ -1,4 +1,4 @@
-"""Hostile and broken programs, one case per attack in JUDGE.md's list.
+"""Hostile and broken programs, one case per attack in docs/judge.md's list.
 
 For every attack: the RawRun status is a failure of the right kind (or the defined
 behaviour for harmless ones), the pool keeps working (a normal program right after

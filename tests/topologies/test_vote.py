@@ -1,4 +1,4 @@
-"""The most-common-program rule (TOPOLOGIES.md): normalisation, ties, agents without code."""
+"""The most-common-program rule (docs/topologies.md): normalisation, ties, agents without code."""
 
 from __future__ import annotations
 
