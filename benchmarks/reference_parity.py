@@ -11,7 +11,7 @@
     probes sleep on purpose (the 4 s alarm, the 11 s program limit), so (b) measures agreement;
     its times are mostly those sleeps.
 
-Usage (from the repo root): python benchmarks/reference_parity.py [--max-tests 0] [--repeat 3] [--no-corpus]
+Usage (from the repo root): python benchmarks/reference_parity.py PATH/TO/ref_judge.py [--max-tests 0] [--repeat 3] [--no-corpus]
 """
 
 from __future__ import annotations
