@@ -310,9 +310,9 @@ REPEAT_MIN = 200  # characters from which a text shown again in a trace is a ref
 
 class Texts:
     """A trace's texts as its spans show them: each up to `n` characters, and one already shown in
-    another span (a system prompt in every call of a turn, the program in the judge's span and the
-    root's) as a reference to that span; so is such a text inside a longer one (a turn's input holds
-    the question and the earlier turns' replies, each shown before)."""
+    another span (a system prompt in every call of a turn, the program in the root's outputs) as a
+    reference to that span; so is such a text inside a longer one (a turn's input holds the question
+    and the earlier turns' replies, each shown before)."""
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -327,7 +327,7 @@ class Texts:
 
     def span(self, label: str) -> Callable[..., str]:
         """The texts of one more span, named `label` in the references to it; `keep=True`: shown
-        as it is even when shown before (the code of a python_exec, the program of the root)."""
+        as it is even when shown before (the code a python_exec ran, in its first span)."""
         self._spans += 1
         me = self._spans
 
@@ -341,7 +341,7 @@ class Texts:
             if first != me:
                 return _same(s, where)
             for known, (span, at) in sorted(self._first.items(), key=lambda k: -len(k[0])):
-                if span != me and known in s:
+                if span != me and len(known) < len(s) and known in s:
                     s = s.replace(known, _same(known, at))
             return clip(s, self.n)
 
@@ -446,7 +446,7 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
     for ex in log.execs:  # the code a python_exec ran is shown in its span (the tool call before it refers to it)
         texts.claim(ex.code, "python_exec")
     text = root_text = texts.span(f"problem {record.key}")
-    shown_code: set[str] = set()  # each program a python_exec ran is shown whole in its first span
+    shown_code: set[str] = set()  # code a python_exec ran is shown in the first python_exec span that ran it
     root = mlflow.start_span_no_context(
         name=f"problem {record.key}", span_type=SpanType.AGENT,
         inputs={"problem": record.key, "starter_code": text(problem.starter_code),
