@@ -3,7 +3,9 @@
 SQLite store, and the traces' bytes counted.
 
 Per trace: the store's growth (both stores VACUUMed, on - off, divided by the traces), the spans'
-JSON in it, and the `traces.json` artifacts MLflow wrote besides (a trace stored twice). Every
+JSON in it, and the `traces.json` artifacts MLflow wrote besides (a trace stored twice); then where
+the bytes go: each table and its indexes (SQLite's `dbstat`: the pages, with what of them is unused),
+and the spans' JSON split into MLflow's own fields and the inputs, outputs and attributes we give. Every
 trace is read back whole (its judge span included) and its spans are counted. Extra overrides
 (`--set tracking.trace_text_chars=500`) go to both runs; run it with another checkout on PYTHONPATH
 to measure that code (the printed table says which apps_bench it imported).
@@ -39,11 +41,47 @@ def run_cell(cwd: Path, args: argparse.Namespace, traces: bool) -> None:
         raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
 
 
-def vacuumed_bytes(db: Path) -> int:
+def vacuumed(db: Path) -> Path:
     copy = db.with_name("vacuumed.db")
     with sqlite3.connect(db) as src:
         src.execute(f"VACUUM INTO '{copy}'")
-    return copy.stat().st_size
+    return copy
+
+
+def pages_by_table(db: Path) -> dict[str, tuple[int, int]]:
+    """{'<table>' or '<table> indexes': (bytes of pages, bytes unused in them)} from SQLite's dbstat."""
+    with sqlite3.connect(db) as c:
+        owner = dict(c.execute("select name, tbl_name from sqlite_master where type in ('table', 'index')"))
+        out: dict[str, tuple[int, int]] = {}
+        for name, size, unused in c.execute("select name, sum(pgsize), sum(unused) from dbstat group by name"):
+            table = owner.get(name, name)
+            key = table if table == name else f"{table} indexes"
+            have = out.get(key, (0, 0))
+            out[key] = (have[0] + size, have[1] + unused)
+    return out
+
+
+OURS = ("mlflow.spanInputs", "mlflow.spanOutputs")  # what we give a span, besides attributes of our own names
+
+
+def span_json_split(db: Path) -> tuple[int, int, int]:
+    """(MLflow's own fields, our inputs and outputs, our attributes) in bytes of the spans' JSON, all traces."""
+    import json
+
+    mlflow_own = io = attrs = 0
+    with sqlite3.connect(db) as c:
+        for (content,) in c.execute("select content from spans"):
+            span = json.loads(content)
+            for key, value in span.pop("attributes", {}).items():
+                size = len(json.dumps({key: value})) - 2
+                if key in OURS:
+                    io += size
+                elif key.startswith("mlflow."):
+                    mlflow_own += size
+                else:
+                    attrs += size
+            mlflow_own += len(json.dumps(span))
+    return mlflow_own, io, attrs
 
 
 def traces_read_back(db: Path) -> tuple[int, int]:
@@ -67,16 +105,19 @@ def main() -> int:
     import apps_bench
 
     with tempfile.TemporaryDirectory(prefix="trace_store_size_") as tmp:
-        sizes = {}
+        sizes, tables = {}, {}
         for mode in ("off", "on"):
             cwd = Path(tmp) / mode
             cwd.mkdir()
             run_cell(cwd, args, traces=mode == "on")
-            sizes[mode] = vacuumed_bytes(cwd / "outputs" / "mlflow.db")
+            copy = vacuumed(cwd / "outputs" / "mlflow.db")
+            sizes[mode], tables[mode] = copy.stat().st_size, pages_by_table(copy)
         db = Path(tmp) / "on" / "outputs" / "mlflow.db"
         n, spans = traces_read_back(db)
         with sqlite3.connect(db) as c:
             (span_json,) = c.execute("select coalesce(sum(length(content)), 0) from spans").fetchone()
+            page_size = c.execute("pragma page_size").fetchone()[0]
+        split = span_json_split(db)
         artifacts = list((Path(tmp) / "on").rglob("traces.json"))
         artifact_bytes = sum(p.stat().st_size for p in artifacts)
     if not n:
@@ -87,6 +128,13 @@ def main() -> int:
     print(f"  store per trace (VACUUMed, traces on - off)   {(sizes['on'] - sizes['off']) / n / 1000:8.1f} KB")
     print(f"    of it the spans' JSON                       {span_json / n / 1000:8.1f} KB")
     print(f"  traces also uploaded as traces.json artifacts {len(artifacts):8d}  ({artifact_bytes / n / 1000:.1f} KB per trace)")
+    print(f"  where the bytes go, per trace (pages of {page_size} bytes, on - off):")
+    growth = {k: (v[0] - tables["off"].get(k, (0, 0))[0], v[1] - tables["off"].get(k, (0, 0))[1]) for k, v in tables["on"].items()}
+    for name, (size, unused) in sorted(growth.items(), key=lambda kv: -kv[1][0]):
+        if size:
+            print(f"    {name:42s} {size / n / 1000:8.2f} KB   (unused in its pages {unused / n / 1000:.2f} KB)")
+    print(f"  the spans' JSON per trace: MLflow's own fields {split[0] / n / 1000:.1f} KB, our inputs and outputs "
+          f"{split[1] / n / 1000:.1f} KB, our attributes {split[2] / n / 1000:.2f} KB")  # fmt: skip
     return 0
 
 

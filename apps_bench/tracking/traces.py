@@ -4,9 +4,9 @@ Every runner gives the same tree, whatever its framework, because it is built fr
 project itself captures for every framework (tracking/capture.py: the metering transport's
 model calls, the tool's runs, the transcript's events), not from a framework's own hooks:
 
-    problem <split/id>            AGENT      tags: problem_id, difficulty, passed, error
+    problem <split/id>            AGENT      tags: problem_key, difficulty, passed, error, stop_reason
       <agent> [round r]           AGENT      one per agent turn (input -> last reply)
-        chat <role>               CHAT_MODEL messages in / reply out, token usage, latency, finish reason
+        chat <role>               CHAT_MODEL messages in / reply out (finish reason), token usage, retries
         python_exec               TOOL       code, stdin, stdout/stderr (clipped), exit code
       judge                       EVALUATOR  the verdict with each test's outcome
 
@@ -16,7 +16,8 @@ never changes a record or a verdict, and a resumed cell traces only the problems
 
 A trace is a view, kept small (conf/tracking/mlflow.yaml): each text in a span (a message, an
 input, a reply, a program, a tool's output) is kept up to `tracking.trace_text_chars` characters,
-the whole text being in the run's transcripts.jsonl and prompts.json; a request's tool definitions
+the whole text being in the run's transcripts.jsonl and prompts.json, and is stored once per trace
+(shown again, alone or inside a longer text, it is a reference to its span); a request's tool definitions
 are named, not repeated; `tracking.trace_problems` and `tracking.trace_sample` choose which
 problems get a trace, by outcome and by a sample drawn from the problem keys.
 """
@@ -309,29 +310,46 @@ REPEAT_MIN = 200  # characters from which a text shown again in a trace is a ref
 
 class Texts:
     """A trace's texts as its spans show them: each up to `n` characters, and one already shown in
-    another span (a system prompt in every call of a turn, the question in each agent's input, the
-    program in the judge's span and the root's) as a reference to that span."""
+    another span (a system prompt in every call of a turn, the program in the root's outputs) as a
+    reference to that span; so is such a text inside a longer one (a turn's input holds the question
+    and the earlier turns' replies, each shown before)."""
 
     def __init__(self, n: int) -> None:
         self.n = n
         self._first: dict[str, tuple[int, str]] = {}
         self._spans = 0
 
+    def claim(self, value: str, label: str) -> None:
+        """`value` is shown whole in the span `label`, written later: the spans before it refer to it."""
+        if len(value) >= REPEAT_MIN:
+            self._spans += 1
+            self._first.setdefault(value, (self._spans, label))
+
     def span(self, label: str) -> Callable[..., str]:
         """The texts of one more span, named `label` in the references to it; `keep=True`: shown
-        even when shown before (the code of a python_exec, the program of the root)."""
+        as it is even when shown before (the code a python_exec ran, in its first span)."""
         self._spans += 1
         me = self._spans
 
         def text(value: Any, keep: bool = False) -> str:
             s = "" if value is None else str(value)
-            if len(s) >= REPEAT_MIN:
-                first, where = self._first.setdefault(s, (me, label))
-                if first != me and not keep:
-                    return f"[the same {len(s)} characters as in the span '{where}']"
+            if len(s) < REPEAT_MIN:
+                return clip(s, self.n)
+            first, where = self._first.setdefault(s, (me, label))
+            if keep:
+                return clip(s, self.n)
+            if first != me:
+                return _same(s, where)
+            for known, (span, at) in sorted(self._first.items(), key=lambda k: -len(k[0])):
+                if span != me and len(known) < len(s) and known in s:
+                    s = s.replace(known, _same(known, at))
             return clip(s, self.n)
 
         return text
+
+
+def _same(text: str, where: str) -> str:
+    return f"[the same {len(text)} characters as in the span '{where}']"
 
 
 def _request(call: ModelCall, text: Callable[..., str]) -> dict[str, Any]:
@@ -375,7 +393,19 @@ def _clip_message(m: dict[str, Any], text: Callable[..., str]) -> None:
     for tc in m.get("tool_calls") or []:
         fn = tc.get("function") if isinstance(tc, dict) else None
         if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
-            fn["arguments"] = text(fn["arguments"])
+            fn["arguments"] = _arguments(fn["arguments"], text)
+
+
+def _arguments(raw: str, text: Callable[..., str]) -> str:
+    """A tool call's JSON arguments with each text value shown as `text` shows it (a python_exec's
+    code is the program shown before), still JSON; arguments that are not a JSON object, as one text."""
+    try:
+        args = json.loads(raw)
+    except ValueError:
+        return text(raw)
+    if not isinstance(args, dict):
+        return text(raw)
+    return json.dumps({k: text(v) if isinstance(v, str) else v for k, v in args.items()}, ensure_ascii=False)
 
 
 def _tool_name(tool: Any) -> Any:
@@ -385,12 +415,10 @@ def _tool_name(tool: Any) -> Any:
 
 def trace_tags(record: ProblemRecord) -> dict[str, str]:
     return {
-        "problem_id": record.id,
         "problem_key": record.key,
         "difficulty": record.difficulty or "",
         "passed": str(record.passed).lower(),
         "error": record.error or "",
-        "solver": record.solver,
         "stop_reason": record.stop_reason,
     }
 
@@ -415,13 +443,15 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
 
     judge_ns = int(record.judge_s * 1e9)
     texts = Texts(n)
-    text = texts.span(f"problem {record.key}")
-    program = text(record.program, keep=True)  # the root shows the program; the judge's span refers to it
+    for ex in log.execs:  # the code a python_exec ran is shown in its span (the tool call before it refers to it)
+        texts.claim(ex.code, "python_exec")
+    text = root_text = texts.span(f"problem {record.key}")
+    shown_code: set[str] = set()  # code a python_exec ran is shown in the first python_exec span that ran it
     root = mlflow.start_span_no_context(
         name=f"problem {record.key}", span_type=SpanType.AGENT,
-        inputs={"problem": record.key, "question": text(problem.question), "starter_code": text(problem.starter_code),
+        inputs={"problem": record.key, "starter_code": text(problem.starter_code),
                 "mode": record.mode, "fn_name": problem.tests.fn_name},
-        attributes={"cell": record.cell, "topology_turns": record.turns, "rounds": record.rounds},
+        attributes={"topology_turns": record.turns, "rounds": record.rounds},
         tags=trace_tags(record), metadata={TraceMetadataKey.SOURCE_RUN: run.run_id},
         experiment_id=run.experiment_id, start_time_ns=log.start_ns,
     )  # fmt: skip
@@ -435,24 +465,23 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
         span = mlflow.start_span_no_context(
             name=f"chat {call.role or 'model'}", span_type=SpanType.CHAT_MODEL, parent_span=parent,
             inputs=_request(call, text), start_time_ns=call.start_ns,
-            attributes={"role": call.role, "prompt_tokens": call.prompt_tokens, "completion_tokens": call.completion_tokens,
-                        "finish_reason": call.finish_reason, "latency_s": round((call.end_ns - call.start_ns) / 1e9, 4),
-                        "retries": call.retries, "http_status": call.status, SpanAttributeKey.CHAT_USAGE: usage},
+            attributes={"retries": call.retries, "http_status": call.status, SpanAttributeKey.CHAT_USAGE: usage},
         )  # fmt: skip
         span.end(outputs=_reply(call, text), end_time_ns=call.end_ns,
                  status=SpanStatusCode.OK if call.ok else SpanStatusCode.ERROR)  # fmt: skip
 
     def exec_span(parent: Any, ex: ExecCall) -> None:
         text = texts.span("python_exec")
+        code = text(ex.code, keep=ex.code not in shown_code)
+        shown_code.add(ex.code)
         span = mlflow.start_span_no_context(
             name="python_exec", span_type=SpanType.TOOL, parent_span=parent, start_time_ns=ex.start_ns,
-            inputs={"code": text(ex.code, keep=True), "stdin": text(ex.stdin)},
-            attributes={"exit_code": ex.exit_code, "status": ex.status, "timed_out": ex.timed_out},
+            inputs={"code": code, "stdin": text(ex.stdin)},
         )  # fmt: skip
         out = {"exit_code": ex.exit_code, "stdout": text(ex.stdout), "stderr": text(ex.stderr),
                "timed_out": ex.timed_out, "status": ex.status}  # fmt: skip
         if ex.error:
-            out = {"error": ex.error}
+            out = {"error": ex.error, "exit_code": ex.exit_code, "timed_out": ex.timed_out, "status": ex.status}
         span.end(outputs=out, end_time_ns=ex.end_ns,
                  status=SpanStatusCode.ERROR if ex.error or ex.timed_out else SpanStatusCode.OK)  # fmt: skip
 
@@ -467,11 +496,12 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
         span = mlflow.start_span_no_context(
             name=name, span_type=SpanType.AGENT,
             parent_span=root, start_time_ns=start, inputs={"input": text(first.get("content")) if first else ""},
-            attributes={"agent": turn.agent, "role": turn.role, "round": turn.round, "model_calls": len(turn.calls),
-                        "tool_calls": len(turn.execs)},
+            attributes={"agent": turn.agent, "round": turn.round, **({"role": turn.role} if turn.role != turn.agent else {})},
         )  # fmt: skip
+        results = sum(e.get("kind") == "tool_result" for _, e in turn.events)
+        shown = ("note",) if results <= len(turn.execs) else ("note", "tool_result")  # a python_exec's result: its span
         for ts, e in turn.events:
-            if e.get("kind") in ("note", "tool_result"):
+            if e.get("kind") in shown:
                 span.add_event(
                     SpanEvent(name=str(e["kind"]), timestamp=ts, attributes={"content": text(e.get("content"))})
                 )
@@ -490,7 +520,7 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
         span = mlflow.start_span_no_context(
             name="judge", span_type=SpanType.EVALUATOR, parent_span=root, start_time_ns=end_ns - judge_ns,
             inputs={"program": text(record.program)},
-            attributes={"passed": record.passed, "profile": (verdict or {}).get("profile", "")},
+            attributes={"profile": (verdict or {}).get("profile", "")},
         )  # fmt: skip
         out = {"error": record.error} if verdict is None else {
             "passed": verdict["passed"], "tests_passed": verdict["tests_passed"], "tests_run": verdict["tests_run"],
@@ -499,7 +529,7 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
         }  # fmt: skip
         span.end(outputs=out, end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.error else SpanStatusCode.OK)
     root.end(
-        outputs={"program": program, "passed": record.passed,
+        outputs={"program": root_text(record.program), "passed": record.passed,
                  "stop_reason": record.stop_reason, "error": record.error},
         end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.error else SpanStatusCode.OK,
     )  # fmt: skip
