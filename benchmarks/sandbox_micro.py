@@ -5,7 +5,10 @@
 Measured in one run, on the same machine and load, and reported as ratios (absolute
 milliseconds depend on the machine and on what else runs). The pool is measured
 twice: one caller thread on one worker (pure per-test overhead), and one thread per
-core on a pool sized to the cores (the judge's arrangement). The baseline starts a
+core on a pool sized to the cores (the judge's arrangement). Beside the wall time, the
+CPU time per test of the sandbox (workers and the program children they reaped, read
+from /proc) and of this process (the callers): CPU does not wait for a busy machine,
+so it compares two trees run under load far better than wall time. The baseline starts a
 fresh interpreter for every test and runs the program bare (no prelude) — what most
 harnesses do; `--baseline-prelude` adds the APPS prelude (numpy) to it.
 """
@@ -18,6 +21,8 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 
 from apps_bench.cpus import usable_cpus
 from apps_bench.judge.profiles import judge_config
@@ -27,8 +32,29 @@ from apps_bench.sandbox.harness import PRELUDE
 PROGRAM = "n = int(input())\nprint(n + 1)\n"
 
 
-def bench_pool(pool: SandboxPool, programs: int, per_program: int, threads: int) -> float:
-    """Seconds per test when `threads` callers judge `programs` programs of `per_program` tests."""
+@dataclass
+class PoolCost:
+    """Per test: wall seconds, CPU seconds of the sandbox processes and of the calling process."""
+
+    wall: float
+    sandbox_cpu: float
+    caller_cpu: float
+
+
+def sandbox_cpu(pool: SandboxPool) -> float:
+    """CPU seconds so far of the pool's processes and of the children they reaped (a killed program's too)."""
+    total = 0
+    for pid in pool.worker_pids():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def bench_pool(pool: SandboxPool, programs: int, per_program: int, threads: int) -> PoolCost:
+    """Cost per test when `threads` callers judge `programs` programs of `per_program` tests."""
     reqs = [RunRequest(PROGRAM, "stdin", [str(p * 100 + i) for i in range(per_program)]) for p in range(programs)]
 
     def one(req: RunRequest) -> None:
@@ -38,10 +64,11 @@ def bench_pool(pool: SandboxPool, programs: int, per_program: int, threads: int)
             raise SystemExit(f"wrong pool output: {rs}")
 
     pool.run(reqs[0])  # warm
-    t0 = time.perf_counter()
+    n = programs * per_program
+    t0, c0, own0 = time.perf_counter(), sandbox_cpu(pool), time.process_time()
     with ThreadPoolExecutor(threads) as ex:
         list(ex.map(one, reqs))
-    return (time.perf_counter() - t0) / (programs * per_program)
+    return PoolCost((time.perf_counter() - t0) / n, (sandbox_cpu(pool) - c0) / n, (time.process_time() - own0) / n)
 
 
 def bench_fresh(tests: int, prelude: bool) -> float:
@@ -77,7 +104,7 @@ def main() -> None:
 
     print(f"containment: {'contained (namespaces, uid, cgroup)' if feats.get('contained') else 'WEAK fallback'}; "
           f"cores: {cores}; load average: {os.getloadavg()[0]:.2f}")
-    rows = [
+    rows: list[tuple[str, PoolCost | float]] = [
         (f"pool, 1 worker, 1 thread ({args.tests_per_program} tests/program)", single),
         ("pool, 1 worker, 1 thread (1 test/program: fork+sweep cost)", per_prog),
         (f"pool, {cores} workers, {cores} threads ({args.tests_per_program} tests/program)", parallel),
@@ -85,12 +112,16 @@ def main() -> None:
     ]
     if fresh_prelude is not None:
         rows.append(("fresh python per test + APPS prelude, sequential", fresh_prelude))
-    for label, sec in rows:
-        print(f"  {label:<66} {sec * 1000:8.2f} ms/test")
-    print(f"ratio fresh-python / pool (1 thread):        {fresh / single:6.1f}x")
-    print(f"ratio fresh-python / pool ({cores} threads):       {fresh / parallel:6.1f}x")
+    for label, cost in rows:
+        if isinstance(cost, PoolCost):
+            print(f"  {label:<66} {cost.wall * 1000:8.2f} ms/test  (CPU: sandbox {cost.sandbox_cpu * 1000:.2f}, "
+                  f"caller {cost.caller_cpu * 1000:.2f} ms/test)")
+        else:
+            print(f"  {label:<66} {cost * 1000:8.2f} ms/test")
+    print(f"ratio fresh-python / pool (1 thread):        {fresh / single.wall:6.1f}x")
+    print(f"ratio fresh-python / pool ({cores} threads):       {fresh / parallel.wall:6.1f}x")
     if fresh_prelude is not None:
-        print(f"ratio fresh-python+prelude / pool ({cores} threads): {fresh_prelude / parallel:6.1f}x")
+        print(f"ratio fresh-python+prelude / pool ({cores} threads): {fresh_prelude / parallel.wall:6.1f}x")
 
 
 if __name__ == "__main__":

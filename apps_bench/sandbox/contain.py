@@ -232,21 +232,31 @@ def keep_only_fds(keep: list[int]) -> list[int]:
     return new
 
 
-def drop_privileges(uid: int | None, last_cap: int) -> None:
-    """No capability left in any set, in any namespace, for good; then `uid` (as root).
+def empty_bounding_set(last_cap: int) -> None:
+    """Empty this process's capability bounding set, for good and for every process it forks.
 
-    The bounding set is emptied first (an exec, even of a setuid or root-owned file, can then
-    gain nothing), the ambient set cleared, and after the uid switch (which empties the others
-    for a non-root uid) permitted, effective and inheritable are set to nothing explicitly: in
-    the user-namespace mode there is no uid to switch to, the program stays root of its
-    namespace, and only this takes its capabilities away.
+    The worker does it once at start-up, not each program's child: it never execs, so its own
+    permitted and effective sets (which it still needs: uid switches, sweeping) are unaffected,
+    no process can ever add to a bounding set again, and each program is spared one prctl per capability.
+    An exec, even of a setuid or root-owned file, can then gain nothing.
     """
-    prctl(PR_SET_NO_NEW_PRIVS, 1)
     for cap in range(last_cap + 1):
         # EINVAL: a capability this kernel lacks; EPERM: not root anywhere (the weak mode), where
         # no_new_privs already keeps an exec from gaining what the bounding set would allow
         if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() not in (errno.EINVAL, errno.EPERM):
             _check(-1, f"drop capability {cap} from the bounding set")
+
+
+def drop_privileges(uid: int | None) -> None:
+    """No capability left in any set, in any namespace, for good; then `uid` (as root).
+
+    The bounding set is already empty (`empty_bounding_set`, inherited from the worker); the
+    ambient set is cleared, and after the uid switch (which empties the others for a non-root
+    uid) permitted, effective and inheritable are set to nothing explicitly: in the
+    user-namespace mode there is no uid to switch to, the program stays root of its namespace,
+    and only this takes its capabilities away.
+    """
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
     _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear the ambient capabilities")
     if uid is not None and os.geteuid() == 0:
         try:

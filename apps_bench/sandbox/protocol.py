@@ -57,9 +57,9 @@ class FrameReader:
         self.max_frame = max_frame
         self._buf = bytearray()
 
-    def _fill(self, need: int, deadline: float | None) -> None:
+    def _fill(self, need: int, deadline: float | None, readable: bool = False) -> None:
         while len(self._buf) < need:
-            if deadline is not None:
+            if deadline is not None and not readable:
                 left = deadline - time.monotonic()
                 try:  # data already waiting is read even past the deadline
                     ready, _, _ = select.select([self.fd], [], [], max(0.0, left))
@@ -67,6 +67,7 @@ class FrameReader:
                     continue
                 if not ready:
                     raise ChannelTimeout()
+            readable = False
             try:
                 chunk = os.read(self.fd, max(65536, min(need - len(self._buf), 1 << 22)))
             except InterruptedError:
@@ -84,8 +85,9 @@ class FrameReader:
         (n,) = _LEN.unpack_from(self._buf, 0)
         return len(self._buf) >= 4 + n or n > self.max_frame
 
-    def read(self, deadline: float | None = None) -> bytes:
-        self._fill(4, deadline)
+    def read(self, deadline: float | None = None, readable: bool = False) -> bytes:
+        """One frame's payload; `readable`: the caller's select() just saw data on the fd (no second wait)."""
+        self._fill(4, deadline, readable)
         (n,) = _LEN.unpack_from(self._buf, 0)
         if n > self.max_frame:
             raise ChannelCorrupt(f"frame of {n} bytes exceeds the {self.max_frame}-byte cap")

@@ -86,13 +86,13 @@ def _world_readable(path: str) -> bool:
     return True
 
 
-def _drop_probe(uid: int | None, last_cap: int, filt: seccomp.Filter | None) -> int:
+def _drop_probe(uid: int | None, filt: seccomp.Filter | None) -> int:
     """Drop a program's privileges (to `uid`) in a throw-away child: 0 = done, no capability left;
     2 = done but the bounding set stays full (not root in any namespace); 1 = refused here."""
     pid = os.fork()
     if pid == 0:
         try:
-            contain.drop_privileges(uid, last_cap)
+            contain.drop_privileges(uid)
             if filt is not None:
                 filt.install()
             with open("/proc/self/status") as f:
@@ -200,16 +200,17 @@ class Worker:
                 self.nproc = mine + self.nproc
         # No capability and the seccomp filter for every program (contain.drop_privileges, seccomp.py):
         # a worker where they cannot be had refuses to start, saying why (no weaker judge in silence).
-        self.last_cap = contain.last_capability()
+        # The bounding set is emptied here, once: every child inherits it, and the probes below check it.
+        contain.empty_bounding_set(contain.last_capability())
         raw = seccomp.build()
         if raw is None:
             raise RuntimeError(f"no seccomp filter for this architecture ({os.uname().machine})")
         self.filter = seccomp.Filter(raw)
-        probe = _drop_probe(None, self.last_cap, self.filter)
+        probe = _drop_probe(None, self.filter)
         if probe == 1:
             raise RuntimeError("programs cannot be stripped of capabilities and filtered by seccomp here")
         self.features.update(capabilities="none" if probe == 0 else "bounding set kept (not root)", seccomp=True)
-        if self.uid is not None and _drop_probe(self.uid, self.last_cap, None) == 1:
+        if self.uid is not None and _drop_probe(self.uid, None) == 1:
             # e.g. inside a user namespace that maps only root: the uid does not exist here.
             self.features["uid_switch_skipped"] = f"switching to uid {self.uid} is refused here"
             self.uid = None
@@ -278,7 +279,7 @@ class Worker:
                     nproc=self.nproc,
                 )
                 os.chdir(self.run_dir)  # the environment is already the programs' (see setup)
-                contain.drop_privileges(self.uid, self.last_cap)
+                contain.drop_privileges(self.uid)
                 # After the uid switch: changing credentials clears the parent-death signal.
                 contain.prctl(contain.PR_SET_PDEATHSIG, signal.SIGKILL)
                 if os.getppid() != worker_pid:
@@ -400,12 +401,13 @@ class Worker:
         return meta, out, err
 
     @staticmethod
-    def _read_frame(c: Child, deadline: float, timed_out: bool) -> tuple[bytes | None, str]:
-        """The child's next frame, or None and why not ('timeout', 'died', 'corrupt')."""
-        if timed_out:
+    def _read_frame(c: Child, deadline: float, ev: str) -> tuple[bytes | None, str]:
+        """The child's next frame, or None and why not ('timeout', 'died', 'corrupt'); `ev` is what
+        `_wait_any` saw ('child': its result channel is readable, so no second select)."""
+        if ev == "timeout":
             return None, "timeout"
         try:
-            return c.reader.read(deadline), ""
+            return c.reader.read(deadline, readable=ev == "child"), ""
         except ChannelTimeout:
             return None, "timeout"
         except ChannelClosed:
@@ -413,18 +415,13 @@ class Worker:
         except ChannelCorrupt:
             return None, "corrupt"
 
-    def collect(self, c: Child, i: int, job: dict[str, Any], t0: float, deadline: float,
-                frame: bytes | None, reason: str, limit: float) -> tuple[dict[str, Any], bool]:
-        """Test i's result from child c's frame (or its death), timed here: from just before this
-        process made the input available (t0) to the frame's arrival; over `limit` it is a timeout,
-        whatever the program's process says. Returns (raw, child usable)."""
+    def collect(self, c: Child, i: int, job: dict[str, Any], t0: float, wall: float, deadline: float,
+                parsed: tuple[dict[str, Any], bytes, bytes] | None, reason: str,
+                limit: float) -> tuple[dict[str, Any], bool]:
+        """Test i's result from child c's parsed frame (or its death), timed here: `wall` runs from just
+        before this process made the input available (t0) to the frame's arrival; over `limit` it is a
+        timeout, whatever the program's process says. Returns (raw, child usable)."""
         stderr_chars = int(job["stderr_chars"])
-        parsed = None
-        if frame is not None:
-            parsed = self._parse_frame(c, i, frame)
-            if parsed is None:
-                reason = "corrupt"
-        wall = time.monotonic() - t0
         raw: dict[str, Any] = {"index": i, "status": "runtime_error", "stdout": "", "value_json": None,
                                "stderr": "", "exit_code": None, "seconds": round(wall, 6), "detail": "",
                                "fatal": parsed is None}
@@ -575,7 +572,7 @@ class Worker:
                         if not self._reply():
                             stop = True
                         continue
-                    frame, reason = self._read_frame(c, deadline, ev == "timeout")
+                    frame, reason = self._read_frame(c, deadline, ev)
                     if step and frame == step:
                         if step == b"R" and one_process:
                             step, t0 = b"L", self._go(c, b"L", None)
@@ -593,11 +590,19 @@ class Worker:
                                       "stderr": "", "exit_code": None, "seconds": round(time.monotonic() - t0, 6),
                                       "fatal": True, "detail": f"loading took more than {limit:g}s"}, False
                     else:
-                        raw, alive = self.collect(c, i, job, t0, deadline, frame, reason, limit)
+                        wall = time.monotonic() - t0  # the result is here: the test is over
+                        parsed = self._parse_frame(c, i, frame) if frame is not None else None
+                        if frame is not None and parsed is None:
+                            reason = "corrupt"
+                        t_next = None
+                        if parsed is not None and i + 1 < n and parsed[0]["status"] != "compile_error":
+                            # the child goes on while its result is built here and judged by the pool
+                            t_next = self._go(c, b"G", data(i + 1))
+                        raw, alive = self.collect(c, i, job, t0, wall, deadline, parsed, reason, limit)
+                        if t_next is not None:
+                            t0 = t_next
+                            deadline = program_deadline if one_process else t0 + timeout + self.grace_s
                     i += 1
-                    if alive and i < n and raw["status"] != "compile_error":
-                        t0 = self._go(c, b"G", data(i))  # the child goes on while the pool judges
-                        deadline = program_deadline if one_process else t0 + timeout + self.grace_s
                     self.send({"t": "raw", **raw})
                     if raw["status"] == "compile_error":
                         stop = True

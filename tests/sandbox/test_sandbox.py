@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -512,3 +513,18 @@ def test_programs_run_at_the_harness_priority_whatever_the_privilege(pool):
     r = pool.python_exec("import os\nprint(os.nice(0))", timeout_s=5, output_chars=100)
     assert r.status == "ok", r
     assert int(r.stdout) == os.nice(0)
+
+
+def test_the_worker_empties_its_bounding_set_once_for_every_child():
+    """Each program's child inherits an empty capability bounding set from its worker (emptied at
+    start-up, not again per program), so what the worker holds is what every program gets."""
+    with SandboxPool.from_config(judge_config("seed"), workers=1) as one:
+        (r,) = one.run(RunRequest("print(open('/proc/self/status').read())", "stdin", [""]))  # its worker is up
+        assert one.features["capabilities"] == "none"
+        python = os.path.realpath(sys.executable)
+        (worker,) = [p for p in one.worker_pids() if os.path.realpath(f"/proc/{p}/exe") == python]
+        status = dict(line.split(":\t", 1) for line in Path(f"/proc/{worker}/status").read_text().splitlines())
+    assert int(status["CapBnd"], 16) == 0, status["CapBnd"]
+    assert int(status["CapEff"], 16) != 0  # it keeps what it works with: uid switches, sweeping
+    child = dict(line.split(":\t", 1) for line in r.stdout.splitlines() if ":\t" in line)
+    assert [int(child[k], 16) for k in ("CapBnd", "CapPrm", "CapEff", "CapInh", "CapAmb")] == [0] * 5
