@@ -37,7 +37,8 @@ PASS_COLUMNS = ["topology", "model", "settings", "pass_at_1", "ci_low", "ci_high
 # each row against its baseline (groups.compare_to_baseline): empty on the baseline's own rows and on refused ones
 DIFF_COLUMNS = ["baseline", "delta_pass_at_1", "delta_ci_low", "delta_ci_high", "wins", "losses", "mcnemar_p", "holm_p",
                 "not_compared"]  # fmt: skip
-COLUMNS = PASS_COLUMNS + DIFF_COLUMNS
+# the table's order: what a reader compares first (the UI shows the first dozen columns without scrolling)
+COLUMNS = PASS_COLUMNS[:6] + DIFF_COLUMNS[:-1] + PASS_COLUMNS[6:] + DIFF_COLUMNS[-1:]
 
 
 class SweepIncomplete(ReportError):
