@@ -165,7 +165,7 @@ def pareto_plot(costs: list[CostRow], path: str, groups: list[Group]) -> None:
     _blocks_note(fig, groups)
     _layout(fig)  # first: the labels are placed in the axes as they will be drawn
     names = [c.label + shown(c.settings) + (f" [{letters.get(c.comparability, '?')}]" if many else "") for c in rows]
-    _place_labels(fig, ax, [(name, x, y) for name, (x, y) in zip(names, pts)])
+    _place_labels(fig, ax, [(name, x, y) for name, (x, y) in zip(names, pts)], line=[pts[i] for i in front])
     _save(fig, path)
 
 
@@ -175,11 +175,11 @@ _OFFSETS = [(7, 3), (7, -3), (-7, 3), (-7, -3)] + [
 ]
 
 
-def _place_labels(fig: Any, ax: Any, notes: list[tuple[str, float, float]]) -> None:
+def _place_labels(fig: Any, ax: Any, notes: list[tuple[str, float, float]], line: list[tuple[float, float]]) -> None:
     """Label each point at the first offset (`_OFFSETS`) where the label lies inside the axes and overlaps
-    no label placed before it and no other point; where none is free, where it overlaps least. A label
-    moved away from its point is joined to it by a thin line. Extents come from the renderer, after the
-    layout, at the resolution the figure is saved at."""
+    no label placed before it, no other point and not the drawn `line` (the front); where none is free,
+    where it overlaps least. A label moved away from its point is joined to it by a thin line. Extents
+    come from the renderer, after the layout, at the resolution the figure is saved at."""
     from matplotlib.text import Text
     from matplotlib.transforms import Bbox
 
@@ -190,6 +190,11 @@ def _place_labels(fig: Any, ax: Any, notes: list[tuple[str, float, float]]) -> N
     dots = [Bbox.from_extents(px - marker, py - marker, px + marker, py + marker) for px, py in at]
     area = ax.bbox
     taken: list[Any] = []
+    path = ax.transData.transform(line) if len(line) > 1 else []
+    for (x0, y0), (x1, y1) in zip(path[:-1], path[1:]):  # the line as small boxes, one every 3 pixels
+        steps = max(1, int(math.hypot(x1 - x0, y1 - y0) / 3))
+        taken += [Bbox.from_extents(x - 1, y - 1, x + 1, y + 1)
+                  for x, y in ((x0 + (x1 - x0) * k / steps, y0 + (y1 - y0) * k / steps) for k in range(steps + 1))]  # fmt: skip
 
     def clash(a: Any, b: Any) -> float:
         w = min(a.x1, b.x1) - max(a.x0, b.x0)

@@ -113,8 +113,8 @@ def row_name(row: dict[str, Any], many_blocks: bool) -> str:
 def metrics_of(rows: list[dict[str, Any]]) -> dict[str, float]:
     """The table's figures as the parent run's metrics, one per row and figure: `pass_at_1/<row>`,
     `pass_at_1_ci_low/<row>`, `pass_at_1_ci_high/<row>`, and for a compared row `delta_vs_<baseline>/<row>`,
-    `delta_ci_low_vs_<baseline>/<row>`, `delta_ci_high_vs_<baseline>/<row>`, `mcnemar_p_vs_<baseline>/<row>`
-    (the UI groups a metric's rows under its prefix)."""
+    `delta_ci_low_vs_<baseline>/<row>`, `delta_ci_high_vs_<baseline>/<row>`, `mcnemar_p_vs_<baseline>/<row>`,
+    `holm_p_vs_<baseline>/<row>` (the UI groups a metric's rows under its prefix)."""
     many = len({r["block"] for r in rows}) > 1
     out: dict[str, float] = {}
     for r in rows:
@@ -122,7 +122,7 @@ def metrics_of(rows: list[dict[str, Any]]) -> dict[str, float]:
         vs = "_vs_" + re.sub(r"[^\w.\-]", "_", str(r["baseline"]), flags=re.ASCII)
         for metric, col in (("pass_at_1", "pass_at_1"), ("pass_at_1_ci_low", "ci_low"), ("pass_at_1_ci_high", "ci_high"),
                             ("delta" + vs, "delta_pass_at_1"), ("delta_ci_low" + vs, "delta_ci_low"),
-                            ("delta_ci_high" + vs, "delta_ci_high"), ("mcnemar_p" + vs, "mcnemar_p")):  # fmt: skip
+                            ("delta_ci_high" + vs, "delta_ci_high"), ("mcnemar_p" + vs, "mcnemar_p"), ("holm_p" + vs, "holm_p")):  # fmt: skip
             if r.get(col) is not None:
                 out[f"{metric}/{name}"] = float(r[col])
     return out

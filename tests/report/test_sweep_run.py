@@ -135,7 +135,8 @@ def test_the_parent_run_holds_the_paired_differences_and_the_figures_as_metrics(
     expected |= {"delta_vs_single/sequential_langgraph gold": r["delta_pass_at_1"],
                  "delta_ci_low_vs_single/sequential_langgraph gold": r["delta_ci_low"],
                  "delta_ci_high_vs_single/sequential_langgraph gold": r["delta_ci_high"],
-                 "mcnemar_p_vs_single/sequential_langgraph gold": r["mcnemar_p"]}  # fmt: skip
+                 "mcnemar_p_vs_single/sequential_langgraph gold": r["mcnemar_p"],
+                 "holm_p_vs_single/sequential_langgraph gold": r["holm_p"]}  # fmt: skip
     assert metrics == pytest.approx(expected)
     assert metrics["pass_at_1/single gold"] == pytest.approx(_pooled_from_disk(sweep["cwd"])["single"])
     # the text artifact holds the comparison too
