@@ -39,6 +39,7 @@ from apps_bench.solving import CELL_JOB, Job
 from apps_bench.step import record_of
 from apps_bench.topologies.prompts import load_prompts
 from apps_bench.topologies.tool_use import tool_protocol, tool_warnings
+from apps_bench.tracking import cell_counts
 from apps_bench.tracking.cell_lock import CellBusy, lock_times
 from apps_bench.tracking.console import Progress, print_problem, print_summary
 from apps_bench.tracking.mlflow import LoggingPending, StoreUnavailable
@@ -255,11 +256,12 @@ def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], sol
     summary["cost"] = money.cell_cost(records, money.price_of(config.model.price))
     store.write_json(CELL, {"key": cell.key, **_cell_info(cell), "provenance": summary["provenance"]})
     summary_path = store.write_summary(summary)
+    counts_path = cell_counts.write(store.dir)  # what the report and plan read instead of the transcripts
     if config.verbose or config.dataset.source == "demo":
         for rec in records:
             print_problem(rec)
         print()
-    files = [store.dir / RECORDS, summary_path, store.dir / CONFIG, store.dir / PROMPTS]
+    files = [store.dir / RECORDS, summary_path, counts_path, store.dir / CONFIG, store.dir / PROMPTS]
     if config.tracking.log_transcripts:
         files.append(store.dir / TRANSCRIPTS)
     tracker.finish(

@@ -28,12 +28,13 @@ from apps_bench.config import CONF_DIR, ConfigDirMissing, cell_data, config_dirs
 from apps_bench.data import load_selection
 from apps_bench.overrides import check_overrides, split_config_dir, with_range_problems
 from apps_bench.pipeline import cell_dir_for
-from apps_bench.report.cells import from_dirs
+from apps_bench.report.cells import CellData, cell_heads
 from apps_bench.report.render import text_table
 from apps_bench.report.table import ReportError
-from apps_bench.tracking import faults
+from apps_bench.tracking import cell_counts, faults
+from apps_bench.tracking.cell_counts import CellCounts
 from apps_bench.tracking.mlflow import flatten
-from apps_bench.tracking.records import RecordStore, record_key
+from apps_bench.tracking.records import RecordStore, RecordsUnreadable, record_key
 from apps_bench.types import ProblemRecord
 from apps_bench.validate import InvalidSettings, check_settings, empty_selection
 
@@ -122,32 +123,54 @@ def _recorded(cell_dir: Path) -> list[ProblemRecord]:
     return RecordStore(cell_dir).records() if (cell_dir / "records.jsonl").exists() else []
 
 
-def _per_problem(finished: list[Any], cell: Cell) -> Estimate:
+class Finished:
+    """The finished cells under the cells folder, as their cell.json and summary.json describe them; a
+    cell's counts (tracking/cell_counts.py) are read only when an estimate needs that cell, once."""
+
+    def __init__(self, heads: list[CellData]) -> None:
+        self.done = [c for c in heads if c.complete]
+        self._counts: dict[str, CellCounts] = {}
+
+    def counts(self, c: CellData) -> CellCounts:
+        """Its saved counts when current, else counted from its records (the plan writes nothing); a cell
+        whose records this version cannot read counts no problem (no estimate from it)."""
+        if c.source not in self._counts:
+            d = Path(c.source)
+            try:
+                self._counts[c.source] = cell_counts.saved(d) or cell_counts.count(d, transcripts=False)
+            except RecordsUnreadable:
+                self._counts[c.source] = CellCounts()
+        return self._counts[c.source]
+
+    def recorded(self, cells: list[CellData]) -> list[tuple[CellData, CellCounts]]:
+        return [(c, k) for c in cells for k in [self.counts(c)] if k.problems]
+
+
+def _per_problem(finished: Finished, cell: Cell) -> Estimate:
     """Calls and tokens per problem of finished cells like this one: its seed replicates (the same
     identity but for the seed) when there are any, else cells of its topology and model (of its dataset
     when there are any: problem lengths differ between datasets), and the basis says which."""
     ident = flatten(json.loads(json.dumps(dict(cell.identity), default=str)))  # as its cell.json will hold it
     mine = tuple(sorted((k, v) for k, v in ident.items() if k != "seed"))
-    done = [c for c in finished if c.complete and c.problems]
-    replicates = [c for c in done if c.replicate_of == mine]
-    same = [c for c in done if c.topology == cell.topology and c.model == cell.model]
+    replicates = finished.recorded([c for c in finished.done if c.replicate_of == mine])
     if replicates:
         used, what = replicates, "seed replicate(s) of this cell"
-    elif not same:
-        return Estimate(f"no finished cell of topology {cell.topology} with model {cell.model} to estimate from")
     else:
-        here = [c for c in same if c.dataset == cell.dataset]
-        where = f"dataset {cell.dataset}" if here else f"other datasets ({', '.join(sorted({c.dataset for c in same}))})"
+        same = finished.recorded([c for c in finished.done if c.topology == cell.topology and c.model == cell.model])
+        if not same:
+            return Estimate(f"no finished cell of topology {cell.topology} with model {cell.model} to estimate from")
+        here = [(c, k) for c, k in same if c.dataset == cell.dataset]
+        where = f"dataset {cell.dataset}" if here else f"other datasets ({', '.join(sorted({c.dataset for c, _ in same}))})"
         used, what = here or same, f"{cell.topology} x {cell.model} on {where} (settings may differ)"
-    probs = [p for c in used for p in c.problems]
+    n = sum(k.problems for _, k in used)
     return Estimate(
-        basis=f"{len(used)} finished {what}, {len(probs)} problems",
-        calls_per_problem=sum(p["model_calls"] for p in probs) / len(probs),
-        tokens_per_problem=sum(p["total_tokens"] for p in probs) / len(probs),
+        basis=f"{len(used)} finished {what}, {n} problems",
+        calls_per_problem=sum(k.model_calls for _, k in used) / n,
+        tokens_per_problem=sum(k.total_tokens for _, k in used) / n,
     )
 
 
-def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: list[Any], cache: dict[str, Any]) -> PlannedCell:
+def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: Finished, cache: dict[str, Any]) -> PlannedCell:
     cell = resolve_cell(data)
     refusal = grid_refusal(cell.axes(), data.get("grid") or {})
     if refusal and data.get("allow_any_cell"):
@@ -200,9 +223,9 @@ def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = 
     composed = compose_cells(overrides, multirun)
     root = cells_dir or Path.cwd() / "outputs" / "cells"
     try:
-        finished = from_dirs(root, with_roles=False) if root.is_dir() else []
+        finished = Finished(cell_heads(root) if root.is_dir() else [])
     except ReportError:
-        finished = []
+        finished = Finished([])
     cache: dict[str, Any] = {}
     bar = tqdm(composed, desc="planning", unit="cell", file=sys.stderr, disable=len(composed) < 20 or not sys.stderr.isatty())
     cells = [plan_cell(o, d, finished=finished, cache=cache) for o, d in bar]

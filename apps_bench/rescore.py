@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from apps_bench import provenance
 from apps_bench.cell import cell_key, identity_of
-from apps_bench.config import DatasetConfig, JudgeConfig, compose, typed
+from apps_bench.config import DatasetConfig, JudgeConfig, read_option, typed
 from apps_bench.data import load_problems
 from apps_bench.judge import Judge
 from apps_bench.judge.core import judge_program
@@ -294,7 +294,7 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
 
 
     if track or RUN_ID.match(source):  # before anything is read or written: a server that does not answer costs seconds
-        mlf.check_store(mlf.tracking_uri(), compose().tracking.store)
+        mlf.check_store(mlf.tracking_uri(), read_option("tracking", "mlflow").store)  # the store it logs to: MLflow's
     cell_dir, given = resolve_source(source, cwd)
     info = check_cell_dir(cell_dir)
     sets = parse_overrides(overrides)

@@ -286,3 +286,63 @@ def test_a_target_names_what_is_missing_and_a_missing_dependency_passes_through(
     with pytest.raises(ModuleNotFoundError) as err:
         resolve_target("depx_runner.Runner")
     assert not isinstance(err.value, TargetError) and err.value.name == "depx"
+
+
+# ------------------------------------------- conf/ read without composing a cell (config.read_option)
+
+_CELL_GROUPS = ("dataset", "topology", "model", "optimizer", "grid", "judge", "tracking")
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g, o in _groups() if g in _CELL_GROUPS])
+def test_an_option_read_from_its_file_is_the_option_a_cell_composes(group: str, option: str):
+    """The commands that read one group (the judge command, re-scoring) read its file without Hydra: the
+    value is the one a cell composes with `group=option`, or the file is refused when only composition
+    reads it right (a defaults list, a @package line), never a different value."""
+    from apps_bench.config import ConfFileError, compose, read_option
+
+    path = CONF / group / f"{option}.yaml"
+    composed = getattr(compose([f"{group}={option}"]), group)
+    if "defaults" in OmegaConf.load(path):
+        with pytest.raises(ConfFileError, match=f"{path}.*defaults list"):
+            read_option(group, option)
+    else:
+        assert read_option(group, option) == composed
+
+
+def test_a_setting_read_from_config_yaml_is_the_default_cell_s():
+    """conf/config.yaml's top-level settings read without composing are the default cell's values
+    (no group the default cell composes writes a top-level key)."""
+    from dataclasses import fields
+
+    from apps_bench.config import ConfFileError, Config, compose, read_setting
+
+    cell = compose()
+    top = {f.name for f in fields(Config)} - set(_CELL_GROUPS) - {"tool", "server_check"}
+    assert {"max_tests_per_row", "limit", "seed", "concurrency"} <= top
+    for key in sorted(top | {"tool", "server_check"}):
+        assert read_setting(key) == getattr(cell, key), key
+    with pytest.raises(ConfFileError, match="sets no 'judge'"):
+        read_setting("judge")  # a group, not a setting of config.yaml
+
+
+def test_an_option_read_from_its_file_honours_the_config_dir_and_overrides(tmp_path: Path):
+    """A `--config-dir` preset of a packaged name takes its place, as in a composition; overrides are typed."""
+    from omegaconf.errors import ValidationError
+
+    from apps_bench.config import ConfFileError, config_dirs, read_option
+
+    (tmp_path / "dataset").mkdir()  # the packaged file with another split (its `name` key rules out config_dir_preset)
+    (tmp_path / "dataset" / "apps.yaml").write_text((CONF / "dataset" / "apps.yaml").read_text().replace("split: test", "split: valid"))
+    assert read_option("dataset", "apps").split == "test"
+    with config_dirs([str(tmp_path)]):
+        assert read_option("dataset", "apps").split == "valid"
+    judge = read_option("judge", "seed", ["timeout_s=3", "sandbox.nproc=8"])
+    assert (judge.timeout_s, judge.sandbox.nproc) == (3.0, 8) and isinstance(judge.timeout_s, float)
+    with pytest.raises(ValidationError, match="timeout_s"):
+        read_option("judge", "seed", ["timeout_s=soon"])
+    with pytest.raises(ConfFileError, match="no judge option 'nonesuch'"):
+        read_option("judge", "nonesuch")
+    (tmp_path / "judge").mkdir()  # a file Hydra would place elsewhere: only a composition reads it right
+    (tmp_path / "judge" / "moved.yaml").write_text("# a profile\n# @package _global_\njudge:\n  timeout_s: 1\n")
+    with config_dirs([str(tmp_path)]), pytest.raises(ConfFileError, match="moved.yaml composes other config files"):
+        read_option("judge", "moved")

@@ -1,8 +1,9 @@
 """`python -m apps_bench.judge`: score predictions (or the reference solutions) without running agents.
 
-Defaults come from conf/ as Hydra composes it: one cell with `judge=<profile>` and `dataset=apps`
-(`judge.profiles.judge_cell`) gives the judge, the dataset and max_tests_per_row; nothing is
-defaulted in code.
+Defaults come from conf/: the judge from conf/judge/<profile>.yaml (`judge.profiles.judge_config`),
+the dataset from conf/dataset/apps.yaml and max_tests_per_row from conf/config.yaml, each read from
+its file as a composed cell holds it (`config.read_option`, `config.read_setting`), with no cell
+composed: the command never imports Hydra. Nothing is defaulted in code.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Sequence
 
+from apps_bench.config import read_option, read_setting
 from apps_bench.data import load_problems
 from apps_bench.judge.core import Judge, check_profile
-from apps_bench.judge.profiles import JudgeConfigError, judge_cell
+from apps_bench.judge.profiles import JudgeConfigError, judge_config
 from apps_bench.judge.summary import summarize
 from apps_bench.provenance import sandbox_summary
 from apps_bench.sandbox import SandboxPool
@@ -134,23 +136,22 @@ def _run(args: argparse.Namespace, t0: float) -> int:
         if args.workers < 0:
             raise UsageError(f"--workers must be >= 0 (0 = one per usable CPU), got {args.workers}")
         overrides.append(f"workers={args.workers}")
-    try:  # the judge, the dataset and the test cap in one composition (each costs ~0.15 s of CPU)
-        cell = judge_cell(args.profile, overrides, cell=["dataset=apps"])
+    try:
+        jcfg = judge_config(args.profile, overrides)
     except JudgeConfigError as e:
         raise UsageError(str(e)) from None
-    jcfg = cell.judge
+    ds = read_option("dataset", "apps")
+    max_tests = args.max_tests_per_row if args.max_tests_per_row is not None else read_setting("max_tests_per_row")
     try:
         pool = SandboxPool.from_config(jcfg)  # workers warm up while the data loads
     except ValueError as e:
         raise UsageError(str(e)) from None
     with pool:
         preds = read_predictions(args.predictions) if args.predictions else {}
-        ds = cell.dataset
         if args.rows:
             ds.path = args.rows
         if args.split:
             ds.split = args.split
-        max_tests = args.max_tests_per_row if args.max_tests_per_row is not None else cell.max_tests_per_row
         only = _split_only(args.only)
         return _judge_all(args, pool, jcfg, ds, t0, max_tests=max_tests, only=only, preds=preds)
 

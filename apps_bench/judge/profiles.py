@@ -1,8 +1,10 @@
-"""Judge profiles: the `judge` group of conf/, composed by Hydra and checked against the schema.
+"""Judge profiles: the `judge` group of conf/, read from its file and checked against the schema.
 
-For the commands that judge without running a cell (`python -m apps_bench.judge`, re-scoring):
-the profile is composed as a cell's `judge` would be (`config.compose`: an unknown key, a wrong type
-or a missing value fails), overrides applied, and returned typed.
+For the commands that judge without running a cell (`python -m apps_bench.judge`, re-scoring): the
+profile is the `judge` a cell composes with `judge=<profile>` (the same file, the same schema: an
+unknown key, a wrong type or a missing value fails), overrides applied, returned typed. It is read
+with `config.read_option`, not through a cell's composition: Hydra's import and the composition would
+cost these commands ~0.2 s each (docs/benchmarks.md, judge speed).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from apps_bench.config import CONF_DIR, Config, JudgeConfig, compose
+from apps_bench.config import CONF_DIR, JudgeConfig, read_option
 
 
 class JudgeConfigError(ValueError):
@@ -24,13 +26,6 @@ def available_profiles() -> list[str]:
 def judge_config(profile: str, overrides: Sequence[str] = ()) -> JudgeConfig:
     """The judge `judge=<profile>` composes, as the typed `JudgeConfig` (its `sandbox` a checked
     SandboxLimits), `overrides` (`key=value`, dotted keys such as `sandbox.output_cap_bytes=1000`) applied."""
-    return judge_cell(profile, overrides).judge
-
-
-def judge_cell(profile: str, overrides: Sequence[str] = (), cell: Sequence[str] = ()) -> Config:
-    """The whole cell `judge=<profile>` and the cell overrides `cell` compose (one composition: each
-    costs ~0.15 s of CPU), its judge checked as `judge_config` says."""
-    from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     if profile not in available_profiles():
@@ -40,19 +35,11 @@ def judge_cell(profile: str, overrides: Sequence[str] = (), cell: Sequence[str] 
         if "=" not in item or not item.split("=", 1)[0].strip():
             raise JudgeConfigError(f"bad judge override {item!r}: use key=value, e.g. sandbox.output_cap_bytes=1000000")
     try:
-        composed = compose([f"judge={profile}", *(f"judge.{item}" for item in overrides), *cell])
-    except (HydraException, OmegaConfBaseException) as e:
-        raise JudgeConfigError(f"judge profile {profile!r}: {_first_line(e)}") from None
+        judge: JudgeConfig = read_option("judge", profile, overrides)
+    except OmegaConfBaseException as e:  # names the key: "Key 'output_cap' not in 'SandboxLimits'"
+        raise JudgeConfigError(f"judge profile {profile!r}: {str(e).splitlines()[0]}") from None
     except ValueError as e:  # a limit SandboxLimits refuses (e.g. judge.sandbox.nproc must be > 0)
         raise JudgeConfigError(str(e)) from None
-    if composed.judge.profile != profile:
-        raise JudgeConfigError(
-            f"conf/judge/{profile}.yaml declares profile {composed.judge.profile!r}; a file names its own profile")
-    return composed
-
-
-def _first_line(exc: BaseException) -> str:
-    """Hydra wraps OmegaConf's error (which names the key) in a composition error: the innermost says most."""
-    while exc.__cause__ is not None:
-        exc = exc.__cause__
-    return str(exc).splitlines()[0]
+    if judge.profile != profile:
+        raise JudgeConfigError(f"conf/judge/{profile}.yaml declares profile {judge.profile!r}; a file names its own profile")
+    return judge

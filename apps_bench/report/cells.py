@@ -2,8 +2,10 @@
 
 Everything the report computes (intervals, paired tests, cost, the tidy export) needs
 each problem's outcome, not a cell's mean: the records (`records.jsonl`, logged as an
-artifact of every cell run; the `problems.json` table when a run has no records file) and,
-for per-role cost, the transcripts. A cell's *comparability class* is what must be equal
+artifact of every cell run; the `problems.json` table when a run has no records file), read
+one record at a time, of which a problem's row keeps its outcome and counts; per-role cost
+comes from each cell's counts (tracking/cell_counts.py), never from transcripts held in
+memory. A cell's *comparability class* is what must be equal
 for two cells to be compared problem by problem: dataset and problem selection, test cap,
 judge profile and the version of its rules (`judge.rules`: a profile whose verdicts changed
 is a new version, never compared with the old one). A re-scoring run (`run_kind=rescore`)
@@ -13,17 +15,19 @@ is a cell like any other, under its own judge profile and cap.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Sequence
 
 from apps_bench import provenance
 from apps_bench.report.money import billed_tokens
 from apps_bench.tracking import membership
 from apps_bench.tracking import mlflow as mlf
+from apps_bench.tracking.cell_counts import COUNTS, CellCounts, Tally, of_folder
 from apps_bench.tracking.mlflow import TABLE_ARTIFACT, flatten
-from apps_bench.tracking.records import RecordStore, RecordsUnreadable
+from apps_bench.tracking.records import RECORDS, TRANSCRIPTS, RecordsUnreadable, iter_lines, iter_records
 from apps_bench.types import ProblemRecord
 
 
@@ -32,18 +36,6 @@ class ReportError(Exception):
 
 # identity params that define which problems a cell is judged on
 SELECTION_PARAMS = ("dataset.name", "dataset.revision", "dataset.path", "dataset.split", "limit", "offset", "only", "difficulty")
-
-
-@dataclass
-class RoleUse:
-    """One role's share of a problem, from its transcript events."""
-
-    turns: int = 0  # agent turns started (input events)
-    replies: int = 0
-    tool_calls: int = 0
-    steps: int = 0  # model calls inferred from the events: a reply, or a tool call not after one, starts one
-    chars_in: int = 0  # what the role was given: inputs and tool results
-    chars_out: int = 0  # what the role produced: replies and tool-call arguments
 
 
 @dataclass
@@ -67,8 +59,8 @@ class CellData:
     provenance: dict[str, str] = field(default_factory=dict)
     settings: dict[str, str] = field(default_factory=dict)  # model/judge/tool settings from the cell's identity
     identity: dict[str, str] = field(default_factory=dict)  # the cell's whole identity, flat (its run's params)
-    problems: list[dict[str, Any]] = field(default_factory=list)  # one row per recorded problem
-    roles: dict[str, dict[str, RoleUse]] = field(default_factory=dict)  # problem key -> role -> use
+    problems: list[dict[str, Any]] = field(default_factory=list)  # one row per recorded problem: outcome and counts
+    counts: CellCounts | None = None  # totals and per-role figures (tracking/cell_counts.py); None: not read
 
     @property
     def label(self) -> str:
@@ -245,7 +237,6 @@ def _row(key: str, pid: str, split: str, difficulty: str, passed: bool, error: s
          times: tuple[float, float, float]) -> dict[str, Any]:  # fmt: skip
     prompt, completion = int(u.get("prompt_tokens", 0) or 0), int(u.get("completion_tokens", 0) or 0)
     billed_in, billed_out = billed_tokens(u)
-    calls = u.get("calls")
     n_calls = int(u.get("model_calls", 0) or 0)
     return {
         "key": key,
@@ -265,78 +256,40 @@ def _row(key: str, pid: str, split: str, difficulty: str, passed: bool, error: s
         "solve_s": times[1],
         "judge_s": times[2],
         "tool_s": float(u.get("tool_s", 0.0) or 0.0),
-        "role_calls": role_calls(calls) if isinstance(calls, list) and len(calls) == n_calls else None,
     }
 
 
-def role_calls(calls: Any) -> dict[str, tuple[int, int, int]] | None:
-    """Role -> (calls, prompt tokens, completion tokens) from a record's per-call entries, each
-    naming the agent role whose client made it; None when the record cannot say (no entries,
-    as in problems.json rows, or entries from before calls carried roles)."""
-    if not isinstance(calls, list) or any(not isinstance(c, dict) or not c.get("role") for c in calls):
-        return None
-    out: dict[str, tuple[int, int, int]] = {}
-    for c in calls:
-        n, p, q = out.get(str(c["role"]), (0, 0, 0))
-        out[str(c["role"])] = (n + 1, p + int(c.get("prompt_tokens", 0) or 0), q + int(c.get("completion_tokens", 0) or 0))
-    return out
-
-
-def role_uses(events: Iterable[Mapping[str, Any]]) -> dict[str, RoleUse]:
-    out: dict[str, RoleUse] = {}
-    last: dict[str, str] = {}  # agent -> kind of its previous event
-    for e in events:
-        role = str(e.get("role") or e.get("agent") or "?")
-        if role == "team":  # the flow's own notes, no agent behind them
-            continue
-        u = out.setdefault(role, RoleUse())
-        kind, n = e.get("kind"), len(str(e.get("content") or ""))
-        agent = str(e.get("agent") or role)
-        if kind == "reply" or (kind == "tool_call" and last.get(agent) not in ("reply", "tool_call")):
-            u.steps += 1
-        last[agent] = str(kind)
-        if kind == "input":
-            u.turns += 1
-            u.chars_in += n
-        elif kind == "tool_result":
-            u.chars_in += n
-        elif kind == "reply":
-            u.replies += 1
-            u.chars_out += n
-        elif kind == "tool_call":
-            u.tool_calls += 1
-            u.chars_out += n
-    return out
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    if not path.exists():
-        return out
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue  # a torn last line of a cell that is still running
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
-
-
-def _records(cell_dir: Path) -> list[ProblemRecord]:
-    """The folder's records as its cell's rerun would read them (RecordStore: a torn last line of a cell
-    still running is left out); a line this version cannot read is a ReportError that names it."""
+def _rows(path: Path, tally: Tally | None = None) -> list[dict[str, Any]]:
+    """A records.jsonl's per-problem rows, one record at a time (a key's last record wins, as the cell's
+    rerun reads it; a torn last line of a cell still running is left out); a line this version cannot
+    read is a ReportError that names it. `tally` counts each problem's usage too."""
+    rows: dict[str, dict[str, Any]] = {}
     try:
-        return RecordStore(cell_dir).records()
+        for rec in iter_records(path):
+            rows[rec.key] = problem_row(rec)
+            if tally is not None:
+                tally.add(rec.key, rec.usage)
     except RecordsUnreadable as exc:
         raise ReportError(str(exc)) from None
+    return list(rows.values())
 
 
 # ----------------------------------------------------------------------------- local folders
 
 
 def from_dirs(root: Path | str, *, with_roles: bool = True) -> list[CellData]:
-    """Every cell folder under `root` (a folder of cells like outputs/cells, or one cell folder)."""
+    """Every cell folder under `root` (a folder of cells like outputs/cells, or one cell folder), with its
+    per-problem rows and (`with_roles`) its counts."""
+    cells = cell_heads(root)
+    for cell in cells:
+        cell.problems = _rows(Path(cell.source) / RECORDS)
+        cell.counts = of_folder(Path(cell.source)) if with_roles else None
+    return cells
+
+
+def cell_heads(root: Path | str) -> list[CellData]:
+    """Every cell folder under `root` as its cell.json and summary.json describe it, no record read: who
+    needs a few cells' records (plan's estimates) picks them from these."""
     root = Path(root)
     if not root.is_dir():
         raise ReportError(f"no folder {root}: point --cells-dir at a folder of cells (e.g. outputs/cells)")
@@ -364,10 +317,7 @@ def from_dirs(root: Path | str, *, with_roles: bool = True) -> list[CellData]:
             settings=_settings(ident), identity=ident,
             source=str(d), framework=ident.get("topology.framework", ""), flow=ident.get("topology.flow", ""),
             provenance=provenance.comparable(prov) if prov else {},
-            problems=[problem_row(r) for r in _records(d)],
         )  # fmt: skip
-        if with_roles:
-            cell.roles = {str(t.get("key")): role_uses(t.get("events") or []) for t in _jsonl(d / "transcripts.jsonl")}
         cells.append(cell)
     return cells
 
@@ -424,24 +374,49 @@ def _member_problem(r: Any, cell: CellData | None, error: str = "") -> str | Non
     return None
 
 
-def _download(c: Any, run_id: str, name: str, dst: Path) -> Path | None:
-    names = {f.path for f in c.list_artifacts(run_id)}
-    if name not in names:
+def _download(c: Any, run_id: str, name: str, dst: Path, sizes: Mapping[str, int | None]) -> Path | None:
+    """The run's artifact `name` in `dst` (None when the run has none)."""
+    if name not in sizes:
         return None
     return Path(c.download_artifacts(run_id, name, str(dst)))
 
 
-def _problems_of_run(c: Any, run_id: str, dst: Path) -> list[dict[str, Any]]:
-    path = _download(c, run_id, "records.jsonl", dst)
+def _problems_of_run(c: Any, run_id: str, dst: Path, sizes: Mapping[str, int | None], tally: Tally) -> list[dict[str, Any]]:
+    path = _download(c, run_id, RECORDS, dst, sizes)
     if path is not None:
-        return [problem_row(r) for r in _records(path.parent)]
+        return _rows(path, tally)
 
-    path = _download(c, run_id, TABLE_ARTIFACT, dst)
+    path = _download(c, run_id, TABLE_ARTIFACT, dst, sizes)
     if path is None:
         return []
     table = json.loads(path.read_text(encoding="utf-8"))  # log_table's "split" orientation
     cols = table.get("columns") or []
-    return [table_row(dict(zip(cols, row))) for row in table.get("data") or []]
+    rows = [table_row(dict(zip(cols, values))) for values in table.get("data") or []]
+    for row, values in zip(rows, table.get("data") or []):
+        tally.add(row["key"], dict(zip(cols, values)))
+    return rows
+
+
+def _size(stamp: list[int] | None) -> int | None:
+    return None if stamp is None else stamp[0]
+
+
+def _counts_of_run(c: Any, run_id: str, dst: Path, sizes: Mapping[str, int | None], tally: Tally) -> CellCounts:
+    """The run's counts.json when it was counted from the records and transcripts the run holds (their
+    sizes agree), else counted now from the records read and the transcripts, streamed."""
+    path = _download(c, run_id, COUNTS, dst, sizes)
+    if path is not None:
+        try:
+            got = CellCounts.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except ValueError:
+            got = None
+        if got is not None and all(_size(got.of.get(n)) == sizes.get(n) for n in (RECORDS, TRANSCRIPTS)):
+            return got
+    path = _download(c, run_id, TRANSCRIPTS, dst, sizes)
+    if path is not None:
+        tally.add_transcripts(iter_lines(path))
+        path.unlink()
+    return tally.counts({n: None if sizes.get(n) is None else [int(sizes[n] or 0), 0] for n in (RECORDS, TRANSCRIPTS)})
 
 
 def from_mlflow(
@@ -493,6 +468,8 @@ def _read(*, experiment: str, sweep: str | None, uri: str | None, with_roles: bo
                     raise
                 missing.append(_member_problem(r, None, f"{type(exc).__name__}: {exc}") or "")
                 continue
+            finally:
+                shutil.rmtree(dst, ignore_errors=True)  # a cell's artifacts go as soon as it is read
             why = _member_problem(r, cell) if member else None
             if why:
                 missing.append(why)
@@ -516,12 +493,13 @@ def _cell_of_run(c: Any, r: Any, by_id: Mapping[str, Any], dst: Path, with_roles
         settings=_settings(p), identity=dict(p),
         source=r.info.run_id, framework=t.get("framework") or p.get("topology.framework", ""),
         flow=p.get("topology.flow", ""), run_kind=t.get("run_kind", "cell"),
-        provenance=provenance.from_tags(t), problems=_problems_of_run(c, data_run, dst),
+        provenance=provenance.from_tags(t),
     )  # fmt: skip
+    sizes = {f.path: f.file_size for f in c.list_artifacts(data_run)}
+    tally = Tally()
+    cell.problems = _problems_of_run(c, data_run, dst, sizes, tally)
     if with_roles:
-        path = _download(c, data_run, "transcripts.jsonl", dst)
-        if path is not None:
-            cell.roles = {str(x.get("key")): role_uses(x.get("events") or []) for x in _jsonl(path)}
+        cell.counts = _counts_of_run(c, data_run, dst, sizes, tally)
     return cell
 
 

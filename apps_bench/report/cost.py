@@ -13,10 +13,11 @@ reply, or a tool call not right after one, starts a step).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from apps_bench.report import money
 from apps_bench.report.groups import Group, Settings
+from apps_bench.tracking.cell_counts import CellCounts, RoleTally
 
 
 @dataclass(frozen=True)
@@ -129,90 +130,64 @@ def _money(g: Group) -> dict:
 
 
 def role_rows(groups: list[Group]) -> list[RoleRow]:
-    """Per role of each group: counted from the calls' roles when every record names them, else estimated."""
+    """Per role of each group: counted from the calls' roles when every record names them, else estimated.
+    Summed from each cell's counts (tracking/cell_counts.py): a group's cells are whole cells."""
     out = []
     for g in groups:
-        probs = [(c, p) for c in g.cells for p in c.problems]
-        measured = bool(probs) and all(p.get("role_calls") is not None for _, p in probs)
-        out += _measured(g, probs) if measured else _estimated(g, probs)
+        counts = [c.counts for c in g.cells]
+        if not counts or any(k is None for k in counts):
+            continue  # read without counts (with_roles=False)
+        cc = [k for k in counts if k is not None]
+        n = sum(len(c.problems) for c in g.cells)
+        measured = n > 0 and all(k.measured for k in cc)
+        out += _measured(g, cc, n) if measured else _estimated(g, cc)
     return out
 
 
-def _transcript_counts(g: Group, probs: list) -> tuple[dict[str, list[float]], int]:
-    """Role -> [problems, turns, replies, tool_calls] from the transcripts; problems with one."""
-    acc: dict[str, list[float]] = {}
-    covered = 0
-    for c, p in probs:
-        uses = c.roles.get(p["key"])
-        if not uses:
-            continue
-        covered += 1
-        for role, u in uses.items():
-            a = acc.setdefault(role, [0.0] * 4)
-            a[0] += 1
-            a[1] += u.turns
-            a[2] += u.replies
-            a[3] += u.tool_calls
-    return acc, covered
+def _summed(counts: list[CellCounts]) -> tuple[dict[str, RoleTally], int, int]:
+    """The cells' role tallies summed (transcript roles first, in order of appearance), problems with a
+    transcript, and their tokens."""
+    roles: dict[str, RoleTally] = {}
+    for k in counts:  # the transcripts' roles of every cell before a role only records name
+        for role, t in k.roles.items():
+            if t.transcripts:
+                roles.setdefault(role, RoleTally())
+    for k in counts:
+        for role, t in k.roles.items():
+            s = roles.setdefault(role, RoleTally())
+            for f in fields(RoleTally):
+                setattr(s, f.name, getattr(s, f.name) + getattr(t, f.name))
+    return roles, sum(k.covered for k in counts), sum(k.covered_tokens for k in counts)
 
 
-def _measured(g: Group, probs: list) -> list[RoleRow]:
-    counts, covered = _transcript_counts(g, probs)
-    spent: dict[str, list[float]] = {role: [0.0, 0.0] for role in counts}  # role -> [calls, tokens]; transcript order
-    seen: dict[str, set[str]] = {}
-    for c, p in probs:
-        for role, (n, prompt, completion) in p["role_calls"].items():
-            a = spent.setdefault(role, [0.0, 0.0])
-            a[0] += n
-            a[1] += prompt + completion
-            seen.setdefault(role, set()).add(f"{c.source}|{p['key']}")
-    n = len(probs)
-    group_tokens = sum(p["total_tokens"] for _, p in probs)
-    out = []
-    for role, (calls, tokens) in spent.items():
-        t = counts.get(role, [0.0] * 4)
-        out.append(
-            RoleRow(
-                label=g.label, model=g.model, settings=g.settings, role=role, problems=max(int(t[0]), len(seen.get(role, ()))),
-                turns=_avg(t[1], covered), replies=_avg(t[2], covered), tool_calls=_avg(t[3], covered),
-                tokens=_avg(tokens, n), calls=_avg(calls, n),
-                token_share=tokens / group_tokens if group_tokens else float("nan"), measured=True,
-                comparability=g.comparability,
-            )  # fmt: skip
-        )
-    return out
+def _measured(g: Group, counts: list[CellCounts], n: int) -> list[RoleRow]:
+    roles, covered, _ = _summed(counts)
+    group_tokens = sum(p["total_tokens"] for c in g.cells for p in c.problems)
+    return [
+        RoleRow(
+            label=g.label, model=g.model, settings=g.settings, role=role, problems=max(t.transcripts, t.called_in),
+            turns=_avg(t.turns, covered), replies=_avg(t.replies, covered), tool_calls=_avg(t.tool_calls, covered),
+            tokens=_avg(t.tokens, n), calls=_avg(t.calls, n),
+            token_share=t.tokens / group_tokens if group_tokens else float("nan"), measured=True,
+            comparability=g.comparability,
+        )  # fmt: skip
+        for role, t in roles.items()
+    ]
 
 
-def _estimated(g: Group, probs: list) -> list[RoleRow]:
+def _estimated(g: Group, counts: list[CellCounts]) -> list[RoleRow]:
     """Older records: each problem's exact totals apportioned to the roles its transcript shows."""
-    counts, covered = _transcript_counts(g, probs)
-    spent: dict[str, list[float]] = {}  # role -> [tokens, calls]
-    group_tokens = 0.0
-    for c, p in probs:
-        uses = c.roles.get(p["key"])
-        if not uses:
-            continue
-        group_tokens += p["total_tokens"]
-        cin = sum(u.chars_in for u in uses.values()) or 1
-        cout = sum(u.chars_out for u in uses.values()) or 1
-        steps = sum(u.steps for u in uses.values()) or 1
-        for role, u in uses.items():
-            a = spent.setdefault(role, [0.0, 0.0])
-            a[0] += p["prompt_tokens"] * u.chars_in / cin + p["completion_tokens"] * u.chars_out / cout
-            a[1] += p["model_calls"] * u.steps / steps
-    out = []
-    for role, (tokens, calls) in spent.items():
-        t = counts[role]
-        out.append(
-            RoleRow(
-                label=g.label, model=g.model, settings=g.settings, role=role, problems=int(t[0]),
-                turns=_avg(t[1], covered), replies=_avg(t[2], covered), tool_calls=_avg(t[3], covered),
-                tokens=_avg(tokens, covered), calls=_avg(calls, covered),
-                token_share=tokens / group_tokens if group_tokens else float("nan"), measured=False,
-                comparability=g.comparability,
-            )  # fmt: skip
-        )
-    return out
+    roles, covered, group_tokens = _summed(counts)
+    return [
+        RoleRow(
+            label=g.label, model=g.model, settings=g.settings, role=role, problems=t.transcripts,
+            turns=_avg(t.turns, covered), replies=_avg(t.replies, covered), tool_calls=_avg(t.tool_calls, covered),
+            tokens=_avg(t.est_tokens, covered), calls=_avg(t.est_calls, covered),
+            token_share=t.est_tokens / group_tokens if group_tokens else float("nan"), measured=False,
+            comparability=g.comparability,
+        )  # fmt: skip
+        for role, t in roles.items() if t.transcripts
+    ]
 
 
 def framework_rows(groups: list[Group], costs: list[CostRow], roles: list[RoleRow] | None = None) -> list[FrameworkRow]:

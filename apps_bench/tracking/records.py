@@ -16,7 +16,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from apps_bench.tracking.cell_lock import LOCK, CellLock, LockTimes
 from apps_bench.types import ProblemRecord
@@ -81,6 +81,33 @@ def _read_records(path: Path) -> tuple[list[ProblemRecord], int, int, int]:
         return [ProblemRecord.from_json(r) for r in lines], good_len, torn, corrupt
     except ValueError as exc:
         raise RecordsUnreadable(f"{path}: {exc}") from None
+
+
+def iter_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """`_read_lines`' objects one at a time, for a reader that must not hold the file (a cell's
+    transcripts are tens of MB): complete lines only, unparsable ones and a torn last line skipped."""
+    if not path.exists():
+        return
+    with open(path, "rb") as f:
+        for raw in f:
+            if not raw.endswith(b"\n") or not raw.strip():
+                continue  # a torn last line (a write cut by a kill), or a blank one
+            try:
+                obj = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and "key" in obj:
+                yield obj
+
+
+def iter_records(path: Path) -> Iterator[ProblemRecord]:
+    """records.jsonl read as `RecordStore.records` reads it, one record at a time and in file order (the
+    caller keeps a key's last one); a line this version cannot read is RecordsUnreadable."""
+    for obj in iter_lines(path):
+        try:
+            yield ProblemRecord.from_json(obj)
+        except ValueError as exc:
+            raise RecordsUnreadable(f"{path}: {exc}") from None
 
 
 def _atomic_write_lines(path: Path, lines: Iterable[dict[str, Any]]) -> None:

@@ -19,13 +19,14 @@ from apps_bench.config import JudgeConfig, typed
 
 DATA = APPS_DATA_DIR / "train_mini150.jsonl"
 CELL_ARGS = ["dataset=apps", f"dataset.path={DATA}", "dataset.split=train", "offset=36", "limit=8", "model=gold", "progress=false"]
-# An import hook that fails the command if re-scoring reached for a model or an agent runner.
+# An import hook that fails the command if re-scoring reached for a model or an agent runner, or composed a
+# cell (Hydra: its import and a composition cost ~0.2 s; re-scoring reads conf/judge and conf/tracking files).
 NO_MODELS = (
     "import sys\n"
     "class Refuse:\n"
     "    def find_spec(self, name, path=None, target=None):\n"
     "        if name.split('.')[:2] in (['apps_bench', 'models'], ['apps_bench', 'topologies'], ['apps_bench', 'solving']) "
-    "or name.split('.')[0] in ('openai', 'httpx', 'langgraph', 'crewai', 'autogen_agentchat', 'agents'):\n"
+    "or name.split('.')[0] in ('openai', 'httpx', 'langgraph', 'crewai', 'autogen_agentchat', 'agents', 'hydra'):\n"
     "            raise ImportError(f're-scoring imported {name}')\n"
     "sys.meta_path.insert(0, Refuse())\n"
     "from apps_bench.rescore import main\n"

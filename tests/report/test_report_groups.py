@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from conftest import problem_record
 
-from apps_bench.report.cells import CellData, incomparable_reason, role_uses, select
+from apps_bench.report.cells import CellData, incomparable_reason, select
 from apps_bench.report.cost import cost_rows, framework_rows, role_rows
 from apps_bench.report.groups import compare_to_baseline, group_cells
 from apps_bench.report.plots import pareto_front
 from apps_bench.report.stats import holm, mcnemar_exact
-from apps_bench.types import ProblemRecord
+from apps_bench.tracking.cell_counts import Tally, role_uses, usage_role_calls
 
 SEL = {"dataset.name": "apps", "dataset.revision": "r1", "dataset.path": "", "dataset.split": "test", "limit": "10",
        "offset": "0", "only": "[]", "difficulty": "None"}  # fmt: skip
@@ -31,6 +31,26 @@ def _cell(topology: str, seed: int, passed: list[int], *, model: str = "m", prof
         judge_profile=profile, max_tests_per_row=cap, selection=dict(selection or SEL), complete=True,
         source="x", framework=framework, flow=flow or topology, problems=probs, judge_rules=rules,
     )  # fmt: skip
+
+
+def _counted(cell: CellData, usage: dict[str, dict], events: dict[str, list[dict]] | None = None) -> CellData:
+    """The cell with the counts its records' usage (problem key -> usage) and transcripts would give."""
+    tally = Tally()
+    for key, u in usage.items():
+        tally.add(key, u)
+    tally.add_transcripts({"key": k, "events": e} for k, e in (events or {}).items())
+    cell.counts = tally.counts({})
+    return cell
+
+
+def _calls(role: str, n: int, prompt: int, completion: int) -> list[dict]:
+    """`n` call entries of `role` that add up to `prompt` and `completion` tokens."""
+    return [{"role": role, "prompt_tokens": prompt // n, "completion_tokens": completion // n}] * n
+
+
+def _usage(calls: list[dict]) -> dict:
+    return {"prompt_tokens": sum(c["prompt_tokens"] for c in calls), "completion_tokens": sum(c["completion_tokens"] for c in calls),
+            "model_calls": len(calls), "calls": calls}  # fmt: skip
 
 
 def test_reasons_name_what_differs():
@@ -161,16 +181,12 @@ def test_cost_per_role_sums_the_roles_of_the_calls():
         {"role": "tester", "prompt_tokens": 300, "completion_tokens": 40},
         {"role": "tester", "prompt_tokens": 500, "completion_tokens": 50},
     ]
-    def rec(i: int, cs: list[dict]) -> ProblemRecord:
-        return problem_record(i, usage={
-            "prompt_tokens": sum(c["prompt_tokens"] for c in cs), "completion_tokens": sum(c["completion_tokens"] for c in cs),
-            "model_calls": len(cs), "calls": cs})  # fmt: skip
-
+    recs = [problem_record(0, usage=_usage(calls)), problem_record(1, usage=_usage(calls[:1] + [{**calls[1], "role": "selector"}]))]
+    assert usage_role_calls(recs[0].usage) == {"analyzer": (1, 100, 10), "tester": (2, 800, 90)}
     c = _cell("sequential", 0, [])
-    c.problems = [problem_row(rec(0, calls)), problem_row(rec(1, calls[:1] + [{**calls[1], "role": "selector"}]))]
-    assert c.problems[0]["role_calls"] == {"analyzer": (1, 100, 10), "tester": (2, 800, 90)}
-    c.roles = {"test/0": role_uses([{"agent": "t", "role": "tester", "kind": "input", "content": "x"},
-                                    {"agent": "t", "role": "tester", "kind": "tool_call", "content": "y"}])}
+    c.problems = [problem_row(r) for r in recs]
+    _counted(c, {r.key: r.usage for r in recs}, {"test/0": [{"agent": "t", "role": "tester", "kind": "input", "content": "x"},
+                                                            {"agent": "t", "role": "tester", "kind": "tool_call", "content": "y"}]})
     rows = {r.role: r for r in role_rows(group_cells([c]))}
     assert all(r.measured for r in rows.values())
     # per problem over both problems: exact sums, not shares of characters
@@ -190,21 +206,21 @@ def test_cost_per_role_sums_the_roles_of_the_calls():
 
 
 def test_records_without_call_roles_are_not_counted_as_measured():
-    from apps_bench.report.cells import problem_row, table_row
-
     old = problem_record(0, usage={"prompt_tokens": 5, "completion_tokens": 1, "model_calls": 1,
                                    "calls": [{"prompt_tokens": 5, "completion_tokens": 1}]})  # fmt: skip
-    assert problem_row(old)["role_calls"] is None
-    assert table_row({"id": "0", "prompt_tokens": 5, "model_calls": 1})["role_calls"] is None  # problems.json row
+    assert usage_role_calls(old.usage) is None
     short = problem_record(0, usage={"model_calls": 2, "calls": [{"role": "a", "prompt_tokens": 1}]})
-    assert problem_row(short)["role_calls"] is None  # entries missing: the record cannot say
-    assert problem_row(problem_record(0, usage={"model_calls": 0, "calls": []}))["role_calls"] == {}
+    assert usage_role_calls(short.usage) is None  # entries missing: the record cannot say
+    assert usage_role_calls(problem_record(0, usage={"model_calls": 0, "calls": []}).usage) == {}
+    for usage in (old.usage, short.usage, {"id": "0", "prompt_tokens": 5, "model_calls": 1}):  # the last: a problems.json row
+        tally = Tally()
+        tally.add("test/1", {"model_calls": 0, "calls": []})
+        tally.add("test/0", usage)
+        assert not tally.counts({}).measured
 
 
 def test_cost_per_role_apportions_exact_totals_for_old_records():
     c = _cell("sequential", 0, [1, 0], tokens=1000, calls=3)
-    for p in c.problems:
-        p["role_calls"] = None  # records from before calls carried roles
     events = [
         {"agent": "a", "role": "analyzer", "kind": "input", "content": "x" * 100},
         {"agent": "a", "role": "analyzer", "kind": "reply", "content": "y" * 50},
@@ -217,7 +233,9 @@ def test_cost_per_role_apportions_exact_totals_for_old_records():
     uses = role_uses(events)
     assert set(uses) == {"analyzer", "tester"}
     assert (uses["tester"].steps, uses["tester"].tool_calls, uses["tester"].turns) == (2, 1, 1)
-    c.roles = {"test/0": uses, "test/1": uses}
+    # records from before calls carried roles: no per-call entries
+    _counted(c, {p["key"]: {k: p[k] for k in ("prompt_tokens", "completion_tokens", "model_calls")} for p in c.problems},
+             {"test/0": events, "test/1": events})
     rows = {r.role: r for r in role_rows(group_cells([c]))}
     # prompt 980 split 100:400 by characters given, completion 20 split 50:150 by characters produced
     assert rows["analyzer"].tokens == pytest.approx(980 * 100 / 500 + 20 * 50 / 200)
@@ -245,10 +263,9 @@ def test_framework_row_pairs_siblings_of_one_flow():
     assert row.tokens == (1000, 1500) and row.calls == (4, 5) and row.pass_at_1 == (1.0, 0.5)
     assert row.roles == ()  # no roles given (or estimated ones): no per-role split
     # counted per role on both sides: role by role, a role only one side has is 0 on the other
-    for p in cells[0].problems:
-        p["role_calls"] = {"coder": (4, 900, 100)}
-    for p in cells[1].problems:
-        p["role_calls"] = {"coder": (4, 1000, 100), "selector": (1, 350, 50)}
+    per_call = [_usage(_calls("coder", 4, 900, 100)), _usage(_calls("coder", 4, 1000, 100) + _calls("selector", 1, 350, 50))]
+    for cell, usage in zip(cells, per_call):
+        _counted(cell, {p["key"]: usage for p in cell.problems})
     roles = role_rows(groups)
     [row] = framework_rows(groups, cost_rows(groups), roles)
     assert row.roles == (("coder", (1000, 1100), (4, 4)), ("selector", (0.0, 400), (0.0, 1)))
@@ -258,7 +275,8 @@ def test_framework_row_pairs_siblings_of_one_flow():
     line = next(x for x in text.splitlines() if "selector" in x)
     assert line.split() == ["sequential", "m", "crewai", "vs", "langgraph", "selector", "400", "vs", "0", "+400",
                             "1.00", "vs", "0.00", "+1.00"]  # fmt: skip
-    cells[1].problems[0]["role_calls"] = None  # one side estimated: no per-role comparison
+    no_roles = {"prompt_tokens": 1480, "completion_tokens": 20, "model_calls": 5}  # one side estimated: no per-role comparison
+    _counted(cells[1], {"test/0": no_roles, "test/1": per_call[1]})
     [row] = framework_rows(group_cells(cells), cost_rows(group_cells(cells)), role_rows(group_cells(cells)))
     assert row.roles == ()
 
