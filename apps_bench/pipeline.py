@@ -240,7 +240,8 @@ def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], sol
     selected = {record_key(p.split, p.id): i for i, p in enumerate(loaded.problems)}
     records = sorted((r for r in store.records() if r.key in selected), key=lambda r: selected[r.key])
     summary = summarize_cell(records, n_selected=len(selected), skipped=loaded.skipped,
-                             profile=config.judge.profile, wall_s=time.perf_counter() - prep.t_start)  # fmt: skip
+                             profile=config.judge.profile, stopped_early=config.judge.stop_on_first_failure,
+                             wall_s=time.perf_counter() - prep.t_start)  # fmt: skip
     summary["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
     summary["run"] = {"concurrency": config.concurrency, "problems_in_flight": problems_in_flight(config),
                       "processes": config.processes, "solvers": solvers}

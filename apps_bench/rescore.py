@@ -354,9 +354,11 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
     order = {k: i for i, k in enumerate(problems)}
     recorded = {x.key for x in records}
     new_records = sorted((r for r in store.records() if r.key in recorded), key=lambda r: order.get(r.key, len(order)))
-    summary = summarize_cell(new_records, n_selected=len(problems), skipped=loaded.skipped, profile=profile)
+    summary = summarize_cell(new_records, n_selected=len(problems), skipped=loaded.skipped, profile=profile,
+                             stopped_early=bool(new["judge"]["stop_on_first_failure"]))
     summary["cell"] = {"key": new_key, "name": info.get("name"), **(info.get("axes") or {})}
-    old_counts = summarize_cell(records, n_selected=len(problems), skipped=loaded.skipped, profile=str(data["judge"]["profile"]))
+    old_counts = summarize_cell(records, n_selected=len(problems), skipped=loaded.skipped, profile=str(data["judge"]["profile"]),
+                                stopped_early=bool(data["judge"].get("stop_on_first_failure", True)))
     summary["rescore_of"] = {"cell": old_key, "dir": str(cell_dir), "profile": data["judge"]["profile"],
                              "max_tests_per_row": data.get("max_tests_per_row"),
                              "pass_at_1": old_summary.get("pass_at_1"), "complete": old_summary.get("complete"),

@@ -13,8 +13,14 @@ of the baseline with the seed prelude decides "prelude"; a test near the time li
 is "timing-marginal"), and print both times, the ratio and the compute floor (the
 solutions' own CPU time, measured inside the baseline's children).
 
+With --every-test-cost, instead: what running every kept test of a failing program costs (the
+test-case average needs it; judge.stop_on_first_failure: false) against stopping at its first
+failing test. Each row is answered with the next row's reference solution (wrong programs that
+really run: wrong answers, crashes, the odd timeout), judged with all tests both ways,
+alternating, --repeat times each; the medians and the tests run are printed.
+
 Usage (from the repo root):
-  python benchmarks/judge_speed.py [ROWS] [--timeout-s 4] [--workers 0]
+  python benchmarks/judge_speed.py [ROWS] [--timeout-s 4] [--workers 0] [--every-test-cost]
 ROWS defaults to tests/fixtures/apps/train_mini150.jsonl (the vendored rows).
 """
 
@@ -163,17 +169,60 @@ def baseline(problems, timeout_s: float, prelude: bool = False) -> dict[str, dic
     return out
 
 
+def every_test_cost(rows: Path, args: argparse.Namespace) -> int:
+    """Failing programs (each row answered with the next row's first solution), all tests, judged
+    stopping at the first failure and running every test, alternating; medians and tests run."""
+    lines = [json.loads(x) for x in rows.read_text(encoding="utf-8").splitlines() if x.strip()]
+    tmp = tempfile.TemporaryDirectory(prefix="judge-every-test-")
+    pred = Path(tmp.name) / "shifted.jsonl"
+    with pred.open("w", encoding="utf-8") as f:
+        for row, nxt in zip(lines, lines[1:] + lines[:1]):
+            sols = json.loads(nxt["solutions"]) if isinstance(nxt.get("solutions"), str) else nxt.get("solutions") or []
+            f.write(json.dumps({"id": str(row["problem_id"]), "code": sols[0] if sols else None}) + "\n")
+    times: dict[str, list[float]] = {"true": [], "false": []}
+    counts: dict[str, tuple[int, int, int]] = {}
+    for _ in range(max(1, args.repeat)):
+        for stop in ("true", "false"):
+            out = Path(tmp.name) / f"verdicts-{stop}.jsonl"
+            cmd = [sys.executable, "-m", "apps_bench.judge", str(rows), "--predictions", str(pred), "--split", "train",
+                   "--max-tests-per-row", "0", "--out", str(out), "--no-progress", "--timeout-s", str(args.timeout_s),
+                   "--set", f"stop_on_first_failure={stop}"]  # fmt: skip
+            if args.workers is not None:
+                cmd += ["--workers", str(args.workers)]
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+            times[stop].append(time.perf_counter() - t0)
+            if proc.returncode != 0:
+                print(proc.stdout, proc.stderr, sep="\n", file=sys.stderr)
+                raise SystemExit(f"error: judge command failed with exit {proc.returncode}")
+            vs = [json.loads(x) for x in out.read_text().splitlines()]
+            counts[stop] = (len(vs), sum(v["passed"] for v in vs), sum(v["tests_run"] for v in vs))
+    tmp.cleanup()
+    print(f"load average  : {' '.join(f'{x:.2f}' for x in os.getloadavg())} (other work on the machine slows both sides)")
+    for stop, name in (("true", "first failure"), ("false", "every test   ")):
+        n, passed, run = counts[stop]
+        print(f"{name}: {statistics.median(times[stop]):7.2f} s  ({n} programs, {passed} pass, {run} tests run; "
+              f"median of {', '.join(f'{x:.2f}' for x in times[stop])})")
+    ratio = statistics.median(times["false"]) / statistics.median(times["true"])
+    print(f"every test costs {ratio:.1f}x the judge time on failing programs (a passing program runs every test either way)")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rows", nargs="?", default=str(REPO / "tests/fixtures/apps/train_mini150.jsonl"))
     ap.add_argument("--timeout-s", type=float, default=4.0)
     ap.add_argument("--workers", type=int, default=None, help="passed to the judge command (default: its config)")
     ap.add_argument("--repeat", type=int, default=4, help="judge command runs (half before, half after the baseline); the median counts")
+    ap.add_argument("--every-test-cost", action="store_true",
+                    help="time failing programs judged with every test against stopping at the first failure (no baseline)")
     args = ap.parse_args()
     rows = Path(args.rows).resolve()
     if not rows.is_file():
         print(f"error: {rows} not found (give the path to a codeparrot-schema JSONL file)", file=sys.stderr)
         return 2
+    if args.every_test_cost:
+        return every_test_cost(rows, args)
     apps = OmegaConf.load(REPO / "apps_bench" / "conf" / "dataset" / "apps.yaml")
     dataset = typed(DatasetConfig, OmegaConf.merge(apps, {"source": "file", "path": str(rows), "split": "train"}))
     problems = load_problems(dataset, max_tests_per_row=0).problems

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
+from apps_bench.judge.reference import passes
 from apps_bench.types import Outcome, Problem, Verdict
 
 TIER_ORDER = ("introductory", "interview", "competition")
@@ -99,6 +100,19 @@ def pass_table(summary: Mapping[str, Any], *, title: str, caption: str) -> Any:
     for tier, s in (summary.get("by_difficulty") or {}).items():
         t.add_row(tier or "(none)", str(s["n"]), str(s["passed"]), f"{s['pass_at_1']:.4f}")
     return t
+
+
+def counted_tests(verdict: Mapping[str, Any] | None) -> dict[str, int]:
+    """A recorded verdict's tests as the test-case average counts them: passed, run, and kept (the
+    denominator: the row's tests after the `max_tests_per_row` cap). Under the `reference` profile the
+    original's own result list decides what passed, so a program it lost whole (`[-1] * 21`) or could
+    not compile (`[-2]`) passed none, whatever ran before; a missing verdict (no program) counts 0."""
+    v = verdict or {}
+    passed = int(v.get("tests_passed", 0) or 0)
+    ref = v.get("reference_results")
+    if isinstance(ref, (list, tuple)):
+        passed = sum(passes(x) for x in ref)
+    return {"tests_passed": passed, "tests_run": int(v.get("tests_run", 0) or 0), "tests_kept": int(v.get("n_tests", 0) or 0)}
 
 
 def _unpack(item: Any) -> tuple[str, bool, bool, bool]:

@@ -8,6 +8,7 @@ comparisons against a baseline, cost per problem / role / framework, a tidy expo
     python -m apps_bench.report --judge reference            # only verdicts of one judge profile
     python -m apps_bench.report --plots outputs/report       # pass_at_1.png, pareto.png (+ forest.png)
     python -m apps_bench.report --export problems.csv --export problems.parquet
+    python -m apps_bench.report --sweep <parent run id> --table apps-paper --format latex   # APPS Table 2's layout
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from apps_bench import provenance
 from apps_bench.config import compose
 from apps_bench.report import cells as cellmod
-from apps_bench.report import cost, export, groups, options, plots, render, sweep_run
+from apps_bench.report import cost, export, groups, options, paper, plots, render, sweep_run
 from apps_bench.report import table as metric_table
 from apps_bench.report.sweep_run import SweepIncomplete
 from apps_bench.report.table import ReportError
@@ -57,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     out.add_argument("--export", metavar="FILE", action="append", default=[], help="tidy per-problem table (.csv or .parquet; repeatable)")
     out.add_argument("--publish", action="store_true",
                      help="with --sweep: write the sweep's comparison on its parent run (for cells started by hand under it)")
+    out.add_argument("--table", choices=paper.TABLES,
+                     help="only this table: apps-paper (test-case average and strict accuracy per difficulty tier, "
+                          "APPS Table 2's layout) or pass-at-k (pass@1..n, the seeds as n samples)")
+    out.add_argument("--format", choices=paper.FORMATS, default="text",
+                     help="--table's format: text (default), csv, latex or markdown (for a paper), printed to stdout")
     out.add_argument("--metric", default="pass_at_1", help="another MLflow metric: mean ± std over seeds of the cells' runs")
     ap.add_argument("--debug", action="store_true", help="a failure of the store, the disk or an interrupt: its traceback too")
     return ap
@@ -129,7 +135,15 @@ def _report(args: argparse.Namespace, baseline: groups.Baseline | None) -> int:
     if baseline is not None:  # before anything is printed
         _check_baseline(baseline, gs)
     names = groups.blocks(gs)
+    tier_rows = paper.rows_of(gs)
+    if args.table:
+        print(_paper_table(tier_rows, args.table, args.format))
+        return 0
     print(render.pass_table(gs))
+    print()
+    print(paper.apps_text(tier_rows, header=False))
+    print()
+    print(paper.pass_at_k_text(tier_rows, header=False))
     if baseline is None:  # with --compare, each comparison says what differs between its own cells
         for w in provenance.differences({f"{g.label}·{g.model}{groups.shown(g.settings)}·s{c.seed}": c.provenance for g in gs for c in g.cells}):
             print(render.wrap(f"warning: provenance: {w}"))
@@ -178,6 +192,12 @@ def _report(args: argparse.Namespace, baseline: groups.Baseline | None) -> int:
         n = export.write(chosen, path)
         print(f"tidy table written to {path} ({n} rows)")
     return 0
+
+
+def _paper_table(rows: list[paper.PaperRow], table: str, fmt: str) -> str:
+    if fmt != "text":
+        return paper.export(rows, table, fmt).rstrip("\n")
+    return paper.apps_text(rows) if table == "apps-paper" else paper.pass_at_k_text(rows)
 
 
 def _check_baseline(baseline: groups.Baseline, gs: list[groups.Group]) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Hashable, Mapping, Sequence
 
 from apps_bench import provenance
+from apps_bench.judge.summary import counted_tests
 from apps_bench.report.money import billed_tokens
 from apps_bench.tracking import membership
 from apps_bench.tracking import mlflow as mlf
@@ -218,10 +219,13 @@ def incomparable_reason(a: CellData, b: CellData) -> str | None:
 # ----------------------------------------------------------------------------- records -> rows
 
 
+TEST_COUNTS = ("tests_passed", "tests_run", "tests_kept")
+
+
 def problem_row(rec: ProblemRecord) -> dict[str, Any]:
     """A record (a records.jsonl line) -> the report's per-problem row."""
     return _row(rec.key, rec.id, rec.split, rec.difficulty, rec.passed, rec.error, rec.usage,
-                (rec.latency_s, rec.solve_s, rec.judge_s))  # fmt: skip
+                (rec.latency_s, rec.solve_s, rec.judge_s), counted_tests(rec.verdict))  # fmt: skip
 
 
 def table_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -229,12 +233,14 @@ def table_row(row: Mapping[str, Any]) -> dict[str, Any]:
     usage columns flat and no per-call entries -> the report's per-problem row."""
     split, pid = str(row.get("split") or "test"), str(row.get("id"))
     times = tuple(float(row.get(k, 0.0) or 0.0) for k in ("latency_s", "solve_s", "judge_s"))
+    tests = {k: int(row.get(k, 0) or 0) for k in TEST_COUNTS}
+    tests["tests_kept"] = tests["tests_kept"] or int(row.get("n_tests", 0) or 0)  # tables logged before tests_kept
     return _row(f"{split}/{pid}", pid, split, str(row.get("difficulty") or ""), bool(row.get("passed")), row.get("error"),
-                row, (times[0], times[1], times[2]))  # fmt: skip
+                row, (times[0], times[1], times[2]), tests)  # fmt: skip
 
 
 def _row(key: str, pid: str, split: str, difficulty: str, passed: bool, error: str | None, u: Mapping[str, Any],
-         times: tuple[float, float, float]) -> dict[str, Any]:  # fmt: skip
+         times: tuple[float, float, float], tests: Mapping[str, int]) -> dict[str, Any]:  # fmt: skip
     prompt, completion = int(u.get("prompt_tokens", 0) or 0), int(u.get("completion_tokens", 0) or 0)
     billed_in, billed_out = billed_tokens(u)
     n_calls = int(u.get("model_calls", 0) or 0)
@@ -245,6 +251,7 @@ def _row(key: str, pid: str, split: str, difficulty: str, passed: bool, error: s
         "difficulty": difficulty,
         "passed": passed,
         "error": error or "",
+        **{k: int(tests[k]) for k in TEST_COUNTS},  # what the test-case average counts (judge.summary.counted_tests)
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,

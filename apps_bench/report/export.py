@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from apps_bench.report.cells import CellData
+from apps_bench.report.cells import TEST_COUNTS, CellData
 from apps_bench.report.table import ReportError
 
 MEASURES = ("prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "tool_calls",
             "latency_s", "solve_s", "judge_s", "tool_s")  # fmt: skip
 COLUMNS = (
     "dataset", "topology", "model", "optimizer", "seed", "cell_key", "judge_profile", "judge_rules", "max_tests_per_row",
-    "framework", "run_kind", "source", "problem_id", "split", "difficulty", "passed", "error", *MEASURES,
+    "framework", "run_kind", "source", "problem_id", "split", "difficulty", "passed", "error", *TEST_COUNTS, *MEASURES,
 )  # fmt: skip
 
 
@@ -27,7 +27,7 @@ def tidy_rows(cells: list[CellData]) -> list[dict[str, Any]]:
                 "framework": c.framework,
                 "run_kind": c.run_kind, "source": c.source, "problem_id": p["id"], "split": p["split"],
                 "difficulty": p["difficulty"], "passed": p["passed"], "error": p["error"],
-                **{k: p[k] for k in MEASURES},
+                **{k: p[k] for k in (*TEST_COUNTS, *MEASURES)},
             })  # fmt: skip
     return rows
 

@@ -101,9 +101,19 @@ def check(args: argparse.Namespace) -> Baseline | None:
         bad.append(f"--cells-dir {args.cells_dir}: no such folder; point it at a folder of cells (e.g. outputs/cells)")
     if args.publish and not args.sweep:
         bad.append("--publish writes a sweep's comparison: give the sweep's parent run, --sweep PARENT_RUN_ID")
+    if args.format != "text" and not args.table:
+        bad.append(f"--format {args.format}: formats one table; add --table apps-paper (or --table pass-at-k)")
+    if args.table:
+        others = [o for o, v in (("--compare", args.compare), ("--export", args.export), ("--plots", args.plots),
+                                 ("--plot", args.plot), ("--pareto", args.pareto), ("--forest", args.forest),
+                                 ("--publish", args.publish)) if v]  # fmt: skip
+        if others:
+            bad.append(f"--table {args.table} prints that table alone; {', '.join(others)} belong to the whole report: "
+                       "drop --table, or run the report twice")
     if args.metric != "pass_at_1":
         ignored = [o for o, v in (("--compare", args.compare), ("--export", args.export), ("--plots", args.plots),
-                                  ("--pareto", args.pareto), ("--forest", args.forest), ("--cells-dir", args.cells_dir)) if v]  # fmt: skip
+                                  ("--pareto", args.pareto), ("--forest", args.forest), ("--cells-dir", args.cells_dir),
+                                  ("--table", args.table)) if v]  # fmt: skip
         if ignored:
             bad.append(f"--metric {args.metric}: another metric is one table of means over seeds (and --plot); "
                        f"{', '.join(ignored)} need the per-problem records of pass@1: drop --metric or them")  # fmt: skip

@@ -11,7 +11,8 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from apps_bench.judge import summarize
-from apps_bench.report import money
+from apps_bench.judge.summary import counted_tests
+from apps_bench.report import money, tiers
 from apps_bench.report.stats import METHOD_CELL, N_BOOT, bootstrap_interval
 from apps_bench.types import ProblemRecord
 
@@ -38,9 +39,12 @@ def summarize_cell(
     n_selected: int,
     skipped: Mapping[str, int],
     profile: str,
+    stopped_early: bool,
     wall_s: float | None = None,
 ) -> dict[str, Any]:
-    """summary.json: the judge's pass@1 figures over judged problems, plus errors, usage, latency."""
+    """summary.json: the judge's pass@1 figures over judged problems, the test-case average and strict
+    accuracy per tier (`stopped_early`: the judge's stop_on_first_failure, report.tiers), plus errors,
+    usage, latency."""
     judged = [r for r in records if not r.error]
     errors = [r for r in records if r.error]
     items = [
@@ -56,6 +60,8 @@ def summarize_cell(
     out = s.to_dict()
     out["metrics"] = s.metrics()
     out["pass_at_1_ci"] = cell_interval([bool(it["passed"]) for it in items])
+    figures = tiers.apps_figures([[problem_tests(r) for r in records]], stopped_early=stopped_early)
+    out["metrics"].update(tiers.metrics(figures))
     tot = {k: 0 for k in USAGE_TOTALS}
     finish: dict[str, int] = {}
     for r in records:
@@ -86,6 +92,11 @@ def summarize_cell(
         wall_s=wall_s,
     )
     return out
+
+
+def problem_tests(r: ProblemRecord) -> dict[str, Any]:
+    """What report.tiers reads of a record."""
+    return {"key": r.key, "difficulty": r.difficulty, "passed": r.passed, "error": r.error, **counted_tests(r.verdict)}
 
 
 def cell_interval(passed: list[bool]) -> dict[str, Any]:
@@ -133,7 +144,6 @@ def table_rows(records: Sequence[ProblemRecord]) -> list[dict[str, Any]]:
     """The MLflow table of a cell's problems (problems.json): one flat row per record."""
     rows = []
     for r in records:
-        v = r.verdict or {}
         u = r.usage
         rows.append(
             {
@@ -143,9 +153,7 @@ def table_rows(records: Sequence[ProblemRecord]) -> list[dict[str, Any]]:
                 "passed": r.passed,
                 "extracted": r.extracted,
                 "error": r.error or "",
-                "tests_passed": v.get("tests_passed", 0),
-                "tests_run": v.get("tests_run", 0),
-                "n_tests": v.get("n_tests", 0),
+                **counted_tests(r.verdict),  # tests_kept: the verdict's n_tests (older tables call it so)
                 "prompt_tokens": u.get("prompt_tokens", 0),
                 "completion_tokens": u.get("completion_tokens", 0),
                 "retried_prompt_tokens": u.get("retried_prompt_tokens", 0),

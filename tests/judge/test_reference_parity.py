@@ -25,6 +25,8 @@ from conftest import TIMING_MARGINAL_TRAIN_IDS
 from apps_bench.data.rows import parse_row
 from apps_bench.judge.core import Judge
 from apps_bench.judge.profiles import judge_config
+from apps_bench.judge.summary import counted_tests
+from apps_bench.report.tiers import fraction_passed
 from apps_bench.sandbox import SandboxPool
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reference"
@@ -111,22 +113,57 @@ def test_the_corpus_covers_every_probe_and_cap(rows, programs) -> None:
     assert 0 < len(cut_by(20, rows, programs)) < len(programs)
 
 
-@pytest.mark.parametrize("cap", CAPS, ids=lambda c: f"max_tests_{c}")
-def test_reference_reproduces_every_recorded_verdict(pool, rows, programs, cap) -> None:
+@pytest.fixture(scope="module", params=CAPS, ids=lambda c: f"max_tests_{c}")
+def reference_run(request, pool, rows, programs) -> tuple[int, dict[str, object]]:
+    """(cap, id -> Verdict): the corpus programs a cap changes, judged by `reference` once for the tests below."""
+    cap = request.param
+    return cap, judge_corpus(pool, rows, cut_by(cap, rows, programs), "reference", cap)
+
+
+def _skipped_by_timing(pid: str, v) -> bool:
+    return pid in TIMING_MARGINAL and any(r.outcome.value == "timeout" for r in v.results)
+
+
+def test_reference_reproduces_every_recorded_verdict(reference_run) -> None:
     recorded = _verdicts("verdicts.jsonl")
-    got = judge_corpus(pool, rows, cut_by(cap, rows, programs), "reference", cap)
+    cap, got = reference_run
     wrong = []
     for pid, v in got.items():
         want = recorded[(pid, cap)]
         if pid in CONTAINED:  # the original was fooled; reference must not be
             assert want["passed"] is True and v.passed is False and list(v.reference_results) == [False], pid
             continue
-        if pid in TIMING_MARGINAL and any(r.outcome.value == "timeout" for r in v.results):
+        if _skipped_by_timing(pid, v):
             continue
         if v.passed != want["passed"] or list(v.reference_results) != want["results"]:
             wrong.append(f"{pid}: reference {v.passed} {list(v.reference_results)[:8]}, original {want['passed']} {want['results'][:8]}")
         assert v.profile == "reference"
     assert wrong == [], "\n".join(wrong)
+
+
+def _original_test_case_average(results: list) -> float:
+    """What the original's evaluation prints per problem: the mean of `np.asarray(results) > 0`."""
+    return sum(1 for x in results if x is True or (type(x) is int and x > 0)) / len(results)
+
+
+def test_test_case_average_per_problem_is_the_originals(reference_run) -> None:
+    """The report's per-problem share of tests passed (a record's verdict, counted as report.cells counts it)
+    is what hendrycks/apps' evaluation computes from its own result list, on every program of the corpus:
+    partly right ones, compile errors ([-2]) and programs it lost whole ([-1] * 21) among them."""
+    recorded = _verdicts("verdicts.jsonl")
+    cap, got = reference_run
+    wrong, partial = [], 0
+    for pid, v in got.items():
+        want = recorded[(pid, cap)]
+        if pid in CONTAINED or _skipped_by_timing(pid, v):
+            continue
+        mine = fraction_passed({"passed": v.passed, **counted_tests(v.to_json())})
+        original = _original_test_case_average(want["results"])
+        partial += 0 < original < 1
+        if mine != pytest.approx(original, abs=1e-12):
+            wrong.append(f"{pid}: {mine:.4f} here, {original:.4f} in the original ({want['results'][:8]})")
+    assert wrong == [], "\n".join(wrong)
+    assert partial >= (2 if cap == 0 else 1)  # the corpus has programs that pass some tests and fail others
 
 
 @pytest.mark.parametrize("cap", CAPS, ids=lambda c: f"max_tests_{c}")
@@ -199,6 +236,8 @@ def test_a_cell_with_judge_reference_gives_the_original_verdicts(tmp_path, mlflo
     solution, as extracted from its reply: stripped) on every train row of the corpus."""
     from conftest import fresh_store, run_cli
 
+    from apps_bench.report.cells import from_dirs
+
     recorded = _verdicts("verdicts.jsonl")
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     proc = run_cli(["dataset=apps", f"dataset.path={corpus.DATA / 'train_mini150.jsonl'}", "dataset.split=train",
@@ -207,9 +246,11 @@ def test_a_cell_with_judge_reference_gives_the_original_verdicts(tmp_path, mlflo
     (cell,) = (tmp_path / "outputs" / "cells").iterdir()
     records = [json.loads(x) for x in (cell / "records.jsonl").read_text().splitlines()]
     assert len(records) == 150
+    rows = {p["id"]: p for c in from_dirs(cell, with_roles=False) for p in c.problems}  # the report's rows
     for r in records:
         want = recorded[(f"gold/train:{r['id']}", cap)]
         v = r["verdict"]
         if r["id"] in TIMING_MARGINAL_TRAIN_IDS and any(t["outcome"] == "timeout" for t in v["results"]):
             continue
         assert (v["profile"], r["passed"], v["reference_results"]) == ("reference", want["passed"], want["results"]), r["id"]
+        assert fraction_passed(rows[r["id"]]) == pytest.approx(_original_test_case_average(want["results"])), r["id"]

@@ -162,7 +162,7 @@ def test_finish_reasons_are_counted_in_the_cell_summary(endpoint):
     asyncio.run(_ask("openai", clients(endpoint, free, max_tokens=64), "What is 2+2? Answer with the number only."))
     assert free.finish_reasons.get("stop") == 1, free.finish_reasons
     records = [problem_record(i, usage=usage_record(u)) for i, u in enumerate((capped, free))]
-    summary = summarize_cell(records, n_selected=2, skipped={}, profile="seed")
+    summary = summarize_cell(records, n_selected=2, skipped={}, profile="seed", stopped_early=True)
     assert summary["usage"]["length_stops"] == 1
     assert summary["finish_reasons"] == {"length": 1, "stop": 1}
 

@@ -36,6 +36,8 @@ def _report(tmp_path: Path, *args: str):
         (["--cells-dir", "no/such/dir"], ["--cells-dir no/such/dir", "no such folder"]),
         (["--publish"], ["--publish", "--sweep PARENT_RUN_ID"]),
         (["--metric", "latency_mean_s", "--export", "t.csv"], ["--metric latency_mean_s", "--export", "drop --metric"]),
+        (["--format", "latex"], ["--format latex", "add --table apps-paper"]),
+        (["--table", "apps-paper", "--plots", "charts"], ["--table apps-paper", "--plots", "drop --table"]),
     ],
 )
 def test_a_bad_option_is_refused_before_any_work(tmp_path: Path, args: list[str], words: list[str]):
