@@ -16,6 +16,7 @@ and the parent's `comparison_missing` and `error` tags say the same, never a sma
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 import tempfile
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from apps_bench.report import cells as cellmod
-from apps_bench.report import groups, plots, render
+from apps_bench.report import groups, paper, plots, render
 from apps_bench.report.table import ReportError
 from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
@@ -37,8 +38,11 @@ PASS_COLUMNS = ["topology", "model", "settings", "pass_at_1", "ci_low", "ci_high
 # each row against its baseline (groups.compare_to_baseline): empty on the baseline's own rows and on refused ones
 DIFF_COLUMNS = ["baseline", "delta_pass_at_1", "delta_ci_low", "delta_ci_high", "wins", "losses", "mcnemar_p", "holm_p",
                 "not_compared"]  # fmt: skip
+# the APPS paper's figures per difficulty tier (report/tiers.py, seeds pooled); the test-case average is a lower
+# bound when the judge stopped failing programs at their first failing test
+TIER_COLUMNS = [f"{m}_{t}" for m, _ in paper.METRICS for t in paper.COLUMNS] + ["test_case_average_lower_bound"]
 # the table's order: what a reader compares first (the UI shows the first dozen columns without scrolling)
-COLUMNS = PASS_COLUMNS[:6] + DIFF_COLUMNS[:-1] + PASS_COLUMNS[6:] + DIFF_COLUMNS[-1:]
+COLUMNS = PASS_COLUMNS[:6] + DIFF_COLUMNS[:-1] + TIER_COLUMNS + PASS_COLUMNS[6:] + DIFF_COLUMNS[-1:]
 
 
 class SweepIncomplete(ReportError):
@@ -82,21 +86,34 @@ def baseline_of(rows: list[dict[str, Any]]) -> groups.Baseline | None:
     return None
 
 
-def comparison_rows(gs: list[groups.Group], comps: list[groups.Comparison], base: groups.Baseline | None) -> list[dict[str, Any]]:
+def comparison_rows(gs: list[groups.Group], comps: list[groups.Comparison], base: groups.Baseline | None,
+                    tier_rows: list[paper.PaperRow]) -> list[dict[str, Any]]:  # fmt: skip
     """The parent's table: the report's pass@1 rows (`render.pass_rows`), each with its paired comparison
     against `base` (the comparison table's figures; empty where the row is the baseline, and the reason
-    where the comparison was refused)."""
+    where the comparison was refused) and its APPS figures per tier (`tier_rows`: paper.rows_of(gs))."""
     by_group = {(c.label, c.model, c.settings, c.comparability): c for c in comps}
     out = []
-    for g, row in zip(gs, render.pass_rows(gs)):
+    for g, row, tier in zip(gs, render.pass_rows(gs), tier_rows):
         cmp = by_group.get((g.label, g.model, g.settings, g.comparability))
         r = cmp.result if cmp is not None else None
         out.append({
-            **row, "baseline": base.label if base is not None else None,
+            **row, **_tier_figures(tier), "baseline": base.label if base is not None else None,
             "delta_pass_at_1": r.diff if r else None, "delta_ci_low": r.low if r else None, "delta_ci_high": r.high if r else None,
             "wins": r.a_only if r else None, "losses": r.b_only if r else None, "mcnemar_p": r.p_value if r else None,
             "holm_p": cmp.p_holm if cmp is not None else None, "not_compared": cmp.refused if cmp is not None else None,
         })  # fmt: skip
+    return out
+
+
+def _tier_figures(row: paper.PaperRow) -> dict[str, Any]:
+    """A group's TIER_COLUMNS: each metric per tier (None where the group has no problem of the tier)."""
+    out: dict[str, Any] = {}
+    for metric, _ in paper.METRICS:
+        for t in paper.COLUMNS:
+            f = row.figures.get(t)
+            iv = getattr(f, metric) if f is not None else None
+            out[f"{metric}_{t}"] = None if iv is None or math.isnan(iv.estimate) else iv.estimate
+    out["test_case_average_lower_bound"] = any(f.lower_bound for f in row.figures.values())
     return out
 
 
@@ -153,7 +170,8 @@ def _publish(uri: str, parent_run_id: str) -> tuple[list[dict[str, Any]], str]:
     gs = groups.group_cells(chosen)
     base = baseline_of(render.pass_rows(gs))
     comps = groups.compare_to_baseline(gs, base) if base is not None else []
-    rows = comparison_rows(gs, comps, base)
+    tier_rows = paper.rows_of(gs)
+    rows = comparison_rows(gs, comps, base, tier_rows)
     mlf.log_table(c, parent_run_id, rows, TABLE, columns=COLUMNS)
     text = render.pass_table(gs) if gs else "pass@1 by topology × model: this sweep has no cell"
     if comps:

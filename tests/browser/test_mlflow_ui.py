@@ -285,6 +285,8 @@ def _shown(v: Any) -> str:
     spaces as one (HTML collapses them: per_seed's "s0 1.000  s1 1.000" reads "s0 1.000 s1 1.000")."""
     if v is None:
         return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return " ".join(str(v).split())

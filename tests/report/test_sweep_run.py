@@ -127,6 +127,23 @@ def test_the_parent_run_holds_the_paired_differences_and_the_figures_as_metrics(
     b = rows["single"]  # the baseline's own row: nothing to pair with
     assert b["baseline"] == "single" and all(b[k] is None for k in ("delta_pass_at_1", "wins", "mcnemar_p", "not_compared"))
 
+    # the APPS paper's figures per tier: strict accuracy recomputed from the records' difficulty, seeds pooled
+    tiers: dict[str, list[float]] = {}
+    for d in (sweep["cwd"] / "outputs" / "cells").iterdir():
+        if json.loads((d / "cell.json").read_text())["axes"]["topology"] == "sequential_langgraph":
+            for rec in map(json.loads, (d / "records.jsonl").read_text().splitlines()):
+                if not rec["error"]:
+                    for t in (rec["difficulty"], "all"):
+                        tiers.setdefault(t, []).append(float(rec["passed"]))
+    assert len(tiers) >= 2, tiers
+    for t in ("introductory", "interview", "competition", "all"):
+        want = sum(tiers[t]) / len(tiers[t]) if t in tiers else None
+        assert r[f"strict_accuracy_{t}"] == (pytest.approx(want) if want is not None else None), t
+        if want is not None:  # the fraction of tests passed is at least the fraction of problems that pass them all
+            assert want - 1e-9 <= r[f"test_case_average_{t}"] <= 1.0, t
+    assert r["strict_accuracy_all"] == pytest.approx(r["pass_at_1"])
+    assert isinstance(r["test_case_average_lower_bound"], bool)  # report/tiers.py's flag, its own tests check when
+
     metrics = mlf.client(uri).get_run(parent.info.run_id).data.metrics
     expected = {}
     for t, row in rows.items():
