@@ -1,7 +1,12 @@
 """The report's charts (matplotlib, Agg): pass@1 with intervals, a forest plot of paired
 differences, and pass@1 against tokens per problem with its Pareto front. Each chart names
 the comparability blocks it draws (the report's letters, spelled out under the axes), and
-with several blocks each bar, point or line carries its block's letter."""
+with several blocks each bar, point or line carries its block's letter.
+
+Every text stays inside the figure and no two labels overlap (tests/report/test_charts.py measures
+them): the footer is wrapped to the figure's width, legends sit beside the axes, and the Pareto
+chart's point labels are placed where they collide with nothing (`_place_labels`). A figure is drawn
+at the resolution it is saved at (`DPI`): text extents do not scale linearly with it."""
 
 from __future__ import annotations
 
@@ -11,6 +16,17 @@ from typing import Any
 from apps_bench.report.cost import CostRow
 from apps_bench.report.groups import Comparison, Group, blocks, classes, shown
 from apps_bench.report.stats import format_p
+
+DPI = 110  # the figures' resolution, also when MLflow's log_figure saves one
+NOTE_PT = 7  # the blocks' footer's font size
+NOTE_EM = 0.8  # a generous width of one monospace character, in ems (hinting rounds advances up at some sizes)
+LABEL_PT = 8  # the Pareto chart's point labels
+LABEL_PAD_PT = 2.0  # the room kept around each label and point
+
+
+def _legend_beside(ax: Any, **kw: Any) -> None:
+    """The legend to the right of the axes, where no bar, point or label can be under it."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kw)
 
 
 def _pyplot() -> Any:
@@ -23,8 +39,7 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, path: str) -> None:
-    _layout(fig)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=DPI)
     _pyplot().close(fig)
 
 
@@ -37,15 +52,16 @@ def _blocks_note(fig: Any, groups: list[Group]) -> None:
     import textwrap
 
     letters, labels = blocks(groups), classes(groups)
-    lines = [ln for cls, letter in letters.items() for ln in textwrap.wrap(f"block {letter}: {labels[cls]}", 110)]
-    fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, va="bottom", ha="left", family="monospace")
+    width = int((fig.get_size_inches()[0] * 72 * 0.98) / (NOTE_PT * NOTE_EM))  # characters that fit the figure
+    lines = [ln for cls, letter in letters.items() for ln in textwrap.wrap(f"block {letter}: {labels[cls]}", width)]
+    fig.text(0.01, 0.01, "\n".join(lines), fontsize=NOTE_PT, va="bottom", ha="left", family="monospace")
     fig._apps_bench_note_lines = len(lines)  # _layout keeps the axes above them
 
 
 def _layout(fig: Any) -> None:
     lines = getattr(fig, "_apps_bench_note_lines", 0)
     height = fig.get_size_inches()[1] * 72  # points
-    fig.tight_layout(rect=(0, min(0.5, (lines * 9 + 8) / height) if lines else 0, 1, 1))
+    fig.tight_layout(rect=(0, min(0.5, (lines * (NOTE_PT + 2) + 8) / height) if lines else 0, 1, 1))
 
 
 def _which(groups: list[Group]) -> str:
@@ -68,7 +84,7 @@ def pass_figure(groups: list[Group]) -> Any:
     models = sorted({g.model for g in groups})
     at = {(g.comparability, g.label + shown(g.settings), g.model): g for g in groups}
     width = 0.8 / max(1, len(models))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(xs_keys) + 2), 4.5 + 0.15 * len(letters)))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(xs_keys) + 3), 4.5 + 0.15 * len(letters)), dpi=DPI)
     for i, m in enumerate(models):
         xs = [j + i * width for j in range(len(xs_keys))]
         ivs = [at[(c, t, m)].interval if (c, t, m) in at else None for c, t in xs_keys]
@@ -80,7 +96,7 @@ def pass_figure(groups: list[Group]) -> Any:
     ax.set_xticklabels([f"{t} [{letters[c]}]" if many else t for c, t in xs_keys], rotation=30, ha="right")
     ax.set_ylabel("pass@1 (95% CI, bootstrap over problems)")
     ax.set_ylim(0, 1.05)
-    ax.legend(title="model")
+    _legend_beside(ax, title="model")
     ax.set_title(f"APPS pass@1 by topology × model · {_which(groups)}")
     _blocks_note(fig, groups)
     _layout(fig)
@@ -94,7 +110,7 @@ def forest_plot(comps: list[Comparison], path: str, groups: list[Group]) -> None
     if not done:
         raise ValueError("no comparison to plot (every one was refused)")
     letters = blocks(groups)
-    fig, ax = plt.subplots(figsize=(7.5, 1.6 + 0.55 * len(done) + 0.15 * len(letters)))
+    fig, ax = plt.subplots(figsize=(7.5, 1.6 + 0.55 * len(done) + 0.15 * len(letters)), dpi=DPI)
     for y, c in enumerate(reversed(done)):
         r = c.result
         assert r is not None
@@ -109,6 +125,7 @@ def forest_plot(comps: list[Comparison], path: str, groups: list[Group]) -> None
     ax.set_xlabel("Δ pass@1 vs baseline (95% paired bootstrap CI)")
     ax.set_title(f"paired differences against the baseline · {_which([g for c in done for g in c.pair or ()])}")
     _blocks_note(fig, [g for c in done for g in c.pair or ()])
+    _layout(fig)
     _save(fig, path)
 
 
@@ -131,15 +148,11 @@ def pareto_plot(costs: list[CostRow], path: str, groups: list[Group]) -> None:
     front = pareto_front(pts)
     letters = blocks(groups)
     many = len(letters) > 1
-    fig, ax = plt.subplots(figsize=(7.0, 4.8 + 0.15 * len(letters)))
+    fig, ax = plt.subplots(figsize=(8.0, 4.8 + 0.15 * len(letters)), dpi=DPI)
     models = sorted({c.model for c in rows})
     for m in models:
         mine = [c for c in rows if c.model == m]
         ax.scatter([c.tokens_per_problem for c in mine], [c.pass_at_1 for c in mine], s=50, label=m, zorder=3)
-    for c in rows:
-        label = c.label + shown(c.settings)
-        name = f"{label} [{letters.get(c.comparability, '?')}]" if many else label
-        ax.annotate(name, (c.tokens_per_problem, c.pass_at_1), xytext=(5, 4), textcoords="offset points", fontsize=8)
     ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "--", color="grey", zorder=2)
     ax.scatter([pts[i][0] for i in front], [pts[i][1] for i in front], s=170, facecolors="none", edgecolors="black",
                zorder=4, label="Pareto front")  # fmt: skip
@@ -147,7 +160,67 @@ def pareto_plot(costs: list[CostRow], path: str, groups: list[Group]) -> None:
     ax.set_ylabel("pass@1")
     ax.set_ylim(min(0.0, min(p[1] for p in pts)), 1.05)
     ax.set_xlim(0, max(p[0] for p in pts) * 1.25)
-    ax.legend()
+    _legend_beside(ax)
     ax.set_title(f"pass@1 vs cost per problem · {_which(groups)}")
     _blocks_note(fig, groups)
+    _layout(fig)  # first: the labels are placed in the axes as they will be drawn
+    names = [c.label + shown(c.settings) + (f" [{letters.get(c.comparability, '?')}]" if many else "") for c in rows]
+    _place_labels(fig, ax, [(name, x, y) for name, (x, y) in zip(names, pts)], line=[pts[i] for i in front])
     _save(fig, path)
+
+
+# where a label may go, in points from its point: beside it first, then stacked further up or down
+_OFFSETS = [(7, 3), (7, -3), (-7, 3), (-7, -3)] + [
+    (dx, sign * (3 + 11 * k)) for k in range(1, 9) for sign in (1, -1) for dx in (7, -7)
+]
+
+
+def _place_labels(fig: Any, ax: Any, notes: list[tuple[str, float, float]], line: list[tuple[float, float]]) -> None:
+    """Label each point at the first offset (`_OFFSETS`) where the label lies inside the axes and overlaps
+    no label placed before it, no other point and not the drawn `line` (the front); where none is free,
+    where it overlaps least. A label moved away from its point is joined to it by a thin line. Extents
+    come from the renderer, after the layout, at the resolution the figure is saved at."""
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    renderer = fig.canvas.get_renderer()
+    pad = LABEL_PAD_PT * fig.dpi / 72
+    marker = 7.0 * fig.dpi / 72  # half the Pareto ring's width
+    at = ax.transData.transform([(x, y) for _, x, y in notes])
+    dots = [Bbox.from_extents(px - marker, py - marker, px + marker, py + marker) for px, py in at]
+    area = ax.bbox
+    taken: list[Any] = []
+    path = ax.transData.transform(line) if len(line) > 1 else []
+    for (x0, y0), (x1, y1) in zip(path[:-1], path[1:]):  # the line as small boxes, one every 3 pixels
+        steps = max(1, int(math.hypot(x1 - x0, y1 - y0) / 3))
+        taken += [Bbox.from_extents(x - 1, y - 1, x + 1, y + 1)
+                  for x, y in ((x0 + (x1 - x0) * k / steps, y0 + (y1 - y0) * k / steps) for k in range(steps + 1))]  # fmt: skip
+
+    def clash(a: Any, b: Any) -> float:
+        w = min(a.x1, b.x1) - max(a.x0, b.x0)
+        h = min(a.y1, b.y1) - max(a.y0, b.y0)
+        return w * h if w > 0 and h > 0 else 0.0
+
+    for i, (text, x, y) in enumerate(notes):
+        best: tuple[float, tuple[int, int]] | None = None
+        for dx, dy in _OFFSETS:
+            probe = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=LABEL_PT,
+                                ha="left" if dx > 0 else "right", va="bottom" if dy > 0 else "top")  # fmt: skip
+            probe.update_positions(renderer)
+            box = Text.get_window_extent(probe, renderer).padded(pad)  # the text alone, not the line to its point
+            probe.remove()
+            outside = box.width * box.height - clash(box, area)
+            cost = outside * 10 + sum(clash(box, o) for o in taken) + sum(clash(box, d) for j, d in enumerate(dots) if j != i)
+            if best is None or cost < best[0]:
+                best = (cost, (dx, dy))
+            if cost == 0:
+                break
+        assert best is not None
+        dx, dy = best[1]
+        far = abs(dy) > 3
+        ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=LABEL_PT,
+                          ha="left" if dx > 0 else "right", va="bottom" if dy > 0 else "top",
+                          arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.6, "shrinkA": 0, "shrinkB": 5} if far else None)  # fmt: skip
+        ann.set_in_layout(False)
+        ann.update_positions(renderer)
+        taken.append(Text.get_window_extent(ann, renderer).padded(pad))

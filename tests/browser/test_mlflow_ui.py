@@ -222,12 +222,47 @@ def test_a_trace_shows_the_agents_turns_and_a_tool_call(sweep: dict, page: Page)
     page.shot("trace_python_exec")
 
 
+def test_in_model_training_mode_the_experiment_lists_the_sweep_whose_cells_unfold(sweep: dict, page: Page):
+    """MLflow's UI starts in its GenAI mode, which opens an experiment on a traces dashboard; in its "Model
+    training" mode (the switch at the top left, or `?workflowType=machine_learning`) the experiment opens on
+    its runs: the sweep's parent, whose cells unfold under it with the + beside its name."""
+    page.d.get(f"{sweep['uri']}/#/experiments/{sweep['exp']}?workflowType=machine_learning")
+    name_cells = "[role=gridcell][col-id='attributes.`Run Name`']"
+    [row] = page.wait("the sweep's parent row", lambda: page.css(name_cells))
+    assert page.d.current_url.split(f"/experiments/{sweep['exp']}")[-1].startswith("/runs"), page.d.current_url
+    assert _text(row.find_element("css selector", "a")) == sweep["parent"].info.run_name  # its cells are folded under it
+    row.find_element("css selector", "button").click()
+    shown = page.wait("the cells under the parent", lambda: (lambda xs: xs if len(xs) == 5 else None)([_text(x.find_element("css selector", "a")) for x in page.css(name_cells)]))
+    assert sorted(shown) == sorted([sweep["parent"].info.run_name, *(r.info.run_name for r in sweep["cells"])])
+    page.shot("experiment_runs_unfolded")
+
+
+def test_the_parent_run_shows_pass_at_1_of_each_cell_as_metrics(sweep: dict, page: Page):
+    parent = sweep["parent"].info.run_id
+    logged = sweep["client"].get_run(parent).data.metrics
+    names = {f"pass_at_1/{t} gold" for t in ("single", "sequential_langgraph")}
+    assert names | {f"pass_at_1_ci_low/{t} gold" for t in ("single", "sequential_langgraph")} <= logged.keys()
+    page.d.get(f"{sweep['uri']}/#/experiments/{sweep['exp']}/runs/{parent}")
+    page.wait("the parent's pass@1 metrics", lambda: all(page.by_text(n) for n in names))
+    body = _text(page.css("body")[0])
+    assert f"Metrics ({len(logged)})" in body
+    for n in names:
+        row = page.by_text(n)[0].find_element("xpath", "ancestor::*[self::tr or @role='row'][1]")
+        assert _text(row).replace(n, "").strip() == _metric_shown(logged[n]), (n, _text(row))
+    page.shot("parent_metrics")
+
+
+def _metric_shown(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
 def test_the_parent_run_shows_the_comparison_table(sweep: dict, page: Page):
     from apps_bench.report import sweep_run
 
     parent = sweep["parent"].info.run_id
     rows = sweep_run.read(sweep["uri"], parent)
     assert {r["topology"] for r in rows} == {"single", "sequential_langgraph"}
+    page.d.set_window_size(3600, 1300)  # the table's columns up to its p-values, in one screenshot
     page.d.get(f"{sweep['uri']}/#/experiments/{sweep['exp']}/runs/{parent}/artifacts")
     page.wait("the comparison table artifact", lambda: page.by_text(sweep_run.TABLE))[0].click()
     table = page.wait("the table view of the comparison", lambda: page.css("[role=table] [role=columnheader]"))
@@ -238,6 +273,7 @@ def test_the_parent_run_shows_the_comparison_table(sweep: dict, page: Page):
     body = [r for r in body if r]
     expected = [[_shown(r[k]) for k in sweep_run.COLUMNS] for r in rows]
     assert body == expected
+    page.d.set_window_size(2200, 1300)
     page.by_text(sweep_run.FIGURE)[0].click()
     page.wait("the comparison chart", lambda: [i for i in page.css(f"img[alt='{sweep_run.FIGURE}']")
                                                if page.d.execute_script("return arguments[0].naturalWidth", i) > 400])  # fmt: skip
@@ -247,6 +283,10 @@ def test_the_parent_run_shows_the_comparison_table(sweep: dict, page: Page):
 def _shown(v: Any) -> str:
     """A table value as the UI's table view prints it: JSON numbers without a trailing .0, and runs of
     spaces as one (HTML collapses them: per_seed's "s0 1.000  s1 1.000" reads "s0 1.000 s1 1.000")."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return str(v).lower()
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return " ".join(str(v).split())

@@ -5,6 +5,7 @@ rows, which must match the cells' records on disk; cells started by hand publish
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -29,20 +30,27 @@ def _parent(uri: str):
 
 def _pooled_from_disk(cwd: Path) -> dict[str, float]:
     """topology -> passed share over every (problem, seed) of the cells' records.jsonl."""
-    out: dict[str, list[float]] = {}
+    return {t: sum(v for vs in by.values() for v in vs.values()) / sum(len(vs) for vs in by.values())
+            for t, by in _outcomes_from_disk(cwd).items()}  # fmt: skip
+
+
+def _outcomes_from_disk(cwd: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """topology -> problem key -> seed -> passed (0/1), judged problems only, from the cells' records.jsonl."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
     for d in (cwd / "outputs" / "cells").iterdir():
-        topo = json.loads((d / "cell.json").read_text())["axes"]["topology"]
+        axes = json.loads((d / "cell.json").read_text())["axes"]
         for line in (d / "records.jsonl").read_text().splitlines():
             rec = json.loads(line)
             if not rec["error"]:
-                out.setdefault(topo, []).append(float(rec["passed"]))
-    return {t: sum(v) / len(v) for t, v in out.items()}
+                out.setdefault(axes["topology"], {}).setdefault(rec["key"], {})[str(axes["seed"])] = float(rec["passed"])
+    return out
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_data_dir: Path) -> dict:
     cwd = tmp_path_factory.mktemp("sweep")
-    return {"cwd": cwd, "uri": gold_sweep(cwd, apps_data_dir, template=mlflow_template)}
+    # wrong answers, so the topologies' outcomes differ problem by problem and the paired figures are not all 0
+    return {"cwd": cwd, "uri": gold_sweep(cwd, apps_data_dir, "model.wrong_fraction=0.4", template=mlflow_template)}
 
 
 def test_the_parent_run_holds_the_reports_table_and_plot(sweep: dict, tmp_path: Path):
@@ -53,7 +61,7 @@ def test_the_parent_run_holds_the_reports_table_and_plot(sweep: dict, tmp_path: 
     parent = _parent(uri)
     rows = sweep_run.read(uri, parent.info.run_id)
     report_rows = render.pass_rows(groups.group_cells(cells.select(cells.from_mlflow(sweep=parent.info.run_id, uri=uri))))
-    assert rows == report_rows
+    assert [{k: r[k] for k in sweep_run.PASS_COLUMNS} for r in rows] == report_rows
     assert {(r["topology"], r["model"], r["seeds"], r["n_problems"]) for r in rows} == {
         ("single", "gold", "0,1", 5), ("sequential_langgraph", "gold", "0,1", 5)}  # fmt: skip
     disk = _pooled_from_disk(cwd)
@@ -61,10 +69,15 @@ def test_the_parent_run_holds_the_reports_table_and_plot(sweep: dict, tmp_path: 
     assert all(r["ci_low"] <= r["pass_at_1"] <= r["ci_high"] for r in rows)
 
     # the same numbers as the report's command prints
-    r = run_cli(["--sweep", parent.info.run_id, "--tracking-uri", uri], cwd, module="apps_bench.report")
+    r = run_cli(["--sweep", parent.info.run_id, "--tracking-uri", uri, "--compare", "baseline=single"], cwd,
+                module="apps_bench.report")  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     for row in rows:
         assert f"{row['pass_at_1']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}] (2s × 5p)" in r.stdout
+    [seq] = [x for x in rows if x["topology"] == "sequential_langgraph"]
+    [line] = [x for x in r.stdout.splitlines() if x.startswith("gold") and x.split()[1:3] == ["sequential_langgraph", "single"]]
+    assert line.split()[3:7] == [f"{seq['delta_pass_at_1']:+.3f}", f"[{seq['delta_ci_low']:+.3f},", f"{seq['delta_ci_high']:+.3f}]",
+                                 f"{seq['wins']:.0f}/{seq['losses']:.0f}"], line  # fmt: skip
 
     c = mlf.client(uri)
     names = {f.path: f for f in c.list_artifacts(parent.info.run_id)}
@@ -82,6 +95,70 @@ def test_the_parent_run_holds_the_reports_table_and_plot(sweep: dict, tmp_path: 
     assert tags["comparison_cells"] == "4"
     best = max(r["pass_at_1"] for r in rows)
     assert tags["comparison_leader"].endswith(f"({best:.3f})")
+
+
+def _mcnemar(b: int, c: int) -> float:
+    """Exact two-sided McNemar: the binomial test of b successes in b + c trials at 1/2."""
+    n = b + c
+    return 1.0 if n == 0 else min(1.0, 2 * sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n)
+
+
+def test_the_parent_run_holds_the_paired_differences_and_the_figures_as_metrics(sweep: dict):
+    """Each row of the parent's table carries its paired difference against single (recomputed here from
+    the records), and the parent's metrics are the table's figures, one per row, readable by name."""
+    from apps_bench.tracking import mlflow as mlf
+
+    uri = sweep["uri"]
+    parent = _parent(uri)
+    rows = {r["topology"]: r for r in sweep_run.read(uri, parent.info.run_id)}
+    disk = _outcomes_from_disk(sweep["cwd"])
+    seq, base = disk["sequential_langgraph"], disk["single"]
+    assert seq.keys() == base.keys() and len(seq) == 5
+    diffs = [sum(seq[k].values()) / len(seq[k]) - sum(base[k].values()) / len(base[k]) for k in seq]
+    wins = sum(seq[k][s] == 1 and base[k][s] == 0 for k in seq for s in seq[k])
+    losses = sum(seq[k][s] == 0 and base[k][s] == 1 for k in seq for s in seq[k])
+    assert (wins, losses) != (0, 0), "the wrong answers made no difference between the topologies"
+    r = rows["sequential_langgraph"]
+    assert r["baseline"] == "single" and r["not_compared"] is None
+    assert r["delta_pass_at_1"] == pytest.approx(sum(diffs) / len(diffs))
+    assert r["delta_ci_low"] <= r["delta_pass_at_1"] <= r["delta_ci_high"]
+    assert (r["wins"], r["losses"]) == (wins, losses)
+    assert r["mcnemar_p"] == pytest.approx(_mcnemar(wins, losses)) and r["holm_p"] == pytest.approx(r["mcnemar_p"])
+    b = rows["single"]  # the baseline's own row: nothing to pair with
+    assert b["baseline"] == "single" and all(b[k] is None for k in ("delta_pass_at_1", "wins", "mcnemar_p", "not_compared"))
+
+    # the APPS paper's figures per tier: strict accuracy recomputed from the records' difficulty, seeds pooled
+    tiers: dict[str, list[float]] = {}
+    for d in (sweep["cwd"] / "outputs" / "cells").iterdir():
+        if json.loads((d / "cell.json").read_text())["axes"]["topology"] == "sequential_langgraph":
+            for rec in map(json.loads, (d / "records.jsonl").read_text().splitlines()):
+                if not rec["error"]:
+                    for t in (rec["difficulty"], "all"):
+                        tiers.setdefault(t, []).append(float(rec["passed"]))
+    assert len(tiers) >= 2, tiers
+    for t in ("introductory", "interview", "competition", "all"):
+        want = sum(tiers[t]) / len(tiers[t]) if t in tiers else None
+        assert r[f"strict_accuracy_{t}"] == (pytest.approx(want) if want is not None else None), t
+        if want is not None:  # the fraction of tests passed is at least the fraction of problems that pass them all
+            assert want - 1e-9 <= r[f"test_case_average_{t}"] <= 1.0, t
+    assert r["strict_accuracy_all"] == pytest.approx(r["pass_at_1"])
+    assert isinstance(r["test_case_average_lower_bound"], bool)  # report/tiers.py's flag, its own tests check when
+
+    metrics = mlf.client(uri).get_run(parent.info.run_id).data.metrics
+    expected = {}
+    for t, row in rows.items():
+        expected |= {f"pass_at_1/{t} gold": row["pass_at_1"], f"pass_at_1_ci_low/{t} gold": row["ci_low"],
+                     f"pass_at_1_ci_high/{t} gold": row["ci_high"]}  # fmt: skip
+    expected |= {"delta_vs_single/sequential_langgraph gold": r["delta_pass_at_1"],
+                 "delta_ci_low_vs_single/sequential_langgraph gold": r["delta_ci_low"],
+                 "delta_ci_high_vs_single/sequential_langgraph gold": r["delta_ci_high"],
+                 "mcnemar_p_vs_single/sequential_langgraph gold": r["mcnemar_p"],
+                 "holm_p_vs_single/sequential_langgraph gold": r["holm_p"]}  # fmt: skip
+    assert metrics == pytest.approx(expected)
+    assert metrics["pass_at_1/single gold"] == pytest.approx(_pooled_from_disk(sweep["cwd"])["single"])
+    # the text artifact holds the comparison too
+    text = Path(mlf.client(uri).download_artifacts(parent.info.run_id, sweep_run.TEXT, str(sweep["cwd"] / "dl"))).read_text()
+    assert "paired comparison against the baseline" in text and f"{r['delta_pass_at_1']:+.3f}" in text
 
 
 def test_children_carry_the_axes_as_tags(sweep: dict):
@@ -129,4 +206,5 @@ def test_concurrent_writers_leave_a_whole_table(sweep: dict):
     for p in procs:
         assert p.wait(timeout=300) == 0, p.stderr.read() if p.stderr else ""
     rows = sweep_run.read(uri, parent)
-    assert len(rows) == 2 and rows == sweep_run.publish(uri, parent)
+    alone = sweep_run.publish(uri, parent)  # as logged: the table's JSON keeps 10 significant digits
+    assert len(rows) == 2 and rows == [pytest.approx(r, rel=1e-9) for r in alone]
