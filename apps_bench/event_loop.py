@@ -1,6 +1,7 @@
 """`run(main)`: asyncio.run for the cell's loops, with a quiet teardown once the work is cut.
 
-A cut (Ctrl-C in the cell process; the cell closing a solver worker) cancels problems in the
+A cut (Ctrl-C in the cell process; the cell closing a solver worker; `main` failing, e.g. on a full
+disk, which the caller answers in one line) cancels problems in the
 middle of a framework's graph. The frameworks' async generators then complain while they are torn
 down ("Task exception was never retrieved", "coroutine ignored GeneratorExit", "aclose(): asynchronous
 generator is already running"): dozens of tracebacks that say nothing about the cell, printed before
@@ -54,6 +55,9 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         except asyncio.CancelledError:
             if _cut.is_set() and own_signal:
                 raise KeyboardInterrupt from None
+            raise
+        except BaseException:  # `main` failed (a full disk, say): its teardown echoes that failure
+            cut()
             raise
         finally:
             if own_signal:

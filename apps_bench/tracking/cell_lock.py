@@ -189,8 +189,11 @@ class CellLock:
                 return
             beat = Holder(**{**asdict(self._me), "heartbeat_at": time.time()})
             tmp = self.path.with_name(f"{self.path.name}.{self._me.token}.tmp")
-            tmp.write_bytes(beat.dump())
-            os.replace(tmp, self.path)
+            try:
+                tmp.write_bytes(beat.dump())
+                os.replace(tmp, self.path)
+            except OSError:  # a full disk, say: this beat is missed, never a traceback; the run's own writes say it
+                tmp.unlink(missing_ok=True)
 
     def check(self) -> None:
         """Raise CellLockLost when another run has taken this cell over."""

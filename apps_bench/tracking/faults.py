@@ -41,6 +41,20 @@ class Fault:
         return " ".join(part.strip() for part in (self.what.rstrip(".") + ".", safe, self.fix) if part.strip())
 
 
+class SweepStopped(SystemExit):
+    """A sweep's cell whose surroundings failed stops the sweep: its line is said, and the launching process
+    ends the sweep's parent run by it. A SystemExit, which launchers let through where they report an
+    exception as a traceback, and which keeps its line when pickled: a launcher's worker process (joblib)
+    hands it to the launching process as the basic launcher's own process does."""
+
+    def __init__(self, line: str, store_lost: bool, code: int = EXIT_FAILED) -> None:
+        super().__init__(code)
+        self.line, self.store_lost = line, store_lost
+
+    def __reduce__(self) -> tuple[type, tuple[str, bool, int]]:
+        return SweepStopped, (self.line, self.store_lost, int(self.code or EXIT_FAILED))  # type: ignore[arg-type]
+
+
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
