@@ -66,6 +66,10 @@ def test_a_store_lost_while_a_cell_of_a_sweep_runs_is_one_line_and_the_rerun_log
         assert sum("The sweep stops here" in line for line in said) == 1
         first = _records(tmp_path)
         assert all(len(keys) == len(set(keys)) for keys in first.values())
+        c = MlflowClient(tracking_uri=uri)
+        (left,) = [x for x in c.search_runs([c.get_experiment_by_name("apps").experiment_id])
+                   if x.data.tags.get("sweep") == "true"]  # fmt: skip
+        assert left.info.status == "RUNNING"  # its launch could not reach the store to end it
 
         again = run_cli(SWEEP, tmp_path, env=cli_env(tmp_path, MLFLOW_TRACKING_URI=uri), timeout=600)
         assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
@@ -73,12 +77,14 @@ def test_a_store_lost_while_a_cell_of_a_sweep_runs_is_one_line_and_the_rerun_log
         assert len(records) == 2 and all(sorted(k) == sorted(set(k)) and len(k) == 2 for k in records.values())
         for name, keys in first.items():
             assert set(keys) <= set(records[name])  # nothing computed is lost
-        c = MlflowClient(tracking_uri=uri)
         runs = c.search_runs([c.get_experiment_by_name("apps").experiment_id])
         cells = [x for x in runs if x.data.tags.get("cell_key")]
         parents = sorted((x for x in runs if x.data.tags.get("sweep") == "true"), key=lambda x: x.info.start_time)
         assert len(cells) == 2 and all(x.info.status == "FINISHED" for x in cells)
-        assert [x.info.status for x in parents][-1] == "FINISHED"
+        assert [x.info.status for x in parents] == ["FAILED", "FINISHED"]  # the left one ended by the rerun's launch
+        assert parents[0].info.run_id == left.info.run_id and "lost the tracking store" in parents[0].data.tags["error"]
+        assert parents[1].info.run_id in parents[0].data.tags["error"]
+        assert f"{left.info.run_id}, left RUNNING, is ended FAILED" in again.stderr
 
 
 def _keys(cell: Path) -> list[str]:
