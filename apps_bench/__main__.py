@@ -20,6 +20,7 @@ from apps_bench.overrides import check_overrides, config_dirs_of, with_range_pro
 from apps_bench.pipeline import evaluate, prepare
 from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
+from apps_bench.tracking.cell_lock import CellLockLost
 from apps_bench.tracking.records import CellDirConflict
 from apps_bench.tracking.sqlite_store import StoreError
 from apps_bench.validate import InvalidSettings
@@ -189,7 +190,7 @@ def _task(cfg: Any) -> Any:
         _forget_run_dir()
         faults.say("apps-bench", faults.Fault(str(exc), ""), "")
         raise SystemExit(faults.EXIT_FAILED) from None
-    except (CellRefused, CellSetupError, CellDirConflict) as exc:
+    except (CellRefused, CellSetupError, CellDirConflict, CellLockLost) as exc:
         if multirun:  # fail this cell only; the sweep goes on and reports it
             raise
         _forget_run_dir()
