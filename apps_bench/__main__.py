@@ -173,6 +173,7 @@ def _task(cfg: Any) -> Any:
     except ValueError:
         job = None
     multirun = job is not None and job.mode == RunMode.MULTIRUN
+    faults.quiet_log_files()
     if job is not None:
         name_options(cfg, job.runtime.choices)  # the cell is named by the options selected
     try:

@@ -131,6 +131,20 @@ def answered(prog: str, safe: str, *, uri: str | None = None, debug: bool = Fals
         raise SystemExit(fault.code) from None
 
 
+def quiet_log_files() -> None:
+    """A log file (Hydra's job log) on a full or read-only disk costs no traceback per line logged ("--- Logging
+    error ---"): the command's own writes there fail too, and say so in one line. Other logging errors are
+    reported as logging always does."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handleError = _unless_disk.__get__(handler)  # type: ignore[method-assign]
+
+
+def _unless_disk(self: logging.Handler, record: logging.LogRecord) -> None:
+    if disk_fault(sys.exc_info()[1] or Exception()) is None:
+        logging.Handler.handleError(self, record)
+
+
 def unwritable(path: Path) -> str | None:
     """Why `path` (a folder a command will create files under) cannot be written, or None."""
     p = path.absolute()
