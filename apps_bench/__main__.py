@@ -20,6 +20,7 @@ from apps_bench.overrides import check_overrides, config_dirs_of, with_range_pro
 from apps_bench.pipeline import evaluate, prepare
 from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
+from apps_bench.tracking.cell_lock import CellLockLost
 from apps_bench.tracking.records import CellDirConflict
 from apps_bench.tracking.sqlite_store import StoreError
 from apps_bench.validate import InvalidSettings
@@ -172,6 +173,7 @@ def _task(cfg: Any) -> Any:
     except ValueError:
         job = None
     multirun = job is not None and job.mode == RunMode.MULTIRUN
+    faults.quiet_log_files()
     if job is not None:
         name_options(cfg, job.runtime.choices)  # the cell is named by the options selected
     try:
@@ -189,7 +191,7 @@ def _task(cfg: Any) -> Any:
         _forget_run_dir()
         faults.say("apps-bench", faults.Fault(str(exc), ""), "")
         raise SystemExit(faults.EXIT_FAILED) from None
-    except (CellRefused, CellSetupError, CellDirConflict) as exc:
+    except (CellRefused, CellSetupError, CellDirConflict, CellLockLost) as exc:
         if multirun:  # fail this cell only; the sweep goes on and reports it
             raise
         _forget_run_dir()
@@ -213,14 +215,11 @@ def _task(cfg: Any) -> Any:
 
 def _stop_sweep(fault: faults.Fault, safe: str, exc: BaseException, *, store_lost: bool) -> NoReturn:
     """A sweep's cell whose surroundings failed stops the sweep (the next cells would fail the same way): its
-    line said once, the parent run ended as `callbacks.stop_sweep` says, the exit code out of Hydra's launcher
-    (it reports a job's exception as a traceback, but lets a SystemExit through)."""
-    from apps_bench.tracking.callbacks import stop_sweep
-
+    line said once, here; `faults.SweepStopped` carries it out of Hydra's launcher, whichever process ran the
+    cell, to the launching process (`_run`), which ends the parent run as `callbacks.stop_sweep` says."""
     safe = f"{safe} The sweep stops here; the cells it finished keep their records too.".strip()
     faults.say("apps-bench", fault, safe, exc)
-    stop_sweep(fault.line(safe), store_lost=store_lost)
-    raise SystemExit(fault.code) from None
+    raise faults.SweepStopped(fault.line(safe), store_lost, fault.code) from None
 
 
 def main() -> None:
@@ -242,6 +241,11 @@ def _run(args: list[str]) -> None:
     register_configs()
     try:
         hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")(_task)()
+    except faults.SweepStopped as exc:  # said by the cell, in this process or a launcher's worker
+        from apps_bench.tracking.callbacks import stop_sweep
+
+        stop_sweep(exc.line, store_lost=exc.store_lost)
+        raise SystemExit(exc.code) from None
     except KeyboardInterrupt:
         sys.stdout.flush()
         sys.stderr.write(

@@ -6,7 +6,8 @@ down ("Task exception was never retrieved", "coroutine ignored GeneratorExit", "
 generator is already running"): dozens of tracebacks that say nothing about the cell, printed before
 the one line that does (`__main__`'s "interrupted … rerun"). From the cut on, those reports go to
 the `apps_bench.event_loop` logger at DEBUG (shown with `hydra.verbose=apps_bench`); everything
-before it is reported as asyncio always does.
+before it is reported as asyncio always does. A `main` that fails (a full disk: every problem's
+write fails, and the caller says so in one line) leaves its loop's teardown as quiet as a cut does.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def run(main: Coroutine[Any, Any, T]) -> T:
             if _cut.is_set() and own_signal:
                 raise KeyboardInterrupt from None
             raise
+        except BaseException:  # `main` failed (a full disk, say): its teardown echoes that failure, quietly
+            loop.set_exception_handler(_at_debug)
+            sys.unraisablehook = _on_unraisable
+            raise
         finally:
             if own_signal:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -80,9 +85,13 @@ def cut(*, mute: bool = False) -> None:
 
 def _on_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     if _cut.is_set():
-        log.debug("after the cut: %s", context.get("message"), exc_info=context.get("exception"))
+        _at_debug(loop, context)
     else:
         loop.default_exception_handler(context)
+
+
+def _at_debug(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    log.debug("after the cut: %s", context.get("message"), exc_info=context.get("exception"))
 
 
 def _on_unraisable(unraisable: Any) -> None:

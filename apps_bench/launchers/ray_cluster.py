@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from apps_bench.config import as_plain
+from apps_bench.tracking.faults import SweepStopped
 
 TASK_NAME = "apps_bench_cell"  # the Ray task name (Ray's logs and state API show it)
 
@@ -110,13 +111,16 @@ def run_cell_task(hydra_context: Any, sweep_config: Any, task_function: Any, sin
     setup_globals()
     Singleton.set_state(singleton_state)
     HydraConfig.instance().set_config(sweep_config)
-    return run_job(
-        hydra_context=hydra_context,
-        task_function=task_function,
-        config=sweep_config,
-        job_dir_key="hydra.sweep.dir",
-        job_subdir_key="hydra.sweep.subdir",
-    )
+    try:
+        return run_job(
+            hydra_context=hydra_context,
+            task_function=task_function,
+            config=sweep_config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
+    except SweepStopped as stop:  # a SystemExit would end this worker without a result: the driver raises it
+        return stop
 
 
 def enter_driver_cwd(cwd: str) -> None:
@@ -236,13 +240,18 @@ def _wait(ray: Any, refs: list[Any], labels: list[str], job_overrides: Sequence[
 
 def _result(ray: Any, ref: Any, overrides: Sequence[str], label: str) -> Any:
     """The cell's JobReturn; a task that ended without one (its worker died, it was cancelled)
-    becomes a failed JobReturn saying so, and the other cells go on."""
+    becomes a failed JobReturn saying so, and the other cells go on. A cell that stopped the sweep
+    (faults.SweepStopped: a full disk, a lost store) stops it here too."""
     from hydra.core.utils import JobReturn, JobStatus
 
     try:
-        return ray.get(ref)
+        result = ray.get(ref)
     except ray.exceptions.RayError as exc:
         _say(f"cell {label} ended without a result: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}")
         err = RuntimeError(f"Ray task of cell {label} ended without a result ({type(exc).__name__}); "
                            "rerun the sweep: finished cells are skipped, this one resumes from its records")
         return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=err)
+    if isinstance(result, SweepStopped):  # the cell's surroundings failed: the sweep stops (its other cells cancelled)
+        print(f"apps-bench: {result.line}", file=sys.stderr, flush=True)  # Ray forwards the cell's own output late, if at all
+        raise result
+    return result

@@ -8,7 +8,8 @@ cannot read its data: `SystemExit(2)` (Hydra only warns on a plain exception fro
 Then it takes this launch's lock on the sweep (a second launch of the same cells, or of a cell
 another command runs, is refused: tracking/sweep_lock.py), creates the tracking store, the
 experiment and this launch's parent run (never an earlier launch's: that one is left as it
-ended, and linked by the tag `sweep_earlier_run`), and hands the store URI, the parent run id
+ended, and linked by the tag `sweep_earlier_run`; one an earlier launch from here left RUNNING, having
+lost its store or been killed, is ended FAILED), and hands the store URI, the parent run id
 and the launching directory to every cell through `hydra.job.env_set` (cells may run in other
 processes or hosts: joblib, submitit, Ray; a cell that misses them refuses to run). The parent
 records its member cells first (tracking/membership.py), so a cell that ran before the sweep,
@@ -145,7 +146,7 @@ def end_sweep(status: str, message: str = "") -> None:
 def stop_sweep(line: str, *, store_lost: bool) -> None:
     """A cell's surroundings failed (the store, the disk) and the sweep stops after it, `line` said on stderr:
     its parent run is ended FAILED with `line` as its error, without the comparison (the rerun publishes it),
-    or, the store lost, left open as a sweep whose end lost the store (its rerun's parent links it). A no-op
+    or, the store lost, left open as a sweep whose end lost the store (the rerun's launch ends it FAILED). A no-op
     outside a sweep launched by this process."""
     if _ACTIVE is not None:
         _ACTIVE._stopped = (line, store_lost)
@@ -241,9 +242,11 @@ class SweepTracking(Callback):
         self._hold(key, f"this sweep ({n} cells in experiment {experiment})", members, folders,
                    lock_times(OmegaConf.select(config, "tracking.cell_lock")))  # fmt: skip
         overrides = " ".join(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))  # type: ignore[arg-type]
-        tags = {"sweep_overrides": overrides[:5000], "n_cells": str(n), **provenance.git_info()}
+        tags = {"sweep_overrides": overrides[:5000], "n_cells": str(n), LAUNCH_TAG: _launch_place(),
+                **provenance.git_info()}  # fmt: skip
         tags["package_version"] = provenance.package_version()
         name = f"sweep·{n} cells"
+        stale: list[str] = []
         try:
             with faults.answered("apps-bench", "No cell was run.", uri=uri):
                 uri, run_id, earlier = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri,
@@ -251,6 +254,7 @@ class SweepTracking(Callback):
                 self._parent = (uri, run_id)
                 self._members = list(members)
                 membership.record(mlf.client(uri), run_id, members)  # before any cell: membership never depends on order
+                stale = _end_stale_parents(uri, run_id, key)
         except BaseException:
             if self._parent is None:  # else the parent's end releases it
                 self._let_go()
@@ -262,7 +266,9 @@ class SweepTracking(Callback):
             env[SHARE_ENV] = f"{share}:joblib"
         os.environ.update(env)
         forward_to_jobs(config, env)
-        before = f"; its earlier launch's parent run {earlier} is left as it ended" if earlier else ""
+        before = f"; its earlier launch's parent run {earlier} is left as it ended" if earlier and not stale else ""
+        if stale:
+            before = f"; the parent run of its earlier launch {', '.join(stale)}, left RUNNING, is ended FAILED ({STALE_WHY})"
         print(f"apps-bench: sweep of {n} cells; MLflow parent run {run_id} ({uri}){before}", file=sys.stderr)
         atexit.register(self._close, "FAILED")
         self._install_signal_handlers()
@@ -362,7 +368,7 @@ class SweepTracking(Callback):
             if fault is None:
                 raise
             self._store_failed = True
-            faults.say("apps-bench", fault, f"The sweep's parent run {run_id} stays open, and every cell keeps its "
+            faults.say("apps-bench", fault, f"The sweep's parent run {run_id} stays open until the rerun ends it, and every cell keeps its "
                        "records in its folder: the rerun solves only what is not recorded, then logs the rest.", exc)  # fmt: skip
         finally:
             self._forget()
@@ -391,6 +397,30 @@ class SweepTracking(Callback):
         for sig, handler in self._handlers.items():
             if threading.current_thread() is threading.main_thread():
                 signal.signal(sig, handler)
+
+
+LAUNCH_TAG = "sweep_launch"  # host:folder of the launch: the place its lock (tracking/sweep_lock.py) guards
+STALE_WHY = "its launch ended without closing it: it lost the tracking store, or it was killed"
+
+
+def _launch_place() -> str:
+    import socket
+
+    return f"{socket.gethostname()}:{Path.cwd().resolve()}"
+
+
+def _end_stale_parents(uri: str, run_id: str, key: str) -> list[str]:
+    """End FAILED (tag `error`) every parent run of this sweep that an earlier launch from here left RUNNING
+    (it lost the store before its end, or was killed): this launch holds the sweep's lock here, so no launch
+    of it from this place is running. -> their run ids. A launch from another host or folder is left alone."""
+    c = mlf.client(uri)
+    found = c.search_runs([c.get_run(run_id).info.experiment_id],
+                          filter_string=f"tags.sweep_key = '{key}' and attributes.status = 'RUNNING'")  # fmt: skip
+    stale = [r.info.run_id for r in found if r.info.run_id != run_id and r.data.tags.get(LAUNCH_TAG) == _launch_place()]
+    for stale_id in stale:
+        c.set_tag(stale_id, "error", f"{STALE_WHY}; ended by the next launch of the sweep, parent run {run_id}")
+        mlf.end_run(uri, stale_id, "FAILED")
+    return stale
 
 
 def _check_store(uri: str, settings: Any) -> None:

@@ -182,20 +182,29 @@ class CellLock:
                 held = Holder.parse(self.path.read_bytes())
             except FileNotFoundError:
                 held = None
+                if not self.path.parent.is_dir():
+                    self.lost = (f"the cell's folder {self.path.parent} was deleted while this run wrote to it; this run "
+                                 "stops writing. What it had recorded went with the folder: rerun the same command to "
+                                 "solve the cell again")  # fmt: skip
+                    return
             if held is None or held.token != self._me.token:
                 self.lost = (f"the lock {self.path} was taken over by "
                              + (f"pid {held.pid} on {held.host}" if held else "another run")
-                             + " (this process's heartbeat stalled for longer than the stale age)")  # fmt: skip
+                             + " (this process's heartbeat stalled for longer than the stale age); this run stops "
+                             "writing. Its records so far are kept")  # fmt: skip
                 return
             beat = Holder(**{**asdict(self._me), "heartbeat_at": time.time()})
             tmp = self.path.with_name(f"{self.path.name}.{self._me.token}.tmp")
-            tmp.write_bytes(beat.dump())
-            os.replace(tmp, self.path)
+            try:
+                tmp.write_bytes(beat.dump())
+                os.replace(tmp, self.path)
+            except OSError:  # a full disk, say: this beat is missed, never a traceback; the run's own writes say it
+                tmp.unlink(missing_ok=True)
 
     def check(self) -> None:
         """Raise CellLockLost when another run has taken this cell over."""
         if self.lost:
-            raise CellLockLost(f"{self.lost}; this run stops writing. Its records so far are kept.")
+            raise CellLockLost(self.lost)
 
     def release(self) -> None:
         self._stop.set()

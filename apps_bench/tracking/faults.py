@@ -41,6 +41,20 @@ class Fault:
         return " ".join(part.strip() for part in (self.what.rstrip(".") + ".", safe, self.fix) if part.strip())
 
 
+class SweepStopped(SystemExit):
+    """A sweep's cell whose surroundings failed stops the sweep: its line is said, and the launching process
+    ends the sweep's parent run by it. A SystemExit, which launchers let through where they report an
+    exception as a traceback, and which keeps its line when pickled: a launcher's worker process (joblib)
+    hands it to the launching process as the basic launcher's own process does."""
+
+    def __init__(self, line: str, store_lost: bool, code: int = EXIT_FAILED) -> None:
+        super().__init__(code)
+        self.line, self.store_lost = line, store_lost
+
+    def __reduce__(self) -> tuple[type, tuple[str, bool, int]]:
+        return SweepStopped, (self.line, self.store_lost, int(self.code or EXIT_FAILED))  # type: ignore[arg-type]
+
+
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
@@ -115,6 +129,20 @@ def answered(prog: str, safe: str, *, uri: str | None = None, debug: bool = Fals
             raise
         say(prog, fault, safe, exc, debug=debug)
         raise SystemExit(fault.code) from None
+
+
+def quiet_log_files() -> None:
+    """A log file (Hydra's job log) on a full or read-only disk costs no traceback per line logged ("--- Logging
+    error ---"): the command's own writes there fail too, and say so in one line. Other logging errors are
+    reported as logging always does."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handleError = _unless_disk.__get__(handler)  # type: ignore[method-assign]
+
+
+def _unless_disk(self: logging.Handler, record: logging.LogRecord) -> None:
+    if disk_fault(sys.exc_info()[1] or Exception()) is None:
+        logging.Handler.handleError(self, record)
 
 
 def unwritable(path: Path) -> str | None:

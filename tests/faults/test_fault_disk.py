@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from conftest import run_cli
+from conftest import cli_env, run_cli
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 
@@ -91,3 +92,29 @@ def test_a_read_only_working_directory_is_said_in_one_line(tmp_path: Path):
     assert "Traceback" not in r.stderr
     (line,) = [x for x in r.stderr.splitlines() if x.startswith("apps-bench: ")]
     assert "read-only" in line and "nothing was run" in line
+
+
+def test_a_log_file_on_a_full_disk_costs_no_traceback_per_line(tmp_path: Path):
+    """Hydra's job log sits in outputs/ too: once the disk is full, every line logged failed with a '--- Logging
+    error ---' traceback. A log file's disk fault is quiet now; a logging bug (a bad format) is still reported."""
+    with tmpfs(tmp_path / "disk", "size=64k") as disk:
+        code = (
+            "import logging, os\n"
+            "from apps_bench.tracking import faults\n"
+            f"logging.getLogger().addHandler(logging.FileHandler({str(disk / 'job.log')!r}))\n"
+            f"fd = os.open({str(disk / 'filler')!r}, os.O_WRONLY | os.O_CREAT)\n"
+            "try:\n"
+            "    while True:\n"
+            "        os.write(fd, bytes(4096))\n"
+            "except OSError:\n"
+            "    os.close(fd)\n"
+            "faults.quiet_log_files()\n"
+            "for i in range(20):\n"
+            "    logging.warning('a line of the cell %d %s', i, 'x' * 4096)\n"
+            "logging.warning('%d', 'a bug: not a number')\n"
+        )
+        r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=cli_env(tmp_path), capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stderr.count("--- Logging error ---") == 1 and "TypeError" in r.stderr, r.stderr[-3000:]
+    assert "No space left" not in r.stderr and "OSError" not in r.stderr, r.stderr[-3000:]

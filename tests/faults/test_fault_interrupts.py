@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import cli_env, mlflow_server, run_cli
 from faults.http_proxy import DyingProxy, Request
+from faults.process_group import own_group
 
 
 def _mlflow_client_call(request: Request) -> bool:
@@ -24,17 +25,11 @@ def _mlflow_client_call(request: Request) -> bool:
 def test_ctrl_c_during_the_report_is_one_line_and_exit_130(tmp_path: Path):
     (tmp_path / "server").mkdir()
     with mlflow_server(tmp_path / "server") as uri, DyingProxy(uri, holds=_mlflow_client_call).running() as proxy:
-        proc = subprocess.Popen([sys.executable, "-m", "apps_bench.report", "--tracking-uri", proxy.url], cwd=tmp_path,
-                                env=cli_env(tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
-        try:
+        with own_group([sys.executable, "-m", "apps_bench.report", "--tracking-uri", proxy.url], tmp_path,
+                       cli_env(tmp_path)) as proc:  # fmt: skip
             assert proxy.held.wait(120), "the report never reached the store"
             os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground process group
             out, err = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     (line,) = [x for x in err.splitlines() if x.strip()]
@@ -60,17 +55,10 @@ def test_ctrl_c_while_rescore_logs_keeps_its_verdicts_and_the_rerun_judges_nothi
     (tmp_path / "server").mkdir()
     args = [sys.executable, "-m", "apps_bench.rescore", str(cell), "judge=reference"]
     with mlflow_server(tmp_path / "server") as uri, DyingProxy(uri, holds=_mlflow_client_call).running() as proxy:
-        env = cli_env(tmp_path, MLFLOW_TRACKING_URI=proxy.url)
-        proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
-        try:
+        with own_group(args, tmp_path, cli_env(tmp_path, MLFLOW_TRACKING_URI=proxy.url)) as proc:
             assert proxy.held.wait(180), "rescore never reached the store"  # its verdicts are written, its run not yet
             os.killpg(proc.pid, signal.SIGINT)
             _, err = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
         assert proc.returncode == 130, err[-3000:]
         assert "Traceback" not in err and "KeyboardInterrupt" not in err
         assert err.rstrip().splitlines()[-1].startswith("apps-bench rescore: interrupted.")  # the last word, once

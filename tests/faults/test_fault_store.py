@@ -102,9 +102,11 @@ def test_a_store_lost_as_the_sweep_ends_fails_no_cell_and_the_rerun_logs_the_res
         cells = [x for x in runs if x.data.tags.get("cell_key")]
         parents = sorted((x for x in runs if x.data.tags.get("sweep") == "true"), key=lambda x: x.info.start_time)
         assert len(cells) == 2 and all(x.info.status == "FINISHED" for x in cells)
-        # a parent run per launch: the rerun's FINISHED, linking the first's, which stays as the lost store left it
-        assert len(parents) == 2 and [x.info.status for x in parents] == ["RUNNING", "FINISHED"]
+        # a parent run per launch: the rerun's FINISHED, linking the first's, which the lost store left RUNNING:
+        # the rerun's launch ends it FAILED, saying why
+        assert len(parents) == 2 and [x.info.status for x in parents] == ["FAILED", "FINISHED"]
         assert parents[1].data.tags["sweep_earlier_run"] == parents[0].info.run_id
+        assert "lost the tracking store" in parents[0].data.tags["error"]
 
 
 @pytest.mark.slow
