@@ -135,3 +135,25 @@ def test_a_disk_that_fills_inside_a_sweep_stops_it_in_one_line_and_the_rerun_res
         records = {c.name: _keys(c) for c in sorted((disk / "outputs" / "cells").iterdir())}
         assert len(records) == 2 and all(len(k) == len(set(k)) == LIMIT for k in records.values())
         assert all(set(keys) <= set(records[name]) for name, keys in kept.items())  # nothing computed is lost
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_launching_process_finds_the_disk_its_jobs_filled_or_could_not_write(tmp_path: Path):
+    """A SLURM job on a full disk may leave neither its result nor its log: the launching process asks the disk
+    itself (faults.full_or_read_only), for a folder the cells had not made yet too."""
+    from apps_bench.tracking.faults import full_or_read_only
+
+    with tmpfs(tmp_path / "disk", "size=64k") as disk:
+        cells = disk / "outputs" / "cells"  # not made yet: the disk holding it is asked
+        assert full_or_read_only(cells) is None
+        with open(disk / "fill", "wb", buffering=0) as f, pytest.raises(OSError):
+            while True:
+                f.write(b"x" * 4096)
+        full = full_or_read_only(cells)
+        assert full is not None and full.code == 2
+        assert full.what.startswith(f"no space left on the disk ({disk})") and "Free space there" in full.fix
+        (disk / "fill").unlink()
+        assert full_or_read_only(cells) is None
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        ro = full_or_read_only(cells)
+        assert ro is not None and ro.what == f"cannot write {disk}: it is on a read-only file system"
