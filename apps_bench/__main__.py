@@ -202,7 +202,7 @@ def _task(cfg: Any) -> Any:
         fault = faults.fault_of(exc)  # a full disk, a read-only folder
         if fault is None:
             raise
-        safe = "Every problem recorded so far is kept, and none is recorded twice."
+        safe = faults.CELL_RECORDS_SAFE
         if multirun:
             _stop_sweep(fault, safe, exc, store_lost=False)
         _forget_run_dir()
@@ -217,7 +217,7 @@ def _stop_sweep(fault: faults.Fault, safe: str, exc: BaseException, *, store_los
     """A sweep's cell whose surroundings failed stops the sweep (the next cells would fail the same way): its
     line said once, here; `faults.SweepStopped` carries it out of Hydra's launcher, whichever process ran the
     cell, to the launching process (`_run`), which ends the parent run as `callbacks.stop_sweep` says."""
-    safe = f"{safe} The sweep stops here; the cells it finished keep their records too.".strip()
+    safe = f"{safe} {faults.SWEEP_STOPS}".strip()
     faults.say("apps-bench", fault, safe, exc)
     raise faults.SweepStopped(fault.line(safe), store_lost, fault.code) from None
 

@@ -10,6 +10,8 @@ and result handling and changes only the watching:
   left the queue without writing its result has ended (`sacct` names how, where it exists);
 - when every job has ended, cells that failed or ended without a result are listed with
   their logs and the sweep exits 1 (their records are kept: a rerun resumes them);
+- a cell whose surroundings failed (a full disk, a lost store: `faults.SweepStopped`) stops the
+  sweep as under every launcher (`stopping_launch`, also `hydra/launcher=slurm_local`'s);
 - Ctrl-C and SIGTERM cancel every job of the sweep before the launching command ends;
 - jobs pending for a reason that needs an administrator (partition limits, bad constraints)
   end the sweep at once; other long waits are reported with their reason.
@@ -17,15 +19,18 @@ and result handling and changes only the watching:
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from hydra.core.utils import JobReturn, filter_overrides
 from submitit.slurm.slurm import SlurmInfoWatcher, SlurmJob
 
+from apps_bench.tracking import faults
 from apps_bench.tracking.callbacks import on_sweep_interrupt
 
 # squeue states of a job that has not ended yet
@@ -131,21 +136,26 @@ class SqueueWatcher(SlurmInfoWatcher):
             )
 
 
+Launch = Callable[[Sequence[Sequence[str]], int], Sequence[JobReturn]]
+
+
 def watched_launch(
-    launch: Callable[[Sequence[Sequence[str]], int], Sequence[JobReturn]],
+    launch: Launch,
     submitit_folder: str,
     job_overrides: Sequence[Sequence[str]],
     initial_job_idx: int,
     *,
     poll_s: float,
+    disks: Sequence[str],
 ) -> Sequence[JobReturn]:
     """Run submitit's `launch` with the squeue watcher (squeue every `poll_s` seconds); end the sweep
-    with a message (exit 1) when a job failed or ended without a result, cancel its jobs on Ctrl-C/SIGTERM."""
+    with a message (exit 1) when a job failed or ended without a result, cancel its jobs on Ctrl-C/SIGTERM;
+    a cell whose surroundings failed stops it as `stopping_launch` says."""
     watcher = SqueueWatcher(poll_s)
     previous, SlurmJob.watcher = SlurmJob.watcher, watcher
     on_sweep_interrupt(watcher.cancel_all)  # Ctrl-C/SIGTERM: scancel at once, before the parent run ends KILLED
     try:
-        return launch(job_overrides, initial_job_idx)
+        return _unless_stopped(launch(job_overrides, initial_job_idx))
     except JobsNotSchedulable as exc:
         watcher.cancel_all()
         _fail(f"apps-bench: {exc} The sweep's jobs were cancelled.")
@@ -154,6 +164,7 @@ def watched_launch(
             _fail(f"apps-bench: SLURM did not accept the sweep's jobs: {str(exc).strip()}\n{REQUEST_HINT}")
         # a cell failed or ended without a result: let the others finish, then say which
         _wait_all(watcher)
+        _raise_if_stopped(submitit_folder, disks)
         message = _ended_badly(watcher, submitit_folder, job_overrides)
         if message is None:  # every cell finished: the error is not a job's
             raise
@@ -163,6 +174,48 @@ def watched_launch(
         raise
     finally:
         SlurmJob.watcher = previous
+
+
+def stopping_launch(
+    launch: Launch, submitit_folder: str, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, *,
+    disks: Sequence[str],
+) -> Sequence[JobReturn]:  # fmt: skip
+    """Run submitit's `launch`; a cell whose surroundings failed stops the sweep: the launching process says
+    its line and raises its `faults.SweepStopped` (`__main__._run` ends the parent run by it). The job hands
+    it back as its result (the launcher's `__call__`); a job on a full disk may have written neither its
+    result nor its log, so the disks the sweep writes (`disks`: the job files', the cells') are asked too."""
+    try:
+        return _unless_stopped(launch(job_overrides, initial_job_idx))
+    except Exception:
+        _raise_if_stopped(submitit_folder, disks)
+        raise
+
+
+def _unless_stopped(results: Sequence[Any]) -> Sequence[JobReturn]:
+    for result in results:
+        if isinstance(result, faults.SweepStopped):
+            _stop(result)
+    return results
+
+
+def _raise_if_stopped(submitit_folder: str, disks: Sequence[str]) -> None:
+    for path in sorted(Path(submitit_folder.split("%j")[0]).glob("**/*_result.pkl")):  # this sweep's jobs' folders
+        try:
+            _, result = pickle.loads(path.read_bytes())
+        except Exception:  # a result being written as the job was killed
+            continue
+        if isinstance(result, faults.SweepStopped):
+            _stop(result)
+    for disk in disks:
+        fault = faults.full_or_read_only(Path(disk))
+        if fault is not None:
+            _stop(faults.SweepStopped(fault.line(f"{faults.CELL_RECORDS_SAFE} {faults.SWEEP_STOPS}"), False, fault.code))
+
+
+def _stop(stop: faults.SweepStopped) -> NoReturn:
+    """Said here: the cell said it into its job's log, if it could."""
+    print(f"apps-bench: {stop.line}", file=sys.stderr, flush=True)
+    raise stop from None
 
 
 def _ended_badly(watcher: SqueueWatcher, folder: str, job_overrides: Sequence[Sequence[str]]) -> str | None:
@@ -200,8 +253,6 @@ def _outcome(result_pickle: Any) -> str | None:
     """'success', 'failed (see its log)', or None when the job wrote no result."""
     if not result_pickle.exists():
         return None
-    import pickle
-
     try:
         outcome, _ = pickle.loads(result_pickle.read_bytes())
     except Exception:  # a result being written as the job was killed

@@ -25,6 +25,9 @@ from apps_bench.tracking.sqlite_store import StoreError
 EXIT_FAILED = 2  # the surroundings failed: nothing computed is lost, the same command finishes the rest
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells count it
 
+CELL_RECORDS_SAFE = "Every problem recorded so far is kept, and none is recorded twice."  # a cell's disk fault
+SWEEP_STOPS = "The sweep stops here; the cells it finished keep their records too."
+
 _DISK_ERRNOS = {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EROFS: "read-only", errno.EACCES: "denied",
                 errno.EPERM: "denied"}  # fmt: skip
 
@@ -145,11 +148,28 @@ def _unless_disk(self: logging.Handler, record: logging.LogRecord) -> None:
         logging.Handler.handleError(self, record)
 
 
-def unwritable(path: Path) -> str | None:
-    """Why `path` (a folder a command will create files under) cannot be written, or None."""
+def full_or_read_only(path: Path) -> Fault | None:
+    """The disk holding `path` (its nearest existing folder) full or read-only, by the file system's own
+    counts: for a process that failed there and may have been unable to write even why (a launcher's job)."""
+    p = _existing(path)
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return None
+    err = errno.EROFS if st.f_flag & os.ST_RDONLY else errno.ENOSPC if st.f_bavail == 0 else None
+    return None if err is None else disk_fault(OSError(err, os.strerror(err), str(p)))
+
+
+def _existing(path: Path) -> Path:
     p = path.absolute()
     while not p.exists() and p != p.parent:
         p = p.parent
+    return p
+
+
+def unwritable(path: Path) -> str | None:
+    """Why `path` (a folder a command will create files under) cannot be written, or None."""
+    p = _existing(path)
     if not p.is_dir():
         return f"{p} is not a folder"
     if os.access(p, os.W_OK | os.X_OK):

@@ -24,7 +24,8 @@ from faults.test_fault_disk import LIMIT, tmpfs
 
 SWEEP = ["-m", "seed=0,1", "model=gold", "dataset=demo", "progress=false"]
 LAUNCHERS = {"basic": [], "joblib": ["hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2"],
-             "ray": ["hydra/launcher=ray_cluster"]}  # a private Ray on this machine (no RAY_ADDRESS), a cell per CPU
+             "ray": ["hydra/launcher=ray_cluster"],  # a private Ray on this machine (no RAY_ADDRESS), a cell per CPU
+             "slurm_local": ["hydra/launcher=slurm_local"]}  # submitit's SLURM code path, each cell a local job
 
 
 def _records(cwd: Path) -> dict[str, list[str]]:
@@ -96,6 +97,12 @@ def _keys(cell: Path) -> list[str]:
     return [json.loads(x)["key"] for x in lines[:-1] if x.strip()]
 
 
+def _last_sweep_job_logs(cwd: Path) -> str:
+    """What the cells of the last sweep said in their submitit jobs' logs (slurm_local; none elsewhere)."""
+    sweeps = sorted((cwd / "outputs" / "multirun").glob("*/*"))
+    return "".join(p.read_text() for p in sweeps[-1].glob(".submitit/*/*_log.err")) if sweeps else ""
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 @pytest.mark.parametrize("launcher", LAUNCHERS)
@@ -107,7 +114,9 @@ def test_a_disk_that_fills_inside_a_sweep_stops_it_in_one_line_and_the_rerun_res
     sweep = ["-m", "seed=0,1", "allow_any_cell=true", "dataset=apps", f"dataset.path={rows}", "dataset.split=train",
              f"limit={LIMIT}", "progress=false", *LAUNCHERS[launcher]]  # fmt: skip
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # the store on another disk: only the cells' folders fill this one
-    with tmpfs(tmp_path / "disk", "size=200k") as disk:  # room for the first cell's files and about half its records
+    # room for the first cell's files and about half its records; slurm_local: and submitit's job files first
+    # (about 90 kB per job, both jobs submitted at once)
+    with tmpfs(tmp_path / "disk", "size=400k" if launcher == "slurm_local" else "size=200k") as disk:
         env = cli_env(disk, MLFLOW_TRACKING_URI=uri, RAY_USAGE_STATS_ENABLED="0")
         r = run_cli(sweep, disk, env=env, timeout=600)
         out = r.stdout + r.stderr
@@ -130,8 +139,31 @@ def test_a_disk_that_fills_inside_a_sweep_stops_it_in_one_line_and_the_rerun_res
         subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)  # space freed
         again = run_cli(sweep, disk, env=env, timeout=600)
         assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
+        cells_said = again.stderr + _last_sweep_job_logs(disk)
         for keys in kept.values():
-            assert f"{len(keys)} already recorded, {LIMIT - len(keys)} to run" in again.stderr
+            assert f"{len(keys)} already recorded, {LIMIT - len(keys)} to run" in cells_said
         records = {c.name: _keys(c) for c in sorted((disk / "outputs" / "cells").iterdir())}
         assert len(records) == 2 and all(len(k) == len(set(k)) == LIMIT for k in records.values())
         assert all(set(keys) <= set(records[name]) for name, keys in kept.items())  # nothing computed is lost
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_launching_process_finds_the_disk_its_jobs_filled_or_could_not_write(tmp_path: Path):
+    """A SLURM job on a full disk may leave neither its result nor its log: the launching process asks the disk
+    itself (faults.full_or_read_only), for a folder the cells had not made yet too."""
+    from apps_bench.tracking.faults import full_or_read_only
+
+    with tmpfs(tmp_path / "disk", "size=64k") as disk:
+        cells = disk / "outputs" / "cells"  # not made yet: the disk holding it is asked
+        assert full_or_read_only(cells) is None
+        with open(disk / "fill", "wb", buffering=0) as f, pytest.raises(OSError):
+            while True:
+                f.write(b"x" * 4096)
+        full = full_or_read_only(cells)
+        assert full is not None and full.code == 2
+        assert full.what.startswith(f"no space left on the disk ({disk})") and "Free space there" in full.fix
+        (disk / "fill").unlink()
+        assert full_or_read_only(cells) is None
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        ro = full_or_read_only(cells)
+        assert ro is not None and ro.what == f"cannot write {disk}: it is on a read-only file system"
