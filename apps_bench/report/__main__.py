@@ -141,9 +141,9 @@ def _report(args: argparse.Namespace, baseline: groups.Baseline | None) -> int:
         return 0
     print(render.pass_table(gs))
     print()
-    print(paper.apps_text(tier_rows, header=False))
+    print(paper.apps_text(tier_rows, header=False, compact=True))
     print()
-    print(paper.pass_at_k_text(tier_rows, header=False))
+    print(paper.pass_at_k_text(tier_rows, header=False, compact=True))
     if baseline is None:  # with --compare, each comparison says what differs between its own cells
         for w in provenance.differences({f"{g.label}·{g.model}{groups.shown(g.settings)}·s{c.seed}": c.provenance for g in gs for c in g.cells}):
             print(render.wrap(f"warning: provenance: {w}"))

@@ -54,6 +54,10 @@ def _iv(iv: Interval | None, bound: bool = False, scale: float = 1.0, nd: int = 
     return f"{mark}{scale * iv.estimate:.{nd}f} [{scale * iv.low:.{nd}f}, {scale * iv.high:.{nd}f}]"
 
 
+def _est(iv: Interval) -> str:
+    return "-" if math.isnan(iv.estimate) else f"{iv.estimate:.3f}"
+
+
 def _fig(row: PaperRow, metric: str, tier: str) -> tuple[Interval | None, bool]:
     f = row.figures.get(tier)
     if f is None:
@@ -64,14 +68,21 @@ def _fig(row: PaperRow, metric: str, tier: str) -> tuple[Interval | None, bool]:
 # ----------------------------------------------------------------------------- text (the report's own tables)
 
 
-def apps_text(rows: Sequence[PaperRow], *, header: bool = True) -> str:
+def apps_text(rows: Sequence[PaperRow], *, header: bool = True, compact: bool = False) -> str:
+    """The paper's layout (a line per group and metric, the tiers as columns); `compact` (the report's own,
+    within its 120 columns): a line per group and tier, the two metrics as columns."""
     groups = [r.group for r in rows]
     lines = []
     for r in rows:
+        base = [r.group.label, r.group.model, *_vals(r.group.settings)]
+        if compact:
+            for t in COLUMNS:
+                cells = [_iv(*_fig(r, metric, t)) for metric, _ in METRICS]
+                lines.append((r.group.comparability, [*base, t, f"{len(r.group.seeds)}", *cells]))
+            continue
         for metric, name in METRICS:
             cells = [_iv(*_fig(r, metric, t)) for t in COLUMNS]
-            lines.append((r.group.comparability, [r.group.label, r.group.model, *_vals(r.group.settings), name,
-                                                  f"{len(r.group.seeds)}", *cells]))  # fmt: skip
+            lines.append((r.group.comparability, [*base, name, f"{len(r.group.seeds)}", *cells]))
     caption = (
         "APPS paper Table 2's figures per difficulty tier, each seed's cell a sample pooled over the seeds: test-case average = "
         "mean over problems of the share of the kept tests passed (a compile error passes none, a timed-out test fails); "
@@ -80,12 +91,18 @@ def apps_text(rows: Sequence[PaperRow], *, header: bool = True) -> str:
     )
     if any(f.lower_bound for r in rows for f in r.figures.values()):
         caption += "; " + LOWER_BOUND_NOTE
-    head = ["topology", "model", *_keys(groups), "metric", "seeds", *COLUMNS]
+    if compact:
+        head = ["topology", "model", *_keys(groups), "tier", "seeds", *(name for _, name in METRICS)]
+        caption += "; the paper's layout (tiers as columns; CSV, LaTeX, Markdown): --table apps-paper"
+    else:
+        head = ["topology", "model", *_keys(groups), "metric", "seeds", *COLUMNS]
     table = _sections("APPS table (test-case average, strict accuracy) by tier", head, lines, blocks(groups), caption)
     return (block_header(groups) + "\n\n" + table) if header and groups else table
 
 
-def pass_at_k_text(rows: Sequence[PaperRow], *, header: bool = True) -> str:
+def pass_at_k_text(rows: Sequence[PaperRow], *, header: bool = True, compact: bool = False) -> str:
+    """A line per group and k, the tiers as columns, each with its interval; `compact` (the report's own,
+    within its 120 columns): the tiers' estimates, the interval for `all` only."""
     with_k = [r for r in rows if r.pass_at_k is not None]
     if not with_k:
         return "pass@k: every group has one seed (pass@k needs n >= 2 seed cells of one identity: seed=0,1,2)"
@@ -95,7 +112,8 @@ def pass_at_k_text(rows: Sequence[PaperRow], *, header: bool = True) -> str:
         p = r.pass_at_k
         assert p is not None
         for k in range(1, p.n + 1):
-            cells = [_iv(p.by_tier[t][k - 1]) if t in p.by_tier else "-" for t in COLUMNS]
+            cells = [(_iv(p.by_tier[t][k - 1]) if not compact or t == tiers.ALL else _est(p.by_tier[t][k - 1]))
+                     if t in p.by_tier else "-" for t in COLUMNS]  # fmt: skip
             lines.append((r.group.comparability, [r.group.label, r.group.model, *_vals(r.group.settings), f"pass@{k}",
                                                   f"{p.n}", f"{p.n_problems}" + (f" (-{p.left_out})" if p.left_out else ""),
                                                   *cells]))  # fmt: skip
@@ -105,6 +123,8 @@ def pass_at_k_text(rows: Sequence[PaperRow], *, header: bool = True) -> str:
         f"left out) [95% CI: {stats.METHOD_CELL.format(b=stats.N_BOOT)}]; pass@1 here is over those problems only, "
         "the headline pass@1 is the table above"
     )
+    if compact:
+        caption += "; every tier with its interval (and CSV, LaTeX, Markdown): --table pass-at-k"
     head = ["topology", "model", *_keys(groups), "k", "n", "problems", *COLUMNS]
     table = _sections("pass@k by tier (seeds as samples)", head, lines, blocks(groups), caption)
     return (block_header(groups) + "\n\n" + table) if header else table
