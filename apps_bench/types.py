@@ -12,6 +12,11 @@ from typing import Any, Literal
 
 Mode = Literal["stdin", "call"]
 
+# Data that crosses the project's edge as JSON (a records.jsonl line, an HTTP body, an MLflow payload) and whose
+# shape no schema here fixes: the one place such data is typed loosely. Data made inside the project gets a
+# dataclass or a TypedDict instead.
+JsonObject = dict[str, Any]
+
 
 @dataclass(frozen=True)
 class TestSuite:
