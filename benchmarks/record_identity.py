@@ -84,11 +84,12 @@ def run_sweep(tree: Path, work: Path, rows: Path, topologies: list[str], limit: 
     return work
 
 
-def _masked(value: Any, drop: tuple[str, ...]) -> Any:
+def masked(value: Any, drop: tuple[str, ...] = TIMING) -> Any:
+    """`value` (JSON) with the fields named in `drop`, at any depth, set to MASK."""
     if isinstance(value, dict):
-        return {k: MASK if k in drop else _masked(v, drop) for k, v in value.items()}
+        return {k: MASK if k in drop else masked(v, drop) for k, v in value.items()}
     if isinstance(value, list):
-        return [_masked(v, drop) for v in value]
+        return [masked(v, drop) for v in value]
     return value
 
 
@@ -164,7 +165,7 @@ def _rounded(value: Any, digits: int) -> Any:
 
 def _compare_json(name: str, base: str, cand: str, out: list[str]) -> None:
     drop = (*TIMING, *STAMPS.get(name, ()), *CODE.get(name, ()))
-    a, b = _masked(json.loads(base), drop), _masked(json.loads(cand), drop)
+    a, b = masked(json.loads(base), drop), masked(json.loads(cand), drop)
     if name in SUMMED:
         a, b = _rounded(a, SUMMED[name]), _rounded(b, SUMMED[name])
     if a != b or list(a) != list(b):
