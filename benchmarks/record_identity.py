@@ -205,9 +205,10 @@ def cells(run: Path) -> dict[str, Path]:
 def tables(run: Path) -> dict[str, str]:
     """Each cell's MLflow table (problems.json), by the cell key its run's records carry."""
     out = {}
+    cells_dir = run / "outputs" / "cells"
     for table in run.rglob("problems.json"):
         records = table.parent / "records.jsonl"
-        if "outputs" not in table.parts and records.is_file():
+        if not table.is_relative_to(cells_dir) and records.is_file():
             first = records.read_text(encoding="utf-8").splitlines()[:1]
             out[str(json.loads(first[0])["cell"]) if first else ""] = table.read_text(encoding="utf-8")
     return out
@@ -280,6 +281,9 @@ def main(argv: list[str]) -> int:
         return 2
     renames = dict(r.split("=") for r in args.rename)
     topologies = runners(trees[0])
+    if not topologies:
+        print(f"record_identity: {trees[0]} has no runners (apps_bench/conf/topology/*.yaml)", file=sys.stderr)
+        return 2
     if runners(trees[1]) != topologies:
         print(f"runners differ: base {topologies}, candidate {runners(trees[1])}; comparing the base's")
     if args.reuse is not None:
