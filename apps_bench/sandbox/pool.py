@@ -61,6 +61,8 @@ _WORKER_BOOT = (
     "site.setquit(); site.setcopyright(); site.sethelper()\n"
     "if importlib.util.find_spec('numpy') is None:\n"
     "    site.main()\n"
+    "if len(sys.argv) > 6:\n"  # behind an `unshare` launcher: write to the caller's stderr, not the launcher's
+    "    import os; os.dup2(int(sys.argv[6]), 2); os.close(int(sys.argv[6]))\n"
     "from apps_bench.sandbox.worker import main; main()"
 )
 _SITE_DIRS = ":".join(
@@ -170,10 +172,20 @@ class _Worker:
             userns = ["--user", "--map-root-user"] if os.geteuid() != 0 else []
             cmd = ["unshare", *userns, "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc",
                    "--uts", "--mount", "--propagation", "private", "--", *cmd]
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
-            start_new_session=True, cwd="/",
-        )
+        # The launcher's own stderr is a pipe, read only to say why a worker did not start; the
+        # worker gets this process's stderr under another number. A kill that reaches the worker
+        # before its launcher (a process-tree kill going deepest first) makes util-linux's unshare
+        # say on its stderr that it cannot re-raise SIGKILL on itself: nothing for the caller.
+        caller_err = os.dup(2) if self.contained else None
+        try:
+            self.proc = subprocess.Popen(
+                cmd + ([str(caller_err)] if caller_err is not None else []), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE if caller_err is not None else None, env=env,
+                close_fds=True, pass_fds=() if caller_err is None else (caller_err,), start_new_session=True, cwd="/",
+            )
+        finally:
+            if caller_err is not None:
+                os.close(caller_err)
         self.reader = FrameReader(self.proc.stdout.fileno())
         self.ready = False
 
@@ -181,8 +193,9 @@ class _Worker:
         try:
             msg = self.recv(time.monotonic() + READY_TIMEOUT_S)
         except WorkerBroken as e:
+            said = self._launcher_said()
             self.stop()
-            raise WorkerBroken(f"sandbox worker did not start: {e}") from None
+            raise WorkerBroken(f"sandbox worker did not start: {e}" + (f" ({said})" if said else "")) from None
         if msg.get("t") != "ready":
             self.stop()
             raise WorkerBroken(f"sandbox worker did not start: {msg.get('error', msg)}")
@@ -192,6 +205,18 @@ class _Worker:
             log.warning("sandbox worker %d cannot give programs their own uid (%s); they run as the "
                         "worker's user%s", self.index, self.features["uid_switch_skipped"],
                         " (root)" if os.geteuid() == 0 else "")
+
+    def _launcher_said(self) -> str:
+        """What the `unshare` launcher wrote on its stderr so far, on one line."""
+        err = self.proc.stderr if self.proc is not None else None
+        if err is None:
+            return ""
+        os.set_blocking(err.fileno(), False)
+        try:
+            text = (err.read() or b"").decode(errors="replace")
+        except OSError:
+            return ""
+        return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
     def send(self, data: bytes) -> None:
         try:
@@ -229,10 +254,12 @@ class _Worker:
                 pass
             p.kill()
             p.wait()
-        try:
-            p.stdout.close()
-        except OSError:
-            pass
+        for pipe in (p.stdout, p.stderr):
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except OSError:
+                pass
         self._remove_cgroup()
 
     def _remove_cgroup(self) -> None:
