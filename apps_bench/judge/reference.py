@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from apps_bench.errors import AppsBenchError
 from apps_bench.sandbox import decode_value
 from apps_bench.types import Outcome, Problem, TestResult
 
@@ -39,7 +40,7 @@ COMPILE_ERROR = -2
 RUNTIME_ERROR = -1
 
 
-class HarnessCrash(Exception):
+class HarnessCrash(AppsBenchError):
     """The original's run_test would raise here (outside its handlers): the program gets [-1] * 21."""
 
 

@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 from hydra.core.utils import JobReturn, filter_overrides
 from submitit.slurm.slurm import SlurmInfoWatcher, SlurmJob
 
+from apps_bench.errors import AppsBenchError
 from apps_bench.tracking import faults
 from apps_bench.tracking.callbacks import on_sweep_interrupt
 
@@ -51,7 +52,7 @@ REQUEST_HINT = (
 ENDED = "ENDED"  # not in the queue any more, state unknown (no accounting)
 
 
-class JobsNotSchedulable(RuntimeError):
+class JobsNotSchedulable(RuntimeError, AppsBenchError):
     pass
 
 

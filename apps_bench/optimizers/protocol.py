@@ -29,6 +29,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from apps_bench.config import POOL_SOURCES, BudgetParams
 from apps_bench.data import eval_ids, eval_manifest
+from apps_bench.errors import AppsBenchError
 from apps_bench.types import Problem
 
 ProblemKey = tuple[str, str]  # (split, problem_id): APPS train and test both number from 0
@@ -235,7 +236,7 @@ def atomic_write_json(path: Path, data: Any) -> None:
 # --------------------------------------------------------------------------- scoring gate
 
 
-class EvalKeyError(PermissionError):
+class EvalKeyError(PermissionError, AppsBenchError):
     """An eval problem reached the optimizer's scoring function outside the final evaluation."""
 
 
@@ -277,7 +278,7 @@ class ScoringGate:
 # --------------------------------------------------------------------------- budgets
 
 
-class BudgetExhausted(RuntimeError):
+class BudgetExhausted(RuntimeError, AppsBenchError):
     """A new batch was asked for after a hard cap was reached."""
 
 

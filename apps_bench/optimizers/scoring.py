@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
+from apps_bench.errors import AppsBenchError
 from apps_bench.optimizers.cache import RolloutCache, rollout_key, stable_hash
 from apps_bench.optimizers.protocol import Budget, ProblemKey, ScoringGate, make_key, request_seed
 from apps_bench.topologies.base import PromptSet
@@ -180,7 +181,7 @@ class EvalRecord:
     infra_errors: int = 0  # rollouts still failed for infrastructure reasons (never scored as wrong)
 
 
-class InfrastructureDown(RuntimeError):
+class InfrastructureDown(RuntimeError, AppsBenchError):
     """Every fresh rollout of a batch failed for an infrastructure reason (model or sandbox down):
     stop instead of spending budget on failures; a rerun resumes through the cache."""
 

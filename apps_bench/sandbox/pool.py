@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from apps_bench.sandbox.env import CLEAN_ENV
 
 from ..cpus import usable_cpus
+from ..errors import AppsBenchError
 from . import cgroups
 from .api import RAW_STATUSES, ExecResult, RawRun, RunRequest
 from .limits import SandboxLimits
@@ -116,7 +117,7 @@ def _count_processes_of(uid: int) -> int:
     return n
 
 
-class WorkerBroken(Exception):
+class WorkerBroken(AppsBenchError):
     pass
 
 

@@ -44,6 +44,7 @@ import types
 from typing import Any
 from unittest import mock
 
+from ..errors import AppsBenchError
 from .harness import (
     GO,
     LOAD,
@@ -153,7 +154,7 @@ def _lazy_mock_open(mock: Any, text: str) -> Any:
     return open_
 
 
-class ReferenceTimeout(Exception):
+class ReferenceTimeout(AppsBenchError):
     """The per-test alarm; an Exception, so a program's `except Exception` catches it as in the original."""
 
 

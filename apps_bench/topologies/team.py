@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Sequence
 
 from apps_bench.config import TopologyConfig
+from apps_bench.errors import AppsBenchError
 from apps_bench.task import extract_program
 from apps_bench.topologies.base import SolveContext
 from apps_bench.types import Attempt, Candidate, Vote
@@ -46,7 +47,7 @@ class Turn:
                 self.program = program
 
 
-class StopFlow(Exception):
+class StopFlow(AppsBenchError):
     """Raised inside a flow to end the whole attempt early (e.g. a wall-clock check)."""
 
     def __init__(self, reason: str):
