@@ -203,7 +203,7 @@ def _raise_if_stopped(submitit_folder: str, disks: Sequence[str]) -> None:
     for path in sorted(Path(submitit_folder.split("%j")[0]).glob("**/*_result.pkl")):  # this sweep's jobs' folders
         try:
             _, result = pickle.loads(path.read_bytes())
-        except Exception:  # a result being written as the job was killed
+        except Exception:  # noqa: BLE001 - a result being written as the job was killed
             continue
         if isinstance(result, faults.SweepStopped):
             _stop(result)
@@ -256,7 +256,7 @@ def _outcome(result_pickle: Any) -> str | None:
         return None
     try:
         outcome, _ = pickle.loads(result_pickle.read_bytes())
-    except Exception:  # a result being written as the job was killed
+    except Exception:  # noqa: BLE001 - a result being written as the job was killed
         return None
     return "success" if outcome == "success" else "failed (the cell raised; see its log)"
 

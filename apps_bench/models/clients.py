@@ -126,7 +126,7 @@ class ModelClients:
                 continue
             try:
                 client.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - best effort while closing: one client's failure must not keep the others open
                 pass
         self._opened = keep
 

@@ -87,7 +87,7 @@ class PipelineAdapter(GEPAAdapter):
                     out.extend(self.evaluator.evaluate(ps, [k], capture_traces=True))
                 except (BudgetExhausted, EvalKeyError, InfrastructureDown):
                     raise
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - one key's failure becomes its placeholder rollout; the run-stopping errors are re-raised above
                     out.append(self._placeholder(k, f"{type(exc).__name__}: {exc}"))
             return out
 

@@ -425,7 +425,7 @@ class SandboxPool:
                     if keep_going is not None:
                         try:
                             go = bool(keep_going(raw))
-                        except BaseException as e:  # tell the worker to stop, then re-raise
+                        except BaseException as e:  # noqa: BLE001 - tell the worker to stop, then re-raise
                             pending, go = e, False
                     if raw.status == "compile_error":
                         compile_detail = raw.detail
@@ -438,7 +438,7 @@ class SandboxPool:
                 log.error("sandbox worker %d broke (%s); restarting it", w.index, e)
                 try:
                     w.restart()
-                except Exception as e2:  # noqa: BLE001
+                except Exception as e2:  # noqa: BLE001 - a worker that cannot restart is logged; the job's result says the sandbox broke
                     log.error("sandbox worker %d failed to restart: %s", w.index, e2)
             if go and len(results) < n:  # (every result already in: the job stands as it is)
                 results.append(RawRun(index=len(results), status="sandbox_error",
@@ -499,7 +499,7 @@ class SandboxPool:
         for w in workers:
             try:
                 w.stop()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - best effort while closing: the other workers are still stopped
                 pass
 
     def close(self) -> None:
