@@ -52,6 +52,7 @@ from apps_bench.config import MaspoParams
 from apps_bench.optimizers.cache import Checkpoints
 from apps_bench.optimizers.protocol import Budget, BudgetExhausted, ProblemKey
 from apps_bench.optimizers.scoring import Rollout
+from apps_bench.types import JsonObject
 
 # --------------------------------------------------------------------------- graph
 
@@ -277,7 +278,7 @@ class MaspoResult:
     hard_cases: dict[str, list[ProblemKey]]
     plan: Plan
     visits: list[tuple[Any, ...]]  # ("refresh", round, agent) / ("step", round, agent, t)
-    events: list[dict[str, Any]]
+    events: list[JsonObject]
     steps_done: int
     stopped: str  # "done" | "budget"
 
@@ -310,7 +311,7 @@ class Maspo:
         *,
         budget: Budget | None = None,
         checkpoints: Checkpoints | None = None,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_event: Callable[[JsonObject], None] | None = None,
     ) -> None:
         missing = [a for a in graph.agents if a not in seed_prompts]
         if missing:
@@ -319,7 +320,7 @@ class Maspo:
         self.graph = graph
         self.system = system
         self.propose = propose
-        self.pool = list(dict.fromkeys(tuple(k) for k in train_keys))
+        self.pool: list[ProblemKey] = list(dict.fromkeys((k[0], k[1]) for k in train_keys))
         self.cfg = cfg
         self.budget = budget
         self.checkpoints = checkpoints
@@ -333,7 +334,7 @@ class Maspo:
         self.best_score: dict[str, float] = {a: 0.0 for a in graph.agents}
         self.hard: dict[str, list[ProblemKey]] = {a: [] for a in graph.agents}
         self.visits: list[tuple[Any, ...]] = []
-        self.events: list[dict[str, Any]] = []
+        self.events: list[JsonObject] = []
         self.steps_done = 0
 
     # -- helpers
@@ -466,7 +467,7 @@ class Maspo:
             stopped=stopped,
         )
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> JsonObject:
         return {
             "prompts": dict(self.prompts),
             "best_scores": dict(self.best_score),

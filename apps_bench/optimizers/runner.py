@@ -20,7 +20,7 @@ from apps_bench.optimizers.replay import ROLLOUT_HEADER
 from apps_bench.optimizers.scoring import Rollout, rollout_from_attempt
 from apps_bench.solving import Job
 from apps_bench.topologies.base import PromptSet
-from apps_bench.types import Problem
+from apps_bench.types import JsonObject, Problem
 
 
 class PipelineRunner:
@@ -69,14 +69,14 @@ class PipelineRunner:
         """The judge on a problem's training tests (MASPO's reward for intermediate programs)."""
         return self.engine.judge.score(problem, program)
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> JsonObject:
         """What goes into the rollout cache key besides prompts: everything that changes a run."""
         topo = {k: v for k, v in dataclasses.asdict(self.cfg.topology).items() if k not in ("prompts", "prompt_file", "_target_")}
         judge = {k: v for k, v in dataclasses.asdict(self.cfg.judge).items() if k != "workers"}
         return {"topology": topo, "judge": judge, "tool": dataclasses.asdict(self.cfg.tool),
                 "max_tests_per_row": self.cfg.max_tests_per_row}  # fmt: skip
 
-    def model_identity(self) -> dict[str, Any]:
+    def model_identity(self) -> JsonObject:
         m = dataclasses.asdict(self.cfg.model)
         keys = ("name", "provider", "model_id", "temperature", "top_p", "max_tokens", "extra_body", "wrong_fraction")
         return {k: m[k] for k in keys}

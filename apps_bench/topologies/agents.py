@@ -214,8 +214,8 @@ def _react_graph() -> Any:
         for fn in (_model_node, _tools_node, _after_model, _after_tools):  # how LangGraph knows to pass the config
             fn.__annotations__["config"] = RunnableConfig
         graph = StateGraph(MessagesState)
-        graph.add_node("model", _model_node)
-        graph.add_node("tools", _tools_node)
+        graph.add_node("model", _model_node)  # type: ignore[type-var]  # LangGraph's types want a state schema as the node's input type, but it would also read that annotation as an extra input schema: the node takes a plain dict
+        graph.add_node("tools", _tools_node)  # type: ignore[type-var]  # (as above)
         graph.add_edge(START, "model")
         graph.add_conditional_edges("model", _after_model, ["tools", END])
         graph.add_conditional_edges("tools", _after_tools, ["model", END])
