@@ -19,7 +19,7 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Iterator, Mapping
 
 from apps_bench.optimizers.protocol import ProblemKey, atomic_write_json
 from apps_bench.types import JsonObject
@@ -35,13 +35,13 @@ CREATE TABLE IF NOT EXISTS entries (
 """
 
 
-def stable_hash(obj: Any) -> str:
+def stable_hash(obj: object) -> str:
     """SHA-256 of canonical JSON (sorted keys, no whitespace): equal values, equal hashes."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _default(obj: Any) -> Any:
+def _default(obj: object) -> object:
     if isinstance(obj, (set, frozenset)):
         return sorted(obj)
     if hasattr(obj, "items"):

@@ -100,7 +100,7 @@ class PipelineAdapter(GEPAAdapter):
                     out.append(self._placeholder(k, f"{type(exc).__name__}: {exc}"))
             return out
 
-    def evaluate(self, batch: list[Any], candidate: dict[str, str], capture_traces: bool = False) -> EvaluationBatch:
+    def evaluate(self, batch: list[ProblemKey], candidate: dict[str, str], capture_traces: bool = False) -> EvaluationBatch:
         keys = [make_key(*k) for k in batch]
         ps = PromptSet({**self.base_prompts, **candidate})
         before = self.budget.rollouts if self.budget else None

@@ -25,7 +25,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from apps_bench.config import POOL_SOURCES, BudgetParams
 from apps_bench.data import eval_ids, eval_manifest
@@ -42,7 +42,7 @@ MANIFEST_VERSION = 1
 # --------------------------------------------------------------------------- keys
 
 
-def make_key(split: str, problem_id: Any) -> ProblemKey:
+def make_key(split: str, problem_id: str | int) -> ProblemKey:
     """A problem key; ids are strings everywhere (APPS ids come as ints in rows)."""
     return (str(split), str(problem_id))
 
@@ -223,7 +223,7 @@ def read_manifest_splits(path: Path | str) -> Splits:
     )
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
+def atomic_write_json(path: Path, data: object) -> None:
     """tmp file + fsync + rename: a kill leaves either the old file or the new one, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")

@@ -79,7 +79,7 @@ class ReplayProxy:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args: Any) -> None:  # quiet
+            def log_message(self, format: str, *args: object) -> None:  # quiet
                 pass
 
             def do_GET(self) -> None:  # noqa: N802

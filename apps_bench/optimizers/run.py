@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from apps_bench.config import OptimizerConfig
+from apps_bench.config import OptimizerConfig, PoolParams
 from apps_bench.optimizers.cache import RolloutCache
 from apps_bench.optimizers.methods import MethodRun, method_of
 from apps_bench.optimizers.proposals import CachedChat, ChatFn
@@ -69,10 +69,10 @@ class EventLog:
             self.hook(kind, dict(payload))
 
 
-def _jsonable(obj: Any) -> Any:
+def _jsonable(obj: object) -> object:
     if isinstance(obj, (set, frozenset, tuple)):
         return list(obj)
-    if hasattr(obj, "__dataclass_fields__"):
+    if is_dataclass(obj) and not isinstance(obj, type):
         return asdict(obj)
     return str(obj)
 
@@ -120,7 +120,7 @@ def write_prompt_set(path: Path, texts: Mapping[str, str]) -> Path:
 
 
 def pool_and_splits(problems: Sequence[Problem], eval_set: EvalSet, eval_problems: Sequence[Problem],
-                    pool_p: Any) -> tuple[EvalSet, Pool, Splits]:  # fmt: skip
+                    pool_p: PoolParams) -> tuple[EvalSet, Pool, Splits]:  # fmt: skip
     """The eval set with the questions of the eval rows among `problems` and `eval_problems`, the pool drawn
     from `problems` without them, and its train/val splits (ValueError, with the fix, when the pool is too small)."""
     eval_set = eval_set.with_questions([*problems, *eval_problems])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from apps_bench.engine import Engine
 from apps_bench.optimizers.cache import stable_hash
@@ -20,7 +20,7 @@ from apps_bench.optimizers.replay import ROLLOUT_HEADER
 from apps_bench.optimizers.scoring import Rollout, rollout_from_attempt
 from apps_bench.solving import Job
 from apps_bench.topologies.base import PromptSet
-from apps_bench.types import JsonObject, Problem
+from apps_bench.types import JsonObject, Problem, Verdict
 
 
 class PipelineRunner:
@@ -65,7 +65,7 @@ class PipelineRunner:
             return rollout
         return dataclasses.replace(rollout, replayed_tokens=self.replayed(tag))
 
-    def score_program(self, problem: Problem, program: str | None) -> Any:
+    def score_program(self, problem: Problem, program: str | None) -> Verdict:
         """The judge on a problem's training tests (MASPO's reward for intermediate programs)."""
         return self.engine.judge.score(problem, program)
 

@@ -18,7 +18,7 @@ ones and the real pipeline plugs in later without touching them.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 from apps_bench.errors import AppsBenchError
 from apps_bench.optimizers.cache import RolloutCache, rollout_key, stable_hash
@@ -324,7 +324,7 @@ def traces_from_transcript(events: Iterable[TranscriptEvent]) -> tuple[RoleTrace
     )  # fmt: skip
 
 
-def _clip(value: Any) -> str:
+def _clip(value: object) -> str:
     text = value if isinstance(value, str) else repr(value)
     return text if len(text) <= CLIP else text[:CLIP] + f"... [{len(text) - CLIP} more characters]"
 

@@ -19,13 +19,20 @@ import json
 import os
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from apps_bench.config import TopologyConfig
 from apps_bench.topologies.base import SolveContext, agent_seed
 from apps_bench.topologies.messages import cap_note
 from apps_bench.topologies.team import FlowRunner, StopFlow, Team, Turn, agent_names
-from apps_bench.types import Attempt
+from apps_bench.types import Attempt, JsonObject
+
+if TYPE_CHECKING:  # pragma: no cover
+    from crewai import Crew, Task
+    from crewai.agents.agent_builder.base_agent import BaseAgent
+    from crewai.agents.parser import AgentAction, AgentFinish
+    from crewai.tasks.task_output import TaskOutput
+    from crewai.tools import BaseTool
 
 # Settings CrewAI reads from the environment. Never prompt (a benchmark has no user at
 # the keyboard: without CREWAI_TESTING the first kickoff asks an interactive question)
@@ -124,7 +131,7 @@ class _Stages:
     ctx: SolveContext
     team: Team
     stop: threading.Event
-    tasks: list[Any] = field(default_factory=list)  # CrewAI Tasks, one per stage
+    tasks: list[Task] = field(default_factory=list)  # one per stage
     stage: int = 0
     turn: Turn | None = None
     last_action: bool = False  # the turn's last step was a tool call
@@ -159,14 +166,16 @@ class _Stages:
         assert self.turn is not None, "a CrewAI callback before the first stage began"
         return self.turn
 
-    def on_step(self, step: Any) -> None:
+    def on_step(self, step: AgentAction | AgentFinish) -> None:
         """CrewAI's step callback: an AgentAction (a tool call and its observation) or an AgentFinish."""
+        from crewai.agents.parser import AgentAction
+
         turn = self._current()
         agent, role = turn.agent, turn.role
         turn.steps += 1
-        self.last_action = hasattr(step, "tool")
+        self.last_action = isinstance(step, AgentAction)
         thought = (getattr(step, "thought", "") or "").strip()
-        if hasattr(step, "tool"):
+        if isinstance(step, AgentAction):
             if thought:
                 self.ctx.log(agent, role, "note", thought, turn.round)
             self.ctx.log(agent, role, "tool_call", json.dumps({"name": step.tool, "args": _args(step.tool_input)}),
@@ -174,7 +183,7 @@ class _Stages:
             self.ctx.log(agent, role, "tool_result", str(step.result or ""), turn.round)
         self.check_stop()
 
-    def on_task_done(self, output: Any) -> None:
+    def on_task_done(self, output: TaskOutput) -> None:
         """CrewAI's task callback: the stage's reply ends its turn, and the next stage begins."""
         turn = self._current()
         text = str(getattr(output, "raw", "") or "")
@@ -191,12 +200,12 @@ class _Stages:
             self.begin(self.stage + 1)
 
 
-def _crew(ctx: SolveContext, stages: _Stages) -> tuple[list[Any], Any]:
+def _crew(ctx: SolveContext, stages: _Stages) -> tuple[list[BaseAgent], Crew]:
     """One CrewAI Agent and Task per stage, each task with every earlier one as its context, in a
     sequential Crew (the agents, and the crew: CrewAI objects)."""
     from crewai import Agent, Crew, Process, Task
 
-    agents: list[Any] = []
+    agents: list[BaseAgent] = []
     for i, role in enumerate(stages.roles):
         tools = [_python_exec_tool(ctx, stages)] if role in (ctx.config.tool_roles or ()) else []
         agent = Agent(
@@ -234,33 +243,34 @@ def _crew(ctx: SolveContext, stages: _Stages) -> tuple[list[Any], Any]:
     return agents, crew
 
 
-def _close_clients(llms: Any) -> None:
+def _close_clients(llms: Iterable[object]) -> None:
     for llm in llms:
         client = getattr(llm, "client", None)
         if client is not None and hasattr(client, "close"):
             client.close()
 
 
-async def _in_own_thread(name: str, fn: Any, *args: Any) -> Any:
+async def _in_own_thread(name: str, fn: Callable[..., None], *args: object) -> None:
     """Run blocking `fn` in a thread of its own, like asyncio.to_thread but never queued
     behind other problems' crews in the loop's small default executor (the per-problem
     wall clock is already running). Daemon: a crew stuck in a call never blocks exit."""
     import contextvars
 
     loop = asyncio.get_running_loop()
-    done: asyncio.Future[Any] = loop.create_future()
+    done: asyncio.Future[None] = loop.create_future()
 
-    def settle(result: Any = None, error: BaseException | None = None) -> None:
+    def settle(error: BaseException | None = None) -> None:
         if not done.done():
-            done.set_exception(error) if error is not None else done.set_result(result)
+            done.set_exception(error) if error is not None else done.set_result(None)
 
     def target() -> None:
         try:
-            outcome: tuple[Any, BaseException | None] = (ctx_copy.run(fn, *args), None)
+            ctx_copy.run(fn, *args)
+            error: BaseException | None = None
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine as is
-            outcome = (None, exc)
+            error = exc
         try:
-            loop.call_soon_threadsafe(settle, *outcome)
+            loop.call_soon_threadsafe(settle, error)
         except RuntimeError:  # the loop is gone (the attempt ended on the wall clock): nobody waits
             pass
 
@@ -269,7 +279,7 @@ async def _in_own_thread(name: str, fn: Any, *args: Any) -> Any:
     return await done
 
 
-def _args(text: Any) -> Any:
+def _args(text: JsonObject | str | None) -> JsonObject | str | None:
     if isinstance(text, dict):
         return text
     try:
@@ -278,7 +288,7 @@ def _args(text: Any) -> Any:
         return text
 
 
-def _python_exec_tool(ctx: SolveContext, stages: _Stages) -> Any:
+def _python_exec_tool(ctx: SolveContext, stages: _Stages) -> BaseTool:
     """python_exec as a CrewAI tool: the shared tool's name, description and arguments."""
     from crewai.tools import BaseTool
     from pydantic import BaseModel, Field
