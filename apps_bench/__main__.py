@@ -13,15 +13,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, NoReturn
 
-from apps_bench.cell import CellRefused, CellSetupError
 from apps_bench.config import CONF_DIR, ConfigDirMissing, config_dirs, name_options, register_configs
+from apps_bench.errors import AppsBenchError
 from apps_bench.optimizers.cell import check_optimizer_cell, run_optimizer_cell
 from apps_bench.overrides import check_overrides, config_dirs_of, with_range_problems
 from apps_bench.pipeline import evaluate, prepare
 from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
-from apps_bench.tracking.cell_lock import CellLockLost
-from apps_bench.tracking.records import CellDirConflict
 from apps_bench.tracking.sqlite_store import StoreError
 from apps_bench.validate import InvalidSettings
 
@@ -191,7 +189,7 @@ def _task(cfg: Any) -> Any:
         _forget_run_dir()
         faults.say("apps-bench", faults.Fault(str(exc), ""), "")
         raise SystemExit(faults.EXIT_FAILED) from None
-    except (CellRefused, CellSetupError, CellDirConflict, CellLockLost) as exc:
+    except AppsBenchError as exc:  # refused, set up wrong, or the folder taken: the message says why and the fix
         if multirun:  # fail this cell only; the sweep goes on and reports it
             raise
         _forget_run_dir()

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from apps_bench.config import as_plain, config_data, typed_config
 from apps_bench.data.rows import EVAL_SPLIT
+from apps_bench.errors import AppsBenchError
 from apps_bench.validate import CellRefused, InvalidSettings, check_settings, schema_refusal
 
 AXES: tuple[str, ...] = ("dataset", "topology", "model", "optimizer", "seed")
@@ -54,7 +55,7 @@ RUN_ONLY: dict[str, frozenset[str]] = {
 }
 
 
-class CellSetupError(Exception):
+class CellSetupError(AppsBenchError):
     """The cell cannot start (bad selection, unreadable data, missing framework...): says what to fix."""
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, make_dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence, TypeVar, get_type_hints
 
+from apps_bench.errors import AppsBenchError
 from apps_bench.sandbox.limits import SandboxLimits
 
 # OmegaConf's marker of a value the YAML must set (omegaconf.MISSING, its documented value; test_configs checks
@@ -310,7 +311,7 @@ CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 _CONFIG_DIRS: list[str] = []
 
 
-class ConfigDirMissing(ValueError):
+class ConfigDirMissing(ValueError, AppsBenchError):
     """`--config-dir DIR` names no folder."""
 
 
@@ -385,7 +386,7 @@ def compose(overrides: Sequence[str] = ()) -> Config:
         return _named_cell(hydra_compose("config", overrides=list(overrides), return_hydra_config=True))
 
 
-class ConfFileError(ValueError):
+class ConfFileError(ValueError, AppsBenchError):
     """A conf/ file that read_option or read_setting cannot read on its own; the message says which and why."""
 
 
@@ -449,7 +450,7 @@ def _named_cell(cfg: Any) -> Config:
     return typed_config(cfg)
 
 
-class TargetError(ValueError):
+class TargetError(ValueError, AppsBenchError):
     """A config's `_target_` that names nothing in this install: the message says which part is missing."""
 
 

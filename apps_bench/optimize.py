@@ -23,6 +23,7 @@ from pathlib import Path
 
 from apps_bench import __main__ as entry
 from apps_bench.config import CONF_DIR
+from apps_bench.errors import AppsBenchError
 
 # flag -> override key; the order is the printed command's
 FLAG_TO_KEY: dict[str, str] = {
@@ -35,7 +36,7 @@ FLAG_TO_KEY: dict[str, str] = {
 }
 
 
-class SeedFormError(ValueError):
+class SeedFormError(ValueError, AppsBenchError):
     """A seed-form value with no single override: the message lists the choices."""
 
 
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
         overrides = to_overrides(argv)
-    except SeedFormError as exc:
+    except AppsBenchError as exc:
         sys.stderr.write(f"apps-bench: {exc}\n")
         raise SystemExit(2) from None
     sys.stderr.write("apps-bench: running  python -m apps_bench " + " ".join(shlex.quote(o) for o in overrides) + "\n")

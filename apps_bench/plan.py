@@ -26,6 +26,7 @@ from typing import Any
 from apps_bench.cell import Cell, grid_refusal, resolve_cell
 from apps_bench.config import CONF_DIR, ConfigDirMissing, cell_data, config_dirs, hydra_on, typed_config
 from apps_bench.data import load_selection
+from apps_bench.errors import AppsBenchError
 from apps_bench.overrides import check_overrides, split_config_dir, with_range_problems
 from apps_bench.pipeline import cell_dir_for
 from apps_bench.report.cells import CellData, cell_heads
@@ -39,7 +40,7 @@ from apps_bench.types import ProblemRecord
 from apps_bench.validate import InvalidSettings, check_settings, empty_selection
 
 
-class PlanError(Exception):
+class PlanError(AppsBenchError):
     """The command cannot be composed (a typo, an unknown option): says what to fix."""
 
 
@@ -350,7 +351,7 @@ def _json_path_problem(json_out: str | None) -> str | None:
 def _write_plan(rest: list[str], multirun: bool, json_out: str | None, cells_dir: str | None) -> int:
     try:
         plan = make_plan(rest, multirun=multirun, cells_dir=Path(cells_dir) if cells_dir else None)
-    except (PlanError, ValueError) as exc:
+    except (AppsBenchError, ValueError) as exc:
         print(f"apps-bench plan: {exc}", file=sys.stderr)
         return 2
     text = json.dumps(plan, indent=2, default=str)

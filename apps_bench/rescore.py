@@ -29,6 +29,7 @@ from apps_bench import provenance
 from apps_bench.cell import cell_key, identity_of
 from apps_bench.config import DatasetConfig, JudgeConfig, read_option, typed
 from apps_bench.data import load_problems
+from apps_bench.errors import AppsBenchError
 from apps_bench.judge import Judge
 from apps_bench.judge.core import judge_program
 from apps_bench.judge.profiles import JudgeConfigError, judge_config
@@ -46,7 +47,7 @@ TOP_LEVEL = frozenset({"max_tests_per_row"})
 RUN_ONLY = frozenset({"tracking.experiment", "progress"})
 
 
-class RescoreError(Exception):
+class RescoreError(AppsBenchError):
     """Bad input: printed as one clear line, exit status 2."""
 
 
@@ -408,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with faults.answered("apps-bench rescore", safe, uri=mlf.tracking_uri(), debug=args.debug):
             summary = rescore(args.source, args.overrides, track=not args.no_mlflow)
-    except RescoreError as e:
+    except AppsBenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0 if summary["complete"] else 3

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from apps_bench.config import Config
+from apps_bench.errors import AppsBenchError
 from apps_bench.models import open_endpoint
 from apps_bench.models import server_check as sc
 from apps_bench.models.local import server_for
 from apps_bench.topologies.tool_use import roles_offered_tools
 
 
-class ToolDropRefused(Exception):
+class ToolDropRefused(AppsBenchError):
     """The cell's topology needs tools and the server drops them; the message says what to do."""
 
 

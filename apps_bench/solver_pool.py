@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
 
 from apps_bench import event_loop
 from apps_bench.cpus import requested_processes, usable_cpus
+from apps_bench.errors import AppsBenchError
 from apps_bench.frameworks import FRAMEWORKS
 from apps_bench.solving import LocalSolver, Solved
 from apps_bench.topologies.registry import FIRST_PROBLEM, get_topology, runner_module
@@ -281,7 +282,7 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
 # ----------------------------------------------------------------------------- cell side
 
 
-class WorkerDied(RuntimeError):
+class WorkerDied(RuntimeError, AppsBenchError):
     pass
 
 

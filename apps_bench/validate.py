@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, TypeGuard
 from apps_bench.config import OPTIMIZER_SCHEMAS, POOL_SOURCES, REQUANTIZE_TYPES, TopologyConfig, typed
 from apps_bench.cpus import requested_processes
 from apps_bench.data import DIFFICULTIES
+from apps_bench.errors import AppsBenchError
 from apps_bench.sandbox.limits import SandboxLimits
 
 
@@ -31,7 +32,7 @@ class BadSetting:
         return f"{said}: {self.allowed}. Fix: {self.fix}"
 
 
-class CellRefused(Exception):
+class CellRefused(AppsBenchError):
     """The composed cell lies outside the experiment grid (and allow_any_cell is false), or its settings are wrong."""
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from apps_bench.config import Config, DatasetConfig
 from apps_bench.data.demo import DEMO_PROBLEMS
 from apps_bench.data.rows import RowError, lift_int_digit_limit, parse_row, row_id
+from apps_bench.errors import AppsBenchError
 from apps_bench.types import Problem
 
 DIFFICULTIES = ("introductory", "interview", "competition")
@@ -27,7 +28,7 @@ REQUIRED_COLUMNS = ("problem_id", "question", "input_output")
 PARQUET_REVISION = "refs/convert/parquet"  # the hub's parquet conversion branch: read its all/ folder
 
 
-class DatasetUnavailableError(OSError):
+class DatasetUnavailableError(OSError, AppsBenchError):
     """The hub (or a local mirror) could not be read; the message says how to load offline instead."""
 
 
@@ -113,7 +114,7 @@ class Located:
     row: Mapping[str, Any] | None
 
 
-class DuplicateIds(ValueError):
+class DuplicateIds(ValueError, AppsBenchError):
     """Selected rows that share a problem_id: both would be recorded under one key, so none is run."""
 
     def __init__(self, source: str, places: Mapping[str, Sequence[str]]) -> None:
@@ -126,7 +127,7 @@ class DuplicateIds(ValueError):
         self.places = dict(places)
 
 
-class NotJsonLines(ValueError):
+class NotJsonLines(ValueError, AppsBenchError):
     """A .jsonl/.json file that holds one JSON document (an array, or pretty-printed) instead of one object per line."""
 
 

@@ -11,6 +11,7 @@ import keyword
 import sys
 from typing import Any, Mapping
 
+from apps_bench.errors import AppsBenchError
 from apps_bench.types import Problem, TestSuite
 
 # Skip reasons, counted by the loader and reported with every run.
@@ -37,7 +38,7 @@ SKIP_REASONS = (
 )
 
 
-class RowError(ValueError):
+class RowError(ValueError, AppsBenchError):
     """A row without usable tests. `reason` is one of SKIP_REASONS (the key skips are counted by)."""
 
     def __init__(self, reason: str, problem_id: str | None, message: str) -> None:

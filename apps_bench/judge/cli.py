@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from apps_bench.config import read_option, read_setting
 from apps_bench.data import load_problems
+from apps_bench.errors import AppsBenchError
 from apps_bench.judge.core import Judge, check_profile
 from apps_bench.judge.profiles import JudgeConfigError, judge_config
 from apps_bench.judge.summary import summarize
@@ -27,7 +28,7 @@ from apps_bench.sandbox import SandboxPool
 from apps_bench.task import extract_program
 
 
-class UsageError(Exception):
+class UsageError(AppsBenchError):
     """Bad input from the user: printed as one clear line, exit status 2."""
 
 
@@ -242,6 +243,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return run(args)
-    except UsageError as e:
+    except AppsBenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -84,7 +84,7 @@ def equal(a: Any, b: Any) -> bool:
         return False
     try:
         return bool(a == b) and type(a == b) is bool
-    except Exception:
+    except Exception:  # noqa: BLE001 - a program's value whose == raises is simply not equal
         return False
 
 

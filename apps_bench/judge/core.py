@@ -184,7 +184,7 @@ class Judge:
 
         try:
             self.pool.run(self._request(problem, program), keep_going)
-        except Exception as e:  # the pool itself failed: infrastructure, not the program
+        except Exception as e:  # noqa: BLE001 - the pool itself failed: infrastructure, not the program
             return [TestResult(len(results), Outcome.SANDBOX_ERROR, 0.0, _clip(f"{type(e).__name__}: {e}"))], None
         if any(r.outcome is Outcome.SANDBOX_ERROR for r in results):
             return results, None
@@ -203,7 +203,7 @@ class Judge:
 
         try:
             raws = self.pool.run(req, keep_going)
-        except Exception as e:  # the pool itself failed: infrastructure, not the program
+        except Exception as e:  # noqa: BLE001 - the pool itself failed: infrastructure, not the program
             return [TestResult(len(results), Outcome.SANDBOX_ERROR, 0.0, _clip(f"{type(e).__name__}: {e}"))]
         for raw in raws or ():  # runs the pool reported without consulting keep_going
             if raw.index not in results:

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Sequence
 
 from apps_bench.config import CONF_DIR, JudgeConfig, read_option
+from apps_bench.errors import AppsBenchError
 
 
-class JudgeConfigError(ValueError):
+class JudgeConfigError(ValueError, AppsBenchError):
     """A judge profile that does not exist, or a judge setting that is wrong; the message says which."""
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from apps_bench.errors import AppsBenchError
 from apps_bench.sandbox import decode_value
 from apps_bench.types import Outcome, Problem, TestResult
 
@@ -39,7 +40,7 @@ COMPILE_ERROR = -2
 RUNTIME_ERROR = -1
 
 
-class HarnessCrash(Exception):
+class HarnessCrash(AppsBenchError):
     """The original's run_test would raise here (outside its handlers): the program gets [-1] * 21."""
 
 
@@ -57,7 +58,7 @@ def _floats_close(got: list[str], want: list[str]) -> bool:
         a = [float(e) for e in got]
         b = [float(e) for e in want]
         return len(a) == len(b) and bool(_np().allclose(a, b))
-    except Exception:  # a line that is not one number, or numpy refusing the values
+    except Exception:  # noqa: BLE001 - a line that is not one number, or numpy refusing the values
         return False
 
 
@@ -165,12 +166,12 @@ def _int_keyed(expected: Any) -> Any:
     try:
         if isinstance(expected, dict):
             expected = [{int(k): v for k, v in expected.items()}]
-    except Exception:
+    except Exception:  # noqa: BLE001 - the original APPS judge's bare except: keys that are not ints stay as they are
         pass
     try:
         if isinstance(expected[0], dict):
             expected = [{int(k): v for k, v in expected[0].items()}]
-    except Exception:
+    except Exception:  # noqa: BLE001 - the original APPS judge's bare except: keys that are not ints stay as they are
         pass
     return expected
 
@@ -189,17 +190,17 @@ def compare_call(output: Any, expected: Any) -> tuple[Any, str]:
         try:
             if isinstance(output[0], tuple):
                 result = result or ([list(x) for x in output] == expected[0])
-        except Exception:
+        except Exception:  # noqa: BLE001 - the original APPS judge's bare except: a value that is not a list of tuples
             pass
         return result, rule
-    except Exception as e:  # e.g. numpy refusing the truth value of an array
+    except Exception as e:  # noqa: BLE001 - e.g. numpy refusing the truth value of an array
         return RUNTIME_ERROR, f"comparison raised {type(e).__name__}"
 
 
 def _truthy(x: Any) -> bool:
     try:
         return bool(x)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a program's value whose truth raises counts as false, as in the original
         return False
 
 
@@ -214,7 +215,7 @@ def passes(value: Any) -> bool:
         if isinstance(value, np.bool_):
             value = bool(value)
         return bool(np.asarray(value) > 0)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a program's value that numpy refuses to compare counts as false, as in the original
         return False
 
 

@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 from hydra.core.utils import JobReturn, filter_overrides
 from submitit.slurm.slurm import SlurmInfoWatcher, SlurmJob
 
+from apps_bench.errors import AppsBenchError
 from apps_bench.tracking import faults
 from apps_bench.tracking.callbacks import on_sweep_interrupt
 
@@ -51,7 +52,7 @@ REQUEST_HINT = (
 ENDED = "ENDED"  # not in the queue any more, state unknown (no accounting)
 
 
-class JobsNotSchedulable(RuntimeError):
+class JobsNotSchedulable(RuntimeError, AppsBenchError):
     pass
 
 
@@ -202,7 +203,7 @@ def _raise_if_stopped(submitit_folder: str, disks: Sequence[str]) -> None:
     for path in sorted(Path(submitit_folder.split("%j")[0]).glob("**/*_result.pkl")):  # this sweep's jobs' folders
         try:
             _, result = pickle.loads(path.read_bytes())
-        except Exception:  # a result being written as the job was killed
+        except Exception:  # noqa: BLE001 - a result being written as the job was killed
             continue
         if isinstance(result, faults.SweepStopped):
             _stop(result)
@@ -255,7 +256,7 @@ def _outcome(result_pickle: Any) -> str | None:
         return None
     try:
         outcome, _ = pickle.loads(result_pickle.read_bytes())
-    except Exception:  # a result being written as the job was killed
+    except Exception:  # noqa: BLE001 - a result being written as the job was killed
         return None
     return "success" if outcome == "success" else "failed (the cell raised; see its log)"
 

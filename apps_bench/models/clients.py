@@ -19,6 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from apps_bench.config import ModelConfig, as_plain
+from apps_bench.errors import AppsBenchError
 from apps_bench.models.client_stack import metered_client
 from apps_bench.models.retrying import RetryPolicy
 from apps_bench.models.slots import EndpointSlots
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from apps_bench.types import Usage
 
 
-class MissingFrameworkError(ImportError):
+class MissingFrameworkError(ImportError, AppsBenchError):
     """A runner's framework is not installed; the message has the install command."""
 
 
@@ -125,7 +126,7 @@ class ModelClients:
                 continue
             try:
                 client.close()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - best effort while closing: one client's failure must not keep the others open
                 pass
         self._opened = keep
 

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Iterator
 from urllib.parse import urlparse
 
 from apps_bench.config import ModelConfig
+from apps_bench.errors import AppsBenchError
 from apps_bench.models.client_stack import proxy_for
 from apps_bench.models.local import LocalModelError, server_for
 
@@ -35,7 +36,7 @@ _WHAT_TO_SET = (
 )
 
 
-class ModelEndpointError(RuntimeError):
+class ModelEndpointError(RuntimeError, AppsBenchError):
     """The model endpoint cannot serve this cell; the message says what to set."""
 
 

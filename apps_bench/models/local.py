@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from apps_bench.cpus import usable_cpus
+from apps_bench.errors import AppsBenchError
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ INSTALL_HINT = (
 # model.gguf_requantize values: the llama.cpp file types the server can convert a GGUF to at start
 
 
-class LocalModelError(RuntimeError):
+class LocalModelError(RuntimeError, AppsBenchError):
     """The local model cannot be started; the message says what to install or set."""
 
 

@@ -228,7 +228,7 @@ def _rewrite(mod: Any, request: Any) -> tuple[Any, RequestInfo]:
     and the one wire form of its body (wire.prepare_request)."""
     try:
         content = request.content
-    except Exception:  # a streamed request body (no SDK sends one): leave it alone
+    except Exception:  # noqa: BLE001 - a streamed request body (no SDK sends one): leave it alone
         return request, RequestInfo()
     new, info = prepare_request(content) if content else (None, RequestInfo())
     if new is None and request.headers.get("accept-encoding", "identity") == "identity":

@@ -19,9 +19,10 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Iterator, Mapping
 
 from apps_bench.optimizers.protocol import ProblemKey, atomic_write_json
+from apps_bench.types import JsonObject
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -34,13 +35,13 @@ CREATE TABLE IF NOT EXISTS entries (
 """
 
 
-def stable_hash(obj: Any) -> str:
+def stable_hash(obj: object) -> str:
     """SHA-256 of canonical JSON (sorted keys, no whitespace): equal values, equal hashes."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _default(obj: Any) -> Any:
+def _default(obj: object) -> object:
     if isinstance(obj, (set, frozenset)):
         return sorted(obj)
     if hasattr(obj, "items"):
@@ -52,8 +53,8 @@ def rollout_key(
     role_texts: Mapping[str, str],
     key: ProblemKey,
     seed: int,
-    model: Mapping[str, Any] | str,
-    settings: Mapping[str, Any],
+    model: JsonObject | str,
+    settings: JsonObject,
 ) -> str:
     """Cache key of one pipeline run on one problem.
 
@@ -87,7 +88,7 @@ class RolloutCache:
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: str, kind: str = "rollout") -> dict[str, Any] | None:
+    def get(self, key: str, kind: str = "rollout") -> JsonObject | None:
         with self._lock:
             row = self._db.execute("SELECT value FROM entries WHERE kind=? AND key=?", (kind, key)).fetchone()
             if row is None:
@@ -96,7 +97,7 @@ class RolloutCache:
             self.hits += 1
         return json.loads(row[0])
 
-    def put(self, key: str, value: Mapping[str, Any], kind: str = "rollout") -> bool:
+    def put(self, key: str, value: JsonObject, kind: str = "rollout") -> bool:
         """Store `value` unless the key is already there (then the first value stays). True if stored."""
         text = json.dumps(value, ensure_ascii=False, sort_keys=True)
         with self._lock:
@@ -115,7 +116,7 @@ class RolloutCache:
                 return self._db.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
             return self._db.execute("SELECT COUNT(*) FROM entries WHERE kind=?", (kind,)).fetchone()[0]
 
-    def items(self, kind: str = "rollout") -> Iterator[tuple[str, dict[str, Any]]]:
+    def items(self, kind: str = "rollout") -> Iterator[tuple[str, JsonObject]]:
         with self._lock:
             rows = self._db.execute("SELECT key, value FROM entries WHERE kind=? ORDER BY rowid", (kind,)).fetchall()
         for k, v in rows:
@@ -143,7 +144,7 @@ class Checkpoints:
     def __init__(self, directory: Path | str) -> None:
         self.dir = Path(directory)
 
-    def save(self, step: int, state: Mapping[str, Any]) -> Path:
+    def save(self, step: int, state: JsonObject) -> Path:
         path = self.dir / f"step_{int(step):05d}.json"
         atomic_write_json(path, {"step": int(step), **state})
         return path
@@ -159,9 +160,9 @@ class Checkpoints:
                 continue
         return sorted(out)
 
-    def load(self, step: int) -> dict[str, Any]:
+    def load(self, step: int) -> JsonObject:
         return json.loads((self.dir / f"step_{int(step):05d}.json").read_text(encoding="utf-8"))
 
-    def latest(self) -> dict[str, Any] | None:
+    def latest(self) -> JsonObject | None:
         steps = self.steps()
         return self.load(steps[-1]) if steps else None

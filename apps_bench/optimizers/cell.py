@@ -11,25 +11,29 @@ from __future__ import annotations
 import functools
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING
 
 from apps_bench import provenance
 from apps_bench.config import Config, config_data
+from apps_bench.data import LoadResult
 from apps_bench.engine import Engine, fork_solvers
 from apps_bench.optimizers import cell_runs
 from apps_bench.optimizers.cell_runs import StepMetricsSink, link_tags, open_final_eval_run, seed_cell_of
 from apps_bench.optimizers.entry import run_optimizer
 from apps_bench.optimizers.protocol import load_eval_set
-from apps_bench.optimizers.run import pool_and_splits, step_metrics
+from apps_bench.optimizers.run import OptimizeResult, pool_and_splits, step_metrics
 from apps_bench.optimizers.scoring import InfrastructureDown
 from apps_bench.pipeline import CellResult, CellSetupError, Prepared, evaluate, keep_lock
 from apps_bench.topologies.base import PromptSet
 from apps_bench.tracking.records import CONFIG, PROMPTS
-from apps_bench.tracking.run import fail_run, open_run
+from apps_bench.tracking.run import Tracker, fail_run, open_run
 from apps_bench.tracking.summary import metrics_of
 
+if TYPE_CHECKING:  # pragma: no cover
+    from apps_bench.optimizers.entry import OptimizerPool  # imported where it runs: it needs the optimizers extra
 
-def check_optimizer_cell(config: Config, loaded: Any) -> Any:
+
+def check_optimizer_cell(config: Config, loaded: LoadResult) -> OptimizerPool:
     """What an optimizer cell needs that only its settings and data decide, checked with the cell's
     other checks (pipeline.prepare), before any process starts or any file is written: the extra
     installed, the pool loaded, its train/val splits drawn, the optimizer model composed.
@@ -70,7 +74,7 @@ def run_optimizer_cell(prep: Prepared) -> CellResult:
     return evaluated
 
 
-def _optimize(prep: Prepared, engine: Any, pool: Any) -> tuple[Any, Any, Any]:
+def _optimize(prep: Prepared, engine: Engine, pool: OptimizerPool) -> tuple[Tracker, PromptSet, OptimizeResult]:
     """-> (the optimizer cell's tracking run, the chosen PromptSet, the OptimizeResult)."""
     cell = prep.cell
 
@@ -100,7 +104,7 @@ def _optimize(prep: Prepared, engine: Any, pool: Any) -> tuple[Any, Any, Any]:
     return tracker, PromptSet(dict(result.chosen)), result
 
 
-def _finish(tracker: Any, prep: Prepared, result: Any, evaluated: CellResult) -> None:
+def _finish(tracker: Tracker, prep: Prepared, result: OptimizeResult, evaluated: CellResult) -> None:
     """The optimizer cell's run: its optimization figures and artifacts, the final eval's
     headline copied over, the seed cell's pass@1 when it ran here; then the comparison line."""
     summary = evaluated.summary

@@ -23,20 +23,24 @@ from __future__ import annotations
 import functools
 import json
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Callable, Mapping
 
 from apps_bench.cell import Cell, resolve_cell
-from apps_bench.config import OptimizerConfig, as_plain, compose, config_data
+from apps_bench.config import Config, OptimizerConfig, as_plain, compose, config_data
+from apps_bench.data import LoadResult
+from apps_bench.optimizers.run import OptimizeResult
 from apps_bench.tracking import mlflow as mlf
-from apps_bench.tracking.run import NoRun, cell_tags
+from apps_bench.tracking.run import NoRun, Tracker, cell_tags
+from apps_bench.types import JsonObject
 
 HEADLINE = ("pass_at_1", "pass_at_1_ci_low", "pass_at_1_ci_high", "pass_at_1_extracted", "n_problems", "n_passed",
             "n_errors", "complete")  # fmt: skip
 
 
-def seed_cell_of(data: Mapping[str, Any]) -> Cell:
+def seed_cell_of(data: JsonObject) -> Cell:
     """The seed prompts' cell: this cell's config with `optimizer=none` as conf/optimizer/none.yaml composes it."""
     return resolve_cell({**dict(data), "optimizer": as_plain(_no_optimizer())})
 
@@ -76,20 +80,23 @@ def final_eval_tags(cell_tags: Mapping[str, str], cell: Cell, seed: Cell, optimi
             "optimizer_run_id": optimizer_run_id}  # fmt: skip
 
 
-def open_final_eval_run(config: Any, cell: Cell, loaded: Any, optimizer_run: Any) -> Any:
+def open_final_eval_run(config: Config, cell: Cell, loaded: LoadResult, optimizer_run: Tracker) -> Tracker:
     """The final evaluation's run: a child of the optimizer cell's run, found again by its own
     `final_eval_of` tag on resume."""
     if config.tracking.backend == "none":
         return NoRun()
 
-    tags = final_eval_tags(cell_tags(config, cell, loaded), cell, seed_cell_of(config_data(config)), optimizer_run.run_id)
+    parent = optimizer_run.run_id
+    if parent is None:  # only NoRun has no id, and it is the optimizer run of `tracking=none` alone
+        raise TypeError(f"the optimizer cell's run has no id under tracking.backend={config.tracking.backend}")
+    tags = final_eval_tags(cell_tags(config, cell, loaded), cell, seed_cell_of(config_data(config)), parent)
     return mlf.CellRun.open(
         experiment=config.tracking.experiment, cell_key=cell.key, run_name=f"{cell.name}·final_eval",
-        params=dict(cell.identity), tags=tags, key_tag="final_eval_of", parent_run_id=optimizer_run.run_id,
+        params=dict(cell.identity), tags=tags, key_tag="final_eval_of", parent_run_id=parent,
     )  # fmt: skip
 
 
-def optimizer_metrics(result: Any) -> dict[str, float]:
+def optimizer_metrics(result: OptimizeResult) -> dict[str, float]:
     """What the optimization cost and found, as the optimizer cell run's final metrics."""
     b = dict(result.budget)
     replay = dict(result.details.get("replay") or {})
@@ -140,13 +147,14 @@ class StepMetricsSink:
     events before it is open are buffered. A store that failed to open stops the run at the
     next event, as a cell stops at its next problem."""
 
-    def __init__(self, run_future: Any, to_metrics: Any) -> None:
+    def __init__(self, run_future: Future[Tracker],
+                 to_metrics: Callable[[str, JsonObject], tuple[int, dict[str, float]] | None]) -> None:
         self.future = run_future
         self.to_metrics = to_metrics  # run.step_metrics: (kind, payload) -> (step, metrics) | None
         self.pending: list[tuple[int, dict[str, float]]] = []
         self._lock = threading.Lock()  # events may come from the optimizer's worker threads
 
-    def __call__(self, kind: str, payload: dict[str, Any]) -> None:
+    def __call__(self, kind: str, payload: JsonObject) -> None:
         m = self.to_metrics(kind, payload)
         with self._lock:
             if m:
@@ -154,12 +162,12 @@ class StepMetricsSink:
             if self.future.done():
                 self._flush()
 
-    def flush(self) -> Any:
+    def flush(self) -> Tracker:
         """Wait for the run, log what is buffered; -> the run."""
         with self._lock:
             return self._flush()
 
-    def _flush(self) -> Any:
+    def _flush(self) -> Tracker:
         run = self.future.result()
         while self.pending:
             step, metrics = self.pending.pop(0)

@@ -8,9 +8,9 @@ MASPO's proposals and text judge and GEPA's reflection all call this through
 from __future__ import annotations
 
 import threading
-from typing import Any
 
-from apps_bench.models import ModelClients
+from apps_bench.config import ModelConfig
+from apps_bench.models import Endpoint, ModelClients
 from apps_bench.optimizers.proposals import ChatReply, Message
 from apps_bench.types import Usage
 
@@ -18,7 +18,7 @@ from apps_bench.types import Usage
 class EndpointChat:
     """Synchronous chat completions on an open endpoint (`models.open_endpoint`)."""
 
-    def __init__(self, endpoint: Any, model_cfg: Any) -> None:
+    def __init__(self, endpoint: Endpoint, model_cfg: ModelConfig) -> None:
         self.usage = Usage()
         self._clients = ModelClients(endpoint, model_cfg, self.usage)
         self._client = self._clients.openai()

@@ -15,21 +15,24 @@ import dataclasses
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from apps_bench.config import CONF_DIR, Config, DatasetConfig, ModelConfig, PoolParams, as_plain, compose, typed, typed_config
-from apps_bench.data import eval_ids, load_problems
+from apps_bench.data import LoadResult, eval_ids, load_problems
 from apps_bench.engine import Engine, fork_solvers
 from apps_bench.models import open_endpoint
 from apps_bench.optimizers.cache import RolloutCache
 from apps_bench.optimizers.chat import EndpointChat
-from apps_bench.optimizers.protocol import load_eval_set
+from apps_bench.optimizers.protocol import EventHook, load_eval_set
 from apps_bench.optimizers.replay import ReplayProxy
 from apps_bench.optimizers.run import OptimizeResult, optimize
 from apps_bench.optimizers.runner import PipelineRunner
 from apps_bench.topologies.prompts import load_prompts, roles_for
 from apps_bench.types import Problem
 from apps_bench.validate import pool_problems
+
+if TYPE_CHECKING:  # pragma: no cover
+    from omegaconf import DictConfig
 
 
 def pool_dataset_config(dataset_cfg: DatasetConfig, pool: PoolParams) -> DatasetConfig:
@@ -80,7 +83,7 @@ def optimizer_model_config(value: Any, task_model: ModelConfig) -> ModelConfig:
 class OptimizerPool:
     """The problems an optimizer trains on (`loaded`: the pool's split) and the eval cell's rows it must never see."""
 
-    loaded: Any  # data.LoadResult
+    loaded: LoadResult
     eval_rows: list[Problem]
 
     @property
@@ -97,7 +100,7 @@ def load_pool(cfg: Config) -> OptimizerPool:
     return OptimizerPool(loaded=loaded, eval_rows=list(eval_rows))
 
 
-def run_optimizer(cfg: Any, *, out_dir: Path | str, hook: Callable[[str, dict[str, Any]], None] | None = None,
+def run_optimizer(cfg: Config | DictConfig, *, out_dir: Path | str, hook: EventHook | None = None,
                   engine: Engine | None = None, pool: OptimizerPool | None = None) -> OptimizeResult:  # fmt: skip
     """Optimize `cfg`'s prompts on its pool, on `engine` (the cell's; default: one opened here for the pool)."""
     cfg = typed_config(cfg)
@@ -114,7 +117,7 @@ def _engine_for(cfg: Config, pool: OptimizerPool, engine: Engine | None) -> Abst
 
 
 def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: Path | str,
-                 hook: Callable[[str, dict[str, Any]], None] | None) -> OptimizeResult:  # fmt: skip
+                 hook: EventHook | None) -> OptimizeResult:  # fmt: skip
     """`run_optimizer`'s work, on an open engine."""
     method = cfg.optimizer.name
     params = cfg.optimizer.params

@@ -28,18 +28,27 @@ The traps found when GEPA was probed, and what this module does about each:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from gepa.core.adapter import EvaluationBatch, GEPAAdapter
+from gepa.core.result import GEPAResult
 
 from apps_bench.config import GepaParams
 from apps_bench.optimizers.cache import Checkpoints, stable_hash
 from apps_bench.optimizers.proposals import ChatReply, Message, parse_tagged, proposal_messages, role_examples
-from apps_bench.optimizers.protocol import Budget, BudgetExhausted, EvalKeyError, ProblemKey, make_key
+from apps_bench.optimizers.protocol import Budget, BudgetExhausted, EvalKeyError, EventHook, ProblemKey, make_key
 from apps_bench.optimizers.scoring import PERFECT_SCORE, Evaluator, InfrastructureDown, Rollout, example_score
 from apps_bench.topologies.base import PromptSet
+from apps_bench.types import JsonObject
 
 ReflectFn = Callable[[list[Message], int], ChatReply]  # the optimizer model (e.g. proposals.CachedChat)
+
+
+# conf/optimizer/gepa.yaml's choices, as the literals gepa.optimize takes (config validation refuses any other)
+CANDIDATE_SELECTIONS: dict[str, Literal["pareto", "current_best", "epsilon_greedy", "top_k_pareto"]] = {
+    "pareto": "pareto", "current_best": "current_best", "epsilon_greedy": "epsilon_greedy", "top_k_pareto": "top_k_pareto"}
+ACCEPTANCES: dict[str, Literal["strict_improvement", "improvement_or_equal"]] = {
+    "strict_improvement": "strict_improvement", "improvement_or_equal": "improvement_or_equal"}
 
 
 class PipelineAdapter(GEPAAdapter):
@@ -54,7 +63,7 @@ class PipelineAdapter(GEPAAdapter):
         question_of: Callable[[ProblemKey], str] | None = None,
         n_traces: int = 5,
         seed: int = 0,
-        on_proposal: Callable[[dict[str, Any]], None] | None = None,
+        on_proposal: Callable[[JsonObject], None] | None = None,
         base_prompts: Mapping[str, str] | None = None,
     ) -> None:
         self.evaluator = evaluator
@@ -87,11 +96,11 @@ class PipelineAdapter(GEPAAdapter):
                     out.extend(self.evaluator.evaluate(ps, [k], capture_traces=True))
                 except (BudgetExhausted, EvalKeyError, InfrastructureDown):
                     raise
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - one key's failure becomes its placeholder rollout; the run-stopping errors are re-raised above
                     out.append(self._placeholder(k, f"{type(exc).__name__}: {exc}"))
             return out
 
-    def evaluate(self, batch: list[Any], candidate: dict[str, str], capture_traces: bool = False) -> EvaluationBatch:
+    def evaluate(self, batch: list[ProblemKey], candidate: dict[str, str], capture_traces: bool = False) -> EvaluationBatch:
         keys = [make_key(*k) for k in batch]
         ps = PromptSet({**self.base_prompts, **candidate})
         before = self.budget.rollouts if self.budget else None
@@ -125,9 +134,9 @@ class PipelineAdapter(GEPAAdapter):
 
     def make_reflective_dataset(
         self, candidate: dict[str, str], eval_batch: EvaluationBatch, components_to_update: list[str]
-    ) -> dict[str, list[dict[str, Any]]]:
+    ) -> dict[str, list[JsonObject]]:
         rollouts = [r for r in (eval_batch.trajectories or []) if isinstance(r, Rollout)]
-        out: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, list[JsonObject]] = {}
         for role in components_to_update:
             out[role] = [
                 {
@@ -143,7 +152,7 @@ class PipelineAdapter(GEPAAdapter):
     def propose_new_texts(
         self,
         candidate: dict[str, str],
-        reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
+        reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],  # GEPA's signature
         components_to_update: list[str],
     ) -> dict[str, str]:
         new: dict[str, str] = {}
@@ -163,23 +172,24 @@ class PipelineAdapter(GEPAAdapter):
             seed = int(stable_hash({"seed": self.seed, "role": role, "call": self.proposals})[:7], 16)
             reply = self.reflect(proposal_messages(role, candidate[role], examples), seed)
             tp = parse_tagged(reply.text)
-            ok = tp is not None and tp.prompt != candidate[role]
-            if not ok:
+            child = tp.prompt if tp is not None and tp.prompt != candidate[role] else None
+            ok = child is not None
+            if child is None:
                 self.unparsable += 1
             else:
-                new[role] = tp.prompt
+                new[role] = child
             if self.on_proposal is not None:
                 self.on_proposal({"role": role, "parent": candidate, "reply": reply.text, "parsed": ok,
-                                  "child_text": tp.prompt if ok else None})  # fmt: skip
+                                  "child_text": child})  # fmt: skip
         return new
 
     # -- GEPA run_dir persistence (optional hooks GEPA calls by duck typing)
 
-    def get_adapter_state(self) -> dict[str, Any]:
+    def get_adapter_state(self) -> JsonObject:
         state = getattr(self.evaluator, "state", None)
         return {"evaluator": state() if callable(state) else None, "budget_hit": self.budget_hit, "proposals": self.proposals}
 
-    def set_adapter_state(self, state: dict[str, Any]) -> None:
+    def set_adapter_state(self, state: JsonObject) -> None:
         restore = getattr(self.evaluator, "restore", None)
         if callable(restore) and state.get("evaluator"):
             restore(state["evaluator"])
@@ -216,7 +226,7 @@ class _EventBridge:
     """GEPA callbacks -> the run's event log: every candidate (parents, changed roles,
     texts, val scores by problem key) and every iteration's outcome."""
 
-    def __init__(self, emit: Callable[[str, dict[str, Any]], None], val: Sequence[ProblemKey], budget: Budget,
+    def __init__(self, emit: EventHook, val: Sequence[ProblemKey], budget: Budget,
                  checkpoints: Checkpoints | None = None) -> None:  # fmt: skip
         self.emit = emit
         self.val = list(val)
@@ -224,7 +234,7 @@ class _EventBridge:
         self.checkpoints = checkpoints
         self.seen: dict[int, dict[str, str]] = {}
 
-    def on_valset_evaluated(self, event: Mapping[str, Any]) -> None:
+    def on_valset_evaluated(self, event: JsonObject) -> None:
         idx = int(event["candidate_idx"])
         cand = dict(event["candidate"])
         self.seen[idx] = cand
@@ -238,7 +248,7 @@ class _EventBridge:
             "rollouts_charged": self.budget.rollouts,
         })  # fmt: skip
 
-    def on_iteration_end(self, event: Mapping[str, Any]) -> None:
+    def on_iteration_end(self, event: JsonObject) -> None:
         self.emit("gepa_iteration", {"iteration": event.get("iteration"), "accepted": event.get("proposal_accepted"),
                                      "rollouts_charged": self.budget.rollouts})  # fmt: skip
         state = event.get("state")
@@ -268,7 +278,7 @@ class GepaOutcome:
     val_aggregate: list[float]
     val_scores: list[dict[ProblemKey, float]]  # per candidate, by problem key (not GEPA's positions)
     stopped: str
-    budget: dict[str, Any]
+    budget: JsonObject
     placeholder_evals: int
     proposals: int
     unparsable: int
@@ -288,7 +298,7 @@ def run_gepa(
     run_dir: str | None = None,
     callbacks: list[Any] | None = None,
     base_prompts: Mapping[str, str] | None = None,
-    on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    on_event: EventHook | None = None,
     checkpoints: Checkpoints | None = None,
 ) -> GepaOutcome:
     """Optimize `seed_prompts` with `gepa.optimize`; the protocol budget decides when to stop."""
@@ -304,12 +314,12 @@ def run_gepa(
     bridge = _EventBridge(on_event or (lambda k, p: None), val, budget, checkpoints) if (on_event or checkpoints) else None
     stopper = BudgetStopper(budget, adapter, cfg.stall_iterations)
     logger = _ListLogger()
-    result = gepa.optimize(
+    result: GEPAResult[Rollout, int] = gepa.optimize(
         seed_candidate=dict(seed_prompts),
         trainset=train,
         valset=val,
         adapter=adapter,
-        candidate_selection_strategy=cfg.candidate_selection,
+        candidate_selection_strategy=CANDIDATE_SELECTIONS[cfg.candidate_selection],
         reflection_minibatch_size=cfg.minibatch,
         perfect_score=PERFECT_SCORE,
         skip_perfect_score=True,
@@ -321,12 +331,12 @@ def run_gepa(
         callbacks=(list(callbacks or []) + ([bridge] if bridge else [])) or None,
         seed=cfg.seed,
         raise_on_exception=True,
-        acceptance_criterion=cfg.acceptance,
+        acceptance_criterion=ACCEPTANCES[cfg.acceptance],
         display_progress_bar=False,
     )
     val_scores = [{val[int(pos)]: float(s) for pos, s in sub.items()} for sub in result.val_subscores]
     return GepaOutcome(
-        best=dict(result.best_candidate),
+        best=dict(result.candidates[result.best_idx]),  # best_candidate, as the dict it is for a dict seed
         best_idx=result.best_idx,
         candidates=[dict(c) for c in result.candidates],
         parents=[list(p) for p in result.parents],

@@ -46,12 +46,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from apps_bench.config import MaspoParams
 from apps_bench.optimizers.cache import Checkpoints
 from apps_bench.optimizers.protocol import Budget, BudgetExhausted, ProblemKey
 from apps_bench.optimizers.scoring import Rollout
+from apps_bench.types import JsonObject
+
+# a step of the schedule: ("refresh", round, agent) or ("step", round, agent, t)
+Visit = tuple[str, int, str] | tuple[str, int, str, int]
 
 # --------------------------------------------------------------------------- graph
 
@@ -276,8 +280,8 @@ class MaspoResult:
     beams: dict[str, list[Node]]
     hard_cases: dict[str, list[ProblemKey]]
     plan: Plan
-    visits: list[tuple[Any, ...]]  # ("refresh", round, agent) / ("step", round, agent, t)
-    events: list[dict[str, Any]]
+    visits: list[Visit]
+    events: list[JsonObject]
     steps_done: int
     stopped: str  # "done" | "budget"
 
@@ -310,7 +314,7 @@ class Maspo:
         *,
         budget: Budget | None = None,
         checkpoints: Checkpoints | None = None,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_event: Callable[[JsonObject], None] | None = None,
     ) -> None:
         missing = [a for a in graph.agents if a not in seed_prompts]
         if missing:
@@ -319,7 +323,7 @@ class Maspo:
         self.graph = graph
         self.system = system
         self.propose = propose
-        self.pool = list(dict.fromkeys(tuple(k) for k in train_keys))
+        self.pool: list[ProblemKey] = list(dict.fromkeys((k[0], k[1]) for k in train_keys))
         self.cfg = cfg
         self.budget = budget
         self.checkpoints = checkpoints
@@ -332,13 +336,13 @@ class Maspo:
         self.beams: dict[str, list[Node]] = {a: [Node(seed_prompts[a], 0.0)] for a in graph.agents}
         self.best_score: dict[str, float] = {a: 0.0 for a in graph.agents}
         self.hard: dict[str, list[ProblemKey]] = {a: [] for a in graph.agents}
-        self.visits: list[tuple[Any, ...]] = []
-        self.events: list[dict[str, Any]] = []
+        self.visits: list[Visit] = []
+        self.events: list[JsonObject] = []
         self.steps_done = 0
 
     # -- helpers
 
-    def _emit(self, **event: Any) -> None:
+    def _emit(self, **event: object) -> None:
         self.events.append(event)
         if self.on_event is not None:
             self.on_event(event)
@@ -426,8 +430,8 @@ class Maspo:
 
     # -- the schedule
 
-    def schedule(self) -> list[tuple[Any, ...]]:
-        items: list[tuple[Any, ...]] = []
+    def schedule(self) -> list[Visit]:
+        items: list[Visit] = []
         for r in range(self.plan.D):
             for a in self.graph.agents:
                 if r >= 1:
@@ -466,7 +470,7 @@ class Maspo:
             stopped=stopped,
         )
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> JsonObject:
         return {
             "prompts": dict(self.prompts),
             "best_scores": dict(self.best_score),
@@ -475,6 +479,6 @@ class Maspo:
             "budget": self.budget.to_json() if self.budget else None,
         }
 
-    def _checkpoint(self, item: tuple[Any, ...]) -> None:
+    def _checkpoint(self, item: Visit) -> None:
         if self.checkpoints is not None:
             self.checkpoints.save(self.steps_done, {"item": list(item), **self.state()})

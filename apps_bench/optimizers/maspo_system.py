@@ -136,10 +136,10 @@ class EvaluatorSystem:
         per = []
         for k, p, c in zip(keys, parent_rollouts, child_rollouts):
             if p.error or c.error:  # infrastructure failed on one side: no evidence either way
-                per.append(ProblemComparison(tuple(k), 0.5, 0.5, 0.5))
+                per.append(ProblemComparison((k[0], k[1]), 0.5, 0.5, 0.5))
                 continue
             glob = program_win((c.passed, c.pass_fraction), (p.passed, p.pass_fraction))
             local = self.output_win(k, agent, p, c)
             look = sum(self.output_win(k, s, p, c) for s in succ) / len(succ) if succ else glob
-            per.append(ProblemComparison(tuple(k), local, look, glob))
+            per.append(ProblemComparison((k[0], k[1]), local, look, glob))
         return Comparison(tuple(per))

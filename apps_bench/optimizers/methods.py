@@ -11,17 +11,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from apps_bench.config import GepaParams, MaspoParams, OptimizerParams, TargetError, resolve_target
 from apps_bench.optimizers.cache import Checkpoints
 from apps_bench.optimizers.maspo import Maspo, MaspoConfig, graph_for
 from apps_bench.optimizers.maspo_system import EvaluatorSystem, ModelTextJudge
 from apps_bench.optimizers.proposals import CachedChat, ModelProposer
-from apps_bench.optimizers.protocol import Budget, Pool, ProblemKey, Splits, key_str
+from apps_bench.optimizers.protocol import Budget, EventHook, Pool, ProblemKey, Splits, key_str
 from apps_bench.optimizers.scoring import ProtocolEvaluator
 from apps_bench.task import extract_program
-from apps_bench.types import Problem, Verdict
+from apps_bench.types import JsonObject, Problem, Verdict
 
 
 @dataclass
@@ -42,14 +42,14 @@ class MethodRun:
     score_program: Callable[[Problem, str | None], Verdict] | None
     extract_program: Callable[[str], str | None] | None
     out: Path
-    log: Callable[[str, Mapping[str, Any]], None]
+    log: EventHook
 
 
 @dataclass
 class MethodResult:
     chosen: dict[str, str]  # the prompt set the method picked (every role of the seed set)
     stopped: str  # done | budget | ... (the method's own reason)
-    details: dict[str, Any] = field(default_factory=dict)  # merged into result.json `details`
+    details: JsonObject = field(default_factory=dict)  # merged into result.json `details`
 
 
 Method = Callable[[MethodRun], MethodResult]
@@ -81,7 +81,7 @@ def run_maspo(run: MethodRun) -> MethodResult:
                              question_of=run.question_of)  # fmt: skip
     proposer = ModelProposer(chat, ksub=cfg.Ksub, n_traces=params.n_traces, question_of=run.question_of, seed=cfg.seed)
 
-    def on_event(ev: dict[str, Any]) -> None:
+    def on_event(ev: JsonObject) -> None:
         run.log(f"maspo_{ev.get('kind')}", ev)
 
     m = Maspo(graph, run.seed_texts, system, proposer, list(run.splits.train), cfg, budget=run.budget,

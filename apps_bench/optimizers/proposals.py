@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 from apps_bench.optimizers.cache import RolloutCache, stable_hash
 from apps_bench.optimizers.protocol import Budget, BudgetExhausted, ProblemKey
 from apps_bench.optimizers.scoring import Rollout
+from apps_bench.types import JsonObject
 
 Message = dict[str, str]
 CLIP = 3000
@@ -103,7 +104,7 @@ def feedback_text(r: Rollout) -> str:
 
 def role_examples(
     role: str, rollouts: Sequence[Rollout], question_of: Callable[[ProblemKey], str] | None = None, limit: int = 5
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """Up to `limit` examples for one role: failures first, then passes, input order kept."""
     chosen = [r for r in rollouts if not r.passed] + [r for r in rollouts if r.passed]
     out = []
@@ -121,7 +122,7 @@ def role_examples(
     return out
 
 
-def proposal_messages(role: str, current_prompt: str, examples: Sequence[Mapping[str, Any]], note: str = "") -> list[Message]:
+def proposal_messages(role: str, current_prompt: str, examples: Sequence[JsonObject], note: str = "") -> list[Message]:
     parts = [f"Agent role: {role}\n\nCurrent prompt:\n<current_prompt>\n{current_prompt}\n</current_prompt>"]
     if note:
         parts.append(note)
@@ -144,8 +145,8 @@ class CachedChat:
     without a model call. Tokens are charged once per distinct call per run, like rollouts.
     """
 
-    def __init__(self, chat: ChatFn, cache: RolloutCache, model: Mapping[str, Any], budget: Budget | None = None,
-                 on_call: Callable[[dict[str, Any]], None] | None = None) -> None:  # fmt: skip
+    def __init__(self, chat: ChatFn, cache: RolloutCache, model: JsonObject, budget: Budget | None = None,
+                 on_call: Callable[[JsonObject], None] | None = None) -> None:  # fmt: skip
         self.chat = chat
         self.cache = cache
         self.model = dict(model)

@@ -25,13 +25,16 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from apps_bench.config import POOL_SOURCES, BudgetParams
 from apps_bench.data import eval_ids, eval_manifest
-from apps_bench.types import Problem
+from apps_bench.errors import AppsBenchError
+from apps_bench.types import JsonObject, Problem
 
 ProblemKey = tuple[str, str]  # (split, problem_id): APPS train and test both number from 0
+# an optimizer run's event (kind, payload): a line of its events.jsonl, and step metrics for MLflow
+EventHook = Callable[[str, JsonObject], None]
 
 MANIFEST_VERSION = 1
 
@@ -39,7 +42,7 @@ MANIFEST_VERSION = 1
 # --------------------------------------------------------------------------- keys
 
 
-def make_key(split: str, problem_id: Any) -> ProblemKey:
+def make_key(split: str, problem_id: str | int) -> ProblemKey:
     """A problem key; ids are strings everywhere (APPS ids come as ints in rows)."""
     return (str(split), str(problem_id))
 
@@ -172,7 +175,7 @@ def make_splits(pool: Pool, *, train_size: int, val_size: int, split_seed: int) 
 # --------------------------------------------------------------------------- manifest
 
 
-def manifest_dict(splits: Splits, pool: Pool, *, dataset_revision: str, eval_set: EvalSet) -> dict[str, Any]:
+def manifest_dict(splits: Splits, pool: Pool, *, dataset_revision: str, eval_set: EvalSet) -> JsonObject:
     def rows(keys: Sequence[ProblemKey]) -> list[dict[str, str]]:
         return [
             {"split": k[0], "problem_id": k[1], "question_sha256": question_hash(pool.problems[k].question)}
@@ -192,7 +195,7 @@ def manifest_dict(splits: Splits, pool: Pool, *, dataset_revision: str, eval_set
     }
 
 
-def write_manifest(path: Path | str, manifest: Mapping[str, Any]) -> Path:
+def write_manifest(path: Path | str, manifest: JsonObject) -> Path:
     """Write the manifest atomically; on a rerun, refuse a manifest that differs.
 
     Called before any model call, so a killed run's splits are on disk; a resumed run
@@ -220,7 +223,7 @@ def read_manifest_splits(path: Path | str) -> Splits:
     )
 
 
-def atomic_write_json(path: Path, data: Any) -> None:
+def atomic_write_json(path: Path, data: object) -> None:
     """tmp file + fsync + rename: a kill leaves either the old file or the new one, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -235,7 +238,7 @@ def atomic_write_json(path: Path, data: Any) -> None:
 # --------------------------------------------------------------------------- scoring gate
 
 
-class EvalKeyError(PermissionError):
+class EvalKeyError(PermissionError, AppsBenchError):
     """An eval problem reached the optimizer's scoring function outside the final evaluation."""
 
 
@@ -257,7 +260,7 @@ class ScoringGate:
             self._final = False
 
     def check(self, keys: Iterable[ProblemKey]) -> None:
-        keys = [tuple(k) for k in keys]
+        keys = [(k[0], k[1]) for k in keys]
         if self._final:
             return
         bad = sorted({k for k in keys if k in self.eval_set.keys}, key=_sort_key)
@@ -277,7 +280,7 @@ class ScoringGate:
 # --------------------------------------------------------------------------- budgets
 
 
-class BudgetExhausted(RuntimeError):
+class BudgetExhausted(RuntimeError, AppsBenchError):
     """A new batch was asked for after a hard cap was reached."""
 
 
@@ -373,7 +376,7 @@ class Budget:
         "fresh_optimizer_tokens", "batches", "largest_batch",
     )  # fmt: skip
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         d = {k: getattr(self, k) for k in self._FIELDS}
         d["overshoot"] = self.overshoot()
         return d

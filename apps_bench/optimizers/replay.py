@@ -79,7 +79,7 @@ class ReplayProxy:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args: Any) -> None:  # quiet
+            def log_message(self, format: str, *args: object) -> None:  # quiet
                 pass
 
             def do_GET(self) -> None:  # noqa: N802
@@ -96,8 +96,7 @@ class ReplayProxy:
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="replay-proxy", daemon=True
         )  # the default 0.5 s poll delays every shutdown
         self._thread.start()
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://127.0.0.1:{self._server.server_port}/v1"  # the address bound above
 
     def stop(self) -> None:
         if self._server is not None:

@@ -18,17 +18,18 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from apps_bench.config import OptimizerConfig
+from apps_bench.config import OptimizerConfig, PoolParams
 from apps_bench.optimizers.cache import RolloutCache
 from apps_bench.optimizers.methods import MethodRun, method_of
 from apps_bench.optimizers.proposals import CachedChat, ChatFn
 from apps_bench.optimizers.protocol import (
     Budget,
     EvalSet,
+    EventHook,
     Pool,
     ScoringGate,
     Splits,
@@ -40,14 +41,14 @@ from apps_bench.optimizers.protocol import (
 )
 from apps_bench.optimizers.scoring import EvalRecord, Objective, ProtocolEvaluator, Runner, objective
 from apps_bench.topologies.base import PromptSet
-from apps_bench.types import Problem, Verdict
+from apps_bench.types import JsonObject, Problem, Verdict
 
 
 class EventLog:
     """Append-only JSONL of everything an optimizer run does (candidates, evaluations,
     optimizer-model calls, steps), plus an optional hook (e.g. MLflow step metrics)."""
 
-    def __init__(self, path: Path, hook: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+    def __init__(self, path: Path, hook: EventHook | None = None) -> None:
         self.path = path
         self.hook = hook
         self._lock = threading.Lock()
@@ -59,7 +60,7 @@ class EventLog:
             with open(path, encoding="utf-8", errors="replace") as fh:
                 self.attempt += sum(1 for line in fh if '"kind": "start"' in line)
 
-    def __call__(self, kind: str, payload: Mapping[str, Any]) -> None:
+    def __call__(self, kind: str, payload: JsonObject) -> None:
         rec = {**payload, "t": round(time.time(), 3), "kind": kind, "attempt": self.attempt}
         line = json.dumps(rec, ensure_ascii=False, default=_jsonable)
         with self._lock, open(self.path, "a", encoding="utf-8") as fh:
@@ -68,10 +69,10 @@ class EventLog:
             self.hook(kind, dict(payload))
 
 
-def _jsonable(obj: Any) -> Any:
+def _jsonable(obj: object) -> object:
     if isinstance(obj, (set, frozenset, tuple)):
         return list(obj)
-    if hasattr(obj, "__dataclass_fields__"):
+    if is_dataclass(obj) and not isinstance(obj, type):
         return asdict(obj)
     return str(obj)
 
@@ -82,17 +83,17 @@ class OptimizeResult:
     chosen: dict[str, str]
     seed_val: Objective
     chosen_val: Objective
-    budget: dict[str, Any]
-    val_rescoring: dict[str, Any]
+    budget: JsonObject
+    val_rescoring: JsonObject
     stopped: str
-    details: dict[str, Any] = field(default_factory=dict)
+    details: JsonObject = field(default_factory=dict)
     out_dir: str = ""
 
     @property
     def prompts_path(self) -> Path:
         return Path(self.out_dir) / "prompts.yaml"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         d = asdict(self)
         d["seed_val"] = self.seed_val._asdict()
         d["chosen_val"] = self.chosen_val._asdict()
@@ -119,7 +120,7 @@ def write_prompt_set(path: Path, texts: Mapping[str, str]) -> Path:
 
 
 def pool_and_splits(problems: Sequence[Problem], eval_set: EvalSet, eval_problems: Sequence[Problem],
-                    pool_p: Any) -> tuple[EvalSet, Pool, Splits]:  # fmt: skip
+                    pool_p: PoolParams) -> tuple[EvalSet, Pool, Splits]:  # fmt: skip
     """The eval set with the questions of the eval rows among `problems` and `eval_problems`, the pool drawn
     from `problems` without them, and its train/val splits (ValueError, with the fix, when the pool is too small)."""
     eval_set = eval_set.with_questions([*problems, *eval_problems])
@@ -139,14 +140,14 @@ def optimize(
     eval_set: EvalSet,
     runner: Runner,
     run_seed: int,
-    model: Mapping[str, Any],
-    settings: Mapping[str, Any],
+    model: JsonObject,
+    settings: JsonObject,
     out_dir: Path | str,
     chat: ChatFn | None = None,
-    optimizer_model: Mapping[str, Any] | None = None,
+    optimizer_model: JsonObject | None = None,
     score_program: Callable[[Problem, str | None], Verdict] | None = None,
     extract_program: Callable[[str], str | None] | None = None,
-    hook: Callable[[str, dict[str, Any]], None] | None = None,
+    hook: EventHook | None = None,
     eval_problems: Sequence[Problem] = (),
 ) -> OptimizeResult:
     """Run one optimizer cell's optimization (see module doc). `problems`: loaded rows of
@@ -179,7 +180,7 @@ def optimize(
 
     seed_texts = dict(seed_prompts.texts)
     optimized_roles = list(dict.fromkeys(roles))
-    details: dict[str, Any] = {"train": len(splits.train), "val": len(splits.val), "pool": len(pool.problems),
+    details: JsonObject = {"train": len(splits.train), "val": len(splits.val), "pool": len(pool.problems),
                                "dropped": dict(pool.dropped), "roles": optimized_roles,
                                "optimizer_model": dict(optimizer_model or model)}  # fmt: skip
     outcome = run_method(MethodRun(params=params, flow=flow, roles=optimized_roles, seed_texts=seed_texts, splits=splits,
@@ -210,7 +211,7 @@ def optimize(
     return result
 
 
-def step_metrics(kind: str, payload: Mapping[str, Any]) -> tuple[int, dict[str, float]] | None:
+def step_metrics(kind: str, payload: JsonObject) -> tuple[int, dict[str, float]] | None:
     """An event as MLflow step metrics `(step, {name: value})`, or None for events that are
     logs only. The step is the charged rollout count, so curves of every method share an x-axis.
     Use as `hook=lambda k, p: (m := step_metrics(k, p)) and mlflow.log_metrics(m[1], step=m[0])`."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from apps_bench.engine import Engine
 from apps_bench.optimizers.cache import stable_hash
@@ -20,7 +20,7 @@ from apps_bench.optimizers.replay import ROLLOUT_HEADER
 from apps_bench.optimizers.scoring import Rollout, rollout_from_attempt
 from apps_bench.solving import Job
 from apps_bench.topologies.base import PromptSet
-from apps_bench.types import Problem
+from apps_bench.types import JsonObject, Problem, Verdict
 
 
 class PipelineRunner:
@@ -65,18 +65,18 @@ class PipelineRunner:
             return rollout
         return dataclasses.replace(rollout, replayed_tokens=self.replayed(tag))
 
-    def score_program(self, problem: Problem, program: str | None) -> Any:
+    def score_program(self, problem: Problem, program: str | None) -> Verdict:
         """The judge on a problem's training tests (MASPO's reward for intermediate programs)."""
         return self.engine.judge.score(problem, program)
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> JsonObject:
         """What goes into the rollout cache key besides prompts: everything that changes a run."""
         topo = {k: v for k, v in dataclasses.asdict(self.cfg.topology).items() if k not in ("prompts", "prompt_file", "_target_")}
         judge = {k: v for k, v in dataclasses.asdict(self.cfg.judge).items() if k != "workers"}
         return {"topology": topo, "judge": judge, "tool": dataclasses.asdict(self.cfg.tool),
                 "max_tests_per_row": self.cfg.max_tests_per_row}  # fmt: skip
 
-    def model_identity(self) -> dict[str, Any]:
+    def model_identity(self) -> JsonObject:
         m = dataclasses.asdict(self.cfg.model)
         keys = ("name", "provider", "model_id", "temperature", "top_p", "max_tokens", "extra_body", "wrong_fraction")
         return {k: m[k] for k in keys}

@@ -18,12 +18,13 @@ ones and the real pipeline plugs in later without touching them.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
+from apps_bench.errors import AppsBenchError
 from apps_bench.optimizers.cache import RolloutCache, rollout_key, stable_hash
 from apps_bench.optimizers.protocol import Budget, ProblemKey, ScoringGate, make_key, request_seed
 from apps_bench.topologies.base import PromptSet
-from apps_bench.types import Attempt, Outcome, Problem, TranscriptEvent, Verdict
+from apps_bench.types import Attempt, JsonObject, Outcome, Problem, TranscriptEvent, Verdict
 
 CLIP = 2000  # characters kept of one test input/expected output in feedback
 
@@ -77,14 +78,14 @@ class Rollout:
     def outputs_of(self, role: str) -> list[str]:
         return [t.output for t in self.traces if t.role == role or t.agent == role]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         d = asdict(self)
         d["key"] = list(self.key)
         d.pop("cached")
         return d
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any], *, cached: bool = False) -> Rollout:
+    def from_json(cls, d: JsonObject, *, cached: bool = False) -> Rollout:
         ff = d.get("first_failure")
         return cls(
             key=make_key(*d["key"]),
@@ -180,7 +181,7 @@ class EvalRecord:
     infra_errors: int = 0  # rollouts still failed for infrastructure reasons (never scored as wrong)
 
 
-class InfrastructureDown(RuntimeError):
+class InfrastructureDown(RuntimeError, AppsBenchError):
     """Every fresh rollout of a batch failed for an infrastructure reason (model or sandbox down):
     stop instead of spending budget on failures; a rerun resumes through the cache."""
 
@@ -200,8 +201,8 @@ class ProtocolEvaluator:
     budget: Budget
     gate: ScoringGate
     run_seed: int
-    model: Mapping[str, Any]
-    settings: Mapping[str, Any]
+    model: JsonObject
+    settings: JsonObject
     on_evaluate: Callable[[EvalRecord], None] | None = None
     infra_retries: int = 1
     _charged: set[str] = field(default_factory=set, repr=False)
@@ -276,11 +277,11 @@ class ProtocolEvaluator:
                 self.cache.put(ckeys[k], r.to_json())
             found[k] = replace(r, cached=False)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> JsonObject:
         """Charged rollouts and budget, for a method that persists its own state (GEPA run_dir)."""
         return {"charged": sorted(self._charged), "budget": self.budget.to_json()}
 
-    def restore(self, state: Mapping[str, Any]) -> None:
+    def restore(self, state: JsonObject) -> None:
         self._charged = set(state.get("charged", ()))
         b = state.get("budget", {})
         for k in Budget._FIELDS:
@@ -303,7 +304,7 @@ def traces_from_transcript(events: Iterable[TranscriptEvent]) -> tuple[RoleTrace
     and their results in order, so an optimizer sees incoming context and output per role.
     """
     order: list[tuple[str, int]] = []
-    acc: dict[tuple[str, int], dict[str, Any]] = {}
+    acc: dict[tuple[str, int], JsonObject] = {}
     for ev in events:
         k = (ev.agent, ev.round)
         if k not in acc:
@@ -323,7 +324,7 @@ def traces_from_transcript(events: Iterable[TranscriptEvent]) -> tuple[RoleTrace
     )  # fmt: skip
 
 
-def _clip(value: Any) -> str:
+def _clip(value: object) -> str:
     text = value if isinstance(value, str) else repr(value)
     return text if len(text) <= CLIP else text[:CLIP] + f"... [{len(text) - CLIP} more characters]"
 

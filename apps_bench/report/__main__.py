@@ -19,6 +19,7 @@ from pathlib import Path
 
 from apps_bench import provenance
 from apps_bench.config import compose
+from apps_bench.errors import AppsBenchError
 from apps_bench.report import cells as cellmod
 from apps_bench.report import cost, export, groups, options, paper, plots, render, sweep_run
 from apps_bench.report import table as metric_table
@@ -91,7 +92,7 @@ def _main(args: argparse.Namespace, uri: str | None) -> int:
     except SweepIncomplete as exc:  # not bad input: the sweep is not whole yet
         print(f"apps-bench report: {exc}", file=sys.stderr)
         return 1
-    except ReportError as exc:
+    except AppsBenchError as exc:
         print(f"apps-bench report: {exc}", file=sys.stderr)
         return 2
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Hashable, Mapping, Sequence
 
 from apps_bench import provenance
+from apps_bench.errors import AppsBenchError
 from apps_bench.judge.summary import counted_tests
 from apps_bench.report.money import billed_tokens
 from apps_bench.tracking import membership
@@ -32,7 +33,7 @@ from apps_bench.tracking.records import RECORDS, TRANSCRIPTS, RecordsUnreadable,
 from apps_bench.types import ProblemRecord
 
 
-class ReportError(Exception):
+class ReportError(AppsBenchError):
     """Nothing to report, or a store/experiment/run that does not exist: says what to check."""
 
 # identity params that define which problems a cell is judged on

@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Iterable
 
+from ..errors import AppsBenchError
 from .env import CLEAN_ENV
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -56,7 +57,7 @@ MOUNT_ATTR_NOSUID = 0x2
 SYSTEM_DIRS = frozenset(("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys"))
 
 
-class ContainError(OSError):
+class ContainError(OSError, AppsBenchError):
     pass
 
 

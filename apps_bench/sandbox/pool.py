@@ -553,7 +553,7 @@ class _JobResults:
         if self.keep_going is not None:
             try:
                 self.go = bool(self.keep_going(raw))
-            except BaseException as e:  # tell the worker to stop, then re-raise
+            except BaseException as e:  # noqa: BLE001 - tell the worker to stop, then re-raise
                 self.pending, self.go = e, False
         if raw.status == "compile_error":
             self.compile_detail = raw.detail

@@ -13,19 +13,21 @@ import select
 import struct
 import time
 
+from ..errors import AppsBenchError
+
 _LEN = struct.Struct(">I")
 MAX_FRAME = 1 << 30
 
 
-class ChannelClosed(Exception):
+class ChannelClosed(AppsBenchError):
     """The peer closed its end (or died)."""
 
 
-class ChannelTimeout(Exception):
+class ChannelTimeout(AppsBenchError):
     """No complete frame before the deadline."""
 
 
-class ChannelCorrupt(Exception):
+class ChannelCorrupt(AppsBenchError):
     """The peer sent something that is not a well-formed frame."""
 
 

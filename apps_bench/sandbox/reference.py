@@ -44,6 +44,7 @@ import types
 from typing import Any
 from unittest import mock
 
+from ..errors import AppsBenchError
 from .harness import (
     GO,
     LOAD,
@@ -153,7 +154,7 @@ def _lazy_mock_open(mock: Any, text: str) -> Any:
     return open_
 
 
-class ReferenceTimeout(Exception):
+class ReferenceTimeout(AppsBenchError):
     """The per-test alarm; an Exception, so a program's `except Exception` catches it as in the original."""
 
 
@@ -286,12 +287,12 @@ class ReferenceRunner(Runner):
             sys.modules[MODULE_NAME] = mod
             target = mod.Solution() if call and "class Solution" in s.code else mod
             self._disarm()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - whatever the program raised while loading is its compile error
             self._disarm()
             return _clip(f"compile error: {_type(e).__name__}: {e}")
         try:
             self.method = getattr(target, s.fn_name if call else "code")
-        except BaseException as e:  # the original's bare `except:`
+        except BaseException as e:  # noqa: BLE001 - the original's bare `except:`
             return _clip(f"unable to get function: {_type(e).__name__}: {e}")
         return None
 
@@ -309,17 +310,17 @@ class ReferenceRunner(Runner):
         try:  # JSON forced string keys: a dict first argument becomes its int-keyed copy, alone
             if _isinstance(args[0], dict):
                 args = [{_int(k): v for k, v in args[0].items()}]
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the original's bare except: the arguments stay as they are
             pass
         t0 = _perf()
         self._arm()
         try:
             value = self.method(*args)
             self._disarm()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - whatever the program raised is its test's runtime error
             self._disarm()
             return self._failed(index, e, t0)
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - SystemExit, KeyboardInterrupt: the original's test process ends here
             _exit(1)  # SystemExit, KeyboardInterrupt: the original's test process ends here
         secs = _perf() - t0
         try:
@@ -349,7 +350,7 @@ class ReferenceRunner(Runner):
         if _isinstance(text, list):
             try:
                 text = "\n".join(text)
-            except BaseException:
+            except BaseException:  # noqa: BLE001 - the original fails outside any handler here: the process ends
                 _exit(1)  # the original fails outside any handler here: the process ends
         capture = _StringIO()
         capture.close = lambda x: 1  # type: ignore[method-assign,assignment]  # the original's no-op close
@@ -365,16 +366,16 @@ class ReferenceRunner(Runner):
                 except SystemExit:
                     pass
             self._disarm()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - whatever the program raised is its test's runtime error
             self._disarm()
             failed = e
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - SystemExit, KeyboardInterrupt: the original's test process ends here
             _exit(1)
         secs = _perf() - t0
         sys.stdout = outer
         try:
             got = _StringIO.getvalue(capture)
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the program may have replaced the capture's methods: the process ends
             _exit(1)
         if failed is not None:
             return self._failed(index, failed, t0)
@@ -406,7 +407,7 @@ class ReferenceRunner(Runner):
             _exit(0)
         try:
             send_frame(s.res_fd, LOADED)
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the worker is gone: nothing to report to
             _exit(3)
         for index in range(s.start, s.n_tests):
             if self.await_go() != GO:
@@ -424,7 +425,7 @@ def child_main(spec: ChildSpec) -> None:
     """Entry point after containment; never returns."""
     try:
         ReferenceRunner(spec).serve()
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - the child never returns, whatever the program did: its exit code says it
         pass
     _exit(4)
 

@@ -51,12 +51,12 @@ PREIMPORT = (
 for _m in PREIMPORT:
     try:
         __import__(_m)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a preimport that fails is loaded (or not) by the program itself, later
         pass
 for _enc in ("utf_8", "latin_1", "ascii", "utf_16", "utf_32", "cp1252", "idna"):
     try:
         __import__("encodings." + _enc)
-    except Exception:
+    except Exception:  # noqa: BLE001 - an encoding that fails to preload is loaded (or not) by the program itself, later
         pass
 # The reference profile's child (and unittest.mock, its stdin patches): after numpy, whose
 # scalar types it records. Imported here because the package is hidden once contained.
@@ -98,7 +98,7 @@ def _drop_probe(uid: int | None, filt: seccomp.Filter | None) -> int:
             with open("/proc/self/status") as f:
                 caps = [int(line.split()[1], 16) for line in f if line.startswith(("CapEff", "CapPrm", "CapBnd"))]
             os._exit(0 if not any(caps) else 2)
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - the probe child exits with a code whatever happened; it never returns
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
@@ -742,7 +742,7 @@ def main() -> None:
         gc.collect()
         gc.freeze()
         w.setup()
-    except Exception as e:  # report why, so the pool can fall back loudly
+    except Exception as e:  # noqa: BLE001 - report why, so the pool can fall back loudly
         try:
             w.send({"t": "failed", "error": f"{type(e).__name__}: {e}"})
         finally:
@@ -753,7 +753,7 @@ def main() -> None:
         if w.contained:
             try:
                 contain.sweep_namespace()
-            except Exception:
+            except Exception:  # noqa: BLE001 - best effort at exit: the pool kills what is left
                 pass
         else:
             contain.sweep_descendants()

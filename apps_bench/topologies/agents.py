@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from apps_bench.topologies.base import SolveContext
 from apps_bench.topologies.messages import cap_note
 from apps_bench.topologies.team import StopFlow, Team, Turn
 
+if TYPE_CHECKING:  # pragma: no cover
+    from langchain_core.messages import BaseMessage, InvalidToolCall
+    from langchain_core.runnables import RunnableConfig
+    from langchain_core.tools import BaseTool
 
-def python_exec_tool(ctx: SolveContext) -> Any:
+
+def python_exec_tool(ctx: SolveContext) -> BaseTool:
     """ctx.tool (the sandboxed python_exec) as a LangChain StructuredTool, same name/schema for every framework."""
     from langchain_core.tools import StructuredTool
 
@@ -36,17 +41,17 @@ def python_exec_tool(ctx: SolveContext) -> Any:
     )
 
 
-def tools_for(ctx: SolveContext, role: str) -> list[Any]:
+def tools_for(ctx: SolveContext, role: str) -> list[BaseTool]:
     """python_exec for the roles the config lets run code (topology.tool_roles), else no tools."""
     return [python_exec_tool(ctx)] if role in (ctx.config.tool_roles or ()) else []
 
 
-def _text(message: Any) -> str:
+def _text(message: BaseMessage) -> str:
     text = message.text  # a str in langchain-core 1.x (a method in 0.3)
     return str(text) if isinstance(text, str) else str(text() or "")
 
 
-def _missing_args(tool: Any, args: Any) -> list[str]:
+def _missing_args(tool: BaseTool, args: object) -> list[str]:
     """Required parameters (per the tool's JSON schema) the model left out."""
     schema = tool.args_schema if isinstance(tool.args_schema, dict) else {}
     if not isinstance(args, dict):
@@ -54,7 +59,7 @@ def _missing_args(tool: Any, args: Any) -> list[str]:
     return [k for k in schema.get("required", []) if k not in args]
 
 
-def _invalid_calls(ai: Any) -> list[dict]:
+def _invalid_calls(ai: BaseMessage) -> list[InvalidToolCall]:
     """Tool calls whose arguments did not parse (they still need an answer, by id)."""
     return [c for c in (getattr(ai, "invalid_tool_calls", None) or ()) if c.get("id")]
 
@@ -67,7 +72,7 @@ async def run_agent(
     role: str,
     user: str,
     seed: int,
-    tools: Sequence[Any] = (),
+    tools: Sequence[BaseTool] = (),
     round: int = 0,
     max_steps: int | None = None,
     stop_check: Callable[[], str | None] | None = None,
@@ -115,7 +120,7 @@ class _AgentLoop:
     steps_cap: int
     stop_check: Callable[[], str | None] | None
     model: Any
-    by_name: dict[str, Any]
+    by_name: dict[str, BaseTool]
 
     def log(self, kind: str, text: str) -> None:
         self.ctx.log(self.agent, self.role, kind, text, self.round)
@@ -184,23 +189,23 @@ _LOOP_KEY = "apps_bench_agent_loop"
 _GRAPH: list[Any] = []  # the compiled ReAct graph, built once per process
 
 
-def _loop_of(config: Any) -> _AgentLoop:
+def _loop_of(config: RunnableConfig) -> _AgentLoop:
     return config["configurable"][_LOOP_KEY]
 
 
-async def _model_node(state: dict, config: Any) -> dict:
+async def _model_node(state: dict, config: RunnableConfig) -> dict:
     return await _loop_of(config).call_model(state)
 
 
-async def _tools_node(state: dict, config: Any) -> dict:
+async def _tools_node(state: dict, config: RunnableConfig) -> dict:
     return await _loop_of(config).call_tools(state)
 
 
-def _after_model(state: dict, config: Any) -> str:
+def _after_model(state: dict, config: RunnableConfig) -> str:
     return _loop_of(config).after_model(state)
 
 
-def _after_tools(state: dict, config: Any) -> str:
+def _after_tools(state: dict, config: RunnableConfig) -> str:
     return _loop_of(config).after_tools(state)
 
 
@@ -214,8 +219,8 @@ def _react_graph() -> Any:
         for fn in (_model_node, _tools_node, _after_model, _after_tools):  # how LangGraph knows to pass the config
             fn.__annotations__["config"] = RunnableConfig
         graph = StateGraph(MessagesState)
-        graph.add_node("model", _model_node)
-        graph.add_node("tools", _tools_node)
+        graph.add_node("model", _model_node)  # type: ignore[type-var]  # LangGraph's types want a state schema as the node's input type, but it would also read that annotation as an extra input schema: the node takes a plain dict
+        graph.add_node("tools", _tools_node)  # type: ignore[type-var]  # (as above)
         graph.add_edge(START, "model")
         graph.add_conditional_edges("model", _after_model, ["tools", END])
         graph.add_conditional_edges("tools", _after_tools, ["model", END])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Mapping, Protocol
 
 from apps_bench.types import Attempt, Problem, TranscriptEvent, Usage
 
@@ -61,7 +61,7 @@ class SolveContext:
     def time_left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def log(self, agent: str, role: str, kind: str, content: Any, round: int = 0) -> None:
+    def log(self, agent: str, role: str, kind: str, content: object, round: int = 0) -> None:
         self.transcript.append(TranscriptEvent(agent, role, kind, str(content), round))  # type: ignore[arg-type]
         if self.usage.trace is not None:
             self.usage.trace.event(len(self.transcript) - 1, kind)

@@ -36,7 +36,7 @@ class CentralizedLangGraph(FlowRunner):
         if len(set(workers)) != len(workers) or manager in workers:
             raise ValueError(f"centralized roles must be distinct, got {ctx.roles}")
         cap = int(ctx.config.max_turns)
-        state: dict[str, Any] = {"delegations": 0, "refused": False}
+        state: dict[str, int] = {"delegations": 0, "refused": False}
         team.data.update(manager=manager, workers=workers, state=state)
 
         async def delegate(worker: str, instruction: str, **_ignored: Any) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from apps_bench.config import TopologyConfig
 from apps_bench.task import frame
@@ -10,13 +10,17 @@ from apps_bench.topologies.base import PromptSet, SolveContext
 from apps_bench.topologies.prompts import load_prompts, roles_for
 from apps_bench.types import Problem, Usage
 
+if TYPE_CHECKING:  # pragma: no cover
+    from apps_bench.models.clients import ModelClients
+    from apps_bench.sandbox.tool import PythonExecTool
+
 
 def build_context(
     problem: Problem,
     topology_cfg: TopologyConfig,
     *,
-    models: Any,
-    tool: Any,
+    models: ModelClients,
+    tool: PythonExecTool,
     seed: int,
     usage: Usage,
     prompts: PromptSet | None = None,

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, Awaitable, Sequence, TypeVar
 
 from apps_bench.topologies.base import SolveContext, agent_seed
 from apps_bench.topologies.messages import cap_note, debate_input
 from apps_bench.topologies.team import FlowRunner, StopFlow, Team, Turn, agent_names, final_candidates
 from apps_bench.topologies.vote import most_common_program
-from apps_bench.types import Attempt
+from apps_bench.types import Attempt, JsonObject
+
+if TYPE_CHECKING:  # pragma: no cover
+    from apps_bench.sandbox.tool import PythonExecTool
+
+T = TypeVar("T")
 
 
 class DecentralizedOpenAI(FlowRunner):
@@ -76,7 +81,7 @@ class DecentralizedOpenAI(FlowRunner):
         turn = team.start(agent, role, rnd)
         cap = int(ctx.config.max_steps)
         params = ctx.models.request_params(seed)
-        messages: list[dict[str, Any]] = [
+        messages: list[JsonObject] = [
             {"role": "system", "content": ctx.prompts[role]},
             {"role": "user", "content": user},
         ]
@@ -119,7 +124,7 @@ class DecentralizedOpenAI(FlowRunner):
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
 
 
-async def _all_or_none(coros: list[Any]) -> list[Any]:
+async def _all_or_none(coros: Sequence[Awaitable[T]]) -> list[T]:
     """The peers of a round, concurrently. If one fails (e.g. the endpoint is down) the others
     are cancelled before the error propagates, so no peer keeps calling a closed client."""
     tasks = [asyncio.ensure_future(c) for c in coros]
@@ -132,14 +137,14 @@ async def _all_or_none(coros: list[Any]) -> list[Any]:
         raise
 
 
-def _args(arguments: str) -> Any:
+def _args(arguments: str) -> JsonObject | str:
     try:
         return json.loads(arguments or "{}")
     except json.JSONDecodeError:
         return arguments
 
 
-async def _run_tool(tool: Any, name: str, arguments: str) -> str:
+async def _run_tool(tool: PythonExecTool, name: str, arguments: str) -> str:
     """Run python_exec; a malformed call becomes a message to the model, not a crash."""
     if name != tool.name:
         return f"error: no tool named {name!r}; available: {[tool.name]}"

@@ -38,7 +38,7 @@ class IndependentTopology(FlowRunner):
             return {"finished": [names[i]]}
 
         graph = StateGraph(_State)
-        graph.add_node("coder", coder)
+        graph.add_node("coder", coder)  # type: ignore[arg-type]  # LangGraph's types want a state schema as the node's input type, but it would also read that annotation as an extra input schema: the node takes Send's payload, a plain dict
         graph.add_conditional_edges(START, lambda _s: [Send("coder", {"i": i}) for i in range(len(names))], ["coder"])
         graph.add_edge("coder", END)
         await graph.compile(name=self.name).ainvoke({}, config={"recursion_limit": 4})

@@ -12,10 +12,11 @@ import json
 from pathlib import Path
 
 from apps_bench.config import TopologyConfig
+from apps_bench.errors import AppsBenchError
 from apps_bench.topologies.base import PromptSet
 
 
-class TopologyConfigError(ValueError):
+class TopologyConfigError(ValueError, AppsBenchError):
     """A topology config (or its prompt file) that cannot be run as written."""
 
 

@@ -18,13 +18,21 @@ import asyncio
 import json
 import os
 import threading
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from apps_bench.config import TopologyConfig
 from apps_bench.topologies.base import SolveContext, agent_seed
 from apps_bench.topologies.messages import cap_note
 from apps_bench.topologies.team import FlowRunner, StopFlow, Team, Turn, agent_names
-from apps_bench.types import Attempt
+from apps_bench.types import Attempt, JsonObject
+
+if TYPE_CHECKING:  # pragma: no cover
+    from crewai import Crew, Task
+    from crewai.agents.agent_builder.base_agent import BaseAgent
+    from crewai.agents.parser import AgentAction, AgentFinish
+    from crewai.tasks.task_output import TaskOutput
+    from crewai.tools import BaseTool
 
 # Settings CrewAI reads from the environment. Never prompt (a benchmark has no user at
 # the keyboard: without CREWAI_TESTING the first kickoff asks an interactive question)
@@ -55,7 +63,7 @@ class SequentialCrewAI(FlowRunner):
 
     framework = "crewai"
 
-    def __init__(self, cfg: object) -> None:
+    def __init__(self, cfg: TopologyConfig) -> None:
         super().__init__(cfg)
         # Import CrewAI here, in the caller's thread, not first inside a crew's worker thread:
         # a worker thread holding the import lock for seconds would stall the event loop
@@ -80,105 +88,11 @@ class SequentialCrewAI(FlowRunner):
 
     def _kickoff(self, ctx: SolveContext, team: Team, stop: threading.Event) -> None:
         prepare_crewai_env()
-        from crewai import Agent, Crew, Process, Task
-
         _skip_console_tree_wait()
-
-        roles = list(ctx.roles)
-        names = agent_names(roles)
-        cap = int(ctx.config.max_steps)
-        max_iter = max(1, cap - 1)  # + CrewAI's forced final-answer call = at most max_steps calls
-        tasks: list[Any] = []
-        agents: list[Any] = []
-        state: dict[str, Any] = {"stage": 0, "turn": None}
-
-        def begin(stage: int) -> Turn:
-            role = roles[stage]
-            turn = team.start(names[stage], role, 0)  # round 0 for every stage, as the LangGraph sibling
-            state["stage"], state["turn"], state["last_action"] = stage, turn, False
-            earlier = [(roles[i], t.output.raw) for i, t in enumerate(tasks[:stage]) if t.output is not None]
-            text = tasks[stage].prompt()
-            if earlier:
-                text += "\n\nThis is the context you're working with:\n" + "\n\n----------\n\n".join(
-                    out for _, out in earlier
-                )
-            ctx.log(names[stage], role, "input", text, 0)
-            return turn
-
-        def check_stop() -> None:
-            if stop.is_set() or ctx.time_left() <= 0:
-                stop.set()
-                raise StopFlow("time_limit")
-
-        def on_step(step: Any) -> None:
-            if stop.is_set():  # the attempt is over: record nothing more, end the crew
-                raise StopFlow("time_limit")
-            turn: Turn = state["turn"]
-            agent, role = turn.agent, turn.role
-            turn.steps += 1
-            state["last_action"] = hasattr(step, "tool")
-            thought = (getattr(step, "thought", "") or "").strip()
-            if hasattr(step, "tool"):  # AgentAction: a tool call and its observation
-                if thought:
-                    ctx.log(agent, role, "note", thought, turn.round)
-                ctx.log(agent, role, "tool_call", json.dumps({"name": step.tool, "args": _args(step.tool_input)}),
-                        turn.round)
-                ctx.log(agent, role, "tool_result", str(step.result or ""), turn.round)
-            check_stop()
-
-        def on_task_done(output: Any) -> None:
-            if stop.is_set():
-                raise StopFlow("time_limit")
-            turn: Turn = state["turn"]
-            text = str(getattr(output, "raw", "") or "")
-            ctx.log(turn.agent, turn.role, "reply", text, turn.round)
-            turn.add_reply(text)
-            if state["last_action"] and turn.steps >= max_iter:  # CrewAI forced a final answer
-                turn.steps += 1
-                turn.stop_reason = "step_cap"
-                ctx.log(turn.agent, turn.role, "note", cap_note("step cap", cap), turn.round)
-            else:
-                turn.stop_reason = "done"
-            if state["stage"] + 1 < len(roles):
-                check_stop()
-                begin(state["stage"] + 1)
-
-        for i, role in enumerate(roles):
-            tools = [_python_exec_tool(ctx, state, check_stop)] if role in (ctx.config.tool_roles or ()) else []
-            agent = Agent(
-                role=role,
-                goal=f"Do the {role} stage of solving the programming problem, as your instructions say.",
-                backstory=ctx.prompts[role],
-                llm=ctx.models.crewai_llm(agent_seed(ctx.seed, i), role=role),
-                tools=tools,
-                allow_delegation=False,
-                max_iter=max_iter,
-                max_retry_limit=0,  # retries live in the HTTP layer; a failed stage must not re-run
-                respect_context_window=False,  # an overlong conversation is a result, not silently summarized
-                cache=False,
-                step_callback=on_step,
-                verbose=False,
-            )
-            agents.append(agent)
-            tasks.append(
-                Task(
-                    description=ctx.prompt,
-                    expected_output=f"The {role} stage's result, in the form your instructions ask for.",
-                    agent=agent,
-                    context=list(tasks),  # every earlier stage
-                    callback=on_task_done,
-                )
-            )
+        stages = _Stages(ctx, team, stop)
+        agents, crew = _crew(ctx, stages)
         team.data["crew_llms"] = [agent.llm for agent in agents]
-        crew = Crew(
-            agents=agents,
-            tasks=tasks,
-            process=Process.sequential,
-            memory=False,
-            cache=False,
-            verbose=False,
-        )
-        begin(0)
+        stages.begin(0)
         try:
             crew.kickoff()
         except SystemExit as exc:
@@ -209,33 +123,154 @@ class SequentialCrewAI(FlowRunner):
         return attempt
 
 
-def _close_clients(llms: Any) -> None:
+@dataclass
+class _Stages:
+    """The crew's stages followed through CrewAI's callbacks: the stage and turn in progress, the transcript
+    entries each step makes, and the wall clock checked between steps."""
+
+    ctx: SolveContext
+    team: Team
+    stop: threading.Event
+    tasks: list[Task] = field(default_factory=list)  # one per stage
+    stage: int = 0
+    turn: Turn | None = None
+    last_action: bool = False  # the turn's last step was a tool call
+
+    def __post_init__(self) -> None:
+        self.roles = list(self.ctx.roles)
+        self.names = agent_names(self.roles)
+        self.cap = int(self.ctx.config.max_steps)
+        self.max_iter = max(1, self.cap - 1)  # + CrewAI's forced final-answer call = at most max_steps calls
+
+    def begin(self, stage: int) -> Turn:
+        role = self.roles[stage]
+        turn = self.team.start(self.names[stage], role, 0)  # round 0 for every stage, as the LangGraph sibling
+        self.stage, self.turn, self.last_action = stage, turn, False
+        earlier = [(self.roles[i], t.output.raw) for i, t in enumerate(self.tasks[:stage]) if t.output is not None]
+        text = self.tasks[stage].prompt()
+        if earlier:
+            text += "\n\nThis is the context you're working with:\n" + "\n\n----------\n\n".join(
+                out for _, out in earlier
+            )
+        self.ctx.log(self.names[stage], role, "input", text, 0)
+        return turn
+
+    def check_stop(self) -> None:
+        if self.stop.is_set() or self.ctx.time_left() <= 0:
+            self.stop.set()
+            raise StopFlow("time_limit")
+
+    def _current(self) -> Turn:
+        if self.stop.is_set():  # the attempt is over: record nothing more, end the crew
+            raise StopFlow("time_limit")
+        assert self.turn is not None, "a CrewAI callback before the first stage began"
+        return self.turn
+
+    def on_step(self, step: AgentAction | AgentFinish) -> None:
+        """CrewAI's step callback: an AgentAction (a tool call and its observation) or an AgentFinish."""
+        from crewai.agents.parser import AgentAction
+
+        turn = self._current()
+        agent, role = turn.agent, turn.role
+        turn.steps += 1
+        self.last_action = isinstance(step, AgentAction)
+        thought = (getattr(step, "thought", "") or "").strip()
+        if isinstance(step, AgentAction):
+            if thought:
+                self.ctx.log(agent, role, "note", thought, turn.round)
+            self.ctx.log(agent, role, "tool_call", json.dumps({"name": step.tool, "args": _args(step.tool_input)}),
+                         turn.round)
+            self.ctx.log(agent, role, "tool_result", str(step.result or ""), turn.round)
+        self.check_stop()
+
+    def on_task_done(self, output: TaskOutput) -> None:
+        """CrewAI's task callback: the stage's reply ends its turn, and the next stage begins."""
+        turn = self._current()
+        text = str(getattr(output, "raw", "") or "")
+        self.ctx.log(turn.agent, turn.role, "reply", text, turn.round)
+        turn.add_reply(text)
+        if self.last_action and turn.steps >= self.max_iter:  # CrewAI forced a final answer
+            turn.steps += 1
+            turn.stop_reason = "step_cap"
+            self.ctx.log(turn.agent, turn.role, "note", cap_note("step cap", self.cap), turn.round)
+        else:
+            turn.stop_reason = "done"
+        if self.stage + 1 < len(self.roles):
+            self.check_stop()
+            self.begin(self.stage + 1)
+
+
+def _crew(ctx: SolveContext, stages: _Stages) -> tuple[list[BaseAgent], Crew]:
+    """One CrewAI Agent and Task per stage, each task with every earlier one as its context, in a
+    sequential Crew (the agents, and the crew: CrewAI objects)."""
+    from crewai import Agent, Crew, Process, Task
+
+    agents: list[BaseAgent] = []
+    for i, role in enumerate(stages.roles):
+        tools = [_python_exec_tool(ctx, stages)] if role in (ctx.config.tool_roles or ()) else []
+        agent = Agent(
+            role=role,
+            goal=f"Do the {role} stage of solving the programming problem, as your instructions say.",
+            backstory=ctx.prompts[role],
+            llm=ctx.models.crewai_llm(agent_seed(ctx.seed, i), role=role),
+            tools=tools,
+            allow_delegation=False,
+            max_iter=stages.max_iter,
+            max_retry_limit=0,  # retries live in the HTTP layer; a failed stage must not re-run
+            respect_context_window=False,  # an overlong conversation is a result, not silently summarized
+            cache=False,
+            step_callback=stages.on_step,
+            verbose=False,
+        )
+        agents.append(agent)
+        stages.tasks.append(
+            Task(
+                description=ctx.prompt,
+                expected_output=f"The {role} stage's result, in the form your instructions ask for.",
+                agent=agent,
+                context=list(stages.tasks),  # every earlier stage
+                callback=stages.on_task_done,
+            )
+        )
+    crew = Crew(
+        agents=agents,
+        tasks=stages.tasks,
+        process=Process.sequential,
+        memory=False,
+        cache=False,
+        verbose=False,
+    )
+    return agents, crew
+
+
+def _close_clients(llms: Iterable[object]) -> None:
     for llm in llms:
         client = getattr(llm, "client", None)
         if client is not None and hasattr(client, "close"):
             client.close()
 
 
-async def _in_own_thread(name: str, fn: Any, *args: Any) -> Any:
+async def _in_own_thread(name: str, fn: Callable[..., None], *args: object) -> None:
     """Run blocking `fn` in a thread of its own, like asyncio.to_thread but never queued
     behind other problems' crews in the loop's small default executor (the per-problem
     wall clock is already running). Daemon: a crew stuck in a call never blocks exit."""
     import contextvars
 
     loop = asyncio.get_running_loop()
-    done: asyncio.Future[Any] = loop.create_future()
+    done: asyncio.Future[None] = loop.create_future()
 
-    def settle(result: Any = None, error: BaseException | None = None) -> None:
+    def settle(error: BaseException | None = None) -> None:
         if not done.done():
-            done.set_exception(error) if error is not None else done.set_result(result)
+            done.set_exception(error) if error is not None else done.set_result(None)
 
     def target() -> None:
         try:
-            outcome: tuple[Any, BaseException | None] = (ctx_copy.run(fn, *args), None)
+            ctx_copy.run(fn, *args)
+            error: BaseException | None = None
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine as is
-            outcome = (None, exc)
+            error = exc
         try:
-            loop.call_soon_threadsafe(settle, *outcome)
+            loop.call_soon_threadsafe(settle, error)
         except RuntimeError:  # the loop is gone (the attempt ended on the wall clock): nobody waits
             pass
 
@@ -244,7 +279,7 @@ async def _in_own_thread(name: str, fn: Any, *args: Any) -> Any:
     return await done
 
 
-def _args(text: Any) -> Any:
+def _args(text: JsonObject | str | None) -> JsonObject | str | None:
     if isinstance(text, dict):
         return text
     try:
@@ -253,7 +288,7 @@ def _args(text: Any) -> Any:
         return text
 
 
-def _python_exec_tool(ctx: SolveContext, state: dict[str, Any], check_stop: Any) -> Any:
+def _python_exec_tool(ctx: SolveContext, stages: _Stages) -> BaseTool:
     """python_exec as a CrewAI tool: the shared tool's name, description and arguments."""
     from crewai.tools import BaseTool
     from pydantic import BaseModel, Field
@@ -271,8 +306,8 @@ def _python_exec_tool(ctx: SolveContext, state: dict[str, Any], check_stop: Any)
         args_schema: type[BaseModel] = PythonExecArgs
 
         def _run(self, code: str, stdin: str = "", **_ignored: Any) -> str:
-            check_stop()
-            turn: Turn | None = state.get("turn")
+            stages.check_stop()
+            turn = stages.turn
             if turn is not None:
                 turn.tool_calls += 1
             return tool(code, stdin or "")

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Sequence
+from typing import Awaitable, Sequence
 
 from apps_bench.config import TopologyConfig
+from apps_bench.errors import AppsBenchError
 from apps_bench.task import extract_program
 from apps_bench.topologies.base import SolveContext
-from apps_bench.types import Attempt, Candidate, Vote
+from apps_bench.types import Attempt, Candidate, Usage, Vote
 
 
 def extract(text: str | None) -> str | None:
@@ -46,7 +47,7 @@ class Turn:
                 self.program = program
 
 
-class StopFlow(Exception):
+class StopFlow(AppsBenchError):
     """Raised inside a flow to end the whole attempt early (e.g. a wall-clock check)."""
 
     def __init__(self, reason: str):
@@ -153,7 +154,7 @@ async def run_guarded(ctx: SolveContext, team: Team, flow: Awaitable[object]) ->
             turn.stop_reason = team.stop_reason if team.stop_reason != "done" else "done"
 
 
-def unanswered_error(usage: Any, limit_s: float) -> str | None:
+def unanswered_error(usage: Usage, limit_s: float) -> str | None:
     """Why a problem that hit its time cap is infrastructure, not a wrong answer (None if it is not).
 
     The model endpoint, not the team, ran out the clock when, at the cap, a model call the

@@ -12,14 +12,14 @@ calling), which costs prompt tokens its siblings do not pay.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from apps_bench.config import ModelConfig, TopologyConfig
 from apps_bench.topologies.prompts import roles_for
-from apps_bench.types import ProblemRecord
+from apps_bench.types import JsonObject, ProblemRecord, TranscriptEvent
 
 
-def tool_calls_by_role(transcript: Iterable[Any]) -> dict[str, int]:
+def tool_calls_by_role(transcript: Iterable[TranscriptEvent | Mapping[str, object]]) -> dict[str, int]:
     """Tool calls per role, from a problem's transcript events (objects or dicts)."""
     out: dict[str, int] = {}
     for ev in transcript:
@@ -40,7 +40,7 @@ def roles_offered_tools(topology_cfg: TopologyConfig) -> list[str]:
     return list(dict.fromkeys(offered))
 
 
-def tool_protocol(records: Sequence[ProblemRecord]) -> dict[str, Any]:
+def tool_protocol(records: Sequence[ProblemRecord]) -> JsonObject:
     """How tools reached the model over a cell: `api` (requests carried `tools`), `prompt_text`, or `none`."""
     calls = sum(int(r.usage.get("model_calls", 0) or 0) for r in records)
     with_tools = sum(int(r.usage.get("requests_with_tools", 0) or 0) for r in records)

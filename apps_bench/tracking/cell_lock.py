@@ -22,14 +22,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from apps_bench.errors import AppsBenchError
+
 LOCK = "cell.lock"
 
 
-class CellBusy(Exception):
+class CellBusy(AppsBenchError):
     """Another process is running this cell now: says who, and what to do."""
 
 
-class CellLockLost(Exception):
+class CellLockLost(AppsBenchError):
     """This process's lock was taken over (its heartbeat stalled): it must stop writing."""
 
 

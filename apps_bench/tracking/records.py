@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from apps_bench.errors import AppsBenchError
 from apps_bench.tracking.cell_lock import LOCK, CellLock, LockTimes
 from apps_bench.types import ProblemRecord
 
@@ -29,11 +30,11 @@ CELL = "cell.json"
 PROMPTS = "prompts.json"
 
 
-class CellDirConflict(Exception):
+class CellDirConflict(AppsBenchError):
     """The output folder already holds a different cell's records."""
 
 
-class RecordsUnreadable(ValueError):
+class RecordsUnreadable(ValueError, AppsBenchError):
     """A complete line of records.jsonl that this version cannot read as a record (a newer schema, a
     field it does not know): an error, never dropped, so no record is lost or half understood."""
 

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from apps_bench.errors import AppsBenchError
 from apps_bench.tracking import mlflow_internals as mi
 
 CREATING_SUFFIX = ".creating"  # the temporary file a new store is migrated in (same directory)
@@ -29,7 +30,7 @@ ELSEWHERE = ("or point this run at another store: MLFLOW_TRACKING_URI=sqlite:///
 SIDE_FILES = ("-journal", "-wal", "-shm")  # SQLite's own files beside a database, which belong to it
 
 
-class StoreError(Exception):
+class StoreError(AppsBenchError):
     """The tracking store cannot be used as it is; the message says how to fix it."""
 
 

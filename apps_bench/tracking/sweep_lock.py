@@ -16,12 +16,13 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+from apps_bench.errors import AppsBenchError
 from apps_bench.tracking.cell_lock import LOCK, CellBusy, CellLock, Holder, LockTimes
 
 SWEEPS = "sweeps"  # under the launching directory's outputs/
 
 
-class SweepBusy(Exception):
+class SweepBusy(AppsBenchError):
     """Another launch runs this sweep, or another run holds one of its cells: says who, and what to do."""
 
 
