@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from apps_bench.sandbox.env import CLEAN_ENV
 
 from ..cpus import usable_cpus
+from ..errors import AppsBenchError
 from . import cgroups
 from .api import RAW_STATUSES, ExecResult, RawRun, RunRequest
 from .limits import SandboxLimits
@@ -119,7 +120,7 @@ def _count_processes_of(uid: int) -> int:
     return n
 
 
-class WorkerBroken(Exception):
+class WorkerBroken(AppsBenchError):
     pass
 
 
@@ -471,7 +472,7 @@ class SandboxPool:
         log.error("sandbox worker %d broke (%s); restarting it", w.index, e)
         try:
             w.restart()
-        except Exception as e2:  # noqa: BLE001
+        except Exception as e2:  # noqa: BLE001 - a worker that cannot restart is logged; the job's result says the sandbox broke
             log.error("sandbox worker %d failed to restart: %s", w.index, e2)
 
     def python_exec(self, code: str, stdin: str = "", *, timeout_s: float, output_chars: int) -> ExecResult:
@@ -517,7 +518,7 @@ class SandboxPool:
         for w in workers:
             try:
                 w.stop()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - best effort while closing: the other workers are still stopped
                 pass
 
     def close(self) -> None:
