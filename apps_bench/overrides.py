@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from apps_bench.config import CONF_DIR, OPTIMIZER_SCHEMAS, Config, cell_data, hydra_on, overlay_dirs
+from apps_bench.config import CONF_DIR, OPTIMIZER_SCHEMAS, Config, hydra_on, overlay_dirs
 from apps_bench.validate import RULES, BadSetting, InvalidSettings, check_settings
 
 # Hydra's own command-line options that take a value (the value is not an override)
@@ -492,8 +492,8 @@ def with_range_problems(bad: list[BadSetting], argv: Iterable[str]) -> list[BadS
     rest = [a for a in override_args(argv) if a.lstrip("+~").split("=", 1)[0] not in named]
     try:
         with hydra_on(CONF_DIR):
-            data = cell_data(compose("config", overrides=rest))
-        check_settings(data)
+            composed = compose("config", overrides=rest)
+        check_settings(composed)
     except InvalidSettings as exc:
         return bad + [b for b in exc.bad if b.key not in named]
     except Exception:  # noqa: BLE001 - a sweep or another error: the overrides' own problems are the answer

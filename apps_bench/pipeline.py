@@ -26,8 +26,8 @@ from typing import Any, Callable, Mapping
 
 from apps_bench import provenance
 from apps_bench.cell import Cell, CellSetupError, guard
-from apps_bench.config import Config, cell_data, problems_in_flight, typed_config
-from apps_bench.data import load_selection
+from apps_bench.config import Config, config_data, problems_in_flight
+from apps_bench.data import LoadResult, load_selection
 from apps_bench.data.rows import split_named_by
 from apps_bench.engine import Engine, fork_solvers
 from apps_bench.models import ModelEndpointError, open_endpoint
@@ -108,9 +108,10 @@ class Prepared:
         return self.store.dir
 
 
-def prepare(cfg: Any, check: Callable[[Config, Any], Any] | None = None) -> Prepared:
+def prepare(config: Config, check: Callable[[Config, LoadResult], object] | None = None) -> Prepared:
     """Check the cell against the grid and its settings, load its problems, check the model
     endpoint and the tracking store, then claim (lock) its folder: a refusal writes nothing.
+    `config`: the composed cell, typed once at the door (validate.typed_cell).
     `check(config, loaded)`: the checks of a kind of cell that need only its settings and data
     (an optimizer's pool and splits), run with the others, before any process or file exists."""
     import yaml
@@ -118,14 +119,12 @@ def prepare(cfg: Any, check: Callable[[Config, Any], Any] | None = None) -> Prep
 
     t_start = time.perf_counter()
     _quiet_libraries()
-    data = cell_data(cfg)
-    cell = guard(data)  # raises CellRefused (or InvalidSettings) before anything runs
-    config = _typed(data)
+    cell = guard(config)  # raises CellRefused (or InvalidSettings) before anything runs
     try:
         loaded = load_selection(config)
     except (ValueError, FileNotFoundError, OSError) as exc:
         raise CellSetupError(f"cannot load dataset {cell.dataset}: {exc}") from exc
-    empty = empty_selection(loaded, data)
+    empty = empty_selection(loaded, config)
     if empty is not None:
         raise InvalidSettings([empty])  # a cell of zero problems is an error, not a 0.0 score
     if loaded.missing_ids:
@@ -152,7 +151,7 @@ def prepare(cfg: Any, check: Callable[[Config, Any], Any] | None = None) -> Prep
     if note:
         print(f"apps-bench: {note}", file=sys.stderr)
     try:
-        store.write_config(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        store.write_config(yaml.safe_dump(config_data(config), sort_keys=False, allow_unicode=True))
         store.write_json(PROMPTS, prompts)
         state = store.resume()
     except BaseException:
@@ -353,13 +352,6 @@ def _store_lost(prep: Prepared, exc: BaseException, *, finished: bool = False) -
     text = (f"{exc}. Nothing computed is lost: {prep.dir} keeps every record ({n} of {len(selected)} problems "
             f"recorded). Once the store answers again, rerun the same command: {rerun}.")
     return LoggingPending(text) if done else StoreUnavailable(text)
-
-
-def _typed(data: Mapping[str, Any]) -> Config:
-    try:
-        return typed_config(data)
-    except Exception as exc:  # noqa: BLE001 - OmegaConf's validation errors name the key and the type
-        raise CellSetupError(f"the cell's config does not match the schema (apps_bench/config.py): {exc}") from exc
 
 
 def _cell_info(cell: Cell) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from apps_bench.cell import Cell, grid_refusal, resolve_cell
-from apps_bench.config import CONF_DIR, ConfigDirMissing, cell_data, config_dirs, hydra_on, typed_config
+from apps_bench.config import CONF_DIR, Config, ConfigDirMissing, cell_data, config_dirs, hydra_on, typed_config
 from apps_bench.data import load_selection
 from apps_bench.overrides import check_overrides, split_config_dir, with_range_problems
 from apps_bench.pipeline import cell_dir_for
@@ -101,17 +101,17 @@ def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str],
 # ----------------------------------------------------------------------------- one cell
 
 
-def _selected_keys(data: dict[str, Any], cache: dict[str, Any]) -> tuple[set[str] | None, str]:
+def _selected_keys(config: Config, cache: dict[str, Any]) -> tuple[set[str] | None, str]:
     """Record keys of the cell's problems (loading the dataset, no model), or None and why not."""
-    sel = {k: data.get(k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
-    sig = json.dumps([data["dataset"], sel], sort_keys=True, default=str)
+    sel = {k: getattr(config, k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
+    sig = json.dumps([asdict(config.dataset), sel], sort_keys=True, default=str)
     if sig not in cache:
         try:
-            loaded = load_selection(typed_config(data))
+            loaded = load_selection(config)
         except Exception as exc:  # noqa: BLE001 - an unreadable dataset leaves N unknown; the plan still lists the cell
             cache[sig] = (None, f"dataset not readable here ({type(exc).__name__}: {exc})")
         else:
-            empty = empty_selection(loaded, data)
+            empty = empty_selection(loaded, config)
             if empty is not None:
                 raise InvalidSettings([empty])
             cache[sig] = ({record_key(p.split, p.id) for p in loaded.problems}, "")
@@ -171,17 +171,18 @@ def _per_problem(finished: Finished, cell: Cell) -> Estimate:
 
 
 def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: Finished, cache: dict[str, Any]) -> PlannedCell:
-    cell = resolve_cell(data)
-    refusal = grid_refusal(cell.axes(), data.get("grid") or {})
-    if refusal and data.get("allow_any_cell"):
+    config = typed_config(data)
+    cell = resolve_cell(config)
+    refusal = grid_refusal(cell.axes(), config.grid)
+    if refusal and config.allow_any_cell:
         guard, allowed = "allowed (allow_any_cell)", True
     else:
         guard, allowed = (refusal, False) if refusal else ("allowed", True)
-    cell_dir = cell_dir_for(data.get("out_dir"), cell)
+    cell_dir = cell_dir_for(config.out_dir, cell)
     invalid = False
     try:  # bad settings refuse a cell whatever allow_any_cell says
-        check_settings(data)
-        keys, why = _selected_keys(data, cache)
+        check_settings(config)
+        keys, why = _selected_keys(config, cache)
     except InvalidSettings as exc:
         guard, allowed, invalid = str(exc), False, True
         keys, why = None, ""  # no selection: never `done`
