@@ -31,12 +31,14 @@ from apps_bench.data import LoadResult, load_selection
 from apps_bench.data.rows import split_named_by
 from apps_bench.engine import Engine, fork_solvers
 from apps_bench.models import ModelEndpointError, open_endpoint
+from apps_bench.models.endpoint import Endpoint
 from apps_bench.models.gold_policy import print_start_notes
 from apps_bench.models.local import LocalModelError
 from apps_bench.report import money
 from apps_bench.server_gate import ToolDropRefused, cell_check
 from apps_bench.solving import CELL_JOB, Job
 from apps_bench.step import record_of
+from apps_bench.topologies.base import PromptSet
 from apps_bench.topologies.prompts import load_prompts
 from apps_bench.topologies.tool_use import tool_protocol, tool_warnings
 from apps_bench.tracking import cell_counts
@@ -57,7 +59,7 @@ from apps_bench.tracking.records import (
 from apps_bench.tracking.run import Tracker, check_store, fail_run, open_run
 from apps_bench.tracking.summary import metrics_of, summarize_cell, summary_tags, table_rows
 from apps_bench.tracking.traces import TraceChoice, TraceWriter, traces_enabled
-from apps_bench.types import ProblemRecord
+from apps_bench.types import JsonObject, Problem, ProblemRecord
 from apps_bench.validate import InvalidSettings, empty_selection
 
 
@@ -65,7 +67,7 @@ from apps_bench.validate import InvalidSettings, empty_selection
 class CellResult:
     cell: Cell
     dir: Path
-    summary: dict[str, Any]
+    summary: JsonObject  # summary.json
     complete: bool
     run_id: str | None = None
     records: list[ProblemRecord] = field(default_factory=list)
@@ -90,17 +92,17 @@ class Prepared:
 
     config: Config  # the composed cell, typed (apps_bench/config.py)
     cell: Cell
-    loaded: Any  # data.LoadResult
+    loaded: LoadResult
     store: RecordStore
-    todo: list[Any]
+    todo: list[Problem]
     n_done: int
     t_start: float
-    endpoint: Any = None  # a remote model endpoint, probed by prepare (None: a built-in server, started by evaluate)
-    server: Any = None  # what the server check found for this cell's tool requests (server_gate.py); None: not run
+    endpoint: Endpoint | None = None  # a remote model endpoint, probed by prepare (None: a built-in server, started by evaluate)
+    server: JsonObject | None = None  # what the server check found for this cell's tool requests (server_gate.py); None: not run
     checked: Any = None  # what `prepare`'s `check` returned (an optimizer cell: its pool, already checked)
 
     @property
-    def problems(self) -> list[Any]:
+    def problems(self) -> list[Problem]:
         return list(self.loaded.problems)
 
     @property
@@ -182,8 +184,8 @@ def prepare(config: Config, check: Callable[[Config, LoadResult], object] | None
     return prep
 
 
-def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = None,
-             open_tracker: Callable[[], Any] | None = None) -> CellResult:  # fmt: skip
+def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: PromptSet | None = None,
+             open_tracker: Callable[[], Tracker] | None = None) -> CellResult:  # fmt: skip
     """Solve, judge and record every problem left, then write the summary and finish the run.
 
     `engine`: an optimizer cell's, already open (default: this cell's, opened here);
@@ -194,7 +196,7 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
     open_tracker = open_tracker or functools.partial(open_run, config, cell, prep.loaded, idle=not prep.todo)
     phases: dict[str, float] = {}
     previous = _previous_provenance(prep.dir)  # a rerun with nothing to solve starts no sandbox, checks no server
-    sandbox: Any = previous.get("sandbox")
+    sandbox: JsonObject | None = previous.get("sandbox")
     solvers = 0
     tracker_future: Future[Tracker] | None = None
     try:
@@ -233,7 +235,8 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
         raise _store_lost(prep, exc, finished=True) from None
 
 
-def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], solvers: int, sandbox: Any, server: Any) -> CellResult:
+def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], solvers: int, sandbox: JsonObject | None,
+           server: JsonObject | None) -> CellResult:
     """summary.json, the tracking run's metrics/tags/artifacts, and the printed summary."""
     config, cell, loaded, store = prep.config, prep.cell, prep.loaded, prep.store
     selected = {record_key(p.split, p.id): i for i, p in enumerate(loaded.problems)}
@@ -283,7 +286,7 @@ async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progres
     traces = _trace_writer(prep, tracker_future)
     store_failed: list[BaseException] = []
 
-    async def one(problem: Any) -> None:
+    async def one(problem: Problem) -> None:
         async with engine.slot():
             if store_failed:
                 return  # the tracking store is unusable: start no more problems
@@ -314,7 +317,7 @@ def _trace_writer(prep: Prepared, tracker_future: Future[Tracker]) -> TraceWrite
     return TraceWriter(tracker_future, TraceChoice.of(prep.config, keys))
 
 
-def _check_endpoint(config: Config) -> Any:
+def _check_endpoint(config: Config) -> Endpoint | None:
     """A remote model endpoint, probed now, before the cell's folder exists (an unreachable one
     leaves nothing behind); None for a built-in server (gold, local), which `evaluate` starts."""
     if config.model.provider in ("gold", "local") and not config.model.base_url:
@@ -326,7 +329,7 @@ def _check_endpoint(config: Config) -> Any:
         raise CellSetupError(str(exc)) from exc
 
 
-def _check_server(config: Config, endpoint: Any) -> Any:
+def _check_server(config: Config, endpoint: Endpoint | None) -> JsonObject:
     """The quick server check (server_gate.py): a tool-using topology on a server that drops its
     tools is refused here, before the cell's folder exists."""
     try:
@@ -354,7 +357,7 @@ def _store_lost(prep: Prepared, exc: BaseException, *, finished: bool = False) -
     return LoggingPending(text) if done else StoreUnavailable(text)
 
 
-def _cell_info(cell: Cell) -> dict[str, Any]:
+def _cell_info(cell: Cell) -> JsonObject:
     return {"name": cell.name, "axes": cell.axes(), "identity": dict(cell.identity)}
 
 
@@ -366,13 +369,13 @@ def _quiet_libraries() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _previous_provenance(cell_dir: Path) -> dict[str, Any]:
+def _previous_provenance(cell_dir: Path) -> JsonObject:
     """The provenance an earlier run of this cell recorded ({} when none did)."""
     prov = _previous_summary(cell_dir).get("provenance")
     return prov if isinstance(prov, dict) else {}
 
 
-def _previous_summary(cell_dir: Path) -> dict[str, Any]:
+def _previous_summary(cell_dir: Path) -> JsonObject:
     """The summary an earlier run of this cell wrote ({} when none did)."""
     try:
         summary = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8"))

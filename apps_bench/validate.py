@@ -101,6 +101,8 @@ def _fraction(v: object) -> bool:
 
 
 def _processes(v: object) -> bool:
+    if not isinstance(v, (str, int)):
+        return False
     try:
         requested_processes(v)
     except ValueError:
