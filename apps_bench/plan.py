@@ -21,7 +21,6 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from apps_bench.cell import Cell, grid_refusal, resolve_cell
 from apps_bench.config import CONF_DIR, Config, ConfigDirMissing, cell_data, config_dirs, hydra_on, typed_config
@@ -35,8 +34,11 @@ from apps_bench.tracking import cell_counts, faults
 from apps_bench.tracking.cell_counts import CellCounts
 from apps_bench.tracking.mlflow import flatten
 from apps_bench.tracking.records import RecordStore, RecordsUnreadable, record_key
-from apps_bench.types import ProblemRecord
+from apps_bench.types import JsonObject, ProblemRecord
 from apps_bench.validate import InvalidSettings, check_settings, empty_selection
+
+# a selection's signature (dataset and selection settings) -> its problems' record keys (None: unreadable here), why not
+SelectionCache = dict[str, tuple[set[str] | None, str]]
 
 
 class PlanError(Exception):
@@ -57,7 +59,7 @@ class PlannedCell:
     name: str
     key: str
     overrides: list[str]
-    axes: dict[str, Any]
+    axes: dict[str, str | int]
     dir: str
     guard: str  # "allowed", "allowed (allow_any_cell)" or the refusal
     allowed: bool
@@ -73,7 +75,7 @@ class PlannedCell:
 # ----------------------------------------------------------------------------- composing
 
 
-def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str], dict[str, Any]]]:
+def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str], JsonObject]]:
     """-> [(the cell's own sweep overrides, its job config as plain data)], as the real command composes them."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
@@ -101,7 +103,7 @@ def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str],
 # ----------------------------------------------------------------------------- one cell
 
 
-def _selected_keys(config: Config, cache: dict[str, Any]) -> tuple[set[str] | None, str]:
+def _selected_keys(config: Config, cache: SelectionCache) -> tuple[set[str] | None, str]:
     """Record keys of the cell's problems (loading the dataset, no model), or None and why not."""
     sel = {k: getattr(config, k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
     sig = json.dumps([asdict(config.dataset), sel], sort_keys=True, default=str)
@@ -170,7 +172,7 @@ def _per_problem(finished: Finished, cell: Cell) -> Estimate:
     )
 
 
-def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: Finished, cache: dict[str, Any]) -> PlannedCell:
+def plan_cell(overrides: list[str], data: JsonObject, *, finished: Finished, cache: SelectionCache) -> PlannedCell:
     config = typed_config(data)
     cell = resolve_cell(config)
     refusal = grid_refusal(cell.axes(), config.grid)
@@ -215,7 +217,7 @@ def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: Finished,
     )  # fmt: skip
 
 
-def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = None) -> dict[str, Any]:
+def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = None) -> JsonObject:
     import sys
 
     from tqdm import tqdm
@@ -227,7 +229,7 @@ def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = 
         finished = Finished(cell_heads(root) if root.is_dir() else [])
     except ReportError:
         finished = Finished([])
-    cache: dict[str, Any] = {}
+    cache: SelectionCache = {}
     bar = tqdm(composed, desc="planning", unit="cell", file=sys.stderr, disable=len(composed) < 20 or not sys.stderr.isatty())
     cells = [plan_cell(o, d, finished=finished, cache=cache) for o, d in bar]
     refused = [c for c in cells if not c.allowed]
@@ -253,7 +255,7 @@ def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = 
 # ----------------------------------------------------------------------------- output
 
 
-def render(plan: dict[str, Any]) -> str:
+def render(plan: JsonObject) -> str:
     rows = []
     for c in plan["cells"]:
         e = c["estimate"]
