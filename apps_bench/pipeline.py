@@ -54,6 +54,7 @@ from apps_bench.tracking.records import (
     TRANSCRIPTS,
     RecordStore,
     RecordsUnreadable,
+    ResumeState,
     record_key,
 )
 from apps_bench.tracking.run import Tracker, check_store, fail_run, open_run
@@ -116,21 +117,10 @@ def prepare(config: Config, check: Callable[[Config, LoadResult], object] | None
     `config`: the composed cell, typed once at the door (validate.typed_cell).
     `check(config, loaded)`: the checks of a kind of cell that need only its settings and data
     (an optimizer's pool and splits), run with the others, before any process or file exists."""
-    import yaml
-
-
     t_start = time.perf_counter()
     _quiet_libraries()
     cell = guard(config)  # raises CellRefused (or InvalidSettings) before anything runs
-    try:
-        loaded = load_selection(config)
-    except (ValueError, FileNotFoundError, OSError) as exc:
-        raise CellSetupError(f"cannot load dataset {cell.dataset}: {exc}") from exc
-    empty = empty_selection(loaded, config)
-    if empty is not None:
-        raise InvalidSettings([empty])  # a cell of zero problems is an error, not a 0.0 score
-    if loaded.missing_ids:
-        print(f"warning: no row has IDs {', '.join(loaded.missing_ids)}", file=sys.stderr)
+    loaded = _selection(config, cell)
     try:
         prompts = dict(load_prompts(config.topology).texts)
     except Exception as exc:  # noqa: BLE001 - a bad prompt set is a setup error with its own message
@@ -146,6 +136,33 @@ def prepare(config: Config, check: Callable[[Config, LoadResult], object] | None
     endpoint = _check_endpoint(config) if left else None  # a cell with nothing to solve needs no model
     server = _check_server(config, endpoint) if left else None
     check_store(config)
+    state = _claim(store, config, cell, prompts)
+    todo = [p for p in loaded.problems if record_key(p.split, p.id) not in state.done]
+    prep = Prepared(config=config, cell=cell, loaded=loaded, store=store, todo=todo,
+                    n_done=len(loaded.problems) - len(todo), t_start=t_start, endpoint=endpoint, server=server,
+                    checked=checked)  # fmt: skip
+    _announce(prep, len(state.retried))
+    return prep
+
+
+def _selection(config: Config, cell: Cell) -> LoadResult:
+    """The cell's problems; a selection of none is a bad setting (a cell of zero problems is an error, not a 0.0 score)."""
+    try:
+        loaded = load_selection(config)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        raise CellSetupError(f"cannot load dataset {cell.dataset}: {exc}") from exc
+    empty = empty_selection(loaded, config)
+    if empty is not None:
+        raise InvalidSettings([empty])
+    if loaded.missing_ids:
+        print(f"warning: no row has IDs {', '.join(loaded.missing_ids)}", file=sys.stderr)
+    return loaded
+
+
+def _claim(store: RecordStore, config: Config, cell: Cell, prompts: dict[str, str]) -> ResumeState:
+    """Claim (lock) the cell's folder, write its config and prompts, and read what is recorded there."""
+    import yaml
+
     try:
         note = store.claim(cell.key, _cell_info(cell), lock=lock_times(config.tracking.cell_lock))
     except CellBusy as exc:
@@ -155,19 +172,20 @@ def prepare(config: Config, check: Callable[[Config, LoadResult], object] | None
     try:
         store.write_config(yaml.safe_dump(config_data(config), sort_keys=False, allow_unicode=True))
         store.write_json(PROMPTS, prompts)
-        state = store.resume()
+        return store.resume()
     except BaseException:
         store.release()
         raise
-    todo = [p for p in loaded.problems if record_key(p.split, p.id) not in state.done]
-    prep = Prepared(config=config, cell=cell, loaded=loaded, store=store, todo=todo,
-                    n_done=len(loaded.problems) - len(todo), t_start=t_start, endpoint=endpoint, server=server,
-                    checked=checked)  # fmt: skip
+
+
+def _announce(prep: Prepared, retried: int) -> None:
+    """The cell's header on stderr: what it is, its rows, what is left to run, and the warnings about its rows."""
+    config, cell, loaded = prep.config, prep.cell, prep.loaded
     print(
         f"apps-bench: cell {cell.name} [{cell.key}] dataset={cell.dataset} split={cell.split} "
         f"({loaded.source}, revision {loaded.revision}): "
-        f"{len(loaded.problems)} problems, {prep.n_done} already recorded, {len(todo)} to run"
-        + (f" ({len(state.retried)} retried after errors)" if state.retried else "")
+        f"{len(loaded.problems)} problems, {prep.n_done} already recorded, {len(prep.todo)} to run"
+        + (f" ({retried} retried after errors)" if retried else "")
         + (f", {loaded.n_skipped} rows skipped" if loaded.n_skipped else ""),
         file=sys.stderr,
     )
@@ -181,7 +199,6 @@ def prepare(config: Config, check: Callable[[Config, LoadResult], object] | None
               f"are recorded as split {cell.split} (dataset.split); if they are {named} rows, say dataset.split={named}",
               file=sys.stderr)  # fmt: skip
     print_start_notes(config.model, loaded.problems)  # model=gold: what it is, the rows it cannot answer
-    return prep
 
 
 def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: PromptSet | None = None,
