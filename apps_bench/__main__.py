@@ -11,17 +11,20 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, NoReturn
+from typing import TYPE_CHECKING, Iterator, NoReturn
 
-from apps_bench.config import CONF_DIR, ConfigDirMissing, config_dirs, name_options, register_configs
+from apps_bench.config import CONF_DIR, Config, ConfigDirMissing, config_dirs, name_options, register_configs
 from apps_bench.errors import AppsBenchError
 from apps_bench.optimizers.cell import check_optimizer_cell, run_optimizer_cell
 from apps_bench.overrides import check_overrides, config_dirs_of, with_range_problems
-from apps_bench.pipeline import evaluate, prepare
+from apps_bench.pipeline import CellResult, evaluate, prepare
 from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.sqlite_store import StoreError
-from apps_bench.validate import InvalidSettings
+from apps_bench.validate import InvalidSettings, typed_cell
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 # the seed runner's flags -> the override that replaces each
 SEED_FLAGS: dict[str, str] = {
@@ -127,7 +130,7 @@ def command_config_dir(argv: list[str]) -> Iterator[None]:
         raise SystemExit(2) from None
 
 
-def _enter_sweep(cfg: Any, multirun: bool, launch_dir: str = "") -> None:
+def _enter_sweep(config: Config, multirun: bool, launch_dir: str = "") -> None:
     """A cell works where the command was launched, whatever folder Hydra gave the job
     (`hydra.job.chdir=true`) or a sweep's worker started in (a Ray worker starts in the `ray start`
     directory), and a sweep's cell stops before it runs if it did not receive the sweep's tracking settings."""
@@ -139,7 +142,7 @@ def _enter_sweep(cfg: Any, multirun: bool, launch_dir: str = "") -> None:
     root = root if root and Path(root).is_dir() else launch_dir
     if root and Path(root).is_dir():
         os.chdir(root)  # relative paths, outputs/ and the default store: the launching command's (Hydra goes back after the job)
-    if str(cfg.tracking.backend) == "none":
+    if config.tracking.backend == "none":
         return
 
     problem = mlf.sweep_settings_problem(multirun)
@@ -147,12 +150,12 @@ def _enter_sweep(cfg: Any, multirun: bool, launch_dir: str = "") -> None:
         raise mlf.SweepSettingsMissing(problem)
 
 
-def run_cell(cfg: Any) -> Any:
+def run_cell(config: Config) -> CellResult:
     """Run (or resume) one cell: a plain one (pipeline.py) or an optimizer cell, which optimizes
     its prompts first, then evaluates them on the same engine (optimizers/cell.py). The cell's
     folder is locked from `prepare` until its run is finished (one writer per cell)."""
-    optimized = str(cfg.optimizer.name) != "none"
-    prep = prepare(cfg, check=check_optimizer_cell if optimized else None)
+    optimized = config.optimizer.name != "none"
+    prep = prepare(config, check=check_optimizer_cell if optimized else None)
     try:
         if optimized:
             return run_optimizer_cell(prep)
@@ -161,7 +164,8 @@ def run_cell(cfg: Any) -> Any:
         prep.store.release()
 
 
-def _task(cfg: Any) -> Any:
+def _task(cfg: DictConfig) -> float | None:
+    """The Hydra job: the composed cell is typed once (validate.typed_cell); everything after reads the typed config."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -175,8 +179,9 @@ def _task(cfg: Any) -> Any:
     if job is not None:
         name_options(cfg, job.runtime.choices)  # the cell is named by the options selected
     try:
-        _enter_sweep(cfg, multirun, str(job.runtime.cwd) if job is not None else "")
-        result = run_cell(cfg)
+        config = typed_cell(cfg)
+        _enter_sweep(config, multirun, str(job.runtime.cwd) if job is not None else "")
+        result = run_cell(config)
     except mlf.LoggingPending as exc:  # the cell is done and its records safe: only its MLflow run waits
         faults.say("apps-bench", faults.Fault(str(exc), ""), "", exc)
         if multirun:  # not a failed cell: the sweep goes on, and its end says what the rerun logs

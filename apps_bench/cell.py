@@ -15,12 +15,13 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
-from apps_bench.config import as_plain, config_data, typed_config
+from apps_bench.config import Config, GridConfig, ModelConfig, as_plain, config_data, typed_config
 from apps_bench.data.rows import EVAL_SPLIT
 from apps_bench.errors import AppsBenchError
-from apps_bench.validate import CellRefused, InvalidSettings, check_settings, schema_refusal
+from apps_bench.types import JsonObject
+from apps_bench.validate import CellRefused, check_settings, typed_cell
 
 AXES: tuple[str, ...] = ("dataset", "topology", "model", "optimizer", "seed")
 
@@ -67,7 +68,7 @@ class Cell:
     optimizer: str
     seed: int
     key: str
-    identity: Mapping[str, Any] = field(repr=False, compare=False)
+    identity: JsonObject = field(repr=False, compare=False)  # what the key hashes (cell.json holds it)
     model_id: str = ""  # the served model id, for presets whose id varies (openai, local); "" otherwise
     split: str = ""  # the rows' split as the user said it (dataset.split): in record keys, and in the name
 
@@ -76,8 +77,9 @@ class Cell:
         """The model as names, tags and reports show it: `openai:<MODEL_ID>`, not just `openai`."""
         return f"{self.model}:{self.model_id}" if self.model_id else self.model
 
-    def axes(self) -> dict[str, Any]:
-        return {a: getattr(self, a) for a in AXES}
+    def axes(self) -> dict[str, str | int]:
+        return {"dataset": self.dataset, "topology": self.topology, "model": self.model, "optimizer": self.optimizer,
+                "seed": self.seed}
 
     @property
     def name(self) -> str:
@@ -100,10 +102,11 @@ def _file_digest(path: str) -> str | None:
     return hashlib.sha256(p.read_bytes()).hexdigest()[:16]
 
 
-def identity_of(cfg: Any) -> dict[str, Any]:
-    """The part of a composed config that changes results (see module docstring)."""
-    data = as_plain(cfg)
-    out: dict[str, Any] = {"key_version": KEY_VERSION}
+def identity_of(cfg: Config | Mapping[str, object]) -> JsonObject:
+    """The part of a composed config that changes results (see module docstring): of the typed config's
+    data (config_data), or of plain data such as a cell folder's config.yaml (re-scoring)."""
+    data = config_data(cfg) if isinstance(cfg, Config) else as_plain(cfg)
+    out: JsonObject = {"key_version": KEY_VERSION}
     for k, v in data.items():
         if k in RUN_ONLY[""]:
             continue
@@ -125,23 +128,24 @@ def identity_of(cfg: Any) -> dict[str, Any]:
     return out
 
 
-def cell_key(identity: Mapping[str, Any]) -> str:
+def cell_key(identity: Mapping[str, object]) -> str:
     blob = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def resolve_cell(cfg: Any) -> Cell:
+def resolve_cell(cfg: object) -> Cell:
     """Compose-time config -> Cell (axes + stable key). Whatever shape `cfg` comes in (a Hydra node, its
     plain data, the typed Config), the key is computed from the typed config's data (`config_data`, what
     config.yaml holds): one serialisation, so no two paths can give one cell two keys."""
-    data = config_data(typed_config(cfg))
-    ident = identity_of(data)
+    config = typed_config(cfg)
+    ident = identity_of(config)
     return Cell(
-        **axes_of(data),
+        dataset=config.dataset.name, topology=config.topology.name, model=config.model.name,
+        optimizer=config.optimizer.name, seed=config.seed,
         key=cell_key(ident),
         identity=ident,
-        model_id=_varying_model_id(data.get("model")),
-        split=str((data.get("dataset") or {}).get("split") or ""),
+        model_id=_varying_model_id(config.model),
+        split=config.dataset.split,
     )
 
 
@@ -150,35 +154,26 @@ def resolve_cell(cfg: Any) -> Cell:
 VARYING_MODEL_PROVIDERS = frozenset({"openai", "local"})
 
 
-def _varying_model_id(model: Any) -> str:
-    if not isinstance(model, dict) or str(model.get("provider")) not in VARYING_MODEL_PROVIDERS:
-        return ""
-    return str(model.get("model_id") or "")
+def _varying_model_id(model: ModelConfig) -> str:
+    return model.model_id if model.provider in VARYING_MODEL_PROVIDERS else ""
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     return str(a) == str(b)
 
 
-def axes_of(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The five axes of a composed cell's plain data: each option's name, and the seed."""
-
-    def name(section: str) -> str:
-        node = data.get(section)
-        if not isinstance(node, dict) or "name" not in node:
-            raise ValueError(f"config has no `{section}.name`; pick an option with `{section}=<name>`")
-        return str(node["name"])
-
-    return {**{a: name(a) for a in AXES if a != "seed"}, "seed": int(data["seed"])}
+def axes_of(config: Config) -> dict[str, str | int]:
+    """The five axes of a composed cell (as `Cell.axes`): each option's name, and the seed."""
+    return {"dataset": config.dataset.name, "topology": config.topology.name, "model": config.model.name,
+            "optimizer": config.optimizer.name, "seed": config.seed}
 
 
-def grid_refusal(values: Mapping[str, Any], grid: Mapping[str, Any]) -> str | None:
+def grid_refusal(values: Mapping[str, str | int], grid: GridConfig) -> str | None:
     """Why the cell of these axes (`axes_of`, `Cell.axes`) lies outside `grid` (a message naming the axis
     and the value), or None."""
-    gname = grid.get("name", "?")
-    axes = grid.get("axes") or {}
+    gname = grid.name
     for axis in AXES:
-        allowed = axes.get(axis)
+        allowed = grid.axes.get(axis)
         if allowed is None:  # axis not constrained by this grid
             continue
         if not any(_same(values[axis], a) for a in allowed):
@@ -187,7 +182,7 @@ def grid_refusal(values: Mapping[str, Any], grid: Mapping[str, Any]) -> str | No
                 f"(allowed {axis} values: {', '.join(str(a) for a in allowed)}). "
                 f"Add it to conf/grid/{gname}.yaml, or pass allow_any_cell=true to run it anyway."
             )
-    for rule in grid.get("exclude") or []:
+    for rule in grid.exclude:
         if rule and all(_same(values.get(k), v) for k, v in rule.items()):
             combo = ", ".join(f"{k}={v}" for k, v in rule.items())
             first = next(iter(rule))
@@ -199,18 +194,14 @@ def grid_refusal(values: Mapping[str, Any], grid: Mapping[str, Any]) -> str | No
     return None
 
 
-def guard(cfg: Any) -> Cell:
-    """Resolve the cell, refuse it if it lies outside the grid (unless allow_any_cell), then
-    check its settings (validate.py). Both refusals come before anything of the cell exists."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    data = as_plain(cfg)
-    if not data.get("allow_any_cell", False):
-        why = grid_refusal(axes_of(data), data.get("grid") or {})
+def guard(cfg: object) -> Cell:
+    """Type the composed cell once (validate.typed_cell), refuse it if it lies outside the grid (unless
+    allow_any_cell), then check its settings (validate.py). Every refusal comes before anything of the
+    cell exists."""
+    config = typed_cell(cfg)
+    if not config.allow_any_cell:
+        why = grid_refusal(axes_of(config), config.grid)
         if why:
             raise CellRefused(why)
-    check_settings(data)
-    try:
-        return resolve_cell(data)
-    except OmegaConfBaseException as exc:  # what the schema refuses and no rule names (e.g. `optimizer.name=gepa`
-        raise InvalidSettings([schema_refusal(exc)]) from exc  # without gepa's params: its settings come with `optimizer=gepa`)
+    check_settings(config)
+    return resolve_cell(config)

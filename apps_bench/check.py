@@ -18,17 +18,17 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from apps_bench.__main__ import _refuse_bad_overrides, command_config_dir
-from apps_bench.config import compose, problems_in_flight
+from apps_bench.config import Config, compose, problems_in_flight
 from apps_bench.data.demo import DEMO_PROBLEMS
 from apps_bench.models import ModelEndpointError, open_endpoint
 from apps_bench.models import server_check as sc
 from apps_bench.overrides import split_config_dir
+from apps_bench.types import JsonObject
 
 
-def run(config: Any) -> dict[str, Any]:
+def run(config: Config) -> JsonObject:
     """Open the cell's endpoint (starting gold or local as a cell does), check it, return the result."""
     sc_cfg = config.server_check
     frameworks = list(sc_cfg.frameworks)
@@ -51,7 +51,7 @@ def run(config: Any) -> dict[str, Any]:
         }
 
 
-def table(result: dict[str, Any]) -> str:
+def table(result: JsonObject) -> str:
     """The findings as a console table, each failure's fix under it."""
     rows = [(f["framework"], f["item"], f["status"], f["detail"]) for f in result["findings"]]
     widths = [max(len(r[i]) for r in [("framework", "item", "status", ""), *rows]) for i in range(3)]

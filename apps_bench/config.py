@@ -11,10 +11,14 @@ import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass, make_dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, TypeVar, get_type_hints
 
 from apps_bench.errors import AppsBenchError
 from apps_bench.sandbox.limits import SandboxLimits
+from apps_bench.types import JsonObject
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 # OmegaConf's marker of a value the YAML must set (omegaconf.MISSING, its documented value; test_configs checks
 # they are equal), spelt here so that reading CONF_DIR or a schema does not import omegaconf (`--help` stays light).
@@ -364,7 +368,7 @@ def hydra_on(conf_dir: str | Path, job_name: str = "apps_bench") -> Iterator[Non
 NAMED_BY_CHOICE = ("dataset", "topology", "model")
 
 
-def option_names(choices: Any) -> dict[str, str]:
+def option_names(choices: Mapping[str, object] | None) -> dict[str, str]:
     """{group: the option selected} for NAMED_BY_CHOICE, from Hydra's `runtime.choices` of a composition."""
     return {g: str(choices[g]) for g in NAMED_BY_CHOICE if choices is not None and choices.get(g)}
 
@@ -440,7 +444,7 @@ def read_setting(key: str) -> Any:
     return getattr(typed(schema, {key: node[key]}), key)
 
 
-def _named_cell(cfg: Any) -> Config:
+def _named_cell(cfg: DictConfig) -> Config:
     """A composition with its Hydra node as the typed cell, each option named by the option selected."""
     from omegaconf import open_dict
 
@@ -474,7 +478,7 @@ def resolve_target(target: str) -> Any:
     return getattr(module, attr)
 
 
-def as_plain(value: Any) -> Any:
+def as_plain(value: object) -> Any:
     """A config value as plain Python (dicts, lists, scalars) that SDKs can JSON-encode and
     callers may change: an OmegaConf node resolved (a missing value as None), a dataclass as
     its fields, anything else deep-copied."""
@@ -490,15 +494,16 @@ def as_plain(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def cell_data(cfg: Any) -> dict[str, Any]:
+def cell_data(cfg: object) -> JsonObject:
     """A composed cell as plain data, without the `hydra` node (whose `${hydra:...}` values do
     not resolve outside a running job): what the grid guard, the cell key and config.yaml read.
     When the node is there, each option is named by the option selected (option_names)."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
-    if not OmegaConf.is_config(cfg):
+    if not isinstance(cfg, DictConfig):
+        assert isinstance(cfg, Mapping), f"a composed cell is a mapping, not {type(cfg).__name__}"
         return dict(as_plain(dict(cfg)))
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for k in cfg.keys():
         if k == "hydra":
             continue
@@ -510,7 +515,7 @@ def cell_data(cfg: Any) -> dict[str, Any]:
     return out
 
 
-def name_options(cfg: Any, choices: Any) -> None:
+def name_options(cfg: DictConfig, choices: Mapping[str, object] | None) -> None:
     """Set each NAMED_BY_CHOICE option's name in a composed cell (a running job's config, whose Hydra node
     is apart: `HydraConfig.get().runtime.choices`) to the option selected, as cell_data does."""
     from omegaconf import OmegaConf, read_write
@@ -524,7 +529,7 @@ def name_options(cfg: Any, choices: Any) -> None:
 T = TypeVar("T")
 
 
-def typed(schema: type[T], data: Any) -> T:
+def typed(schema: type[T], data: object) -> T:
     """`data` (a mapping or an OmegaConf node) as the schema dataclass `schema`, checked the way
     Hydra checks a composed node: an unknown key, a wrong type or a missing value (no code
     default fills it: the YAML under conf/ sets every key) fails here, naming the key."""
@@ -535,15 +540,15 @@ def typed(schema: type[T], data: Any) -> T:
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), data))  # type: ignore[return-value]
 
 
-def typed_config(cfg: Any) -> Config:
+def typed_config(cfg: object) -> Config:
     """The composed cell (a Hydra node or its plain data) as the schema's dataclasses: the one
     object every stage reads after composition. Plain data is checked against the schema the
     way Hydra checks a composed node (a wrong type or an unknown key fails here)."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     if isinstance(cfg, Config):
         return cfg
-    if OmegaConf.is_config(cfg) and OmegaConf.get_type(cfg) is Config and "hydra" not in cfg:
+    if isinstance(cfg, DictConfig) and OmegaConf.get_type(cfg) is Config and "hydra" not in cfg:
         # composed on the schema, so already checked as below: only converted (3 ms, not 30)
         return OmegaConf.to_object(cfg)  # type: ignore[return-value]
     data = cell_data(cfg)
@@ -554,7 +559,7 @@ def typed_config(cfg: Any) -> Config:
     return typed(Config, data)
 
 
-def config_data(config: Config) -> dict[str, Any]:
+def config_data(config: Config) -> JsonObject:
     """The typed config as plain data: what config.yaml holds and the cell key is computed from."""
     from dataclasses import asdict
 

@@ -16,7 +16,6 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SHARE_ENV = "APPS_BENCH_CPU_SHARE"  # "<cpus>:<source>", set for its cells by a launcher that splits the host (joblib)
@@ -160,7 +159,7 @@ def usable_cpus() -> int:
     return cpu_share().cpus
 
 
-def requested_processes(setting: Any) -> int | None:
+def requested_processes(setting: str | int) -> int | None:
     """`processes=<setting>` -> a count of solving processes, or None for `auto`."""
     if str(setting).strip().lower() == "auto":
         return None

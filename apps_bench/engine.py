@@ -20,7 +20,8 @@ import functools
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, TypeVar
+from multiprocessing.context import ForkServerContext
+from typing import AsyncIterator, Awaitable, Callable, Iterable, Iterator, TypeVar
 
 from apps_bench import event_loop
 from apps_bench.cell import CellSetupError
@@ -29,12 +30,14 @@ from apps_bench.cpus import usable_cpus
 from apps_bench.judge import Judge
 from apps_bench.models import ModelEndpointError, open_endpoint
 from apps_bench.models.clients import MissingFrameworkError
+from apps_bench.models.endpoint import Endpoint
 from apps_bench.sandbox import SandboxPool
 from apps_bench.sandbox.api import Sandbox
 from apps_bench.solver_pool import SolverPool, solver_count, start_forkserver
 from apps_bench.solving import CELL_JOB, Job, LocalSolver, Solver, solver_threads, time_cap
 from apps_bench.step import Judged, solve_and_judge
 from apps_bench.topologies.registry import check_framework, get_topology
+from apps_bench.types import JsonObject, Problem
 
 T = TypeVar("T")
 __all__ = ["Engine", "Forked", "fork_solvers"]
@@ -44,7 +47,7 @@ __all__ = ["Engine", "Forked", "fork_solvers"]
 class Forked:
     """The solver processes a cell will fork (`workers` from `ctx`), decided before it starts any thread."""
 
-    ctx: Any
+    ctx: ForkServerContext
     workers: int
 
 
@@ -79,7 +82,7 @@ def sandbox_workers(config: Config, left: int | None) -> int:
 class Engine:
     """The endpoint, sandbox pool, judge and solver(s) of a cell; see the module doc."""
 
-    def __init__(self, config: Config, *, endpoint: Any, pool: Sandbox, solver: Solver, solvers: int, concurrency: int) -> None:
+    def __init__(self, config: Config, *, endpoint: Endpoint, pool: Sandbox, solver: Solver, solvers: int, concurrency: int) -> None:
         """Built by `open`, which types the config and computes `concurrency` (problems_in_flight) once."""
         self.config = config
         self.endpoint = endpoint
@@ -93,7 +96,7 @@ class Engine:
     @classmethod
     @contextlib.contextmanager
     def open(
-        cls, config: Config, problems: Iterable[Any] = (), *, forked: Forked | None = None, endpoint: Any = None,
+        cls, config: Config, problems: Iterable[Problem] = (), *, forked: Forked | None = None, endpoint: Endpoint | None = None,
         pool: Sandbox | None = None, left: int | None = None,
     ) -> Iterator[Engine]:  # fmt: skip
         """The engine for `config` (a composed node from tests and scripts, or the typed config):
@@ -111,9 +114,10 @@ class Engine:
             if pool is None:
                 pool = stack.enter_context(SandboxPool.from_config(config.judge, workers=sandbox_workers(config, left)))
             if forked is not None:
-                solver: Any = SolverPool.start(forked.ctx, forked.workers, cfg=config, threads=solver_threads(concurrency),
-                                               timeout_s=time_cap(config.topology) + 60)  # fmt: skip
-                stack.callback(solver.close)
+                workers = SolverPool.start(forked.ctx, forked.workers, cfg=config, threads=solver_threads(concurrency),
+                                           timeout_s=time_cap(config.topology) + 60)  # fmt: skip
+                stack.callback(workers.close)
+                solver: Solver = workers
             else:
                 try:
                     topology = get_topology(config.topology)  # a missing framework fails now, with the pip command
@@ -124,7 +128,7 @@ class Engine:
                       concurrency=concurrency)  # fmt: skip
 
     @property
-    def features(self) -> Any:
+    def features(self) -> JsonObject:
         """What the sandbox enforces (provenance)."""
         return self.pool.features
 
@@ -147,6 +151,6 @@ class Engine:
         async with self._slots:
             yield
 
-    async def step(self, problem: Any, job: Job = CELL_JOB) -> Judged:
+    async def step(self, problem: Problem, job: Job = CELL_JOB) -> Judged:
         """Solve `problem` as `job` says, then judge it (step.py)."""
         return await solve_and_judge(problem, functools.partial(self.solver, job=job), self.judge)

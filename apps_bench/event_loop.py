@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 from collections.abc import Coroutine
+from types import FrameType
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -32,13 +33,13 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     with asyncio.Runner() as runner:
         loop = runner.get_loop()
         loop.set_exception_handler(_on_exception)
-        task: list[asyncio.Task[Any]] = []
+        task: list[asyncio.Task[T]] = []
 
         async def tracked() -> T:
             task.append(asyncio.current_task())  # type: ignore[arg-type]
             return await main
 
-        def on_sigint(signum: int, frame: Any) -> None:
+        def on_sigint(signum: int, frame: FrameType | None) -> None:
             if _cut.is_set() or not task:
                 raise KeyboardInterrupt
             cut()
@@ -94,6 +95,7 @@ def _at_debug(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     log.debug("after the cut: %s", context.get("message"), exc_info=context.get("exception"))
 
 
-def _on_unraisable(unraisable: Any) -> None:
-    exc_info = (unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback)
+def _on_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+    value = unraisable.exc_value
+    exc_info = (unraisable.exc_type, value, unraisable.exc_traceback) if value is not None else None
     log.debug("after the cut: %s %r", unraisable.err_msg or "exception ignored in", unraisable.object, exc_info=exc_info)

@@ -12,15 +12,21 @@ from __future__ import annotations
 import difflib
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from apps_bench.config import CONF_DIR, OPTIMIZER_SCHEMAS, Config, cell_data, hydra_on, overlay_dirs
+from apps_bench.config import CONF_DIR, OPTIMIZER_SCHEMAS, Config, hydra_on, overlay_dirs
 from apps_bench.validate import RULES, BadSetting, InvalidSettings, check_settings
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+    from hydra.core.config_loader import ConfigLoader
+    from hydra.core.override_parser.types import Override
 
 # Hydra's own command-line options that take a value (the value is not an override)
 _FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                      "--config-dir", "-cd", "--experimental-rerun"}  # fmt: skip
-_KIND = {int: "a whole number", float: "a number", bool: "true or false", str: "text", list: "a list"}
+_KIND: dict[object, str] = {int: "a whole number", float: "a number", bool: "true or false", str: "text", list: "a list"}
 
 
 def override_args(argv: Iterable[str]) -> list[str]:
@@ -77,13 +83,13 @@ def groups(argv: Iterable[str] = ()) -> dict[str, list[str]]:
     return {g: sorted(o) for g, o in out.items()}
 
 
-def _searchpath_folders(searchpath: list[str]) -> list[Any]:
+def _searchpath_folders(searchpath: list[str]) -> list[Traversable]:
     """The folders of a `hydra.searchpath=[...]` override: file:// (or plain) paths and pkg:// packages."""
     from importlib import resources
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    folders: list[Any] = []
+    folders: list[Traversable] = []
     for raw in searchpath:
         try:
             entries = OverridesParser.create().parse_overrides([raw])[0].value()
@@ -178,7 +184,7 @@ def _own_presets(searchpath: list[str]) -> set[str]:
 
 
 @contextmanager
-def _loader() -> Iterator[Any]:
+def _loader() -> Iterator[ConfigLoader]:
     """Hydra's config loader on the command's search path (config.hydra_on)."""
     from hydra.core.global_hydra import GlobalHydra
 
@@ -233,7 +239,7 @@ def _is_schema_node(key: str) -> bool:
     import dataclasses
 
     parts = key.split(".")
-    parent: Any = Config
+    parent: object = Config
     for part in parts[:-1]:
         known, parent = _field_type(parent, part)
         if not known:
@@ -246,7 +252,7 @@ def _nullable(key: str) -> bool:
     import typing
 
     parts = key.split(".")
-    parent: Any = Config
+    parent: object = Config
     for part in parts[:-1]:
         parent = _field_type(parent, part)[1]
     if not dataclasses.is_dataclass(parent):
@@ -255,7 +261,7 @@ def _nullable(key: str) -> bool:
     return type(None) in typing.get_args(hint)
 
 
-def _comes_with_option(key: str, value: Any, options: dict[str, list[str]]) -> BadSetting:
+def _comes_with_option(key: str, value: object, options: dict[str, list[str]]) -> BadSetting:
     group, _, leaf = key.partition(".")
     choices = options.get(group, [])
     if leaf == "name" and str(value) in choices:
@@ -268,7 +274,7 @@ def _comes_with_option(key: str, value: Any, options: dict[str, list[str]]) -> B
                       f"so {group}.{leaf} is not set apart from it", fix)  # fmt: skip
 
 
-def _unloadable(loader: Any, group: str, option: str, searchpath: list[str]) -> list[BadSetting]:
+def _unloadable(loader: ConfigLoader, group: str, option: str, searchpath: list[str]) -> list[BadSetting]:
     """The option composed alone (with the command's search path): a file that does not parse, named with its
     path and line, or a preset Hydra cannot compose, with Hydra's reason."""
     from hydra.types import RunMode
@@ -317,7 +323,7 @@ def _chosen_optimizers(argv: Iterable[str]) -> list[str]:
     return chosen or [_composed_optimizer(rest)]
 
 
-def _params_problems(key: str, values: list[Any], methods: list[str]) -> list[BadSetting]:
+def _params_problems(key: str, values: list[object], methods: list[str]) -> list[BadSetting]:
     """An `optimizer.params.*` override checked against the chosen methods' params schemas (config.py)."""
     import typing
 
@@ -350,7 +356,7 @@ def _composed_optimizer(overrides: list[str]) -> str:
         return ""
 
 
-def _values(ov: Any) -> list[Any]:
+def _values(ov: Override) -> list[object]:
     """The value(s) an override gives: each choice of a sweep, nothing to check for a range sweep."""
     from hydra.core.override_parser.types import ChoiceSweep
 
@@ -365,14 +371,14 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
     return found[0] if found else None
 
 
-def _no_option(group: str, value: Any, choices: list[str]) -> BadSetting:
+def _no_option(group: str, value: object, choices: list[str]) -> BadSetting:
     guess = closest(str(value), choices)
     hint = f", did you mean {guess}" if guess else ""
     return BadSetting(group, value, f"no such {group}{hint} (options: {', '.join(choices)})",
                       f"{group}={guess or choices[0]}")  # fmt: skip
 
 
-def _field_type(cls: Any, name: str) -> tuple[bool, Any]:
+def _field_type(cls: object, name: str) -> tuple[bool, object]:
     """(whether dataclass `cls` has setting `name`, its type with Optional unwrapped)."""
     import dataclasses
     import typing
@@ -386,14 +392,14 @@ def _field_type(cls: Any, name: str) -> tuple[bool, Any]:
     return True, hint
 
 
-def _walk(parts: list[str], root: Any = None) -> tuple[bool, Any]:
+def _walk(parts: list[str], root: object = None) -> tuple[bool, object]:
     """(whether the schema (`root`, default Config) has the setting at `parts`, its type); type None =
     inside a free-form mapping (model.extra_body, optimizer.params.optimizer_model, ...), where any key goes."""
     import dataclasses
     import typing
 
 
-    typ: Any = root or Config
+    typ: object = root or Config
     for part in parts:
         if typ is dict or typing.get_origin(typ) is dict or typ is Any:
             return True, None
@@ -403,11 +409,12 @@ def _walk(parts: list[str], root: Any = None) -> tuple[bool, Any]:
     return True, (None if dataclasses.is_dataclass(typ) else typ)
 
 
-def _leaf_keys(cls: Any = None, prefix: str = "") -> list[str]:
+def _leaf_keys(cls: object = None, prefix: str = "") -> list[str]:
     import dataclasses
 
 
     cls = cls or Config
+    assert dataclasses.is_dataclass(cls), cls
     out = []
     for f in dataclasses.fields(cls):
         _, typ = _field_type(cls, f.name)
@@ -418,7 +425,7 @@ def _leaf_keys(cls: Any = None, prefix: str = "") -> list[str]:
     return out
 
 
-def _fits(typ: Any, value: Any) -> bool:
+def _fits(typ: object, value: object) -> bool:
     """Whether the schema would take `value` for a setting of type `typ` (None: null is allowed
     where Hydra allows it; the settings check says where it is not)."""
     import typing
@@ -441,7 +448,7 @@ def _fits(typ: Any, value: Any) -> bool:
     return True
 
 
-def _setting_problems(key: str, values: list[Any], options: dict[str, list[str]]) -> list[BadSetting]:
+def _setting_problems(key: str, values: list[object], options: dict[str, list[str]]) -> list[BadSetting]:
     """An unknown setting (with the closest group, for a word without a dot, or the closest real setting),
     or values its schema type refuses."""
     known, typ = _walk(key.split("."))
@@ -460,7 +467,7 @@ def _setting_problems(key: str, values: list[Any], options: dict[str, list[str]]
     return [_wrong_type(key, v, typ) for v in values if not _fits(typ, v)]
 
 
-def _wrong_type(key: str, value: Any, typ: Any) -> BadSetting:
+def _wrong_type(key: str, value: object, typ: object) -> BadSetting:
     import typing
 
 
@@ -476,7 +483,7 @@ def _wrong_type(key: str, value: Any, typ: Any) -> BadSetting:
     return BadSetting(key, value, kind, f"{key}=<{kind}>")
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, list):
         return "[" + ",".join(str(v) for v in value) + "]"
     return "null" if value is None else str(value)
@@ -492,8 +499,8 @@ def with_range_problems(bad: list[BadSetting], argv: Iterable[str]) -> list[BadS
     rest = [a for a in override_args(argv) if a.lstrip("+~").split("=", 1)[0] not in named]
     try:
         with hydra_on(CONF_DIR):
-            data = cell_data(compose("config", overrides=rest))
-        check_settings(data)
+            composed = compose("config", overrides=rest)
+        check_settings(composed)
     except InvalidSettings as exc:
         return bad + [b for b in exc.bad if b.key not in named]
     except Exception:  # noqa: BLE001 - a sweep or another error: the overrides' own problems are the answer

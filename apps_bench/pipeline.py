@@ -26,17 +26,19 @@ from typing import Any, Callable, Mapping
 
 from apps_bench import provenance
 from apps_bench.cell import Cell, CellSetupError, guard
-from apps_bench.config import Config, cell_data, problems_in_flight, typed_config
-from apps_bench.data import load_selection
+from apps_bench.config import Config, config_data, problems_in_flight
+from apps_bench.data import LoadResult, load_selection
 from apps_bench.data.rows import split_named_by
 from apps_bench.engine import Engine, fork_solvers
 from apps_bench.models import ModelEndpointError, open_endpoint
+from apps_bench.models.endpoint import Endpoint
 from apps_bench.models.gold_policy import print_start_notes
 from apps_bench.models.local import LocalModelError
 from apps_bench.report import money
 from apps_bench.server_gate import ToolDropRefused, cell_check
 from apps_bench.solving import CELL_JOB, Job
 from apps_bench.step import record_of
+from apps_bench.topologies.base import PromptSet
 from apps_bench.topologies.prompts import load_prompts
 from apps_bench.topologies.tool_use import tool_protocol, tool_warnings
 from apps_bench.tracking import cell_counts
@@ -52,12 +54,13 @@ from apps_bench.tracking.records import (
     TRANSCRIPTS,
     RecordStore,
     RecordsUnreadable,
+    ResumeState,
     record_key,
 )
 from apps_bench.tracking.run import Tracker, check_store, fail_run, open_run
 from apps_bench.tracking.summary import metrics_of, summarize_cell, summary_tags, table_rows
 from apps_bench.tracking.traces import TraceChoice, TraceWriter, traces_enabled
-from apps_bench.types import ProblemRecord
+from apps_bench.types import JsonObject, Problem, ProblemRecord
 from apps_bench.validate import InvalidSettings, empty_selection
 
 
@@ -65,7 +68,7 @@ from apps_bench.validate import InvalidSettings, empty_selection
 class CellResult:
     cell: Cell
     dir: Path
-    summary: dict[str, Any]
+    summary: JsonObject  # summary.json
     complete: bool
     run_id: str | None = None
     records: list[ProblemRecord] = field(default_factory=list)
@@ -90,17 +93,17 @@ class Prepared:
 
     config: Config  # the composed cell, typed (apps_bench/config.py)
     cell: Cell
-    loaded: Any  # data.LoadResult
+    loaded: LoadResult
     store: RecordStore
-    todo: list[Any]
+    todo: list[Problem]
     n_done: int
     t_start: float
-    endpoint: Any = None  # a remote model endpoint, probed by prepare (None: a built-in server, started by evaluate)
-    server: Any = None  # what the server check found for this cell's tool requests (server_gate.py); None: not run
+    endpoint: Endpoint | None = None  # a remote model endpoint, probed by prepare (None: a built-in server, started by evaluate)
+    server: JsonObject | None = None  # what the server check found for this cell's tool requests (server_gate.py); None: not run
     checked: Any = None  # what `prepare`'s `check` returned (an optimizer cell: its pool, already checked)
 
     @property
-    def problems(self) -> list[Any]:
+    def problems(self) -> list[Problem]:
         return list(self.loaded.problems)
 
     @property
@@ -108,28 +111,16 @@ class Prepared:
         return self.store.dir
 
 
-def prepare(cfg: Any, check: Callable[[Config, Any], Any] | None = None) -> Prepared:
+def prepare(config: Config, check: Callable[[Config, LoadResult], object] | None = None) -> Prepared:
     """Check the cell against the grid and its settings, load its problems, check the model
     endpoint and the tracking store, then claim (lock) its folder: a refusal writes nothing.
+    `config`: the composed cell, typed once at the door (validate.typed_cell).
     `check(config, loaded)`: the checks of a kind of cell that need only its settings and data
     (an optimizer's pool and splits), run with the others, before any process or file exists."""
-    import yaml
-
-
     t_start = time.perf_counter()
     _quiet_libraries()
-    data = cell_data(cfg)
-    cell = guard(data)  # raises CellRefused (or InvalidSettings) before anything runs
-    config = _typed(data)
-    try:
-        loaded = load_selection(config)
-    except (ValueError, FileNotFoundError, OSError) as exc:
-        raise CellSetupError(f"cannot load dataset {cell.dataset}: {exc}") from exc
-    empty = empty_selection(loaded, data)
-    if empty is not None:
-        raise InvalidSettings([empty])  # a cell of zero problems is an error, not a 0.0 score
-    if loaded.missing_ids:
-        print(f"warning: no row has IDs {', '.join(loaded.missing_ids)}", file=sys.stderr)
+    cell = guard(config)  # raises CellRefused (or InvalidSettings) before anything runs
+    loaded = _selection(config, cell)
     try:
         prompts = dict(load_prompts(config.topology).texts)
     except Exception as exc:  # noqa: BLE001 - a bad prompt set is a setup error with its own message
@@ -145,6 +136,33 @@ def prepare(cfg: Any, check: Callable[[Config, Any], Any] | None = None) -> Prep
     endpoint = _check_endpoint(config) if left else None  # a cell with nothing to solve needs no model
     server = _check_server(config, endpoint) if left else None
     check_store(config)
+    state = _claim(store, config, cell, prompts)
+    todo = [p for p in loaded.problems if record_key(p.split, p.id) not in state.done]
+    prep = Prepared(config=config, cell=cell, loaded=loaded, store=store, todo=todo,
+                    n_done=len(loaded.problems) - len(todo), t_start=t_start, endpoint=endpoint, server=server,
+                    checked=checked)  # fmt: skip
+    _announce(prep, len(state.retried))
+    return prep
+
+
+def _selection(config: Config, cell: Cell) -> LoadResult:
+    """The cell's problems; a selection of none is a bad setting (a cell of zero problems is an error, not a 0.0 score)."""
+    try:
+        loaded = load_selection(config)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        raise CellSetupError(f"cannot load dataset {cell.dataset}: {exc}") from exc
+    empty = empty_selection(loaded, config)
+    if empty is not None:
+        raise InvalidSettings([empty])
+    if loaded.missing_ids:
+        print(f"warning: no row has IDs {', '.join(loaded.missing_ids)}", file=sys.stderr)
+    return loaded
+
+
+def _claim(store: RecordStore, config: Config, cell: Cell, prompts: dict[str, str]) -> ResumeState:
+    """Claim (lock) the cell's folder, write its config and prompts, and read what is recorded there."""
+    import yaml
+
     try:
         note = store.claim(cell.key, _cell_info(cell), lock=lock_times(config.tracking.cell_lock))
     except CellBusy as exc:
@@ -152,21 +170,22 @@ def prepare(cfg: Any, check: Callable[[Config, Any], Any] | None = None) -> Prep
     if note:
         print(f"apps-bench: {note}", file=sys.stderr)
     try:
-        store.write_config(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        store.write_config(yaml.safe_dump(config_data(config), sort_keys=False, allow_unicode=True))
         store.write_json(PROMPTS, prompts)
-        state = store.resume()
+        return store.resume()
     except BaseException:
         store.release()
         raise
-    todo = [p for p in loaded.problems if record_key(p.split, p.id) not in state.done]
-    prep = Prepared(config=config, cell=cell, loaded=loaded, store=store, todo=todo,
-                    n_done=len(loaded.problems) - len(todo), t_start=t_start, endpoint=endpoint, server=server,
-                    checked=checked)  # fmt: skip
+
+
+def _announce(prep: Prepared, retried: int) -> None:
+    """The cell's header on stderr: what it is, its rows, what is left to run, and the warnings about its rows."""
+    config, cell, loaded = prep.config, prep.cell, prep.loaded
     print(
         f"apps-bench: cell {cell.name} [{cell.key}] dataset={cell.dataset} split={cell.split} "
         f"({loaded.source}, revision {loaded.revision}): "
-        f"{len(loaded.problems)} problems, {prep.n_done} already recorded, {len(todo)} to run"
-        + (f" ({len(state.retried)} retried after errors)" if state.retried else "")
+        f"{len(loaded.problems)} problems, {prep.n_done} already recorded, {len(prep.todo)} to run"
+        + (f" ({retried} retried after errors)" if retried else "")
         + (f", {loaded.n_skipped} rows skipped" if loaded.n_skipped else ""),
         file=sys.stderr,
     )
@@ -180,11 +199,10 @@ def prepare(cfg: Any, check: Callable[[Config, Any], Any] | None = None) -> Prep
               f"are recorded as split {cell.split} (dataset.split); if they are {named} rows, say dataset.split={named}",
               file=sys.stderr)  # fmt: skip
     print_start_notes(config.model, loaded.problems)  # model=gold: what it is, the rows it cannot answer
-    return prep
 
 
-def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = None,
-             open_tracker: Callable[[], Any] | None = None) -> CellResult:  # fmt: skip
+def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: PromptSet | None = None,
+             open_tracker: Callable[[], Tracker] | None = None) -> CellResult:  # fmt: skip
     """Solve, judge and record every problem left, then write the summary and finish the run.
 
     `engine`: an optimizer cell's, already open (default: this cell's, opened here);
@@ -195,7 +213,7 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
     open_tracker = open_tracker or functools.partial(open_run, config, cell, prep.loaded, idle=not prep.todo)
     phases: dict[str, float] = {}
     previous = _previous_provenance(prep.dir)  # a rerun with nothing to solve starts no sandbox, checks no server
-    sandbox: Any = previous.get("sandbox")
+    sandbox: JsonObject | None = previous.get("sandbox")
     solvers = 0
     tracker_future: Future[Tracker] | None = None
     try:
@@ -234,7 +252,8 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: Any = Non
         raise _store_lost(prep, exc, finished=True) from None
 
 
-def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], solvers: int, sandbox: Any, server: Any) -> CellResult:
+def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], solvers: int, sandbox: JsonObject | None,
+           server: JsonObject | None) -> CellResult:
     """summary.json, the tracking run's metrics/tags/artifacts, and the printed summary."""
     config, cell, loaded, store = prep.config, prep.cell, prep.loaded, prep.store
     selected = {record_key(p.split, p.id): i for i, p in enumerate(loaded.problems)}
@@ -284,7 +303,7 @@ async def _solve_all(prep: Prepared, engine: Engine, job: Job, progress: Progres
     traces = _trace_writer(prep, tracker_future)
     store_failed: list[BaseException] = []
 
-    async def one(problem: Any) -> None:
+    async def one(problem: Problem) -> None:
         async with engine.slot():
             if store_failed:
                 return  # the tracking store is unusable: start no more problems
@@ -315,7 +334,7 @@ def _trace_writer(prep: Prepared, tracker_future: Future[Tracker]) -> TraceWrite
     return TraceWriter(tracker_future, TraceChoice.of(prep.config, keys))
 
 
-def _check_endpoint(config: Config) -> Any:
+def _check_endpoint(config: Config) -> Endpoint | None:
     """A remote model endpoint, probed now, before the cell's folder exists (an unreachable one
     leaves nothing behind); None for a built-in server (gold, local), which `evaluate` starts."""
     if config.model.provider in ("gold", "local") and not config.model.base_url:
@@ -327,7 +346,7 @@ def _check_endpoint(config: Config) -> Any:
         raise CellSetupError(str(exc)) from exc
 
 
-def _check_server(config: Config, endpoint: Any) -> Any:
+def _check_server(config: Config, endpoint: Endpoint | None) -> JsonObject:
     """The quick server check (server_gate.py): a tool-using topology on a server that drops its
     tools is refused here, before the cell's folder exists."""
     try:
@@ -355,14 +374,7 @@ def _store_lost(prep: Prepared, exc: BaseException, *, finished: bool = False) -
     return LoggingPending(text) if done else StoreUnavailable(text)
 
 
-def _typed(data: Mapping[str, Any]) -> Config:
-    try:
-        return typed_config(data)
-    except Exception as exc:  # noqa: BLE001 - OmegaConf's validation errors name the key and the type
-        raise CellSetupError(f"the cell's config does not match the schema (apps_bench/config.py): {exc}") from exc
-
-
-def _cell_info(cell: Cell) -> dict[str, Any]:
+def _cell_info(cell: Cell) -> JsonObject:
     return {"name": cell.name, "axes": cell.axes(), "identity": dict(cell.identity)}
 
 
@@ -374,13 +386,13 @@ def _quiet_libraries() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _previous_provenance(cell_dir: Path) -> dict[str, Any]:
+def _previous_provenance(cell_dir: Path) -> JsonObject:
     """The provenance an earlier run of this cell recorded ({} when none did)."""
     prov = _previous_summary(cell_dir).get("provenance")
     return prov if isinstance(prov, dict) else {}
 
 
-def _previous_summary(cell_dir: Path) -> dict[str, Any]:
+def _previous_summary(cell_dir: Path) -> JsonObject:
     """The summary an earlier run of this cell wrote ({} when none did)."""
     try:
         summary = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8"))

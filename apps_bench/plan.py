@@ -21,10 +21,9 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from apps_bench.cell import Cell, grid_refusal, resolve_cell
-from apps_bench.config import CONF_DIR, ConfigDirMissing, cell_data, config_dirs, hydra_on, typed_config
+from apps_bench.config import CONF_DIR, Config, ConfigDirMissing, cell_data, config_dirs, hydra_on, typed_config
 from apps_bench.data import load_selection
 from apps_bench.errors import AppsBenchError
 from apps_bench.overrides import check_overrides, split_config_dir, with_range_problems
@@ -36,8 +35,11 @@ from apps_bench.tracking import cell_counts, faults
 from apps_bench.tracking.cell_counts import CellCounts
 from apps_bench.tracking.mlflow import flatten
 from apps_bench.tracking.records import RecordStore, RecordsUnreadable, record_key
-from apps_bench.types import ProblemRecord
+from apps_bench.types import JsonObject, ProblemRecord
 from apps_bench.validate import InvalidSettings, check_settings, empty_selection
+
+# a selection's signature (dataset and selection settings) -> its problems' record keys (None: unreadable here), why not
+SelectionCache = dict[str, tuple[set[str] | None, str]]
 
 
 class PlanError(AppsBenchError):
@@ -58,7 +60,7 @@ class PlannedCell:
     name: str
     key: str
     overrides: list[str]
-    axes: dict[str, Any]
+    axes: dict[str, str | int]
     dir: str
     guard: str  # "allowed", "allowed (allow_any_cell)" or the refusal
     allowed: bool
@@ -74,7 +76,7 @@ class PlannedCell:
 # ----------------------------------------------------------------------------- composing
 
 
-def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str], dict[str, Any]]]:
+def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str], JsonObject]]:
     """-> [(the cell's own sweep overrides, its job config as plain data)], as the real command composes them."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
@@ -102,17 +104,17 @@ def compose_cells(overrides: list[str], multirun: bool) -> list[tuple[list[str],
 # ----------------------------------------------------------------------------- one cell
 
 
-def _selected_keys(data: dict[str, Any], cache: dict[str, Any]) -> tuple[set[str] | None, str]:
+def _selected_keys(config: Config, cache: SelectionCache) -> tuple[set[str] | None, str]:
     """Record keys of the cell's problems (loading the dataset, no model), or None and why not."""
-    sel = {k: data.get(k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
-    sig = json.dumps([data["dataset"], sel], sort_keys=True, default=str)
+    sel = {k: getattr(config, k) for k in ("limit", "offset", "only", "difficulty", "max_tests_per_row")}
+    sig = json.dumps([asdict(config.dataset), sel], sort_keys=True, default=str)
     if sig not in cache:
         try:
-            loaded = load_selection(typed_config(data))
+            loaded = load_selection(config)
         except Exception as exc:  # noqa: BLE001 - an unreadable dataset leaves N unknown; the plan still lists the cell
             cache[sig] = (None, f"dataset not readable here ({type(exc).__name__}: {exc})")
         else:
-            empty = empty_selection(loaded, data)
+            empty = empty_selection(loaded, config)
             if empty is not None:
                 raise InvalidSettings([empty])
             cache[sig] = ({record_key(p.split, p.id) for p in loaded.problems}, "")
@@ -171,18 +173,19 @@ def _per_problem(finished: Finished, cell: Cell) -> Estimate:
     )
 
 
-def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: Finished, cache: dict[str, Any]) -> PlannedCell:
-    cell = resolve_cell(data)
-    refusal = grid_refusal(cell.axes(), data.get("grid") or {})
-    if refusal and data.get("allow_any_cell"):
+def plan_cell(overrides: list[str], data: JsonObject, *, finished: Finished, cache: SelectionCache) -> PlannedCell:
+    config = typed_config(data)
+    cell = resolve_cell(config)
+    refusal = grid_refusal(cell.axes(), config.grid)
+    if refusal and config.allow_any_cell:
         guard, allowed = "allowed (allow_any_cell)", True
     else:
         guard, allowed = (refusal, False) if refusal else ("allowed", True)
-    cell_dir = cell_dir_for(data.get("out_dir"), cell)
+    cell_dir = cell_dir_for(config.out_dir, cell)
     invalid = False
     try:  # bad settings refuse a cell whatever allow_any_cell says
-        check_settings(data)
-        keys, why = _selected_keys(data, cache)
+        check_settings(config)
+        keys, why = _selected_keys(config, cache)
     except InvalidSettings as exc:
         guard, allowed, invalid = str(exc), False, True
         keys, why = None, ""  # no selection: never `done`
@@ -215,7 +218,7 @@ def plan_cell(overrides: list[str], data: dict[str, Any], *, finished: Finished,
     )  # fmt: skip
 
 
-def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = None) -> dict[str, Any]:
+def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = None) -> JsonObject:
     import sys
 
     from tqdm import tqdm
@@ -227,7 +230,7 @@ def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = 
         finished = Finished(cell_heads(root) if root.is_dir() else [])
     except ReportError:
         finished = Finished([])
-    cache: dict[str, Any] = {}
+    cache: SelectionCache = {}
     bar = tqdm(composed, desc="planning", unit="cell", file=sys.stderr, disable=len(composed) < 20 or not sys.stderr.isatty())
     cells = [plan_cell(o, d, finished=finished, cache=cache) for o, d in bar]
     refused = [c for c in cells if not c.allowed]
@@ -253,7 +256,7 @@ def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = 
 # ----------------------------------------------------------------------------- output
 
 
-def render(plan: dict[str, Any]) -> str:
+def render(plan: JsonObject) -> str:
     rows = []
     for c in plan["cells"]:
         e = c["estimate"]

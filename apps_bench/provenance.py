@@ -15,10 +15,11 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from apps_bench.cpus import cpu_share
 from apps_bench.frameworks import FRAMEWORKS
+from apps_bench.types import JsonObject
 
 # Packages every cell uses whatever its framework (distribution names).
 CORE_PACKAGES = ("apps-bench", "openai", "httpx", "mlflow", "hydra-core", "omegaconf", "datasets", "numpy")
@@ -80,7 +81,7 @@ def package_version() -> str:
         return "unknown"
 
 
-def collect(framework: str, sandbox_features: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def collect(framework: str, sandbox_features: JsonObject | None = None) -> JsonObject:
     """The provenance of a cell run now, by this process."""
     names = [*CORE_PACKAGES, *(p for p in framework_packages(framework) if p not in CORE_PACKAGES)]
     git = git_info()
@@ -105,7 +106,7 @@ SANDBOX_FLAGS = ("contained", "user_namespace", "pid_namespace", "net_namespace"
                  "mount_namespace", "readonly_root", "pids_cgroup", "uid_switch", "subreaper")
 
 
-def sandbox_summary(features: Mapping[str, Any] | None) -> str:
+def sandbox_summary(features: JsonObject | None) -> str:
     """The containment features that change what programs may do, as one comparable string
     (e.g. `contained,pid_namespace,...,uid_switch,numpy==2.4.6,nice=0`: the judged programs' packages
     too, so the report warns when compared cells judged with other versions); a feature the workers disagree on
@@ -125,7 +126,7 @@ def sandbox_summary(features: Mapping[str, Any] | None) -> str:
     return ",".join(on)
 
 
-def sandbox_tags(features: Mapping[str, Any] | None) -> dict[str, str]:
+def sandbox_tags(features: JsonObject | None) -> dict[str, str]:
     """One MLflow tag per sandbox feature (`prov.sandbox.<feature>`), plus `prov.sandbox`, the summary.
 
     Tags, not params: a resumed cell on another host may run under other containment."""
@@ -138,7 +139,7 @@ def sandbox_tags(features: Mapping[str, Any] | None) -> dict[str, str]:
     return tags
 
 
-def as_tags(prov: Mapping[str, Any]) -> dict[str, str]:
+def as_tags(prov: JsonObject) -> dict[str, str]:
     """Flat MLflow tags: prov.python, prov.pkg.<name>, prov.git_sha, prov.git_dirty, prov.host, prov.sandbox[.<feature>],
     prov.server.<tools|kind|accepted>."""
     tags = {
@@ -157,7 +158,7 @@ def as_tags(prov: Mapping[str, Any]) -> dict[str, str]:
     return tags
 
 
-def server_tags(server: Mapping[str, Any] | None) -> dict[str, str]:
+def server_tags(server: JsonObject | None) -> dict[str, str]:
     """What the server check found for the cell's tool requests (server_gate.py): prov.server.tools
     (called, dropped, as_text, no_call, prompt_text, not_checked), .kind, .accepted."""
     if not isinstance(server, Mapping):
@@ -174,7 +175,7 @@ def from_tags(tags: Mapping[str, str]) -> dict[str, str]:
     return {k[len(TAG_PREFIX) :]: v for k, v in tags.items() if k.startswith(TAG_PREFIX)}
 
 
-def comparable(prov: Mapping[str, Any]) -> dict[str, str]:
+def comparable(prov: JsonObject) -> dict[str, str]:
     """A provenance dict (cell.json/summary.json form) flattened like the tags, for diffs."""
     return from_tags(as_tags(prov))
 

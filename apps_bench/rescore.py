@@ -23,12 +23,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from apps_bench import provenance
 from apps_bench.cell import cell_key, identity_of
 from apps_bench.config import DatasetConfig, JudgeConfig, read_option, typed
-from apps_bench.data import load_problems
+from apps_bench.data import LoadResult, load_problems
 from apps_bench.errors import AppsBenchError
 from apps_bench.judge import Judge
 from apps_bench.judge.core import judge_program
@@ -38,7 +38,7 @@ from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.records import CELL, CONFIG, RECORDS, SUMMARY, RecordStore, RecordsUnreadable, record_key
 from apps_bench.tracking.summary import metrics_of, summarize_cell, table_rows
-from apps_bench.types import ProblemRecord, Verdict
+from apps_bench.types import JsonObject, Problem, ProblemRecord, Verdict
 
 RESCORE_DIR = "rescore"
 RUN_ID = re.compile(r"[0-9a-f]{32}\Z")
@@ -54,7 +54,7 @@ class RescoreError(AppsBenchError):
 # ----------------------------------------------------------------------------- the source
 
 
-def check_cell_dir(path: Path) -> dict[str, Any]:
+def check_cell_dir(path: Path) -> JsonObject:
     """The cell.json of a cell folder; RescoreError saying what is missing otherwise."""
     if not path.is_dir():
         raise RescoreError(f"{path} is not a folder")
@@ -133,7 +133,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def rescored_config(data: Mapping[str, Any], overrides: Mapping[str, str]) -> dict[str, Any]:
+def rescored_config(data: JsonObject, overrides: Mapping[str, str]) -> JsonObject:
     """The cell's resolved config with the judge and test cap replaced (validated by the schema).
 
     `judge=PROFILE` starts from conf/judge/PROFILE.yaml, else from the cell's own judge settings;
@@ -186,7 +186,7 @@ def cell_records(cell_dir: Path) -> list[ProblemRecord]:
         raise RescoreError(str(e)) from None
 
 
-def _rescored_record(old: ProblemRecord, verdict: Verdict, judge_s: float, new_key: str, old_key: str, old_cap: Any) -> ProblemRecord:
+def _rescored_record(old: ProblemRecord, verdict: Verdict, judge_s: float, new_key: str, old_key: str, old_cap: int | None) -> ProblemRecord:
     return replace(
         old,
         cell=new_key,
@@ -204,8 +204,8 @@ def _error_record(old: ProblemRecord, error: str, new_key: str, old_key: str) ->
     return replace(old, cell=new_key, passed=False, error=error, rescore_of={"cell": old_key, "passed": old.passed})
 
 
-def judge_records(store: RecordStore, todo: list[ProblemRecord], problems: Mapping[str, Any], judge: Any, *,
-                  workers: int, new_key: str, old_key: str, old_cap: Any, progress: bool) -> None:
+def judge_records(store: RecordStore, todo: list[ProblemRecord], problems: Mapping[str, Problem], judge: Judge, *,
+                  workers: int, new_key: str, old_key: str, old_cap: int | None, progress: bool) -> None:
     """Judge every record of `todo` on its problem and append the new records to `store`."""
 
     def one(rec: ProblemRecord) -> ProblemRecord:
@@ -247,8 +247,8 @@ def source_run_id(experiment: str, cell_key: str) -> str | None:
     return None
 
 
-def log_rescore(data: Mapping[str, Any], cell_info: Mapping[str, Any], new_identity: Mapping[str, Any], new_key: str,
-                out_dir: Path, summary: Mapping[str, Any], records: list[ProblemRecord],
+def log_rescore(data: JsonObject, cell_info: JsonObject, new_identity: JsonObject, new_key: str,
+                out_dir: Path, summary: JsonObject, records: list[ProblemRecord],
                 given: CellRunRef | None = None) -> tuple[str, str | None]:  # fmt: skip
     """A child run of the cell's run that reads like a cell run: (run id, parent run id). The cell's run is
     the one the command was given (its experiment, whatever the cell folder's config last said), else the
@@ -289,7 +289,7 @@ def log_rescore(data: Mapping[str, Any], cell_info: Mapping[str, Any], new_ident
 # ----------------------------------------------------------------------------- the command
 
 
-def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: Path | None = None) -> dict[str, Any]:
+def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: Path | None = None) -> JsonObject:
     """Re-judge a cell's recorded programs; returns the new summary (with where it went)."""
     import yaml
 
@@ -332,40 +332,18 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
         if r.error:
             store.append(_error_record(r, r.error, new_key, old_key))
 
-    try:  # the cell's own selection, with the new test cap: what a complete cell holds
-        loaded = load_problems(typed(DatasetConfig, new["dataset"]), limit=new.get("limit"), offset=int(new.get("offset") or 0),
-                               only=tuple(str(x) for x in (new.get("only") or ())), difficulty=new.get("difficulty"),
-                               max_tests_per_row=cap)
-    except (ValueError, OSError) as e:
-        raise RescoreError(f"cannot load the cell's dataset {new['dataset'].get('name', '')}: {e}") from None
+    loaded = _cell_selection(new, cap)
     problems = {record_key(p.split, p.id): p for p in loaded.problems}
-    sandbox_features = None  # a rerun with nothing left to judge starts no sandbox: the earlier run's
-    if (out_dir / SUMMARY).is_file():
-        prev = json.loads((out_dir / SUMMARY).read_text(encoding="utf-8"))
-        sandbox_features = (prev.get("provenance") or {}).get("sandbox")
-    if answered:
-        judge_cfg = typed(JudgeConfig, new["judge"])
-        with SandboxPool.from_config(judge_cfg) as pool:
-            judge = Judge.from_config(pool, judge_cfg)
-            judge_records(store, answered, problems, judge, workers=pool.workers, new_key=new_key, old_key=old_key,
-                          old_cap=data.get("max_tests_per_row"), progress=bool(new.get("progress", True)))
-            sandbox_features = pool.features
+    sandbox_features = _judge_answered(store, answered, problems, new, old_cap=data.get("max_tests_per_row"),
+                                       new_key=new_key, old_key=old_key)
     store.close()
-    old_summary = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8")) if (cell_dir / SUMMARY).is_file() else {}
     order = {k: i for i, k in enumerate(problems)}
     recorded = {x.key for x in records}
     new_records = sorted((r for r in store.records() if r.key in recorded), key=lambda r: order.get(r.key, len(order)))
     summary = summarize_cell(new_records, n_selected=len(problems), skipped=loaded.skipped, profile=profile,
                              stopped_early=bool(new["judge"]["stop_on_first_failure"]))
     summary["cell"] = {"key": new_key, "name": info.get("name"), **(info.get("axes") or {})}
-    old_counts = summarize_cell(records, n_selected=len(problems), skipped=loaded.skipped, profile=str(data["judge"]["profile"]),
-                                stopped_early=bool(data["judge"].get("stop_on_first_failure", True)))
-    summary["rescore_of"] = {"cell": old_key, "dir": str(cell_dir), "profile": data["judge"]["profile"],
-                             "max_tests_per_row": data.get("max_tests_per_row"),
-                             "pass_at_1": old_summary.get("pass_at_1"), "complete": old_summary.get("complete"),
-                             # the same records' figures under the cell's own verdicts, counted as the new ones are
-                             "n_problems": old_counts["n_problems"], "n_passed": old_counts["n_passed"],
-                             "pass_at_1_recorded": old_counts["pass_at_1"]}
+    summary["rescore_of"] = _rescore_of(records, loaded, len(problems), data, old_key, cell_dir)
     summary["dir"] = str(out_dir)
 
     summary["provenance"] = provenance.collect("", sandbox_features)  # what the new verdicts ran on
@@ -377,7 +355,50 @@ def rescore(source: str, overrides: Sequence[str], *, track: bool = True, cwd: P
     return summary
 
 
-def _print(summary: Mapping[str, Any], data: Mapping[str, Any], profile: str, cap: int) -> None:
+def _cell_selection(new: JsonObject, cap: int) -> LoadResult:
+    """The cell's own selection, with the new test cap: what a complete cell holds."""
+    try:
+        return load_problems(typed(DatasetConfig, new["dataset"]), limit=new.get("limit"), offset=int(new.get("offset") or 0),
+                             only=tuple(str(x) for x in (new.get("only") or ())), difficulty=new.get("difficulty"),
+                             max_tests_per_row=cap)
+    except (ValueError, OSError) as e:
+        raise RescoreError(f"cannot load the cell's dataset {new['dataset'].get('name', '')}: {e}") from None
+
+
+def _judge_answered(store: RecordStore, answered: list[ProblemRecord], problems: Mapping[str, Problem], new: JsonObject, *,
+                    old_cap: int | None, new_key: str, old_key: str) -> JsonObject | None:
+    """Judge the answered records left under the new judge settings; -> the sandbox's features (provenance).
+    A rerun with nothing left to judge starts no sandbox: the earlier run's features."""
+    out_dir = store.dir
+    sandbox_features = None
+    if (out_dir / SUMMARY).is_file():
+        prev = json.loads((out_dir / SUMMARY).read_text(encoding="utf-8"))
+        sandbox_features = (prev.get("provenance") or {}).get("sandbox")
+    if answered:
+        judge_cfg = typed(JudgeConfig, new["judge"])
+        with SandboxPool.from_config(judge_cfg) as pool:
+            judge = Judge.from_config(pool, judge_cfg)
+            judge_records(store, answered, problems, judge, workers=pool.workers, new_key=new_key, old_key=old_key,
+                          old_cap=old_cap, progress=bool(new.get("progress", True)))
+            sandbox_features = pool.features
+    return sandbox_features
+
+
+def _rescore_of(records: list[ProblemRecord], loaded: LoadResult, n_selected: int, data: JsonObject, old_key: str,
+                cell_dir: Path) -> JsonObject:
+    """What was re-scored: the cell, its judge settings and figures, and the same records' figures under the
+    cell's own verdicts, counted as the new ones are."""
+    old_summary = json.loads((cell_dir / SUMMARY).read_text(encoding="utf-8")) if (cell_dir / SUMMARY).is_file() else {}
+    old_counts = summarize_cell(records, n_selected=n_selected, skipped=loaded.skipped, profile=str(data["judge"]["profile"]),
+                                stopped_early=bool(data["judge"].get("stop_on_first_failure", True)))
+    return {"cell": old_key, "dir": str(cell_dir), "profile": data["judge"]["profile"],
+            "max_tests_per_row": data.get("max_tests_per_row"),
+            "pass_at_1": old_summary.get("pass_at_1"), "complete": old_summary.get("complete"),
+            "n_problems": old_counts["n_problems"], "n_passed": old_counts["n_passed"],
+            "pass_at_1_recorded": old_counts["pass_at_1"]}
+
+
+def _print(summary: JsonObject, data: JsonObject, profile: str, cap: int) -> None:
     """The cell's verdicts and the new ones, one row each, over the same recorded programs."""
     from rich.console import Console
     from rich.table import Table

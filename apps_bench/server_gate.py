@@ -16,14 +16,15 @@ import asyncio
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 from apps_bench.config import Config
 from apps_bench.errors import AppsBenchError
 from apps_bench.models import open_endpoint
 from apps_bench.models import server_check as sc
+from apps_bench.models.endpoint import Endpoint
 from apps_bench.models.local import server_for
 from apps_bench.topologies.tool_use import roles_offered_tools
+from apps_bench.types import JsonObject
 
 
 class ToolDropRefused(AppsBenchError):
@@ -38,7 +39,7 @@ def needs_tools(config: Config) -> bool:
     return config.topology.framework != "crewai" and bool(roles_offered_tools(config.topology))
 
 
-def cell_check(config: Config, endpoint: Any) -> dict[str, Any]:
+def cell_check(config: Config, endpoint: Endpoint | None) -> JsonObject:
     """The server's verdict on this cell's tool requests (cached), or the refusal.
 
     `endpoint`: the remote endpoint prepare probed; None for a server the cell starts itself
@@ -74,7 +75,7 @@ def cell_check(config: Config, endpoint: Any) -> dict[str, Any]:
     return result
 
 
-def refusal(result: dict[str, Any]) -> str:
+def refusal(result: JsonObject) -> str:
     """What the server did with the tools, what to change, and how to run the cell anyway."""
     own = [f for f in result.get("findings") or () if f.get("status") != "ok" and f.get("framework") == result["framework"]]
     first = own[0] if own else {}

@@ -34,17 +34,23 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext
+from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
 
 from apps_bench import event_loop
 from apps_bench.cpus import requested_processes, usable_cpus
 from apps_bench.errors import AppsBenchError
 from apps_bench.frameworks import FRAMEWORKS
-from apps_bench.solving import LocalSolver, Solved
+from apps_bench.solving import Job, LocalSolver, Solved
 from apps_bench.topologies.registry import FIRST_PROBLEM, get_topology, runner_module
+from apps_bench.types import Problem
 
 if TYPE_CHECKING:
     from apps_bench.config import Config, TopologyConfig
+    from apps_bench.models.endpoint import Endpoint
+    from apps_bench.sandbox.api import ExecResult, Sandbox
 
 BASE_PRELOAD = ("apps_bench.solving", "apps_bench.solver_pool", "apps_bench.models", "apps_bench.sandbox.tool",
                 "apps_bench.topologies.context", "omegaconf")  # fmt: skip
@@ -55,7 +61,7 @@ def preload_modules(topology: TopologyConfig) -> list[str]:
     return [*BASE_PRELOAD, *FRAMEWORKS[topology.framework][0], *FIRST_PROBLEM, runner_module(topology)]
 
 
-def start_forkserver(topology: TopologyConfig) -> Any:
+def start_forkserver(topology: TopologyConfig) -> ForkServerContext:
     """The forkserver context, its server started now (it imports `topology`'s framework
     while the cell sets up). A server already running in this process keeps its imports."""
     import multiprocessing
@@ -89,14 +95,19 @@ def _sigint_ignored() -> Iterator[None]:
 
 # ----------------------------------------------------------------------------- wire
 
+# A message on a worker's pipe, a tuple led by its kind: to the worker ("setup", endpoint), ("solve", index,
+# problem, job), ("exec_result", request id, ok, ExecResult or why); to the cell ("solved", index, Solved),
+# ("exec", request id, code, stdin, timeout_s, output_chars), ("broken", why). Pickled as they are.
+Message = tuple[Any, ...]
+
 
 class Wire:
     """One end of a worker's pipe: a thread that receives (messages -> `on_message`) and a
     thread that sends (so neither side's event loop ever blocks on a full pipe)."""
 
-    def __init__(self, conn: Any, on_message: Callable[[Any], None], on_close: Callable[[], None], name: str) -> None:
+    def __init__(self, conn: Connection, on_message: Callable[[Message], None], on_close: Callable[[], None], name: str) -> None:
         self.conn = conn
-        self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
         self._on_message = on_message
         self._on_close = on_close
         self._reader = threading.Thread(target=self._read, name=f"{name}-recv", daemon=True)
@@ -108,7 +119,7 @@ class Wire:
         self._reader.start()
         self._writer.start()
 
-    def send(self, msg: Any) -> None:
+    def send(self, msg: Message) -> None:
         self._outbox.put(msg)
 
     def close(self) -> None:
@@ -154,7 +165,7 @@ class Wire:
                 self.conn.close()
 
 
-def shut_down(conn: Any) -> None:
+def shut_down(conn: Connection) -> None:
     """Shut the pipe's socket down: a bare close() neither wakes a reader thread blocked in
     recv() nor, while that thread holds it, sends the other side EOF."""
     import socket
@@ -166,7 +177,7 @@ def shut_down(conn: Any) -> None:
         pass
 
 
-def hang_up(conn: Any) -> None:
+def hang_up(conn: Connection) -> None:
     """Shut a pipe no thread reads down and close it."""
     shut_down(conn)
     with contextlib.suppress(OSError):
@@ -182,11 +193,11 @@ class ExecProxy:
     def __init__(self) -> None:
         self.wire: Wire | None = None
         self._ids = itertools.count()
-        self._pending: dict[int, Future[Any]] = {}
+        self._pending: dict[int, Future[ExecResult]] = {}
         self._lock = threading.Lock()
 
-    def python_exec(self, code: str, stdin: str = "", *, timeout_s: float, output_chars: int) -> Any:
-        fut: Future[Any] = Future()
+    def python_exec(self, code: str, stdin: str = "", *, timeout_s: float, output_chars: int) -> ExecResult:
+        fut: Future[ExecResult] = Future()
         with self._lock:
             rid = next(self._ids)
             self._pending[rid] = fut
@@ -194,7 +205,7 @@ class ExecProxy:
         self.wire.send(("exec", rid, code, stdin, float(timeout_s), int(output_chars)))
         return fut.result()
 
-    def answer(self, rid: int, ok: bool, value: Any) -> None:
+    def answer(self, rid: int, ok: bool, value: Any) -> None:  # value: the ExecResult, or why it failed
         with self._lock:
             fut = self._pending.pop(rid, None)
         if fut is not None:
@@ -218,7 +229,7 @@ class WorkerSpec:
     name: str
 
 
-def worker_main(conn: Any, spec: WorkerSpec) -> None:
+def worker_main(conn: Connection, spec: WorkerSpec) -> None:
     """Body of a worker: build the topology, then solve the problems the cell hands over, until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the cell process's to handle
     os.environ.clear()
@@ -244,19 +255,19 @@ def worker_main(conn: Any, spec: WorkerSpec) -> None:
         loop = asyncio.get_running_loop()
         loop.set_default_executor(ThreadPoolExecutor(max_workers=spec.threads, thread_name_prefix=spec.name))
         done = asyncio.Event()
-        tasks: set[asyncio.Task[Any]] = set()
+        tasks: set[asyncio.Task[None]] = set()
 
-        async def one(index: int, problem: Any, job: Any) -> None:
+        async def one(index: int, problem: Problem, job: Job) -> None:
             solved = await solver(problem, job)
             solved.solver = spec.name
             wire.send(("solved", index, solved))
 
-        def start(index: int, problem: Any, job: Any) -> None:
+        def start(index: int, problem: Problem, job: Job) -> None:
             task = loop.create_task(one(index, problem, job))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
 
-        def on_message(msg: Any) -> None:
+        def on_message(msg: Message) -> None:
             if msg[0] == "exec_result":  # a tool thread waits on it: answer without the loop
                 proxy.answer(msg[1], msg[2], msg[3])
             elif msg[0] == "solve":
@@ -288,8 +299,8 @@ class WorkerDied(RuntimeError, AppsBenchError):
 
 @dataclass
 class Worker:
-    process: Any
-    conn: Any
+    process: BaseProcess
+    conn: Connection
     name: str
     wire: Wire | None = None
     in_flight: dict[int, asyncio.Future[Solved]] = field(default_factory=dict)
@@ -305,20 +316,20 @@ class SolverPool:
     outlive an event loop: an optimizer serves each batch of rollouts from a loop of its own.
     """
 
-    def __init__(self, ctx: Any, spec: WorkerSpec, timeout_s: float) -> None:
+    def __init__(self, ctx: ForkServerContext, spec: WorkerSpec, timeout_s: float) -> None:
         self.ctx = ctx
         self.spec = spec
         self.workers: list[Worker] = []
         self.restarts_left = 0
         self.timeout_s = timeout_s
-        self._endpoint: Any = None
+        self._endpoint: Endpoint | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pool: Any = None
+        self._pool: Sandbox | None = None
         self._ids = itertools.count()
         self._closing = False
 
     @classmethod
-    def start(cls, ctx: Any, n: int, *, cfg: Config, threads: int, timeout_s: float) -> SolverPool:
+    def start(cls, ctx: ForkServerContext, n: int, *, cfg: Config, threads: int, timeout_s: float) -> SolverPool:
         """`timeout_s`: a safety net above the runner's own time cap; a worker that does not
         answer a problem by then is stuck, and is ended."""
         pool = cls(ctx, WorkerSpec(cfg=cfg, threads=threads, env=dict(os.environ),
@@ -342,7 +353,7 @@ class SolverPool:
         return worker
 
     @contextlib.asynccontextmanager
-    async def serving(self, pool: Any, endpoint: Any) -> AsyncIterator[None]:
+    async def serving(self, pool: Sandbox, endpoint: Endpoint) -> AsyncIterator[None]:
         """While an event loop runs problems (the LocalSolver's twin)."""
         self.attach(pool, endpoint)
         try:
@@ -350,7 +361,7 @@ class SolverPool:
         finally:
             self._loop = None
 
-    def attach(self, pool: Any, endpoint: Any) -> None:
+    def attach(self, pool: Sandbox, endpoint: Endpoint) -> None:
         """Serve the workers from the running event loop: `pool` runs their python_exec; `endpoint`
         (without its server object, which stays here) is theirs to call, told once per worker."""
         self._loop = asyncio.get_running_loop()
@@ -371,7 +382,7 @@ class SolverPool:
         live = [w for w in self.workers if w.alive]
         return min(live, key=lambda w: len(w.in_flight), default=None)
 
-    async def __call__(self, problem: Any, job: Any) -> Solved:
+    async def __call__(self, problem: Problem, job: Job) -> Solved:
         """Solve `problem` as `job` (solving.Job) says, on the least busy worker."""
         index, timeout_s = next(self._ids), self.timeout_s
         worker = self.pick()
@@ -394,7 +405,7 @@ class SolverPool:
         finally:
             worker.in_flight.pop(index, None)
 
-    def _on_message(self, worker: Worker, msg: Any) -> None:
+    def _on_message(self, worker: Worker, msg: Message) -> None:
         if msg[0] == "solved":
             loop = self._loop
             if loop is not None:  # else its problem was given up with the loop that asked for it
@@ -404,11 +415,12 @@ class SolverPool:
         elif msg[0] == "broken":
             worker.broken = msg[1]
 
-    def _exec(self, worker: Worker, msg: Any) -> None:
+    def _exec(self, worker: Worker, msg: Message) -> None:
         _, rid, code, stdin, timeout_s, output_chars = msg
         try:
+            assert self._pool is not None, "a worker's tool call outside serving()"
             result = self._pool.python_exec(code, stdin, timeout_s=timeout_s, output_chars=output_chars)
-            reply = ("exec_result", rid, True, result)
+            reply: Message = ("exec_result", rid, True, result)
         except Exception as exc:  # noqa: BLE001 - the worker's tool call fails like a local one would
             reply = ("exec_result", rid, False, f"{type(exc).__name__}: {exc}")
         assert worker.wire is not None
@@ -456,7 +468,7 @@ class SolverPool:
                 w.process.join()
 
 
-def solver_count(setting: Any, *, concurrency: int, n_problems: int) -> int:
+def solver_count(setting: str | int, *, concurrency: int, n_problems: int) -> int:
     """Worker processes for `processes=<setting>`: 0 = solve in the cell's own process.
 
     `auto` = one per CPU this process may use (apps_bench.cpus), never more than problems in

@@ -23,19 +23,21 @@ from apps_bench.topologies.context import build_context
 from apps_bench.topologies.team import unanswered_error
 from apps_bench.tracking.capture import TraceLog
 from apps_bench.tracking.traces import traces_enabled
-from apps_bench.types import Attempt, Usage
+from apps_bench.types import Attempt, JsonObject, Problem, Usage
 
 if TYPE_CHECKING:
     from apps_bench.config import Config, TopologyConfig
+    from apps_bench.models.endpoint import Endpoint
+    from apps_bench.topologies.base import PromptSet, Topology
 
 
 @dataclass
 class Solved:
     """The outcome of the solve step for one problem (before judging)."""
 
-    attempt: Any | None
-    transcript: list[dict[str, Any]] = field(default_factory=list)
-    usage: Any = None
+    attempt: Attempt | None
+    transcript: list[JsonObject] = field(default_factory=list)  # transcripts.jsonl's events
+    usage: Usage | None = None
     error: str | None = None
     solve_s: float = 0.0
     solver: str = "main"  # which process solved it: "main" (the cell's) or "solver-<n>"
@@ -45,7 +47,7 @@ class Solved:
 class Job:
     """How one problem is solved, beyond the cell's settings."""
 
-    prompts: Any = None  # the PromptSet; None: the topology's configured prompts
+    prompts: PromptSet | None = None  # the PromptSet; None: the topology's configured prompts
     seed: int | None = None  # the request seed; None: the cell's
     headers: Mapping[str, str] | None = None  # sent with every model request (an optimizer's rollout tag)
     base_url: str | None = None  # another route to the same model (the optimizer's replay proxy)
@@ -61,14 +63,14 @@ def time_cap(topology_cfg: TopologyConfig) -> float:
 
 
 async def solve_problem(
-    problem: Any,
+    problem: Problem,
     *,
     cfg: Config,
-    topology: Any,
-    endpoint: Any,
-    pool: Any,
-    prompts: Any = None,
-    connections: Any = None,
+    topology: Topology,
+    endpoint: Endpoint,
+    pool: Any,  # the agents' python_exec: the cell's SandboxPool, or a solver worker's proxy to it
+    prompts: PromptSet | None = None,
+    connections: SharedConnections | None = None,
     seed: int | None = None,
     headers: Mapping[str, str] | None = None,
     trace: bool = False,
@@ -84,9 +86,9 @@ async def solve_problem(
     usage = Usage()
     if trace:
         usage.trace = TraceLog()
-    attempt: Any = None
+    attempt: Attempt | None = None
     error: str | None = None
-    transcript: list[dict[str, Any]] = []
+    transcript: list[JsonObject] = []
     t0 = time.perf_counter()
     models = None
     try:
@@ -127,28 +129,28 @@ def solver_threads(concurrency: int) -> int:
 class Solver(Protocol):
     """What the engine solves with: this process (LocalSolver) or its worker processes (solver_pool.SolverPool)."""
 
-    def serving(self, pool: Any, endpoint: Any) -> contextlib.AbstractAsyncContextManager[None]:
+    def serving(self, pool: Any, endpoint: Endpoint) -> contextlib.AbstractAsyncContextManager[None]:
         """While one event loop runs problems: `pool` runs the agents' python_exec, `endpoint` is the model."""
         ...
 
-    async def __call__(self, problem: Any, job: Job) -> Solved: ...
+    async def __call__(self, problem: Problem, job: Job) -> Solved: ...
 
 
 class LocalSolver:
     """Solving in the cell's own process (`processes=1`, or one usable CPU): the same calls as
     solver_pool.SolverPool, so the engine does not know which one it has."""
 
-    def __init__(self, cfg: Config, topology: Any) -> None:
+    def __init__(self, cfg: Config, topology: Topology) -> None:
         self.cfg = cfg
         self.topology = topology
 
         self.trace = traces_enabled(cfg)
-        self._pool: Any = None
-        self._endpoint: Any = None
-        self._connections: Any = None
+        self._pool: Any = None  # as `solve_problem`'s pool
+        self._endpoint: Endpoint | None = None
+        self._connections: SharedConnections | None = None
 
     @contextlib.asynccontextmanager
-    async def serving(self, pool: Any, endpoint: Any) -> AsyncIterator[None]:
+    async def serving(self, pool: Any, endpoint: Endpoint) -> AsyncIterator[None]:
         self._pool, self._endpoint = pool, endpoint
         self._connections = SharedConnections()  # one HTTP pool for every problem of the cell
         try:
@@ -156,7 +158,8 @@ class LocalSolver:
         finally:
             await self._connections.aclose()
 
-    async def __call__(self, problem: Any, job: Job) -> Solved:
+    async def __call__(self, problem: Problem, job: Job) -> Solved:
+        assert self._endpoint is not None, "LocalSolver called outside serving()"
         endpoint = replace(self._endpoint, base_url=job.base_url) if job.base_url else self._endpoint
         return await solve_problem(problem, cfg=self.cfg, topology=self.topology, endpoint=endpoint, pool=self._pool,
                                    prompts=job.prompts, connections=self._connections, seed=job.seed, headers=job.headers,

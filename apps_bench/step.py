@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
-from apps_bench.judge.core import judge_program
+from apps_bench.judge.core import Judge, judge_program
 from apps_bench.solving import Solved
 from apps_bench.topologies.tool_use import tool_calls_by_role
 from apps_bench.tracking.records import record_key
@@ -35,7 +35,7 @@ class Judged:
         return bool(self.verdict is not None and self.verdict.passed and not self.error)
 
 
-async def solve_and_judge(problem: Problem, solve: Callable[[Problem], Awaitable[Solved]], judge: Any) -> Judged:
+async def solve_and_judge(problem: Problem, solve: Callable[[Problem], Awaitable[Solved]], judge: Judge) -> Judged:
     """Solve `problem`, then judge its program in a thread; a sandbox failure or a judge crash
     while judging is the problem's infrastructure error, never a wrong answer (judge_program)."""
     solved = await solve(problem)

@@ -1,29 +1,41 @@
 """Check a composed cell's settings before anything of the cell exists.
 
-Hydra's schema (config.py) checks names and types; this module checks what types cannot:
-numeric ranges, choices, and settings the chosen mode would silently ignore. It runs first
-in `cell.guard` (so in every single-cell run and, for a sweep, on every cell before any job
-starts), and `empty_selection` runs as soon as the problems are loaded, before the cell's
-folder, servers, processes or MLflow run are created. A refusal lists every bad setting with
-its value, what is allowed and the override that fixes it; the entrypoint exits 2.
+Hydra's schema (config.py) checks names and types; `typed_cell` types the composed cell once
+into the schema (what the schema refuses becomes a bad setting), and the rules here read that typed
+config for what types cannot say: numeric ranges, choices, and settings the chosen mode would
+silently ignore. They run in `cell.guard` (so in every single-cell run and, for a sweep, on every
+cell before any job starts), and `empty_selection` runs as soon as the problems are loaded, before
+the cell's folder, servers, processes or MLflow run are created. A refusal lists every bad setting
+with its value, what is allowed and the override that fixes it; the entrypoint exits 2.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, TypeGuard
+from dataclasses import dataclass, is_dataclass
+from typing import Callable, Mapping, TypeGuard
 
-from apps_bench.config import OPTIMIZER_SCHEMAS, POOL_SOURCES, REQUANTIZE_TYPES, TopologyConfig, typed
+from apps_bench.config import (
+    OPTIMIZER_SCHEMAS,
+    POOL_SOURCES,
+    REQUANTIZE_TYPES,
+    Config,
+    DatasetConfig,
+    PoolParams,
+    PriceConfig,
+    as_plain,
+    cell_data,
+    typed,
+    typed_config,
+)
 from apps_bench.cpus import requested_processes
-from apps_bench.data import DIFFICULTIES
+from apps_bench.data import DIFFICULTIES, LoadResult
 from apps_bench.errors import AppsBenchError
-from apps_bench.sandbox.limits import SandboxLimits
 
 
 @dataclass(frozen=True)
 class BadSetting:
     key: str  # dotted override path, e.g. `optimizer.params.budget.rollouts`
-    value: Any
+    value: object  # as the user gave it (shown by _show)
     allowed: str  # what would be accepted
     fix: str  # the override (or action) that fixes it
 
@@ -45,7 +57,7 @@ class InvalidSettings(CellRefused):
         super().__init__(f"invalid setting{'s' if len(self.bad) > 1 else ''}, nothing was run:\n{lines}")
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -59,37 +71,39 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def _is_int(v: Any) -> TypeGuard[int]:
+def _is_int(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_num(v: Any) -> bool:
+def _is_num(v: object) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 # ----------------------------------------------------------------------------- rules
 # (section path, key, predicate, allowed, fix); `None` sections are skipped when absent.
 
-Rule = tuple[str, str, Callable[[Any], bool], str, str]
+Rule = tuple[str, str, Callable[[object], bool], str, str]
 
 
-def _int_min(low: int) -> Callable[[Any], bool]:
+def _int_min(low: int) -> Callable[[object], bool]:
     return lambda v: _is_int(v) and v >= low
 
 
-def _opt_int_min(low: int) -> Callable[[Any], bool]:
+def _opt_int_min(low: int) -> Callable[[object], bool]:
     return lambda v: v is None or (_is_int(v) and v >= low)
 
 
-def _positive(v: Any) -> bool:
+def _positive(v: object) -> bool:
     return _is_num(v) and v > 0
 
 
-def _fraction(v: Any) -> bool:
+def _fraction(v: object) -> bool:
     return _is_num(v) and 0 <= v <= 1
 
 
-def _processes(v: Any) -> bool:
+def _processes(v: object) -> bool:
+    if not isinstance(v, (str, int)):
+        return False
     try:
         requested_processes(v)
     except ValueError:
@@ -97,11 +111,11 @@ def _processes(v: Any) -> bool:
     return True
 
 
-def _opt_price(v: Any) -> bool:
+def _opt_price(v: object) -> bool:
     return v is None or (_is_num(v) and v >= 0)
 
 
-def _difficulty(v: Any) -> bool:
+def _difficulty(v: object) -> bool:
     return v is None or v in DIFFICULTIES
 
 
@@ -152,11 +166,11 @@ GEPA_CANDIDATE_SELECTION = ("pareto", "current_best", "epsilon_greedy", "top_k_p
 GEPA_ACCEPTANCE = ("strict_improvement", "improvement_or_equal")
 
 
-def _weights(names: tuple[str, ...], total: float | None = None) -> Callable[[Any], bool]:
+def _weights(names: tuple[str, ...], total: float | None = None) -> Callable[[object], bool]:
     """A mapping of exactly `names` to numbers >= 0 (summing to `total` when given): MASPO's weights
     are a mapping in the schema (`global` is a Python keyword), so its keys are checked here."""
 
-    def ok(v: Any) -> bool:
+    def ok(v: object) -> bool:
         if not isinstance(v, Mapping) or set(v) != set(names) or not all(_is_num(x) and x >= 0 for x in v.values()):
             return False
         return total is None or abs(sum(v.values()) - total) <= 1e-9
@@ -192,33 +206,35 @@ OPTIMIZER_RULES: tuple[Rule, ...] = (
 )
 
 
-def _section(data: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
-    node: Any = data
+def _section(config: object, path: str) -> object | None:
+    """The typed config's section at a dotted path (`model.price`), None when it has none."""
+    node: object = config
     for part in [p for p in path.split(".") if p]:
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node if isinstance(node, Mapping) else None
+        node = getattr(node, part, None)
+    return node if is_dataclass(node) else None
 
 
-def _apply(rules: tuple[Rule, ...], data: Mapping[str, Any], prefix: str) -> list[BadSetting]:
+def _apply(rules: tuple[Rule, ...], config: object, prefix: str) -> list[BadSetting]:
     bad = []
     for section, key, ok, allowed, fix in rules:
-        node = _section(data, section)
-        if node is None or key not in node:
-            continue
-        if not ok(node[key]):
+        node = _section(config, section)
+        if node is None or not hasattr(node, key):
+            continue  # an optimizer rule of a parameter this method does not have
+        value = getattr(node, key)
+        if not ok(value):
             path = ".".join(p for p in (prefix, section, key) if p)
-            bad.append(BadSetting(path, node[key], allowed, fix))
+            bad.append(BadSetting(path, value, allowed, fix))
     return bad
 
 
 TRACKING_BACKENDS = ("mlflow", "none")
 
 
-def _foreign_params(opt: Mapping[str, Any]) -> list[BadSetting]:
-    """Parameters the method's schema lacks. Hydra refuses them when it composes the cell, except one
-    added with `+` (which opens the node): named here, as it would fail only when the cell reads them."""
+def _foreign_params(opt: Mapping[str, object]) -> list[BadSetting]:
+    """What the method's schema refuses in an optimizer section (plain data): a parameter it lacks (Hydra
+    refuses it when it composes the cell, except one added with `+`, which opens the node) or a method
+    named apart from its option, whose settings are missing."""
     from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
-
 
     schema = OPTIMIZER_SCHEMAS.get(str(opt.get("name")))
     if schema is None:
@@ -227,13 +243,39 @@ def _foreign_params(opt: Mapping[str, Any]) -> list[BadSetting]:
         typed(schema, opt)
     except ConfigKeyError as exc:
         key = f"optimizer.{exc.full_key}"
-        value = _section(opt, ".".join(str(exc.full_key).split(".")[:-1])) or {}
-        return [BadSetting(key, value.get(str(exc.key)), f"no setting of optimizer={opt['name']}",
+        parent = _plain_section(opt, ".".join(str(exc.full_key).split(".")[:-1])) or {}
+        return [BadSetting(key, parent.get(str(exc.key)), f"no setting of optimizer={opt['name']}",
                            f"drop {key} (conf/optimizer/{opt['name']}.yaml lists the settings)")]  # fmt: skip
     except OmegaConfBaseException as exc:  # e.g. `optimizer.name=gepa`: a name without its option's settings
         return [BadSetting(f"optimizer.{exc.full_key}", None, f"a setting of optimizer={opt['name']}, missing here",
                            f"optimizer={opt['name']} (an option's settings come with it), not optimizer.name=...")]  # fmt: skip
     return []
+
+
+def _plain_section(data: Mapping[str, object], path: str) -> Mapping[str, object] | None:
+    node: object = data
+    for part in [p for p in path.split(".") if p]:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else None
+
+
+def _method_apart(config: Config) -> list[BadSetting]:
+    """An optimizer whose settings are another method's (`optimizer.name=gepa` on optimizer=none's):
+    a Hydra node is typed by the option it composed, so the named method's schema is asked here."""
+    schema = OPTIMIZER_SCHEMAS.get(config.optimizer.name)
+    if schema is None or isinstance(config.optimizer, schema):
+        return []
+    return _foreign_params(as_plain(config.optimizer))
+
+
+def _sandbox_refusal(exc: Exception, data: Mapping[str, object]) -> BadSetting | None:
+    """A judge sandbox limit that SandboxLimits refuses while the cell is typed, named as the pool reads it."""
+    if not str(exc).startswith("judge.sandbox"):
+        return None
+    sandbox = _plain_section(data, "judge.sandbox") or {}
+    key = next((f"judge.sandbox.{k}" for k in sandbox if f"judge.sandbox.{k} " in str(exc)), "judge.sandbox")
+    return BadSetting(key, sandbox.get(key.rsplit(".", 1)[-1]) if key != "judge.sandbox" else "...", str(exc),
+                      "see conf/judge/seed.yaml's sandbox: block for each limit's meaning and value")
 
 
 def schema_refusal(exc: Exception) -> BadSetting:
@@ -242,6 +284,23 @@ def schema_refusal(exc: Exception) -> BadSetting:
     return BadSetting(key, None, f"the schema (config.py) refuses it: {str(exc).splitlines()[0]}",
                       "choose options with group=name (an option's settings come with it, e.g. optimizer=gepa), "
                       "then change single settings")  # fmt: skip
+
+
+def typed_cell(cfg: object) -> Config:
+    """The composed cell (a Hydra node, its plain data, or the Config itself) typed once into the schema
+    (config.typed_config): what the guard, the cell key, the prompts and the engine read. What the schema
+    refuses is an InvalidSettings naming the setting (a parameter the method lacks, a method named apart
+    from its option, a sandbox limit out of range, a missing value)."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return typed_config(cfg)
+    except (OmegaConfBaseException, ValueError) as exc:
+        data = cell_data(cfg)
+        optimizer = data.get("optimizer")
+        named = isinstance(optimizer, Mapping) and optimizer.get("name") not in (None, "none")
+        bad = _foreign_params(optimizer) if named and isinstance(optimizer, Mapping) else []
+        raise InvalidSettings(bad or [_sandbox_refusal(exc, data) or schema_refusal(exc)]) from exc
 
 
 # ----------------------------------------------------------------------------- ignored settings
@@ -256,46 +315,46 @@ _PROVIDER_ONLY = {
 }  # fmt: skip
 
 
-def _ignored(data: Mapping[str, Any]) -> list[BadSetting]:
+def _ignored(config: Config) -> list[BadSetting]:
     """Settings that the chosen mode would not use: refused, so no one believes they took effect."""
     bad = []
-    model = data.get("model") or {}
+    model = config.model
     for provider, (preset, knobs) in _PROVIDER_ONLY.items():
-        if model.get("provider") == provider:
+        if model.provider == provider:
             continue
         for knob in knobs:
-            if model.get(knob):
+            value = getattr(model, knob, None)
+            if value:
                 bad.append(BadSetting(
-                    f"model.{knob}", model[knob],
-                    f"only model={preset} uses it; model={model.get('name')} would ignore it",
+                    f"model.{knob}", value,
+                    f"only model={preset} uses it; model={model.name} would ignore it",
                     f"drop model.{knob}, or model={preset}",
                 ))  # fmt: skip
-    topo = data.get("topology") or {}
-    if topo.get("flow") != "decentralized" and _is_int(topo.get("rounds")) and topo.get("rounds") != 1:
+    topo = config.topology
+    if topo.flow != "decentralized" and _is_int(topo.rounds) and topo.rounds != 1:
         bad.append(BadSetting(
-            "topology.rounds", topo["rounds"],
-            f"only the decentralized (debate) flow has rounds; topology={topo.get('name')} ({topo.get('flow')}) would ignore it",
+            "topology.rounds", topo.rounds,
+            f"only the decentralized (debate) flow has rounds; topology={topo.name} ({topo.flow}) would ignore it",
             "topology.rounds=1, or topology=decentralized_langgraph / decentralized_openai",
         ))  # fmt: skip
-    dataset = data.get("dataset") or {}
-    if dataset.get("source") == "demo" and dataset.get("path"):
+    dataset = config.dataset
+    if dataset.source == "demo" and dataset.path:
         bad.append(BadSetting(
-            "dataset.path", dataset["path"],
-            f"dataset={dataset.get('name')} is the built-in problems and reads no file; dataset=apps reads a local file",
-            f"dataset=apps dataset.path={dataset['path']}",
+            "dataset.path", dataset.path,
+            f"dataset={dataset.name} is the built-in problems and reads no file; dataset=apps reads a local file",
+            f"dataset=apps dataset.path={dataset.path}",
         ))  # fmt: skip
-    bad.extend(_half_price(model.get("price") or {}))
-    opt = data.get("optimizer") or {}
-    pool = _section(opt, "params.pool")
-    if opt.get("name") not in (None, "none") and pool is not None:
-        bad.extend(pool_problems(data.get("dataset") or {}, pool))
+    bad.extend(_half_price(model.price))
+    pool = getattr(config.optimizer.params, "pool", None)
+    if config.optimizer.name != "none" and isinstance(pool, PoolParams):
+        bad.extend(pool_problems(dataset, pool))
     return bad
 
 
-def _half_price(price: Mapping[str, Any]) -> list[BadSetting]:
+def _half_price(price: PriceConfig) -> list[BadSetting]:
     """A price is both token prices and the date they were read, or none of them: half a price
     would show a cost that leaves out what the other half costs, or one nobody can date."""
-    given = {k: price.get(k) for k in ("input_per_mtok", "output_per_mtok", "as_of")}
+    given = {"input_per_mtok": price.input_per_mtok, "output_per_mtok": price.output_per_mtok, "as_of": price.as_of}
     if all(v is None for v in given.values()) or all(v not in (None, "") for v in given.values()):
         return []
     unset = [k for k, v in given.items() if v in (None, "")]
@@ -305,27 +364,27 @@ def _half_price(price: Mapping[str, Any]) -> list[BadSetting]:
     ) for k in unset]  # fmt: skip
 
 
-def pool_problems(dataset: Mapping[str, Any], pool: Mapping[str, Any]) -> list[BadSetting]:
+def pool_problems(dataset: DatasetConfig, pool: PoolParams) -> list[BadSetting]:
     """Why the optimizer pool cannot be drawn as configured (optimizers.entry.pool_dataset_config asks too)."""
-    source = pool.get("source", "train")
+    source = pool.source
     if source not in POOL_SOURCES:
         return [BadSetting("optimizer.params.pool.source", source, f"{' or '.join(POOL_SOURCES)}",
                            "optimizer.params.pool.source=train")]  # fmt: skip
-    if source == "test_minus_eval" and pool.get("path"):
+    if source == "test_minus_eval" and pool.path:
         return [BadSetting(
-            "optimizer.params.pool.path", pool["path"],
+            "optimizer.params.pool.path", pool.path,
             "a train file is read only with pool.source=train; pool.source=test_minus_eval draws from the cell's own "
             "test-split dataset and would ignore it",
             "optimizer.params.pool.path=null, or optimizer.params.pool.source=train",
         )]  # fmt: skip
-    if source == "train" and not pool.get("path"):
-        if dataset.get("path"):
+    if source == "train" and not pool.path:
+        if dataset.path:
             return [BadSetting(
                 "optimizer.params.pool.path", None,
                 "the cell's dataset is a local file (dataset.path), so the train pool needs a local train file too",
                 "optimizer.params.pool.path=<train.jsonl>, or optimizer.params.pool.source=test_minus_eval",
             )]  # fmt: skip
-        if dataset.get("source") == "demo":
+        if dataset.source == "demo":
             return [BadSetting(
                 "optimizer.params.pool.path", None, "the demo dataset has no train split to draw the pool from",
                 "dataset=apps, or optimizer.params.pool.path=<train.jsonl>",
@@ -333,63 +392,46 @@ def pool_problems(dataset: Mapping[str, Any], pool: Mapping[str, Any]) -> list[B
     return []
 
 
-def _roles_and_prompts(data: Mapping[str, Any]) -> list[BadSetting]:
+def _roles_and_prompts(config: Config) -> list[BadSetting]:
     """The team size must have a role list and every role its prompt (a prompt file is read here)."""
     # here, not at the top: re-scoring imports this module (through cell.py) and loads no topology code
     from apps_bench.topologies.prompts import TopologyConfigError, load_prompts, roles_for, sizes_of
 
-    topo = data.get("topology") or {}
-    size = topo.get("team_size")
+    topo = config.topology
+    size = topo.team_size
     if not _is_int(size) or size < 1:
         return []  # the range rule already said so
-    typed_topo = typed(TopologyConfig, topo)  # composed data: the schema has checked it already
     try:
-        roles_for(typed_topo)
+        roles_for(topo)
     except TopologyConfigError:
-        sizes = sizes_of(typed_topo)
+        sizes = sizes_of(topo)
         return [BadSetting(
             "topology.team_size", size,
-            f"a team size topology={topo.get('name')} has a role list for: {', '.join(map(str, sizes)) or 'none'}",
+            f"a team size topology={topo.name} has a role list for: {', '.join(map(str, sizes)) or 'none'}",
             f"topology.team_size={sizes[0] if sizes else 1}, or add a role list for {size} under topology.roles_by_size",
         )]  # fmt: skip
     try:
-        load_prompts(typed_topo)
+        load_prompts(topo)
     except (TopologyConfigError, OSError, ValueError) as exc:
-        key = "topology.prompt_file" if topo.get("prompt_file") else "topology.prompts"
-        return [BadSetting(key, topo.get("prompt_file") or "...", str(exc),
+        key = "topology.prompt_file" if topo.prompt_file else "topology.prompts"
+        return [BadSetting(key, topo.prompt_file or "...", str(exc),
                            "point it at a YAML/JSON file with a prompt for every role of the team and no other")]  # fmt: skip
     return []
 
 
-def _sandbox_limits(data: Mapping[str, Any]) -> list[BadSetting]:
-    """The judge's sandbox limits, checked as the pool will read them (SandboxLimits)."""
-    sandbox = _section(data, "judge.sandbox")
-    if sandbox is None:
-        return []
-    try:
-        typed(SandboxLimits, sandbox)
-    except (TypeError, ValueError) as e:
-        key = next((f"judge.sandbox.{k}" for k in sandbox if f"judge.sandbox.{k} " in str(e)), "judge.sandbox")
-        return [BadSetting(key, sandbox.get(key.rsplit(".", 1)[-1]) if key != "judge.sandbox" else "...", str(e),
-                           "see conf/judge/seed.yaml's sandbox: block for each limit's meaning and value")]
-    return []
-
-
-def check_settings(data: Mapping[str, Any]) -> None:
-    """Raise InvalidSettings naming every bad setting of a composed (plain) cell config."""
-    bad = _apply(RULES, data, "")
-    opt = data.get("optimizer") or {}
-    if opt.get("name") not in (None, "none"):
-        bad += _apply(OPTIMIZER_RULES, opt.get("params") or {}, "optimizer.params")
-        bad += _foreign_params(opt)
-    tracking = data.get("tracking") or {}
-    if tracking.get("backend") not in TRACKING_BACKENDS:
-        bad.append(BadSetting("tracking.backend", tracking.get("backend"), f"one of {', '.join(TRACKING_BACKENDS)}",
+def check_settings(cfg: object) -> None:
+    """Raise InvalidSettings naming every bad setting of a composed cell (typed once: typed_cell)."""
+    config = typed_cell(cfg)
+    bad = _apply(RULES, config, "")
+    if config.optimizer.name != "none":
+        bad += _apply(OPTIMIZER_RULES, config.optimizer.params, "optimizer.params")
+        bad += _method_apart(config)
+    if config.tracking.backend not in TRACKING_BACKENDS:
+        bad.append(BadSetting("tracking.backend", config.tracking.backend, f"one of {', '.join(TRACKING_BACKENDS)}",
                               "tracking=mlflow, or tracking=none"))  # fmt: skip
-    bad += _ignored(data)
-    bad += _sandbox_limits(data)
+    bad += _ignored(config)
     if not any(b.key.startswith("topology.") for b in bad):
-        bad += _roles_and_prompts(data)
+        bad += _roles_and_prompts(config)
     if bad:
         raise InvalidSettings(bad)
 
@@ -397,19 +439,19 @@ def check_settings(data: Mapping[str, Any]) -> None:
 # ----------------------------------------------------------------------------- selection
 
 
-def empty_selection(loaded: Any, data: Mapping[str, Any]) -> BadSetting | None:
+def empty_selection(loaded: LoadResult, config: Config) -> BadSetting | None:
     """Which setting selected no problem at all (a cell of zero problems is an error, not a 0.0 score)."""
     if loaded.problems:
         return None
-    ds = data.get("dataset") or {}
-    where = ds.get("path") or f"dataset={ds.get('name')}"
-    only = [str(x) for x in (data.get("only") or [])]
-    difficulty, offset = data.get("difficulty"), int(data.get("offset") or 0)
+    ds = config.dataset
+    where = ds.path or f"dataset={ds.name}"
+    only = [str(x) for x in config.only]
+    difficulty, offset = config.difficulty, config.offset
     matched = loaded.rows_matched
     if loaded.rows_selected:
         reasons = ", ".join(f"{n} {r}" for r, n in sorted(loaded.skipped.items()))
         return BadSetting(
-            "dataset.path" if ds.get("path") else "dataset", ds.get("path") or ds.get("name"),
+            "dataset.path" if ds.path else "dataset", ds.path or ds.name,
             f"rows with usable tests; all {loaded.rows_selected} selected rows of {where} were skipped ({reasons})",
             "select other rows (only=, offset=, difficulty=), or fix the file",
         )  # fmt: skip
@@ -429,4 +471,4 @@ def empty_selection(loaded: Any, data: Mapping[str, Any]) -> BadSetting | None:
             "offset", offset, f"less than the {matched} problems the selection matches in {where}",
             f"offset={max(0, matched - 1)} or lower, e.g. offset=0",
         )  # fmt: skip
-    return BadSetting("dataset", ds.get("name"), f"a dataset with rows; {where} has none", "check the file, or pick another dataset")
+    return BadSetting("dataset", ds.name, f"a dataset with rows; {where} has none", "check the file, or pick another dataset")

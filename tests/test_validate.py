@@ -232,3 +232,18 @@ def test_the_plan_shows_a_bad_cell_refused(tmp_path: Path):
     plan = make_plan(["offset=0,5"], multirun=True, cells_dir=tmp_path)
     assert [c["allowed"] for c in plan["cells"]] == [True, False]
     assert "offset=5: less than the 2 problems" in plan["cells"][1]["guard"]
+
+
+def test_the_checks_read_the_typed_config():
+    """The cell is typed once at the door (validate.typed_cell) and the settings check reads the typed Config:
+    given the Config, it names the same bad settings, in the same words, as given the composed node."""
+    from apps_bench.config import typed_config
+    from apps_bench.validate import InvalidSettings, check_settings
+
+    node = compose_cell("limit=-1", "model.top_p=0", "topology.rounds=3")
+    with pytest.raises(InvalidSettings) as on_node:
+        check_settings(node)
+    with pytest.raises(InvalidSettings) as on_typed:
+        check_settings(typed_config(node))
+    assert [b.key for b in on_typed.value.bad] == ["limit", "model.top_p", "topology.rounds"]
+    assert str(on_typed.value) == str(on_node.value)

@@ -42,7 +42,7 @@ def pool_dataset_config(dataset_cfg: DatasetConfig, pool: PoolParams) -> Dataset
     local codeparrot-schema train file); source=test_minus_eval reads the cell's own
     test-split dataset.
     """
-    bad = pool_problems(dataclasses.asdict(dataset_cfg), dataclasses.asdict(pool))
+    bad = pool_problems(dataset_cfg, pool)
     if bad:
         raise ValueError(bad[0].line())
     if pool.source == "test_minus_eval":

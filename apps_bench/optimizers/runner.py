@@ -56,7 +56,7 @@ class PipelineRunner:
             outcome = await self.engine.step(self.problems[key], job)
         solved = outcome.solved
         if outcome.error:  # tokens count when the runner returned (its own error), not after an exception
-            spent = solved.usage.total_tokens if solved.attempt is not None else 0
+            spent = solved.usage.total_tokens if solved.attempt is not None and solved.usage is not None else 0
             rollout = Rollout(key=key, seed=seed, error=outcome.error, task_tokens=spent)
         else:
             assert solved.attempt is not None and outcome.verdict is not None  # no error: solved and judged

@@ -110,7 +110,8 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[str, str]], list[Me
 
 def _selection_refusal(data: dict[str, Any]) -> str | None:
     try:
-        bad = empty_selection(load_selection(typed_config(data)), data)
+        config = typed_config(data)
+        bad = empty_selection(load_selection(config), config)
     except (ValueError, OSError) as exc:
         return f"cannot load dataset {data['dataset'].get('name')}: {exc}"
     return str(InvalidSettings([bad])) if bad is not None else None
