@@ -31,7 +31,7 @@ from apps_bench.config import DatasetConfig, JudgeConfig, read_option, typed
 from apps_bench.data import load_problems
 from apps_bench.judge import Judge
 from apps_bench.judge.core import judge_program
-from apps_bench.judge.profiles import JudgeConfigError, judge_config
+from apps_bench.judge.profiles import JudgeConfigError, judge_config, with_rules
 from apps_bench.sandbox import SandboxPool
 from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
@@ -148,7 +148,10 @@ def rescored_config(data: Mapping[str, Any], overrides: Mapping[str, str]) -> di
             new["judge"] = asdict(judge_config(overrides["judge"]))
         except JudgeConfigError as e:
             raise RescoreError(str(e)) from None
-    judge = OmegaConf.create(dict(new.get("judge") or {}))
+    try:
+        judge = OmegaConf.create(with_rules(new.get("judge") or {}))
+    except JudgeConfigError as e:
+        raise RescoreError(str(e)) from None
     try:
         for key, value in overrides.items():
             if key.startswith("judge."):

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from apps_bench.judge.compare import compare_call, compare_stdin
-    from apps_bench.judge.core import PROFILES, Judge, check_profile, has_sandbox_error
+    from apps_bench.judge.core import Judge, has_sandbox_error
+    from apps_bench.judge.rules import ReferenceRules, SeedRules
     from apps_bench.judge.summary import Summary, TierStats, summarize
 
 # Imported on first use: `python -m apps_bench.judge` imports this package before its
@@ -15,7 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # up on the other core while the data and comparison modules are imported).
 _WHERE = {
     "compare_call": "compare", "compare_stdin": "compare",
-    "PROFILES": "core", "Judge": "core", "check_profile": "core", "has_sandbox_error": "core",
+    "Judge": "core", "has_sandbox_error": "core", "ReferenceRules": "rules", "SeedRules": "rules",
     "Summary": "summary", "TierStats": "summary", "summarize": "summary",
 }
 
@@ -27,10 +28,10 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Judge",
-    "PROFILES",
+    "ReferenceRules",
+    "SeedRules",
     "Summary",
     "TierStats",
-    "check_profile",
     "compare_call",
     "compare_stdin",
     "has_sandbox_error",

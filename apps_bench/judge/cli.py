@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from apps_bench.config import read_option, read_setting
 from apps_bench.data import load_problems
-from apps_bench.judge.core import Judge, check_profile
+from apps_bench.judge.core import Judge
 from apps_bench.judge.profiles import JudgeConfigError, judge_config
 from apps_bench.judge.summary import summarize
 from apps_bench.provenance import sandbox_summary
@@ -123,10 +123,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, t0: float) -> int:
-    try:
-        check_profile(args.profile)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
     overrides = list(args.overrides)
     if args.timeout_s is not None:
         if args.timeout_s <= 0:

@@ -144,8 +144,8 @@ def summarize(items: Iterable[Any], *, skipped: Mapping[str, int] | None = None,
     for item in items:
         if not profile and isinstance(item, tuple) and isinstance(item[1], Verdict):
             s.profile = s.profile or item[1].profile
-        diff, passed, extracted, sandbox = _unpack(item)
-        if sandbox:
+        diff, passed, extracted, sandbox_error = _unpack(item)
+        if sandbox_error:
             s.n_sandbox_errors += 1
             continue
         s.n_problems += 1
