@@ -62,7 +62,9 @@ class SqueueWatcher(SlurmInfoWatcher):
     gone_grace_s = 10.0  # a job never seen in the queue this long after submission has ended
 
     def __init__(self, poll_s: float) -> None:
-        super().__init__(delay_s=poll_s)  # submitit asks at most this often (every 2 s at the start)
+        # submitit asks at most this often (every 2 s at the start); it annotates delay_s as int but only
+        # compares it with float seconds (poll_s is a float setting)
+        super().__init__(delay_s=poll_s)  # type: ignore[arg-type]
         self._registered_at: dict[str, float] = {}
         self._order: list[str] = []
         self._pending_since: dict[str, float] = {}

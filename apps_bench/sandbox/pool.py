@@ -128,7 +128,7 @@ class _Worker:
         self.index = index
         self.uid = pool._uid_base + index
         self.cgroup: str | None = None
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.reader: FrameReader | None = None
         self.ready = False
         self.features: dict[str, Any] = {}
@@ -151,7 +151,7 @@ class _Worker:
         limits = self.pool.limits.to_dict()
         # RLIMIT_NPROC counts every process of the uid: without our own uid, leave
         # room for this user's other processes.
-        limits["nproc"] += _count_processes_of(os.getuid()) if os.geteuid() != 0 else 0
+        limits["nproc"] = self.pool.limits.nproc + (_count_processes_of(os.getuid()) if os.geteuid() != 0 else 0)
         cfg = {
             "contained": self.contained,
             "user_namespace": os.geteuid() != 0,
@@ -170,11 +170,12 @@ class _Worker:
             userns = ["--user", "--map-root-user"] if os.geteuid() != 0 else []
             cmd = ["unshare", *userns, "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc",
                    "--uts", "--mount", "--propagation", "private", "--", *cmd]
-        self.proc = subprocess.Popen(
+        self.proc = proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
             start_new_session=True, cwd="/",
         )
-        self.reader = FrameReader(self.proc.stdout.fileno())
+        assert proc.stdout is not None  # stdout=PIPE
+        self.reader = FrameReader(proc.stdout.fileno())
         self.ready = False
 
     def wait_ready(self) -> None:
@@ -194,12 +195,16 @@ class _Worker:
                         " (root)" if os.geteuid() == 0 else "")
 
     def send(self, data: bytes) -> None:
+        if self.proc is None or self.proc.stdin is None:
+            raise WorkerBroken("worker link closed: the worker is stopped")
         try:
             send_frame(self.proc.stdin.fileno(), data)
         except (ChannelClosed, OSError) as e:
             raise WorkerBroken(f"worker link closed: {e}") from None
 
     def recv(self, deadline: float) -> dict[str, Any]:
+        if self.reader is None:
+            raise WorkerBroken("worker link closed: the worker was never started")
         try:
             msg = json.loads(self.reader.read(deadline))
         except ChannelTimeout:
@@ -217,7 +222,8 @@ class _Worker:
         self.proc = None
         self.ready = False
         try:
-            p.stdin.close()
+            if p.stdin is not None:
+                p.stdin.close()
         except OSError:
             pass
         try:
@@ -230,7 +236,8 @@ class _Worker:
             p.kill()
             p.wait()
         try:
-            p.stdout.close()
+            if p.stdout is not None:
+                p.stdout.close()
         except OSError:
             pass
         self._remove_cgroup()
@@ -490,7 +497,7 @@ class SandboxPool:
         # Tell every worker to finish first (end of its job stream), then wait for each:
         # they sweep and exit side by side instead of one after another.
         for w in workers:
-            if w.proc is not None:
+            if w.proc is not None and w.proc.stdin is not None:
                 try:
                     w.proc.stdin.close()
                 except OSError:
@@ -531,6 +538,6 @@ def _raw_from_msg(msg: dict[str, Any], expected: int) -> RawRun:
     return RawRun(
         index=index, status=status, stdout=s("stdout"), value_json=vj if isinstance(vj, str) else None,
         stderr=s("stderr"), exit_code=ec if type(ec) is int else None,
-        seconds=float(secs) if type(secs) in (int, float) else 0.0, detail=s("detail"),
+        seconds=float(secs) if isinstance(secs, (int, float)) and not isinstance(secs, bool) else 0.0, detail=s("detail"),
         fatal=msg.get("fatal") is True, late=msg.get("late") is True,
     )

@@ -256,9 +256,10 @@ class ReferenceRunner(Runner):
         self.real_stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
         err = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
                                errors="backslashreplace", line_buffering=True)
-        sys.stdin = sys.__stdin__ = self.real_stdin
-        sys.stdout = sys.__stdout__ = self.real_stdout
-        sys.stderr = sys.__stderr__ = err
+        # the original's process had these as its interpreter's own streams (typeshed marks them Final)
+        sys.stdin = sys.__stdin__ = self.real_stdin  # type: ignore[misc]
+        sys.stdout = sys.__stdout__ = self.real_stdout  # type: ignore[misc]
+        sys.stderr = sys.__stderr__ = err  # type: ignore[misc]
         self._out, self._err = self.real_stdout, err
         sys.argv = [SOURCE_NAME]
         sys.setrecursionlimit(1000)
@@ -290,7 +291,7 @@ class ReferenceRunner(Runner):
             self._disarm()
             return _clip(f"compile error: {_type(e).__name__}: {e}")
         try:
-            self.method = getattr(target, s.fn_name if call else "code")
+            self.method = getattr(target, (s.fn_name or "") if call else "code")
         except BaseException as e:  # the original's bare `except:`
             return _clip(f"unable to get function: {_type(e).__name__}: {e}")
         return None
@@ -344,7 +345,8 @@ class ReferenceRunner(Runner):
         p.set(builtins, "open", _lazy_mock_open(self.mock, text))
         return p
 
-    def run_stdin(self, index: int, text: Any) -> dict:
+    def run_text(self, index: int, text: Any) -> dict:
+        """One standard-input test, `text` its input as the row has it (a list is joined, as the original does)."""
         s = self.spec
         if _isinstance(text, list):
             try:
@@ -352,7 +354,7 @@ class ReferenceRunner(Runner):
             except BaseException:
                 _exit(1)  # the original fails outside any handler here: the process ends
         capture = _StringIO()
-        capture.close = lambda x: 1  # type: ignore[method-assign,assignment]  # the original's no-op close
+        capture.close = lambda x: 1  # type: ignore[method-assign,assignment,misc]  # the original's close (which raises TypeError when called)
         outer = sys.stdout
         sys.stdout = capture
         t0 = _perf()
@@ -412,7 +414,7 @@ class ReferenceRunner(Runner):
             if self.await_go() != GO:
                 break
             inp = self.take_input()
-            res = self.run_call(index, inp) if s.mode == "call" else self.run_stdin(index, inp)
+            res = self.run_call(index, inp) if s.mode == "call" else self.run_text(index, inp)
             self.send_result(res)
             _ftruncate(s.out_fd, 0)
             _ftruncate(s.err_fd, 0)
