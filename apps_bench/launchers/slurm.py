@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from hydra.core.utils import JobReturn, filter_overrides
 from submitit.slurm.slurm import SlurmInfoWatcher, SlurmJob
@@ -193,11 +193,13 @@ def stopping_launch(
         raise
 
 
-def _unless_stopped(results: Sequence[Any]) -> Sequence[JobReturn]:
+def _unless_stopped(results: Sequence[JobReturn | faults.SweepStopped]) -> Sequence[JobReturn]:
+    done: list[JobReturn] = []
     for result in results:
         if isinstance(result, faults.SweepStopped):
             _stop(result)
-    return results
+        done.append(result)
+    return done
 
 
 def _raise_if_stopped(submitit_folder: str, disks: Sequence[str]) -> None:
@@ -251,7 +253,7 @@ def _wait_all(watcher: SqueueWatcher) -> None:
         time.sleep(1)
 
 
-def _outcome(result_pickle: Any) -> str | None:
+def _outcome(result_pickle: Path) -> str | None:
     """'success', 'failed (see its log)', or None when the job wrote no result."""
     if not result_pickle.exists():
         return None

@@ -30,11 +30,12 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, TypedDict
 
 from apps_bench.sandbox.env import CLEAN_ENV
 
 from ..cpus import usable_cpus
+from ..types import JsonObject
 from . import cgroups
 from .api import RAW_STATUSES, ExecResult, RawRun, RunRequest
 from .limits import SandboxLimits
@@ -120,6 +121,20 @@ class WorkerBroken(Exception):
     pass
 
 
+class Job(TypedDict):
+    """One RunRequest as the pool sends it to a worker (sandbox/worker.py reads these keys)."""
+
+    code: str
+    mode: str
+    fn_name: str | None
+    inputs: list[object]
+    timeout_s: float
+    memory_bytes: int
+    stderr_chars: int
+    reference: bool
+    alarm_s: float
+
+
 class _Worker:
     """The pool's handle on one worker process."""
 
@@ -131,7 +146,7 @@ class _Worker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.reader: FrameReader | None = None
         self.ready = False
-        self.features: dict[str, Any] = {}
+        self.features: JsonObject = {}  # what the worker reported at start-up
         self.contained = pool._contain_mode
 
     def _make_cgroup(self) -> tuple[str | None, str]:
@@ -202,7 +217,7 @@ class _Worker:
         except (ChannelClosed, OSError) as e:
             raise WorkerBroken(f"worker link closed: {e}") from None
 
-    def recv(self, deadline: float) -> dict[str, Any]:
+    def recv(self, deadline: float) -> JsonObject:
         if self.reader is None:
             raise WorkerBroken("worker link closed: the worker was never started")
         try:
@@ -344,7 +359,7 @@ class SandboxPool:
         self._free.put(w)
 
     @property
-    def features(self) -> dict[str, Any]:
+    def features(self) -> JsonObject:
         """The containment the workers actually have, as they reported it when they started.
 
         Plain JSON data, stable across runs on one host (no pids, uids or paths of a run):
@@ -360,7 +375,7 @@ class SandboxPool:
             finally:
                 self._release(w)
         keys = list(dict.fromkeys(k for r in reports for k in r))
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for k in keys:
             values = [r.get(k) for r in reports]
             out[k] = values[0] if all(v == values[0] for v in values) else "mixed"
@@ -389,7 +404,7 @@ class SandboxPool:
         n = len(req.inputs)
         if n == 0:
             return []
-        job = {
+        job: Job = {
             "code": req.code, "mode": req.mode, "fn_name": req.fn_name, "inputs": list(req.inputs),
             "timeout_s": float(req.timeout_s), "memory_bytes": int(req.memory_bytes),
             "stderr_chars": int(stderr_chars if stderr_chars is not None else self.limits.stderr_chars),
@@ -401,7 +416,7 @@ class SandboxPool:
         finally:
             self._release(w)
 
-    def _run_on(self, w: _Worker, job: dict[str, Any], n: int,
+    def _run_on(self, w: _Worker, job: Job, n: int,
                 keep_going: Callable[[RawRun], bool] | None) -> list[RawRun]:
         """Drive one job. The worker's child runs ahead; every result but the last (and a
         compile error) gets a C(ontinue)/S(top) reply, also results that arrive after a
@@ -521,7 +536,7 @@ class SandboxPool:
         self.close()
 
 
-def _raw_from_msg(msg: dict[str, Any], expected: int) -> RawRun:
+def _raw_from_msg(msg: JsonObject, expected: int) -> RawRun:
     """Build a RawRun from a worker message, checking every field's type."""
     status = msg.get("status")
     index = msg.get("index")

@@ -41,7 +41,7 @@ import signal
 import sys
 import time
 import types
-from typing import Any
+from typing import Any, Callable
 from unittest import mock
 
 from .harness import (
@@ -115,9 +115,9 @@ class _Patches:
     its class is deleted again (so the class's shows through); a missing one is an error."""
 
     def __init__(self) -> None:
-        self.undo: list[tuple[Any, str, Any]] = []
+        self.undo: list[tuple[object, str, object]] = []
 
-    def set(self, obj: Any, name: str, value: Any) -> None:
+    def set(self, obj: object, name: str, value: object) -> None:
         own = getattr(obj, "__dict__", None)
         if own is not None and name in own:
             self.undo.append((obj, name, own[name]))
@@ -140,12 +140,12 @@ class _Patches:
                 setattr(obj, name, old)
 
 
-def _lazy_mock_open(mock: Any, text: str) -> Any:
+def _lazy_mock_open(mock: types.ModuleType, text: str) -> Callable[..., object]:
     """`open` as the original's `mock_open(read_data=text)`, built on the first call (building
     one costs ~4 ms, and most programs never call open)."""
-    made: list[Any] = []
+    made: list[Callable[..., object]] = []
 
-    def open_(*args: Any, **kwargs: Any) -> Any:
+    def open_(*args: object, **kwargs: object) -> object:
         if not made:
             made.append(mock.mock_open(read_data=text))
         return made[0](*args, **kwargs)
@@ -157,7 +157,7 @@ class ReferenceTimeout(Exception):
     """The per-test alarm; an Exception, so a program's `except Exception` catches it as in the original."""
 
 
-def _on_alarm(signum: int, frame: Any) -> None:
+def _on_alarm(signum: int, frame: types.FrameType | None) -> None:
     print("alarm went off")  # the original's handler prints (into the captured stdout, in stdin mode)
     raise ReferenceTimeout
 
@@ -279,7 +279,7 @@ class ReferenceRunner(Runner):
         source = PRELUDE + (s.code if call else wrap_stdin_program(s.code))
         self._arm()
         try:
-            g: dict[str, Any] = {}
+            g: dict[str, object] = {}
             _exec(_compile(source, SOURCE_NAME, "exec", dont_inherit=True), g)
             mod = _ModuleType(MODULE_NAME, "")
             mod.__dict__.update({k: v for k, v in g.items() if k not in PYEXT_HIDDEN})
