@@ -96,12 +96,13 @@ class DeclaredOnly:
 
 def versions(packages: Iterable[str]) -> dict[str, str]:
     """Import name -> the version of the imported package (its `__version__`, else its distribution's)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     out: dict[str, str] = {}
     for name in packages:
         v = getattr(sys.modules.get(name), "__version__", None)
         if not isinstance(v, str):
+            # Only here: importing importlib.metadata costs every worker ~10 ms of start-up.
+            from importlib.metadata import PackageNotFoundError, version
+
             try:
                 v = version(name)
             except PackageNotFoundError:

@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import weakref
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypedDict
 
@@ -62,6 +63,8 @@ _WORKER_BOOT = (
     "site.setquit(); site.setcopyright(); site.sethelper()\n"
     "if importlib.util.find_spec('numpy') is None:\n"
     "    site.main()\n"
+    "if len(sys.argv) > 6:\n"  # behind an `unshare` launcher: write to the caller's stderr, not the launcher's
+    "    import os; os.dup2(int(sys.argv[6]), 2); os.close(int(sys.argv[6]))\n"
     "from apps_bench.sandbox.worker import main; main()"
 )
 _SITE_DIRS = ":".join(
@@ -185,20 +188,31 @@ class _Worker:
             userns = ["--user", "--map-root-user"] if os.geteuid() != 0 else []
             cmd = ["unshare", *userns, "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc",
                    "--uts", "--mount", "--propagation", "private", "--", *cmd]
-        self.proc = proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True,
-            start_new_session=True, cwd="/",
-        )
-        assert proc.stdout is not None  # stdout=PIPE
-        self.reader = FrameReader(proc.stdout.fileno())
+        # The launcher's own stderr is a pipe, read only to say why a worker did not start; the
+        # worker gets this process's stderr under another number. A kill that reaches the worker
+        # before its launcher (a process-tree kill going deepest first) makes util-linux's unshare
+        # say on its stderr that it cannot re-raise SIGKILL on itself: nothing for the caller.
+        caller_err = os.dup(2) if self.contained else None
+        try:
+            self.proc = subprocess.Popen(
+                cmd + ([str(caller_err)] if caller_err is not None else []), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE if caller_err is not None else None, env=env,
+                close_fds=True, pass_fds=() if caller_err is None else (caller_err,), start_new_session=True, cwd="/",
+            )
+        finally:
+            if caller_err is not None:
+                os.close(caller_err)
+        assert self.proc.stdout is not None  # stdout=PIPE
+        self.reader = FrameReader(self.proc.stdout.fileno())
         self.ready = False
 
     def wait_ready(self) -> None:
         try:
             msg = self.recv(time.monotonic() + READY_TIMEOUT_S)
         except WorkerBroken as e:
+            said = self._launcher_said()
             self.stop()
-            raise WorkerBroken(f"sandbox worker did not start: {e}") from None
+            raise WorkerBroken(f"sandbox worker did not start: {e}" + (f" ({said})" if said else "")) from None
         if msg.get("t") != "ready":
             self.stop()
             raise WorkerBroken(f"sandbox worker did not start: {msg.get('error', msg)}")
@@ -208,6 +222,18 @@ class _Worker:
             log.warning("sandbox worker %d cannot give programs their own uid (%s); they run as the "
                         "worker's user%s", self.index, self.features["uid_switch_skipped"],
                         " (root)" if os.geteuid() == 0 else "")
+
+    def _launcher_said(self) -> str:
+        """What the `unshare` launcher wrote on its stderr so far, on one line."""
+        err = self.proc.stderr if self.proc is not None else None
+        if err is None:
+            return ""
+        os.set_blocking(err.fileno(), False)
+        try:
+            text = (err.read() or b"").decode(errors="replace")
+        except OSError:
+            return ""
+        return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
     def send(self, data: bytes) -> None:
         if self.proc is None or self.proc.stdin is None:
@@ -250,11 +276,12 @@ class _Worker:
                 pass
             p.kill()
             p.wait()
-        try:
-            if p.stdout is not None:
-                p.stdout.close()
-        except OSError:
-            pass
+        for pipe in (p.stdout, p.stderr):
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except OSError:
+                pass
         self._remove_cgroup()
 
     def _remove_cgroup(self) -> None:
@@ -421,61 +448,52 @@ class SandboxPool:
         """Drive one job. The worker's child runs ahead; every result but the last (and a
         compile error) gets a C(ontinue)/S(top) reply, also results that arrive after a
         stop (they are discarded), so the worker can account for every reply."""
-        results: list[RawRun] = []
-        go = True
-        pending: BaseException | None = None
-        compile_detail: str | None = None
-        next_index = 0
-        per_msg = float(job["timeout_s"]) + MESSAGE_SLACK_S
+        st = _JobResults(n, keep_going)
         try:
             w.send(b"J" + pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
-            while True:
-                msg = w.recv(time.monotonic() + per_msg)
-                kind = msg.get("t")
-                if kind == "end":
-                    if msg.get("damaged"):  # the program damaged this worker: a fresh one judges the next
-                        log.warning("sandbox worker %d replaced: %s", w.index, msg["damaged"])
-                        w.restart()
-                    break
-                if kind != "raw":
-                    raise WorkerBroken(f"unexpected worker message {kind!r}")
-                raw = _raw_from_msg(msg, expected=next_index)
-                next_index += 1
-                if go:
-                    results.append(raw)
-                    if keep_going is not None:
-                        try:
-                            go = bool(keep_going(raw))
-                        except BaseException as e:  # tell the worker to stop, then re-raise
-                            pending, go = e, False
-                    if raw.status == "compile_error":
-                        compile_detail = raw.detail
-                if raw.status != "compile_error" and raw.index < n - 1:
-                    w.send(b"C" if go else b"S")
+            self._follow(w, float(job["timeout_s"]) + MESSAGE_SLACK_S, st)
         except WorkerBroken as e:
-            if self._closed:
-                w.stop(wait_s=0.5)
-            else:
-                log.error("sandbox worker %d broke (%s); restarting it", w.index, e)
-                try:
+            self._broke(w, e)
+            if st.go and len(st.results) < n:  # (every result already in: the job stands as it is)
+                st.results.append(RawRun(index=len(st.results), status="sandbox_error",
+                                         detail=f"sandbox worker broke: {e}"))
+            if st.pending is not None:
+                raise st.pending from e
+            return st.results
+        if st.pending is not None:
+            raise st.pending
+        if st.compile_detail is not None and st.go and not job.get("reference"):  # reference: [-2] alone
+            st.fill_compile_errors()
+        return st.results
+
+    @staticmethod
+    def _follow(w: _Worker, per_msg: float, st: _JobResults) -> None:
+        """Read the job's results up to its `end`, replying to each one that owes a reply."""
+        while True:
+            msg = w.recv(time.monotonic() + per_msg)
+            kind = msg.get("t")
+            if kind == "end":
+                if msg.get("damaged"):  # the program damaged this worker: a fresh one judges the next
+                    log.warning("sandbox worker %d replaced: %s", w.index, msg["damaged"])
                     w.restart()
-                except Exception as e2:  # noqa: BLE001
-                    log.error("sandbox worker %d failed to restart: %s", w.index, e2)
-            if go and len(results) < n:  # (every result already in: the job stands as it is)
-                results.append(RawRun(index=len(results), status="sandbox_error",
-                                      detail=f"sandbox worker broke: {e}"))
-            if pending is not None:
-                raise pending from e
-            return results
-        if pending is not None:
-            raise pending
-        if compile_detail is not None and go and not job.get("reference"):  # reference: [-2] alone
-            for i in range(len(results), n):
-                raw = RawRun(index=i, status="compile_error", exit_code=1, detail=compile_detail)
-                results.append(raw)
-                if keep_going is not None and not keep_going(raw):
-                    break
-        return results
+                return
+            if kind != "raw":
+                raise WorkerBroken(f"unexpected worker message {kind!r}")
+            raw = _raw_from_msg(msg, expected=st.next_index)
+            st.next_index += 1
+            st.take(raw)
+            if raw.status != "compile_error" and raw.index < st.n - 1:
+                w.send(b"C" if st.go else b"S")
+
+    def _broke(self, w: _Worker, e: WorkerBroken) -> None:
+        if self._closed:
+            w.stop(wait_s=0.5)
+            return
+        log.error("sandbox worker %d broke (%s); restarting it", w.index, e)
+        try:
+            w.restart()
+        except Exception as e2:  # noqa: BLE001
+            log.error("sandbox worker %d failed to restart: %s", w.index, e2)
 
     def python_exec(self, code: str, stdin: str = "", *, timeout_s: float, output_chars: int) -> ExecResult:
         """Run a script once in a fresh child (the agents' tool); output clipped.
@@ -534,6 +552,40 @@ class SandboxPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass
+class _JobResults:
+    """One job's results on the pool's side, and whether the caller wants more."""
+
+    n: int
+    keep_going: Callable[[RawRun], bool] | None
+    results: list[RawRun] = field(default_factory=list)
+    go: bool = True
+    pending: BaseException | None = None  # raised by keep_going: re-raised once the worker has been told to stop
+    compile_detail: str | None = None
+    next_index: int = 0
+
+    def take(self, raw: RawRun) -> None:
+        """Keep a result while the caller wants more, and ask it whether to go on."""
+        if not self.go:  # arrived after a stop: discarded
+            return
+        self.results.append(raw)
+        if self.keep_going is not None:
+            try:
+                self.go = bool(self.keep_going(raw))
+            except BaseException as e:  # tell the worker to stop, then re-raise
+                self.pending, self.go = e, False
+        if raw.status == "compile_error":
+            self.compile_detail = raw.detail
+
+    def fill_compile_errors(self) -> None:
+        """A program that does not compile fails every test left, as far as the caller wants them."""
+        for i in range(len(self.results), self.n):
+            raw = RawRun(index=i, status="compile_error", exit_code=1, detail=self.compile_detail or "")
+            self.results.append(raw)
+            if self.keep_going is not None and not self.keep_going(raw):
+                break
 
 
 def _raw_from_msg(msg: JsonObject, expected: int) -> RawRun:

@@ -113,6 +113,49 @@ def _pidfd(pid: int) -> int:
 
 
 @dataclass
+class _Plan:
+    """How a job's tests run: its size, limits and how each test's input is handed over."""
+
+    inputs: list[Any]
+    n: int
+    fsize_hard: int
+    timeout: float
+    limit: float  # a test's limit (reference: the alarm's length)
+    # reference: one process runs every test (no fresh child after a death) within one program-wide
+    # deadline (the original's global limit); each test (and the load) is limited to the alarm's length.
+    one_process: bool
+    raw_stdin: bool  # seed stdin: the bytes are the program's stdin (else the input pickled)
+
+    @classmethod
+    def of(cls, job: dict[str, Any], output_cap: int) -> _Plan:
+        inputs = job["inputs"]
+        max_in = 0
+        if job["mode"] != "call":
+            # An upper bound is enough (UTF-8 takes at most 4 bytes a character).
+            max_in = max((4 * len(x) if type(x) is str else len(stdin_bytes(x)) for x in inputs), default=0)
+        one_process = bool(job["reference"])
+        timeout = float(job["timeout_s"])
+        return cls(inputs=inputs, n=len(inputs), fsize_hard=max(output_cap, max_in) + 1, timeout=timeout,
+                   limit=float(job["alarm_s"]) if one_process else timeout, one_process=one_process,
+                   raw_stdin=job["mode"] != "call" and not one_process)
+
+    def data(self, k: int) -> bytes:
+        """Test k's input as the child takes it."""
+        x = self.inputs[k]
+        return stdin_bytes(x) if self.raw_stdin else pickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+@dataclass
+class _Clock:
+    """One child's running step: when it started (t0), its deadline, the program's, the frame awaited."""
+
+    t0: float
+    program_deadline: float
+    deadline: float = 0.0
+    step: bytes = b"R"  # the control frame awaited: R(eady), L(oaded), then b"" (test results)
+
+
+@dataclass
 class Child:
     pid: int
     pidfd: int
@@ -155,6 +198,17 @@ class Worker:
 
     # -- start-up -----------------------------------------------------------------
     def setup(self) -> None:
+        """The worker's rooms, once, before any program: its cgroup, its view of the system, what
+        every program is stripped of, and the programs' environment (all inherited by fork)."""
+        self._join_cgroup()
+        if self.contained:
+            self._enter_namespaces()
+        else:
+            self._weak_root()
+        self._strip_programs()
+        self._programs_env()
+
+    def _join_cgroup(self) -> None:
         cg = self.cfg.get("cgroup")
         self.features["pids_cgroup"] = False
         if self.cfg.get("cgroup_off"):  # why there is none: the features must not let a reader assume one
@@ -165,42 +219,48 @@ class Worker:
                 self.features["pids_cgroup"] = True
             except OSError as e:
                 self.features["pids_cgroup_error"] = str(e)
-        if self.contained:
-            if os.getpid() != 1:
-                raise RuntimeError("contained worker is not PID 1 of a new PID namespace")
-            keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *self.cfg.get("keep", [])]
-            keep += [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
-            hidden = contain.setup_worker_namespace(keep, "/tmp/run", self.tmp_size, self.shm_size)
-            self.root = "/tmp"
-            self.features.update(
-                contained=True, pid_namespace=True, net_namespace=True, ipc_namespace=True, uts_namespace=True,
-                mount_namespace=True, user_namespace=bool(self.cfg["user_namespace"]), readonly_root=True,
-                hidden=hidden,
-            )
-        else:
-            contain.prctl(contain.PR_SET_CHILD_SUBREAPER, 1)
-            if self.uid is not None and not all(_world_readable(p) for p in {sys.base_prefix, sys.prefix}):
-                # Without a mount namespace we cannot re-expose the interpreter to another
-                # uid: a switched child could not import what was not pre-imported.
-                self.features["uid_switch_skipped"] = "the interpreter is not readable by other users"
-                self.uid = None
-            self.root = tempfile.mkdtemp(prefix="apps-bench-sandbox-")
-            os.chmod(self.root, 0o711)  # the child's uid must reach run/ by absolute path
-            self.features["subreaper"] = True
-            if self.uid is None:
-                # RLIMIT_NPROC counts every process of this uid: leave room for the user's own.
-                mine = 0
-                uid = os.getuid()
-                for p in os.listdir("/proc"):
-                    if p.isdigit():
-                        try:
-                            mine += os.stat(f"/proc/{p}").st_uid == uid
-                        except OSError:
-                            pass
-                self.nproc = mine + self.nproc
-        # No capability and the seccomp filter for every program (contain.drop_privileges, seccomp.py):
-        # a worker where they cannot be had refuses to start, saying why (no weaker judge in silence).
-        # The bounding set is emptied here, once: every child inherits it, and the probes below check it.
+
+    def _enter_namespaces(self) -> None:
+        """Contained: PID 1 of new namespaces, a read-only view of the system, /tmp as the root of the runs."""
+        if os.getpid() != 1:
+            raise RuntimeError("contained worker is not PID 1 of a new PID namespace")
+        keep = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *self.cfg.get("keep", [])]
+        keep += [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
+        hidden = contain.setup_worker_namespace(keep, "/tmp/run", self.tmp_size, self.shm_size)
+        self.root = "/tmp"
+        self.features.update(
+            contained=True, pid_namespace=True, net_namespace=True, ipc_namespace=True, uts_namespace=True,
+            mount_namespace=True, user_namespace=bool(self.cfg["user_namespace"]), readonly_root=True,
+            hidden=hidden,
+        )
+
+    def _weak_root(self) -> None:
+        """Without namespaces: a subreaper, a private temporary root, room in RLIMIT_NPROC for this user."""
+        contain.prctl(contain.PR_SET_CHILD_SUBREAPER, 1)
+        if self.uid is not None and not all(_world_readable(p) for p in {sys.base_prefix, sys.prefix}):
+            # Without a mount namespace we cannot re-expose the interpreter to another
+            # uid: a switched child could not import what was not pre-imported.
+            self.features["uid_switch_skipped"] = "the interpreter is not readable by other users"
+            self.uid = None
+        self.root = tempfile.mkdtemp(prefix="apps-bench-sandbox-")
+        os.chmod(self.root, 0o711)  # the child's uid must reach run/ by absolute path
+        self.features["subreaper"] = True
+        if self.uid is None:
+            # RLIMIT_NPROC counts every process of this uid: leave room for the user's own.
+            mine = 0
+            uid = os.getuid()
+            for p in os.listdir("/proc"):
+                if p.isdigit():
+                    try:
+                        mine += os.stat(f"/proc/{p}").st_uid == uid
+                    except OSError:
+                        pass
+            self.nproc = mine + self.nproc
+
+    def _strip_programs(self) -> None:
+        """No capability and the seccomp filter for every program (contain.drop_privileges, seccomp.py):
+        a worker where they cannot be had refuses to start, saying why (no weaker judge in silence).
+        The bounding set is emptied here, once: every child inherits it, and the probes check it."""
         contain.empty_bounding_set(contain.last_capability())
         raw = seccomp.build()
         if raw is None:
@@ -214,13 +274,15 @@ class Worker:
             # e.g. inside a user namespace that maps only root: the uid does not exist here.
             self.features["uid_switch_skipped"] = f"switching to uid {self.uid} is refused here"
             self.uid = None
+
+    def _programs_env(self) -> None:
+        """The programs' run dir, environment and signal dispositions, set up once here (children
+        inherit them by fork): clearing and refilling the environment in every child dirtied ~100
+        copy-on-write pages (~0.5 ms a program). spawn() re-checks it before every fork."""
         self.run_dir = os.path.join(self.root, "run")
-        # The programs' environment, set up once here (children inherit it by fork):
-        # clearing and refilling it in every child dirtied ~100 copy-on-write pages
-        # (~0.5 ms a program). spawn() re-checks it before every fork.
         contain.reset_environment(self.run_dir)
         self.program_env = dict(os.environ)
-        contain.reset_signals()  # likewise the programs' signal dispositions, inherited by fork
+        contain.reset_signals()
         contain.wipe_dir(self.run_dir, self.uid)
         self.damaged = ""  # why this worker may not judge again (set by sweep)
         self.view = self._view()
@@ -340,11 +402,10 @@ class Worker:
         """The devices of the run dir, /tmp and / (a tripwire: the seccomp filter already refuses mounts)."""
         return tuple(os.stat(p).st_dev for p in (self.run_dir, "/tmp", "/"))
 
-    def _read_out(self, c: Child) -> tuple[bytes, int]:
-        """The dead child's stdout (up to the cap + 1 byte) and its full size."""
+    def _read_out(self, c: Child) -> bytes:
+        """The dead child's stdout, up to the cap + 1 byte (so a longer one shows)."""
         size = os.fstat(c.out_fd).st_size
-        out = os.pread(c.out_fd, min(size, self.output_cap + 1), 0) if size else b""
-        return out, size
+        return os.pread(c.out_fd, min(size, self.output_cap + 1), 0) if size else b""
 
     def _read_err(self, c: Child, stderr_chars: int) -> bytes:
         esize = os.fstat(c.err_fd).st_size
@@ -426,43 +487,53 @@ class Worker:
                                "stderr": "", "exit_code": None, "seconds": round(wall, 6), "detail": "",
                                "fatal": parsed is None}
         if parsed is not None:
-            meta, out, err = parsed
-            size = len(out)
-            ec = meta.get("exit_code")
-            d = meta.get("detail")
-            raw.update(status=meta["status"], exit_code=ec if type(ec) is int else None,
-                       value_json=meta.get("value_json"), detail=d[:300] if isinstance(d, str) else "")
-            if wall > limit and raw["status"] != "compile_error":
-                raw.update(status="timeout", detail=f"took {wall:.2f}s > {limit:g}s", value_json=None,
-                           late=raw["status"] == "ok")
-            alive = True
+            out, err = self._as_reported(raw, parsed, wall, limit)
         else:
-            alive = False
-            status_word = None
-            if reason == "died":
-                status_word = self._wait_exit(c, deadline)
-                if status_word is None:  # result channel closed but still running
-                    reason = "corrupt" if time.monotonic() < deadline else "timeout"
-            if status_word is None:
-                status_word = self.kill_child(c)
-            raw["seconds"] = round(time.monotonic() - t0, 6)
-            if reason == "timeout":
-                raw.update(status="timeout", detail=f"killed at the {float(job['timeout_s']):g}s deadline")
-            elif reason == "corrupt":
-                raw.update(status="runtime_error", detail="the program corrupted the result channel")
-            else:
-                raw.update(self._classify_exit(status_word, job["mode"]))
-            out, size = self._read_out(c)
-            err = self._read_err(c, stderr_chars)
+            out, err = self._after_death(c, raw, job, t0, deadline, reason)
         etext = err.decode("utf-8", "replace")
         raw["stderr"] = etext[-stderr_chars:] if len(etext) > stderr_chars else etext
-        if size > self.output_cap:
+        if len(out) > self.output_cap:  # (out is read up to the cap + 1 byte)
             raw.update(status="output_limit", value_json=None, detail=f"output over {self.output_cap} bytes")
         elif raw["status"] == "runtime_error" and parsed is None and (
                 "MemoryError" in etext or "Cannot allocate memory" in etext):
             raw["status"] = "memory_limit"
         raw["stdout"] = out[: self.output_cap].decode("utf-8", "replace")
-        return raw, alive
+        return raw, parsed is not None
+
+    @staticmethod
+    def _as_reported(raw: dict[str, Any], parsed: tuple[dict[str, Any], bytes, bytes], wall: float,
+                     limit: float) -> tuple[bytes, bytes]:
+        """A test the child reported: its status and exit code, unless this worker's clock says timeout.
+        Returns its stdout and stderr tail."""
+        meta, out, err = parsed
+        ec = meta.get("exit_code")
+        d = meta.get("detail")
+        raw.update(status=meta["status"], exit_code=ec if type(ec) is int else None,
+                   value_json=meta.get("value_json"), detail=d[:300] if isinstance(d, str) else "")
+        if wall > limit and raw["status"] != "compile_error":
+            raw.update(status="timeout", detail=f"took {wall:.2f}s > {limit:g}s", value_json=None,
+                       late=raw["status"] == "ok")
+        return out, err
+
+    def _after_death(self, c: Child, raw: dict[str, Any], job: dict[str, Any], t0: float, deadline: float,
+                     reason: str) -> tuple[bytes, bytes]:
+        """A test whose child sent no usable frame (`reason`: died, timeout, corrupt): the child is reaped
+        or killed, the test classified by why; returns what its stdout and stderr memfds hold."""
+        status_word = None
+        if reason == "died":
+            status_word = self._wait_exit(c, deadline)
+            if status_word is None:  # result channel closed but still running
+                reason = "corrupt" if time.monotonic() < deadline else "timeout"
+        if status_word is None:
+            status_word = self.kill_child(c)
+        raw["seconds"] = round(time.monotonic() - t0, 6)
+        if reason == "timeout":
+            raw.update(status="timeout", detail=f"killed at the {float(job['timeout_s']):g}s deadline")
+        elif reason == "corrupt":
+            raw.update(status="runtime_error", detail="the program corrupted the result channel")
+        else:
+            raw.update(self._classify_exit(status_word, job["mode"]))
+        return self._read_out(c), self._read_err(c, int(job["stderr_chars"]))
 
     @staticmethod
     def _classify_exit(status_word: int | None, mode: str) -> dict[str, Any]:
@@ -534,106 +605,112 @@ class Worker:
         exactly one C/S reply from the pool; all replies are consumed before `end`, so none leaks
         into the next job. After S (or the last test) the child is killed and everything swept.
         """
-        inputs = job["inputs"]
-        n = len(inputs)
-        max_in = 0
-        if job["mode"] != "call":
-            # An upper bound is enough (UTF-8 takes at most 4 bytes a character).
-            max_in = max((4 * len(x) if type(x) is str else len(stdin_bytes(x)) for x in inputs), default=0)
-        fsize_hard = max(self.output_cap, max_in) + 1
-        timeout = float(job["timeout_s"])
-        # reference: one process runs every test (no fresh child after a death) within one
-        # program-wide deadline (the original's global limit); each test (and the load) is limited to
-        # the alarm's length, measured here.
-        one_process = bool(job["reference"])
-        limit = float(job["alarm_s"]) if one_process else timeout
-        raw_stdin = job["mode"] != "call" and not one_process  # seed stdin: the bytes are the program's stdin
-
-        def data(k: int) -> bytes:
-            return stdin_bytes(inputs[k]) if raw_stdin else pickle.dumps(inputs[k], protocol=pickle.HIGHEST_PROTOCOL)
-
+        plan = _Plan.of(job, self.output_cap)
         i = 0
         pending = 0  # results sent that still owe a reply
         stop = False
-        while i < n and not stop:
-            c = self.spawn(job, fsize_hard, i)
-            t0 = time.monotonic()
-            program_deadline = t0 + timeout + self.grace_s
-            # set-up and compiling are not the program's: they get the first-test slack on top
-            deadline = t0 + timeout + self.grace_s + self.first_test_slack_s
-            step = b"R"  # the control frame awaited: R(eady), L(oaded), then b"" (test results)
+        while i < plan.n and not stop:
+            c = self.spawn(job, plan.fsize_hard, i)
             try:
-                while i < n and not stop:
-                    if one_process:
-                        deadline = min(deadline, program_deadline)
-                    ev = self._wait_any(c, deadline)
-                    if ev == "parent":
-                        pending -= 1
-                        if not self._reply():
-                            stop = True
-                        continue
-                    frame, reason = self._read_frame(c, deadline, ev)
-                    if step and frame == step:
-                        if step == b"R" and one_process:
-                            step, t0 = b"L", self._go(c, b"L", None)
-                            deadline = t0 + limit + self.grace_s
-                            continue
-                        if step == b"L" and time.monotonic() - t0 > limit:
-                            frame, reason = None, "slow_load"
-                        else:
-                            step, t0 = b"", self._go(c, b"G", data(i))
-                            deadline = program_deadline if one_process else t0 + timeout + self.grace_s
-                            continue
-                    if reason == "slow_load":
-                        self.kill_child(c)
-                        raw, alive = {"index": i, "status": "compile_error", "stdout": "", "value_json": None,
-                                      "stderr": "", "exit_code": None, "seconds": round(time.monotonic() - t0, 6),
-                                      "fatal": True, "detail": f"loading took more than {limit:g}s"}, False
-                    else:
-                        wall = time.monotonic() - t0  # the result is here: the test is over
-                        parsed = self._parse_frame(c, i, frame) if frame is not None else None
-                        if frame is not None and parsed is None:
-                            reason = "corrupt"
-                        t_next = None
-                        if parsed is not None and i + 1 < n and parsed[0]["status"] != "compile_error":
-                            # the child goes on while its result is built here and judged by the pool
-                            t_next = self._go(c, b"G", data(i + 1))
-                        raw, alive = self.collect(c, i, job, t0, wall, deadline, parsed, reason, limit)
-                        if t_next is not None:
-                            t0 = t_next
-                            deadline = program_deadline if one_process else t0 + timeout + self.grace_s
-                    i += 1
-                    self.send({"t": "raw", **raw})
-                    if raw["status"] == "compile_error":
-                        stop = True
-                    elif i < n:
-                        pending += 1
-                    if not alive:
-                        stop = stop or one_process
-                        break
+                i, pending, stop = self._run_child(c, job, plan, i, pending)
             finally:
                 self.kill_child(c)
                 self.close_child(c)
                 self.sweep()
             if self.damaged and not stop:  # no fresh child here: what is left fails, the program's doing
-                while i < n:
-                    self.send({"t": "raw", "index": i, "status": "runtime_error", "stdout": "", "value_json": None,
-                               "stderr": "", "exit_code": None, "seconds": 0.0, "fatal": True,
-                               "detail": f"the program damaged its sandbox: {self.damaged}"})
-                    i += 1
-                    pending += i < n
+                pending = self._fail_left(i, plan.n, pending)
                 break
             # Before starting a fresh child, hear what the pool decided so far.
-            while pending and not stop and i < n:
+            while pending and not stop and i < plan.n:
                 pending -= 1
-                if not self._reply():
-                    stop = True
+                stop = not self._reply()
         while pending:
             pending -= 1
             self._reply()
         self.send({"t": "end", "damaged": self.damaged})
         if self.damaged:  # the pool replaces this worker; it judges nothing more
             raise ChannelClosed(self.damaged)
+
+    def _run_child(self, c: Child, job: dict[str, Any], plan: _Plan, i: int, pending: int) -> tuple[int, int, bool]:
+        """Tests i.. in child c until the job ends, the pool says stop or the child is lost.
+        Returns (the next test, the replies still owed, stop)."""
+        t0 = time.monotonic()
+        clock = _Clock(t0=t0, program_deadline=t0 + plan.timeout + self.grace_s)
+        # set-up and compiling are not the program's: they get the first-test slack on top
+        clock.deadline = clock.program_deadline + self.first_test_slack_s
+        stop = False
+        while i < plan.n and not stop:
+            if plan.one_process:
+                clock.deadline = min(clock.deadline, clock.program_deadline)
+            ev = self._wait_any(c, clock.deadline)
+            if ev == "parent":
+                pending -= 1
+                stop = not self._reply()
+                continue
+            frame, reason = self._read_frame(c, clock.deadline, ev)
+            if clock.step and frame == clock.step:
+                if self._next_step(c, plan, clock, i):
+                    continue
+                frame, reason = None, "slow_load"
+            raw, alive = self._result(c, job, plan, clock, i, frame, reason)
+            i += 1
+            self.send({"t": "raw", **raw})
+            if raw["status"] == "compile_error":
+                stop = True
+            elif i < plan.n:
+                pending += 1
+            if not alive:
+                stop = stop or plan.one_process
+                break
+        return i, pending, stop
+
+    def _next_step(self, c: Child, plan: _Plan, clock: _Clock, i: int) -> bool:
+        """The child answered the step awaited (R: ready, L: loaded): start the next one (load, or test
+        i). False when the load took longer than a test may."""
+        if clock.step == b"R" and plan.one_process:
+            clock.step, clock.t0 = b"L", self._go(c, b"L", None)
+            clock.deadline = clock.t0 + plan.limit + self.grace_s
+            return True
+        if clock.step == b"L" and time.monotonic() - clock.t0 > plan.limit:
+            return False
+        clock.step, clock.t0 = b"", self._go(c, b"G", plan.data(i))
+        clock.deadline = self._test_deadline(plan, clock)
+        return True
+
+    def _test_deadline(self, plan: _Plan, clock: _Clock) -> float:
+        return clock.program_deadline if plan.one_process else clock.t0 + plan.timeout + self.grace_s
+
+    def _result(self, c: Child, job: dict[str, Any], plan: _Plan, clock: _Clock, i: int, frame: bytes | None,
+                reason: str) -> tuple[dict[str, Any], bool]:
+        """Test i's result (raw, child usable); the next test's go is sent first when the child goes on."""
+        if reason == "slow_load":
+            self.kill_child(c)
+            return {"index": i, "status": "compile_error", "stdout": "", "value_json": None, "stderr": "",
+                    "exit_code": None, "seconds": round(time.monotonic() - clock.t0, 6), "fatal": True,
+                    "detail": f"loading took more than {plan.limit:g}s"}, False
+        wall = time.monotonic() - clock.t0  # the result is here: the test is over
+        parsed = self._parse_frame(c, i, frame) if frame is not None else None
+        if frame is not None and parsed is None:
+            reason = "corrupt"
+        t_next = None
+        if parsed is not None and i + 1 < plan.n and parsed[0]["status"] != "compile_error":
+            # the child goes on while its result is built here and judged by the pool
+            t_next = self._go(c, b"G", plan.data(i + 1))
+        raw, alive = self.collect(c, i, job, clock.t0, wall, clock.deadline, parsed, reason, plan.limit)
+        if t_next is not None:
+            clock.t0 = t_next
+            clock.deadline = self._test_deadline(plan, clock)
+        return raw, alive
+
+    def _fail_left(self, i: int, n: int, pending: int) -> int:
+        """Tests i..n-1 of a program that damaged its sandbox fail; returns the replies then owed."""
+        while i < n:
+            self.send({"t": "raw", "index": i, "status": "runtime_error", "stdout": "", "value_json": None,
+                       "stderr": "", "exit_code": None, "seconds": 0.0, "fatal": True,
+                       "detail": f"the program damaged its sandbox: {self.damaged}"})
+            i += 1
+            pending += i < n
+        return pending
 
     def serve(self) -> None:
         try:
