@@ -52,7 +52,8 @@ RUN_ONLY: dict[str, frozenset[str]] = {
     "topology": frozenset({"_target_"}),
     "optimizer": frozenset({"_target_"}),
     "dataset": frozenset({"streaming"}),
-    "judge": frozenset({"workers"}),
+    # the judge profile's rules class is code too: the profile's name and `rules` version identify the cell
+    "judge": frozenset({"workers", "_target_"}),
 }
 
 

@@ -202,6 +202,7 @@ class GridConfig:
 @dataclass
 class JudgeConfig:
     profile: str = MISSING  # seed | reference
+    _target_: str = MISSING  # the profile's rules (module.Class), built as Class(): judge/rules.py, judge/core.profile_rules
     rules: int = MISSING  # the profile's rules version (in the cell key): a resumed cell never mixes rule sets
     timeout_s: float = MISSING  # per test
     stop_on_first_failure: bool = MISSING

@@ -32,7 +32,7 @@ from apps_bench.data import LoadResult, load_problems
 from apps_bench.errors import AppsBenchError
 from apps_bench.judge import Judge
 from apps_bench.judge.core import judge_program
-from apps_bench.judge.profiles import JudgeConfigError, judge_config
+from apps_bench.judge.profiles import JudgeConfigError, judge_config, with_rules
 from apps_bench.sandbox import SandboxPool
 from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
@@ -149,7 +149,10 @@ def rescored_config(data: JsonObject, overrides: Mapping[str, str]) -> JsonObjec
             new["judge"] = asdict(judge_config(overrides["judge"]))
         except JudgeConfigError as e:
             raise RescoreError(str(e)) from None
-    judge = OmegaConf.create(dict(new.get("judge") or {}))
+    try:
+        judge = OmegaConf.create(with_rules(new.get("judge") or {}))
+    except JudgeConfigError as e:
+        raise RescoreError(str(e)) from None
     try:
         for key, value in overrides.items():
             if key.startswith("judge."):

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from apps_bench.config import Config, DatasetConfig
 from apps_bench.data.demo import DEMO_PROBLEMS
 from apps_bench.data.rows import RowError, lift_int_digit_limit, parse_row, row_id
 from apps_bench.errors import AppsBenchError
-from apps_bench.types import Problem
+from apps_bench.types import JsonObject, Problem
 
 DIFFICULTIES = ("introductory", "interview", "competition")
 UNPARSABLE_ROW = "unparsable_row"  # a JSONL line that is not a JSON object
@@ -48,44 +48,49 @@ class LoadResult:
         return sum(self.skipped.values())
 
 
-def _select(
-    items: Iterable[Any],
-    key: Callable[[Any], tuple[str | None, str]],
-    *,
-    limit: int | None,
-    offset: int,
-    only: Sequence[str],
-    difficulty: str | None,
-    tally: dict[str, Any] | None = None,
-) -> Iterator[Any]:
-    """Filter by `only` and `difficulty`, then skip `offset` and keep `limit`; stop reading as soon as done.
+_Item = TypeVar("_Item")
 
-    `tally` (if given) receives `matched` (rows past the filters, before offset) and `found`
-    (the `only` IDs seen), so an empty selection can say which setting emptied it."""
-    wanted = {str(i) for i in only}
-    found: set[str] = set()
-    matched = 0
-    if tally is not None:
-        tally.update(matched=0, found=found)
-    if limit is not None and limit <= 0:
+
+@dataclass(frozen=True)
+class _Selection:
+    """The selection keys of a load: `only` and `difficulty` filter, then `offset` skips and `limit` keeps."""
+
+    limit: int | None
+    offset: int
+    only: Sequence[str]
+    difficulty: str | None
+
+
+@dataclass
+class _Tally:
+    """What `_select` saw, so an empty selection can say which setting emptied it."""
+
+    matched: int = 0  # rows past the filters, before offset
+    found: set[str] = field(default_factory=set)  # the `only` IDs seen
+
+
+def _select(
+    items: Iterable[_Item], key: Callable[[_Item], tuple[str | None, str]], sel: _Selection, tally: _Tally,
+) -> Iterator[_Item]:
+    """Filter by `only` and `difficulty`, then skip `offset` and keep `limit`; stop reading as soon as done."""
+    wanted = {str(i) for i in sel.only}
+    if sel.limit is not None and sel.limit <= 0:
         return
     for item in items:
         pid, diff = key(item)
         if wanted and pid not in wanted:
             continue
         if wanted and pid is not None:
-            found.add(pid)
-        if difficulty and diff != difficulty:
+            tally.found.add(pid)
+        if sel.difficulty and diff != sel.difficulty:
             continue
-        matched += 1
-        if tally is not None:
-            tally["matched"] = matched
-        if matched <= offset:
+        tally.matched += 1
+        if tally.matched <= sel.offset:
             continue
         yield item
-        if limit is not None and matched - offset >= limit:
+        if sel.limit is not None and tally.matched - sel.offset >= sel.limit:
             return
-        if wanted and found >= wanted:
+        if wanted and tally.found >= wanted:
             return
 
 
@@ -95,7 +100,7 @@ def _row_key(item: Located) -> tuple[str | None, str]:
     return row_id(item.row), str(item.row.get("difficulty") or "")
 
 
-def _check_schema(row: Mapping[str, Any], source: str) -> None:
+def _check_schema(row: Mapping[str, object], source: str) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in row]
     if missing:
         raise ValueError(
@@ -111,7 +116,7 @@ class Located:
     that is not a JSON object: kept in the stream so the row counts."""
 
     where: str
-    row: Mapping[str, Any] | None
+    row: JsonObject | None
 
 
 class DuplicateIds(ValueError, AppsBenchError):
@@ -149,16 +154,16 @@ def _iter_jsonl(path: Path) -> Iterator[Located]:
                 row = json.loads(line)
             except ValueError:
                 row = None
-            yield Located(f"line {number}", row if isinstance(row, Mapping) else None)
+            yield Located(f"line {number}", row if isinstance(row, dict) else None)
 
 
-def _numbered(rows: Iterable[Any]) -> Iterator[Located]:
+def _numbered(rows: Iterable[object]) -> Iterator[Located]:
     """Rows of parquet or the hub, named by their position (1-based, as lines are)."""
     for number, row in enumerate(rows, start=1):
-        yield Located(f"row {number}", row if isinstance(row, Mapping) else None)
+        yield Located(f"row {number}", row if isinstance(row, dict) else None)
 
 
-def _iter_parquet(path: Path) -> Iterator[Any]:
+def _iter_parquet(path: Path) -> Iterator[JsonObject]:
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(path)
@@ -197,7 +202,7 @@ def hub_data_files(hub_repo: str, revision: str, split: str) -> tuple[str, str]:
     return "json", f"{base}/{split}.jsonl"
 
 
-def _iter_hub(builder: str, data_files: str, streaming: bool) -> Iterator[Any]:
+def _iter_hub(builder: str, data_files: str, streaming: bool) -> Iterator[JsonObject]:
     try:
         from datasets import load_dataset
     except ImportError as e:  # pragma: no cover - datasets is a core dependency
@@ -236,11 +241,11 @@ def load_problems(
         raise ValueError(f"offset must be >= 0, got {offset}")
     only = tuple(str(i) for i in (only or ()))
     split, path, source_kind = dataset_cfg.split, dataset_cfg.path, dataset_cfg.source
-    tally: dict[str, Any] = {}
-    select = dict(limit=limit, offset=offset, only=only, difficulty=difficulty, tally=tally)
+    tally = _Tally()
+    sel = _Selection(limit=limit, offset=offset, only=only, difficulty=difficulty)
 
     if source_kind == "demo" and not path:
-        chosen = list(_select(DEMO_PROBLEMS, lambda p: (p.id, p.difficulty), **select))
+        chosen = list(_select(DEMO_PROBLEMS, lambda p: (p.id, p.difficulty), sel, tally))
         return _result(chosen, Counter(), "builtin:demo", "builtin", only, tally, len(chosen))
 
     if path:
@@ -265,7 +270,7 @@ def load_problems(
     n_selected = 0
     checked = False
     places: dict[str, list[str]] = {}  # problem_id -> where each selected row with it is
-    for item in _select(rows, _row_key, **select):
+    for item in _select(rows, _row_key, sel, tally):
         n_selected += 1
         row = item.row
         if row is None:
@@ -302,13 +307,12 @@ def load_selection(config: Config) -> LoadResult:
 
 def _result(
     problems: list[Problem], skipped: Counter[str], source: str, revision: str, only: Sequence[str],
-    tally: Mapping[str, Any], n: int, which: Sequence[str] = (),
+    tally: _Tally, n: int, which: Sequence[str] = (),
 ) -> LoadResult:  # fmt: skip
-    found = tally.get("found") or set()
-    missing = tuple(i for i in only if i not in found)
+    missing = tuple(i for i in only if i not in tally.found)
     return LoadResult(
         problems=problems, skipped=dict(skipped), source=source, revision=revision, missing_ids=missing,
-        rows_selected=n, rows_matched=int(tally.get("matched") or 0), skipped_rows=tuple(which),
+        rows_selected=n, rows_matched=tally.matched, skipped_rows=tuple(which),
     )  # fmt: skip
 
 

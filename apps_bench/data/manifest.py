@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+
+from apps_bench.types import JsonObject
 
 
 @lru_cache(maxsize=1)
-def eval_manifest() -> dict[str, Any]:
+def eval_manifest() -> JsonObject:
     """The whole manifest: dataset, split, difficulty and the ordered IDs."""
     text = resources.files("apps_bench.data").joinpath("apps_eval_ids.json").read_text(encoding="utf-8")
     return json.loads(text)

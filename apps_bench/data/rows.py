@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import keyword
 import sys
-from typing import Any, Mapping
+from typing import Mapping
 
 from apps_bench.errors import AppsBenchError
-from apps_bench.types import Problem, TestSuite
+from apps_bench.types import JsonObject, Problem, TestSuite
 
 # Skip reasons, counted by the loader and reported with every run.
 APPS_SPLITS = ("train", "test")
@@ -53,27 +53,29 @@ def lift_int_digit_limit() -> None:
         sys.set_int_max_str_digits(0)
 
 
-def row_id(row: Mapping[str, Any]) -> str | None:
+def row_id(row: Mapping[str, object]) -> str | None:
     pid = row.get("problem_id")
     if pid is None or (isinstance(pid, str) and not pid.strip()):
         return None
     return str(pid).strip()
 
 
-def _join(value: Any) -> Any:
+def _join(value: object) -> str:
     """stdin mode: a list input or expected output stands for its lines (APPS harness behaviour)."""
     if isinstance(value, list):
         return "\n".join(str(v) for v in value)
     return value if isinstance(value, str) else str(value)
 
 
-def _parse_json_field(value: Any) -> Any:
+def _parse_json_field(value: object) -> object:
     if isinstance(value, (dict, list)):
         return value  # already decoded (e.g. a parquet file written from decoded rows)
+    if not isinstance(value, (str, bytes, bytearray)):  # what json.loads itself says of one
+        raise TypeError(f"the JSON object must be str, bytes or bytearray, not {type(value).__name__}")
     return json.loads(value)
 
 
-def parse_solutions(value: Any) -> tuple[str, ...]:
+def parse_solutions(value: object) -> tuple[str, ...]:
     """Reference solutions: a JSON list of strings, or "" (no solutions). Never a reason to skip."""
     if value is None or value == "":
         return ()
@@ -86,7 +88,7 @@ def parse_solutions(value: Any) -> tuple[str, ...]:
     return tuple(s for s in sols if isinstance(s, str))
 
 
-def parse_row(row: Mapping[str, Any], *, split: str = "test", max_tests_per_row: int = 20) -> Problem:
+def parse_row(row: JsonObject, *, split: str = "test", max_tests_per_row: int = 20) -> Problem:
     """Build a Problem keeping the first `max_tests_per_row` tests (<= 0 keeps all).
 
     Raises RowError for a row without usable tests; the loader counts the reason.
@@ -124,6 +126,8 @@ def parse_row(row: Mapping[str, Any], *, split: str = "test", max_tests_per_row:
     n_available = len(inputs)
     if max_tests_per_row > 0:
         inputs, outputs = inputs[:max_tests_per_row], outputs[:max_tests_per_row]
+    ins: tuple[object, ...]
+    outs: tuple[object, ...]
     if fn_name:
         # Call-based: each input is the positional-argument list; outputs stay as decoded JSON.
         ins = tuple(a if isinstance(a, list) else [a] for a in inputs)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from apps_bench.judge.compare import compare_call, compare_stdin
-    from apps_bench.judge.core import PROFILES, Judge, check_profile, has_sandbox_error
+    from apps_bench.judge.core import Judge, has_sandbox_error
+    from apps_bench.judge.rules import ReferenceRules, SeedRules
     from apps_bench.judge.summary import Summary, TierStats, summarize
 
 # Imported on first use: `python -m apps_bench.judge` imports this package before its
@@ -15,22 +16,22 @@ if TYPE_CHECKING:  # pragma: no cover
 # up on the other core while the data and comparison modules are imported).
 _WHERE = {
     "compare_call": "compare", "compare_stdin": "compare",
-    "PROFILES": "core", "Judge": "core", "check_profile": "core", "has_sandbox_error": "core",
+    "Judge": "core", "has_sandbox_error": "core", "ReferenceRules": "rules", "SeedRules": "rules",
     "Summary": "summary", "TierStats": "summary", "summarize": "summary",
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _WHERE:
         return getattr(importlib.import_module(f"apps_bench.judge.{_WHERE[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Judge",
-    "PROFILES",
+    "ReferenceRules",
+    "SeedRules",
     "Summary",
     "TierStats",
-    "check_profile",
     "compare_call",
     "compare_stdin",
     "has_sandbox_error",

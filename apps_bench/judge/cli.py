@@ -15,17 +15,21 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from apps_bench.config import read_option, read_setting
 from apps_bench.data import load_problems
 from apps_bench.errors import AppsBenchError
-from apps_bench.judge.core import Judge, check_profile
+from apps_bench.judge.core import Judge
 from apps_bench.judge.profiles import JudgeConfigError, judge_config
 from apps_bench.judge.summary import summarize
 from apps_bench.provenance import sandbox_summary
 from apps_bench.sandbox import SandboxPool
 from apps_bench.task import extract_program
+from apps_bench.types import JsonObject, Problem, Verdict
+
+if TYPE_CHECKING:  # pragma: no cover
+    from apps_bench.config import DatasetConfig, JudgeConfig
 
 
 class UsageError(AppsBenchError):
@@ -90,16 +94,32 @@ def _split_only(values: list[str]) -> list[str]:
     return [v.strip() for item in values for v in str(item).split(",") if v.strip()]
 
 
+class _Progress(Protocol):
+    """What the judging loop asks of its progress bar (tqdm's, or none)."""
+
+    def update(self, n: int = 1) -> object: ...
+
+    def close(self) -> object: ...
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class _OrderedWriter:
     """Writes verdict i once 0..i-1 are written: a file in problem order, flushed as the run goes."""
 
     def __init__(self, path: str | None) -> None:
         self.f = open(path, "w", encoding="utf-8") if path else None
-        self.pending: dict[int, dict[str, Any]] = {}
+        self.pending: dict[int, JsonObject] = {}
         self.next = 0
         self.lock = threading.Lock()
 
-    def put(self, i: int, rec: dict[str, Any]) -> None:
+    def put(self, i: int, rec: JsonObject) -> None:
         with self.lock:
             self.pending[i] = rec
             while self.next in self.pending:
@@ -124,10 +144,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, t0: float) -> int:
-    try:
-        check_profile(args.profile)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
     overrides = list(args.overrides)
     if args.timeout_s is not None:
         if args.timeout_s <= 0:
@@ -157,7 +173,7 @@ def _run(args: argparse.Namespace, t0: float) -> int:
         return _judge_all(args, pool, jcfg, ds, t0, max_tests=max_tests, only=only, preds=preds)
 
 
-def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: float, *, max_tests: int, only: list[str],
+def _judge_all(args: argparse.Namespace, pool: SandboxPool, jcfg: JudgeConfig, ds: DatasetConfig, t0: float, *, max_tests: int, only: list[str],
                preds: dict[str, str | None]) -> int:
     if preds and not only and args.limit is None:
         only = list(preds)  # judge what was predicted
@@ -176,7 +192,7 @@ def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: floa
         if unknown:
             print(f"warning: {len(unknown)} prediction id(s) match no loaded problem", file=err)
 
-    def program_for(p: Any) -> str | None:
+    def program_for(p: Problem) -> str | None:
         if args.gold:
             return p.solutions[0] if p.solutions else None
         return preds.get(p.id)
@@ -184,12 +200,11 @@ def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: floa
     # One thread per sandbox worker: a thread never waits for a worker, so problems start in order.
     n_threads = pool.workers
     writer = _OrderedWriter(args.out)
-    pairs: list[Any] = [None] * len(problems)
+    pairs: dict[int, tuple[Problem, Verdict]] = {}  # by the problem's place in the selection
     judge = Judge.from_config(pool, jcfg)
+    bar: _Progress
     if args.no_progress:  # no bar to draw: skip importing tqdm (~50 ms of start-up)
-        from types import SimpleNamespace
-
-        bar: Any = SimpleNamespace(update=lambda n=1: None, close=lambda: None)
+        bar = _NoBar()
     else:
         from tqdm import tqdm
 
@@ -216,7 +231,7 @@ def _judge_all(args: argparse.Namespace, pool: Any, jcfg: Any, ds: Any, t0: floa
         bar.close()
         writer.close()
     seconds = time.perf_counter() - t0
-    summary = summarize(pairs, skipped=loaded.skipped, profile=judge.profile, seconds=seconds, sandbox=pool.features)
+    summary = summarize([pairs[i] for i in sorted(pairs)], skipped=loaded.skipped, profile=judge.profile, seconds=seconds, sandbox=pool.features)
     summary.print()
 
     print(f"sandbox: {sandbox_summary(summary.sandbox)}; workers: {pool.workers}")

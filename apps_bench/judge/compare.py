@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Hashable, TypeGuard
 
 RTOL = 1e-5
 ATOL = 1e-6
@@ -50,7 +50,7 @@ def _allclose(actual: list[float], expected: list[float]) -> bool:
     return all(abs(a - e) <= ATOL + RTOL * abs(e) for a, e in zip(actual, expected))
 
 
-def compare_stdin(output: str, expected: Any) -> tuple[bool, str]:
+def compare_stdin(output: str, expected: object) -> tuple[bool, str]:
     """A stdin test's cascade: strip-equal, then line by line, then all-numeric tokens within tolerance."""
     if isinstance(expected, list):
         expected = "\n".join(str(e) for e in expected)
@@ -68,11 +68,11 @@ def compare_stdin(output: str, expected: Any) -> tuple[bool, str]:
 # ---------------------------------------------------------------- call-based
 
 
-def _is_number(x: Any) -> bool:
+def _is_number(x: object) -> TypeGuard[int | float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def equal(a: Any, b: Any) -> bool:
+def equal(a: object, b: object) -> bool:
     """Deep equality of JSON-like values where a bool only equals a bool (1 == 1.0 still holds)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
@@ -88,7 +88,7 @@ def equal(a: Any, b: Any) -> bool:
         return False
 
 
-def _close_number(a: Any, e: Any) -> bool:
+def _close_number(a: int | float, e: int | float) -> bool:
     if isinstance(a, int) and isinstance(e, int):
         if a == e:
             return True
@@ -103,7 +103,7 @@ def _close_number(a: Any, e: Any) -> bool:
     return abs(fa - fe) <= ATOL + RTOL * abs(fe)
 
 
-def close(actual: Any, expected: Any) -> bool:
+def close(actual: object, expected: object) -> bool:
     """Numerically close: two numbers, or equal-shape (nested) lists of numbers. Booleans are not numbers."""
     if _is_number(actual) and _is_number(expected):
         return _close_number(actual, expected)
@@ -112,7 +112,7 @@ def close(actual: Any, expected: Any) -> bool:
     return False
 
 
-def hashable(x: Any) -> Any:
+def hashable(x: object) -> Hashable:
     """A hashable stand-in with the same equality as `equal` (lists -> tuples, dicts -> frozensets, bools tagged)."""
     if isinstance(x, bool):
         return ("__bool__", x)
@@ -129,7 +129,7 @@ def hashable(x: Any) -> Any:
     return x
 
 
-def _rounded(x: Any) -> Any:
+def _rounded(x: object) -> object:
     if _is_number(x):
         try:
             return round(float(x), ROUND_PLACES)
@@ -140,21 +140,21 @@ def _rounded(x: Any) -> Any:
     return x
 
 
-def set_equal(actual: Any, expected: Any) -> bool:
+def set_equal(actual: object, expected: object) -> bool:
     """Equal as sets: lists/tuples only (never strings)."""
     if not (isinstance(actual, (list, tuple)) and isinstance(expected, (list, tuple))):
         return False
     return {hashable(v) for v in actual} == {hashable(v) for v in expected}
 
 
-def rounded_set_equal(actual: Any, expected: Any) -> bool:
+def rounded_set_equal(actual: object, expected: object) -> bool:
     """Equal as sets once every number is rounded to 3 places."""
     if not (isinstance(actual, (list, tuple)) and isinstance(expected, (list, tuple))):
         return False
     return set_equal(_rounded(actual), _rounded(expected))
 
 
-def compare_call(value: Any, expected: Any) -> tuple[bool, str]:
+def compare_call(value: object, expected: object) -> tuple[bool, str]:
     """A call-based test's cascade, against the expected value and, when it is a one-element list, its element."""
     targets = [expected]
     if isinstance(expected, (list, tuple)) and len(expected) == 1:

@@ -10,7 +10,7 @@ cost these commands ~0.2 s each (docs/benchmarks.md, judge speed).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from apps_bench.config import CONF_DIR, JudgeConfig, read_option
 from apps_bench.errors import AppsBenchError
@@ -44,3 +44,13 @@ def judge_config(profile: str, overrides: Sequence[str] = ()) -> JudgeConfig:
     if judge.profile != profile:
         raise JudgeConfigError(f"conf/judge/{profile}.yaml declares profile {judge.profile!r}; a file names its own profile")
     return judge
+
+
+def with_rules(recorded: Mapping[str, object]) -> dict[str, object]:
+    """A cell's recorded judge settings, with its profile's `_target_` (conf/judge/<profile>.yaml) when
+    they name none: cells recorded before profiles named their rules class. The class is code, not a
+    setting (it is not in the cell key), so the profile's file says which one judged them."""
+    out = dict(recorded)
+    if "_target_" not in out and isinstance(out.get("profile"), str):
+        out["_target_"] = judge_config(str(out["profile"]))._target_
+    return out

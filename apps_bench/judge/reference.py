@@ -29,10 +29,11 @@ ended (or an expected output the original cannot even prepare) yields `[-1] * 21
 from __future__ import annotations
 
 import copy
-from typing import Any
+from types import ModuleType
+from typing import Any, Callable
 
 from apps_bench.errors import AppsBenchError
-from apps_bench.sandbox import decode_value
+from apps_bench.sandbox import RawRun, decode_value
 from apps_bench.types import Outcome, Problem, TestResult
 
 GLOBAL_TIMEOUT_RESULTS = (-1,) * 21  # test_one_solution.check_correctness when nothing came back
@@ -47,7 +48,7 @@ class HarnessCrash(AppsBenchError):
 # ---------------------------------------------------------------- standard input
 
 
-def _np() -> Any:
+def _np() -> ModuleType:
     import numpy
 
     return numpy
@@ -70,7 +71,7 @@ def _rounded(sets: list[set[str]]) -> set[frozenset[float]]:
     return {frozenset(round(float(t), 3) for t in s) for s in sets}
 
 
-def compare_stdin(captured: str, expected: Any) -> tuple[bool, str]:
+def compare_stdin(captured: str, expected: object) -> tuple[bool, str]:
     """The original's stdin cascade on a program's captured stdout; (passed, deciding rule)."""
     if isinstance(expected, list):
         try:
@@ -122,7 +123,7 @@ class Opaque:
         return f"<{self.type_name} object>"
 
 
-def from_tagged(x: Any) -> Any:
+def from_tagged(x: object) -> object:
     """Rebuild a return value from the sandbox's tagged JSON (sandbox/reference.py encode_value)."""
     if isinstance(x, list):
         return [from_tagged(e) for e in x]
@@ -162,7 +163,7 @@ def from_tagged(x: Any) -> Any:
     raise ValueError(f"unknown tag {tag!r}")
 
 
-def _int_keyed(expected: Any) -> Any:
+def _int_keyed(expected: Any) -> Any:  # the original indexes whatever it got, inside try
     try:
         if isinstance(expected, dict):
             expected = [{int(k): v for k, v in expected.items()}]
@@ -176,7 +177,7 @@ def _int_keyed(expected: Any) -> Any:
     return expected
 
 
-def compare_call(output: Any, expected: Any) -> tuple[Any, str]:
+def compare_call(output: Any, expected: Any) -> tuple[object, str]:  # as _int_keyed: the original indexes what it got
     """The original's call-based check; (its value: a bool-like or -1, deciding rule)."""
     expected = _int_keyed(expected)
     try:
@@ -197,14 +198,14 @@ def compare_call(output: Any, expected: Any) -> tuple[Any, str]:
         return RUNTIME_ERROR, f"comparison raised {type(e).__name__}"
 
 
-def _truthy(x: Any) -> bool:
+def _truthy(x: object) -> bool:
     try:
         return bool(x)
     except Exception:  # noqa: BLE001 - a program's value whose truth raises counts as false, as in the original
         return False
 
 
-def passes(value: Any) -> bool:
+def passes(value: object) -> bool:
     """The strict check of the APPS eval on one result: numpy values unwrapped, then `> 0`."""
     if type(value) is bool or type(value) is int:  # nearly always: no numpy needed
         return value > 0
@@ -219,7 +220,7 @@ def passes(value: Any) -> bool:
         return False
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> bool | int:
     """A result value as JSON for records (True/False/-1/-2)."""
     if isinstance(value, bool) or (isinstance(value, int) and value in (-1, -2)):
         return value
@@ -236,7 +237,7 @@ _FAIL_OUTCOME = {
 }
 
 
-def judge_test(problem: Problem, raw: Any, clip: Any) -> tuple[TestResult, Any]:
+def judge_test(problem: Problem, raw: RawRun, clip: Callable[..., str]) -> tuple[TestResult, object]:
     """(TestResult, the original's value) for one test the sandbox ran in reference mode.
 
     Raises HarnessCrash when the original would have lost the whole program ([-1] * 21).

@@ -7,12 +7,19 @@ left out of every pass@1 denominator: an outage is never a wrong answer.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from apps_bench.judge.reference import passes
-from apps_bench.types import Outcome, Problem, Verdict
+from apps_bench.types import JsonObject, Outcome, Problem, Verdict
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+    from rich.table import Table
 
 TIER_ORDER = ("introductory", "interview", "competition")
+
+# what summarize() counts: (Problem or difficulty, Verdict or its record) pairs, or verdict records (JSON lines)
+SummaryItem = tuple[Problem | str | None, Verdict | JsonObject] | JsonObject
 
 
 @dataclass
@@ -36,7 +43,7 @@ class Summary:
     skipped: dict[str, int] = field(default_factory=dict)  # dataset rows skipped, by reason
     profile: str = ""
     seconds: float | None = None
-    sandbox: dict[str, Any] | None = None  # SandboxPool.features: the containment the verdicts ran under
+    sandbox: JsonObject | None = None  # SandboxPool.features: the containment the verdicts ran under
 
     @property
     def pass_at_1(self) -> float:
@@ -46,7 +53,7 @@ class Summary:
     def pass_at_1_extracted(self) -> float:
         return self.n_passed_extracted / self.n_extracted if self.n_extracted else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         d = asdict(self)
         d["pass_at_1"] = self.pass_at_1
         d["pass_at_1_extracted"] = self.pass_at_1_extracted
@@ -70,7 +77,7 @@ class Summary:
             m[f"n_{tier}"] = s.n
         return m
 
-    def table(self) -> Any:
+    def table(self) -> Table:
         """A rich Table of the summary."""
         notes = []
         if self.n_sandbox_errors:
@@ -81,13 +88,13 @@ class Summary:
         return pass_table(self.to_dict(), title=f"APPS strict accuracy (judge profile {self.profile or '?'})",
                           caption="; ".join(notes))  # fmt: skip
 
-    def print(self, console: Any = None) -> None:
+    def print(self, console: Console | None = None) -> None:
         from rich.console import Console
 
         (console or Console()).print(self.table())
 
 
-def pass_table(summary: Mapping[str, Any], *, title: str, caption: str) -> Any:
+def pass_table(summary: Mapping[str, Any], *, title: str, caption: str) -> Table:
     """The pass@1 table (all / extracted / per difficulty) of a summary dict: the judge CLI's
     and a cell's (tracking/console.py) are this one."""
     from rich.table import Table
@@ -102,7 +109,7 @@ def pass_table(summary: Mapping[str, Any], *, title: str, caption: str) -> Any:
     return t
 
 
-def counted_tests(verdict: Mapping[str, Any] | None) -> dict[str, int]:
+def counted_tests(verdict: JsonObject | None) -> dict[str, int]:
     """A recorded verdict's tests as the test-case average counts them: passed, run, and kept (the
     denominator: the row's tests after the `max_tests_per_row` cap). Under the `reference` profile the
     original's own result list decides what passed, so a program it lost whole (`[-1] * 21`) or could
@@ -115,7 +122,7 @@ def counted_tests(verdict: Mapping[str, Any] | None) -> dict[str, int]:
     return {"tests_passed": passed, "tests_run": int(v.get("tests_run", 0) or 0), "tests_kept": int(v.get("n_tests", 0) or 0)}
 
 
-def _unpack(item: Any) -> tuple[str, bool, bool, bool]:
+def _unpack(item: SummaryItem) -> tuple[str, bool, bool, bool]:
     """(difficulty, passed, extracted, sandbox_error) from a (Problem|difficulty, Verdict) pair or a record dict."""
     if isinstance(item, tuple) and len(item) == 2:
         who, v = item
@@ -133,8 +140,8 @@ def _unpack(item: Any) -> tuple[str, bool, bool, bool]:
     raise TypeError(f"summarize() takes (Problem, Verdict) pairs or verdict records (dicts), got {type(item).__name__}")
 
 
-def summarize(items: Iterable[Any], *, skipped: Mapping[str, int] | None = None, profile: str = "", seconds: float | None = None,
-              sandbox: Mapping[str, Any] | None = None) -> Summary:
+def summarize(items: Iterable[SummaryItem], *, skipped: Mapping[str, int] | None = None, profile: str = "", seconds: float | None = None,
+              sandbox: JsonObject | None = None) -> Summary:
     """Aggregate verdicts. Items: (Problem, Verdict) or (difficulty, Verdict) pairs, or records with
     `passed`, `extracted`, `difficulty` and optionally `results`/`sandbox_error` (e.g. VERDICTS.jsonl lines).
     `sandbox`: the pool's features, recorded with the summary."""
@@ -144,8 +151,8 @@ def summarize(items: Iterable[Any], *, skipped: Mapping[str, int] | None = None,
     for item in items:
         if not profile and isinstance(item, tuple) and isinstance(item[1], Verdict):
             s.profile = s.profile or item[1].profile
-        diff, passed, extracted, sandbox = _unpack(item)
-        if sandbox:
+        diff, passed, extracted, sandbox_error = _unpack(item)
+        if sandbox_error:
             s.n_sandbox_errors += 1
             continue
         s.n_problems += 1

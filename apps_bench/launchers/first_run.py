@@ -13,7 +13,8 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from apps_bench.types import JsonObject
 
 # the runners whose teams get tools through the API (CrewAI describes them in the prompt)
 API_TOOLS = {"single", "independent", "sequential_langgraph", "centralized_langgraph", "centralized_autogen",
@@ -24,7 +25,7 @@ API_TOOLS = {"single", "independent", "sequential_langgraph", "centralized_langg
 class Runner:
     topology: str
     rc: int | None
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: JsonObject = field(default_factory=dict)  # the cell's summary.json
     tool_calls: int = 0
     log_tail: str = ""
 
@@ -34,7 +35,7 @@ class Runner:
         return f"{s.get('n_recorded', 0)}/{s.get('n_selected', '?')}" if s else "-"
 
 
-def _json(path: Path) -> Any:
+def _json(path: Path) -> object:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -47,7 +48,8 @@ def read_runner(out: Path, topology: str) -> Runner:
     tail = [ln for ln in (log.read_text(errors="replace").splitlines() if log.is_file() else []) if ln.strip()]
     r = Runner(topology, int(rc_text) if rc_text.lstrip("-").isdigit() else None, log_tail=tail[-1] if tail else "")
     cell = out / "cells" / topology
-    r.summary = _json(cell / "summary.json") or {}
+    summary = _json(cell / "summary.json")
+    r.summary = summary if isinstance(summary, dict) else {}
     records = cell / "records.jsonl"
     if records.is_file():
         for line in records.read_text().splitlines():
@@ -56,7 +58,7 @@ def read_runner(out: Path, topology: str) -> Runner:
     return r
 
 
-def problems_with(check: Any, runners: list[Runner], out: Path) -> list[str]:
+def problems_with(check: object, runners: list[Runner], out: Path) -> list[str]:
     """Each reason the server is not ready, with what to change."""
     reasons: list[str] = []
     if not isinstance(check, dict):

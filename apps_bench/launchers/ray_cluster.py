@@ -23,10 +23,17 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from apps_bench.config import as_plain
 from apps_bench.tracking.faults import SweepStopped
+from apps_bench.types import JsonObject
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hydra.core.utils import JobReturn
+    from hydra.types import HydraContext, TaskFunction
+    from omegaconf import DictConfig
 
 TASK_NAME = "apps_bench_cell"  # the Ray task name (Ray's logs and state API show it)
 
@@ -39,7 +46,7 @@ def _say(msg: str) -> None:
 # ----------------------------------------------------------------------------- resources
 
 
-def demand(remote: Mapping[str, Any]) -> dict[str, float]:
+def demand(remote: JsonObject) -> dict[str, float]:
     """What one cell's task asks of a node, in Ray's resource names (a task's CPU default is 1)."""
     cpus = remote.get("num_cpus")
     need = {"CPU": float(1 if cpus is None else cpus)}
@@ -60,7 +67,7 @@ class Node:
         return all(self.resources.get(k, 0.0) >= v for k, v in need.items())
 
 
-def alive_nodes(ray_nodes: Sequence[Mapping[str, Any]]) -> list[Node]:
+def alive_nodes(ray_nodes: Sequence[JsonObject]) -> list[Node]:
     """`ray.nodes()` -> the nodes that are alive."""
     return [
         Node(str(n.get("NodeManagerAddress", "?")), {k: float(v) for k, v in (n.get("Resources") or {}).items()})
@@ -101,7 +108,8 @@ def infeasible(need: Mapping[str, float], nodes: Sequence[Node]) -> str | None:
 # ----------------------------------------------------------------------------- the worker side
 
 
-def run_cell_task(hydra_context: Any, sweep_config: Any, task_function: Any, singleton_state: Any) -> Any:
+def run_cell_task(hydra_context: HydraContext, sweep_config: DictConfig, task_function: TaskFunction,
+                  singleton_state: object) -> JobReturn | SweepStopped:
     """Run one cell as a Hydra job inside a Ray worker, in the driver's working directory."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.singleton import Singleton
@@ -137,7 +145,7 @@ def enter_driver_cwd(cwd: str) -> None:
 # ----------------------------------------------------------------------------- the driver side
 
 
-def _init_kwargs(init: Mapping[str, Any]) -> dict[str, Any]:
+def _init_kwargs(init: JsonObject) -> JsonObject:
     """ray.init's arguments from the preset: unset (null) ones left out, so Ray's own defaults
     apply (joining a running cluster, Ray refuses e.g. `object_store_memory`); env var values
     as strings (an unset variable of the driver arrives as "", which cells read as unset)."""
@@ -158,14 +166,14 @@ def _warn_local_store(nodes: Sequence[Node]) -> None:
 
 def launch(
     *,
-    ray_cfg: Mapping[str, Any],
+    ray_cfg: DictConfig,
     report_every_s: float,
-    hydra_context: Any,
-    task_function: Any,
-    config: Any,
+    hydra_context: HydraContext,
+    task_function: TaskFunction,
+    config: DictConfig,
     job_overrides: Sequence[Sequence[str]],
     initial_job_idx: int,
-) -> list[Any]:
+) -> list[JobReturn]:
     """Run every cell of the batch as a Ray task; the JobReturns in launch order."""
     import ray
     from hydra.core.singleton import Singleton
@@ -194,7 +202,7 @@ def launch(
     _warn_local_store(nodes)
 
     task = ray.remote(**{"name": TASK_NAME, **remote})(run_cell_task)
-    refs: list[Any] = []
+    refs: list[object] = []  # Ray's ObjectRefs
     labels: list[str] = []
     for i, overrides in enumerate(job_overrides):
         idx = initial_job_idx + i
@@ -213,12 +221,12 @@ def launch(
         raise
 
 
-def _wait(ray: Any, refs: list[Any], labels: list[str], job_overrides: Sequence[Sequence[str]],
-          need: Mapping[str, float], report_every_s: float) -> list[Any]:
+def _wait(ray: ModuleType, refs: list[object], labels: list[str], job_overrides: Sequence[Sequence[str]],
+          need: Mapping[str, float], report_every_s: float) -> list[JobReturn]:
     """Collect the cells as they finish; say what is still waiting every `report_every_s`, and stop
     with a message when no live node can run the remaining cells any more (a node left)."""
     index = {ref: i for i, ref in enumerate(refs)}
-    results: list[Any] = [None] * len(refs)
+    results: dict[int, JobReturn] = {}
     pending = list(refs)
     t0 = time.monotonic()
     while pending:
@@ -235,10 +243,10 @@ def _wait(ray: Any, refs: list[Any], labels: list[str], job_overrides: Sequence[
         free = ray.available_resources()
         _say(f"{len(refs) - len(pending)} of {len(refs)} cells done after {time.monotonic() - t0:.0f}s; "
              f"{len(pending)} running or queued (free now: {_fmt(free, list(need))})")
-    return results
+    return [results[i] for i in range(len(refs))]
 
 
-def _result(ray: Any, ref: Any, overrides: Sequence[str], label: str) -> Any:
+def _result(ray: ModuleType, ref: object, overrides: Sequence[str], label: str) -> JobReturn:
     """The cell's JobReturn; a task that ended without one (its worker died, it was cancelled)
     becomes a failed JobReturn saying so, and the other cells go on. A cell that stopped the sweep
     (faults.SweepStopped: a full disk, a lost store) stops it here too."""

@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from hydra.core.utils import JobReturn, filter_overrides
 from submitit.slurm.slurm import SlurmInfoWatcher, SlurmJob
@@ -63,7 +63,9 @@ class SqueueWatcher(SlurmInfoWatcher):
     gone_grace_s = 10.0  # a job never seen in the queue this long after submission has ended
 
     def __init__(self, poll_s: float) -> None:
-        super().__init__(delay_s=poll_s)  # submitit asks at most this often (every 2 s at the start)
+        # submitit asks at most this often (every 2 s at the start); it annotates delay_s as int but only
+        # compares it with float seconds (poll_s is a float setting)
+        super().__init__(delay_s=poll_s)  # type: ignore[arg-type]
         self._registered_at: dict[str, float] = {}
         self._order: list[str] = []
         self._pending_since: dict[str, float] = {}
@@ -192,11 +194,13 @@ def stopping_launch(
         raise
 
 
-def _unless_stopped(results: Sequence[Any]) -> Sequence[JobReturn]:
+def _unless_stopped(results: Sequence[JobReturn | faults.SweepStopped]) -> Sequence[JobReturn]:
+    done: list[JobReturn] = []
     for result in results:
         if isinstance(result, faults.SweepStopped):
             _stop(result)
-    return results
+        done.append(result)
+    return done
 
 
 def _raise_if_stopped(submitit_folder: str, disks: Sequence[str]) -> None:
@@ -250,7 +254,7 @@ def _wait_all(watcher: SqueueWatcher) -> None:
         time.sleep(1)
 
 
-def _outcome(result_pickle: Any) -> str | None:
+def _outcome(result_pickle: Path) -> str | None:
     """'success', 'failed (see its log)', or None when the job wrote no result."""
     if not result_pickle.exists():
         return None

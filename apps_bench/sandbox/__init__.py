@@ -11,7 +11,7 @@ filters, or a throw-away VM/container per run.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .api import ExecResult, RawRun, RunRequest, decode_value
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["SandboxPool", "RunRequest", "RawRun", "ExecResult", "decode_value"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     # The pool (subprocess, logging, queue, ...) is imported on first use, not with the
     # package: every sandbox worker imports this package, and each module it holds makes
     # its start-up and every fork of it dearer.

@@ -11,7 +11,10 @@ from __future__ import annotations
 import decimal
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from apps_bench.types import JsonObject
 
 RawStatus = Literal[
     "ok", "timeout", "runtime_error", "compile_error", "output_limit", "memory_limit", "sandbox_error"
@@ -31,7 +34,7 @@ class RunRequest:
 
     code: str
     mode: Literal["stdin", "call"]
-    inputs: Sequence[Any]
+    inputs: Sequence[object]  # pickled to the child as they are
     fn_name: str | None = None
     timeout_s: float = 4.0
     memory_bytes: int = 0
@@ -90,7 +93,7 @@ def _parse_big_int(text: str) -> int:
     return int(text) if len(text) <= 4000 else int(decimal.Decimal(text))
 
 
-def decode_value(value_json: str) -> Any:
+def decode_value(value_json: str) -> object:
     """Parse `RawRun.value_json` into plain Python data (lists, dicts, str, int, float,
     bool, None), accepting integers of any length and NaN/Infinity, without touching
     the process-wide int-string digit limit."""
@@ -103,7 +106,7 @@ class Sandbox(Protocol):
     goes to its cell's pool (solver_pool.ExecProxy)."""
 
     @property
-    def features(self) -> dict[str, Any]: ...
+    def features(self) -> JsonObject: ...
 
     def run(self, req: RunRequest, keep_going: Callable[[RawRun], bool] | None = None) -> list[RawRun]: ...
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Any
 
 from .packages import check_declared
+
+_KINDS: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "str": str}  # a field's annotation -> its types
 
 
 @dataclass
@@ -36,10 +37,10 @@ class SandboxLimits:
             if f.name == "packages":
                 continue
             v = getattr(self, f.name)
-            want = {"int": int, "float": (int, float), "str": str}[str(f.type)]
+            want = _KINDS[str(f.type)]
             if isinstance(v, bool) or not isinstance(v, want):
                 raise ValueError(f"judge.sandbox.{f.name} must be {f.type}, got {v!r}")
-            if f.type != "str" and v < 0:
+            if isinstance(v, (int, float)) and v < 0:
                 raise ValueError(f"judge.sandbox.{f.name} must be >= 0, got {v!r}")
         for name in ("tmp_size", "shm_size"):
             if not re.fullmatch(r"[1-9][0-9]*[kmg]?", getattr(self, name)):
@@ -52,6 +53,6 @@ class SandboxLimits:
             raise ValueError(f"judge.sandbox.packages must be a list of module names, got {self.packages!r}")
         self.packages = list(check_declared(self.packages))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 

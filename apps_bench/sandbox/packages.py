@@ -24,7 +24,10 @@ import importlib.util
 import os
 import sys
 from importlib.machinery import PathFinder
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from types import ModuleType
 
 # What the APPS prelude imports besides the standard library (harness.PRELUDE: `import numpy as np`).
 PRELUDE_PACKAGES = ("numpy",)
@@ -39,7 +42,7 @@ def _always(top: str) -> bool:
     return top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "__main__"
 
 
-def check_declared(names: Iterable[Any]) -> tuple[str, ...]:
+def check_declared(names: Iterable[object]) -> tuple[str, ...]:
     """The declared packages as import names, checked: top-level module names, no standard library
     module, no repeat, the prelude's included, each installed here. ValueError names what is wrong."""
     out: list[str] = []
@@ -77,7 +80,7 @@ class DeclaredOnly:
         lib = os.path.dirname(os.__file__)
         self.stdlib_dirs = [lib, os.path.join(lib, "lib-dynload")]
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None) -> None:
         top = _top(fullname)
         if _always(top) or top in self.packages:
             return None  # the ordinary finders decide

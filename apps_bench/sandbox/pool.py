@@ -31,12 +31,13 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, TypedDict
 
 from apps_bench.sandbox.env import CLEAN_ENV
 
 from ..cpus import usable_cpus
 from ..errors import AppsBenchError
+from ..types import JsonObject
 from . import cgroups
 from .api import RAW_STATUSES, ExecResult, RawRun, RunRequest
 from .limits import SandboxLimits
@@ -124,6 +125,20 @@ class WorkerBroken(AppsBenchError):
     pass
 
 
+class Job(TypedDict):
+    """One RunRequest as the pool sends it to a worker (sandbox/worker.py reads these keys)."""
+
+    code: str
+    mode: str
+    fn_name: str | None
+    inputs: list[object]
+    timeout_s: float
+    memory_bytes: int
+    stderr_chars: int
+    reference: bool
+    alarm_s: float
+
+
 class _Worker:
     """The pool's handle on one worker process."""
 
@@ -132,10 +147,10 @@ class _Worker:
         self.index = index
         self.uid = pool._uid_base + index
         self.cgroup: str | None = None
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.reader: FrameReader | None = None
         self.ready = False
-        self.features: dict[str, Any] = {}
+        self.features: JsonObject = {}  # what the worker reported at start-up
         self.contained = pool._contain_mode
 
     def _make_cgroup(self) -> tuple[str | None, str]:
@@ -155,7 +170,7 @@ class _Worker:
         limits = self.pool.limits.to_dict()
         # RLIMIT_NPROC counts every process of the uid: without our own uid, leave
         # room for this user's other processes.
-        limits["nproc"] += _count_processes_of(os.getuid()) if os.geteuid() != 0 else 0
+        limits["nproc"] = self.pool.limits.nproc + (_count_processes_of(os.getuid()) if os.geteuid() != 0 else 0)
         cfg = {
             "contained": self.contained,
             "user_namespace": os.geteuid() != 0,
@@ -188,6 +203,7 @@ class _Worker:
         finally:
             if caller_err is not None:
                 os.close(caller_err)
+        assert self.proc.stdout is not None  # stdout=PIPE
         self.reader = FrameReader(self.proc.stdout.fileno())
         self.ready = False
 
@@ -221,12 +237,16 @@ class _Worker:
         return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
     def send(self, data: bytes) -> None:
+        if self.proc is None or self.proc.stdin is None:
+            raise WorkerBroken("worker link closed: the worker is stopped")
         try:
             send_frame(self.proc.stdin.fileno(), data)
         except (ChannelClosed, OSError) as e:
             raise WorkerBroken(f"worker link closed: {e}") from None
 
-    def recv(self, deadline: float) -> dict[str, Any]:
+    def recv(self, deadline: float) -> JsonObject:
+        if self.reader is None:
+            raise WorkerBroken("worker link closed: the worker was never started")
         try:
             msg = json.loads(self.reader.read(deadline))
         except ChannelTimeout:
@@ -244,7 +264,8 @@ class _Worker:
         self.proc = None
         self.ready = False
         try:
-            p.stdin.close()
+            if p.stdin is not None:
+                p.stdin.close()
         except OSError:
             pass
         try:
@@ -366,7 +387,7 @@ class SandboxPool:
         self._free.put(w)
 
     @property
-    def features(self) -> dict[str, Any]:
+    def features(self) -> JsonObject:
         """The containment the workers actually have, as they reported it when they started.
 
         Plain JSON data, stable across runs on one host (no pids, uids or paths of a run):
@@ -382,7 +403,7 @@ class SandboxPool:
             finally:
                 self._release(w)
         keys = list(dict.fromkeys(k for r in reports for k in r))
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for k in keys:
             values = [r.get(k) for r in reports]
             out[k] = values[0] if all(v == values[0] for v in values) else "mixed"
@@ -411,7 +432,7 @@ class SandboxPool:
         n = len(req.inputs)
         if n == 0:
             return []
-        job = {
+        job: Job = {
             "code": req.code, "mode": req.mode, "fn_name": req.fn_name, "inputs": list(req.inputs),
             "timeout_s": float(req.timeout_s), "memory_bytes": int(req.memory_bytes),
             "stderr_chars": int(stderr_chars if stderr_chars is not None else self.limits.stderr_chars),
@@ -423,7 +444,7 @@ class SandboxPool:
         finally:
             self._release(w)
 
-    def _run_on(self, w: _Worker, job: dict[str, Any], n: int,
+    def _run_on(self, w: _Worker, job: Job, n: int,
                 keep_going: Callable[[RawRun], bool] | None) -> list[RawRun]:
         """Drive one job. The worker's child runs ahead; every result but the last (and a
         compile error) gets a C(ontinue)/S(top) reply, also results that arrive after a
@@ -510,7 +531,7 @@ class SandboxPool:
         # Tell every worker to finish first (end of its job stream), then wait for each:
         # they sweep and exit side by side instead of one after another.
         for w in workers:
-            if w.proc is not None:
+            if w.proc is not None and w.proc.stdin is not None:
                 try:
                     w.proc.stdin.close()
                 except OSError:
@@ -568,7 +589,7 @@ class _JobResults:
                 break
 
 
-def _raw_from_msg(msg: dict[str, Any], expected: int) -> RawRun:
+def _raw_from_msg(msg: JsonObject, expected: int) -> RawRun:
     """Build a RawRun from a worker message, checking every field's type."""
     status = msg.get("status")
     index = msg.get("index")
@@ -585,6 +606,6 @@ def _raw_from_msg(msg: dict[str, Any], expected: int) -> RawRun:
     return RawRun(
         index=index, status=status, stdout=s("stdout"), value_json=vj if isinstance(vj, str) else None,
         stderr=s("stderr"), exit_code=ec if type(ec) is int else None,
-        seconds=float(secs) if type(secs) in (int, float) else 0.0, detail=s("detail"),
+        seconds=float(secs) if isinstance(secs, (int, float)) and not isinstance(secs, bool) else 0.0, detail=s("detail"),
         fatal=msg.get("fatal") is True, late=msg.get("late") is True,
     )

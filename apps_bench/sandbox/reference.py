@@ -41,7 +41,7 @@ import signal
 import sys
 import time
 import types
-from typing import Any
+from typing import Any, Callable
 from unittest import mock
 
 from ..errors import AppsBenchError
@@ -116,9 +116,9 @@ class _Patches:
     its class is deleted again (so the class's shows through); a missing one is an error."""
 
     def __init__(self) -> None:
-        self.undo: list[tuple[Any, str, Any]] = []
+        self.undo: list[tuple[object, str, object]] = []
 
-    def set(self, obj: Any, name: str, value: Any) -> None:
+    def set(self, obj: object, name: str, value: object) -> None:
         own = getattr(obj, "__dict__", None)
         if own is not None and name in own:
             self.undo.append((obj, name, own[name]))
@@ -141,12 +141,12 @@ class _Patches:
                 setattr(obj, name, old)
 
 
-def _lazy_mock_open(mock: Any, text: str) -> Any:
+def _lazy_mock_open(mock: types.ModuleType, text: str) -> Callable[..., object]:
     """`open` as the original's `mock_open(read_data=text)`, built on the first call (building
     one costs ~4 ms, and most programs never call open)."""
-    made: list[Any] = []
+    made: list[Callable[..., object]] = []
 
-    def open_(*args: Any, **kwargs: Any) -> Any:
+    def open_(*args: object, **kwargs: object) -> object:
         if not made:
             made.append(mock.mock_open(read_data=text))
         return made[0](*args, **kwargs)
@@ -158,7 +158,7 @@ class ReferenceTimeout(AppsBenchError):
     """The per-test alarm; an Exception, so a program's `except Exception` catches it as in the original."""
 
 
-def _on_alarm(signum: int, frame: Any) -> None:
+def _on_alarm(signum: int, frame: types.FrameType | None) -> None:
     print("alarm went off")  # the original's handler prints (into the captured stdout, in stdin mode)
     raise ReferenceTimeout
 
@@ -257,9 +257,10 @@ class ReferenceRunner(Runner):
         self.real_stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
         err = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
                                errors="backslashreplace", line_buffering=True)
-        sys.stdin = sys.__stdin__ = self.real_stdin
-        sys.stdout = sys.__stdout__ = self.real_stdout
-        sys.stderr = sys.__stderr__ = err
+        # the original's process had these as its interpreter's own streams (typeshed marks them Final)
+        sys.stdin = sys.__stdin__ = self.real_stdin  # type: ignore[misc]
+        sys.stdout = sys.__stdout__ = self.real_stdout  # type: ignore[misc]
+        sys.stderr = sys.__stderr__ = err  # type: ignore[misc]
         self._out, self._err = self.real_stdout, err
         sys.argv = [SOURCE_NAME]
         sys.setrecursionlimit(1000)
@@ -279,7 +280,7 @@ class ReferenceRunner(Runner):
         source = PRELUDE + (s.code if call else wrap_stdin_program(s.code))
         self._arm()
         try:
-            g: dict[str, Any] = {}
+            g: dict[str, object] = {}
             _exec(_compile(source, SOURCE_NAME, "exec", dont_inherit=True), g)
             mod = _ModuleType(MODULE_NAME, "")
             mod.__dict__.update({k: v for k, v in g.items() if k not in PYEXT_HIDDEN})
@@ -291,7 +292,7 @@ class ReferenceRunner(Runner):
             self._disarm()
             return _clip(f"compile error: {_type(e).__name__}: {e}")
         try:
-            self.method = getattr(target, s.fn_name if call else "code")
+            self.method = getattr(target, (s.fn_name or "") if call else "code")
         except BaseException as e:  # noqa: BLE001 - the original's bare `except:`
             return _clip(f"unable to get function: {_type(e).__name__}: {e}")
         return None
@@ -345,7 +346,8 @@ class ReferenceRunner(Runner):
         p.set(builtins, "open", _lazy_mock_open(self.mock, text))
         return p
 
-    def run_stdin(self, index: int, text: Any) -> dict:
+    def run_text(self, index: int, text: Any) -> dict:
+        """One standard-input test, `text` its input as the row has it (a list is joined, as the original does)."""
         s = self.spec
         if _isinstance(text, list):
             try:
@@ -353,7 +355,7 @@ class ReferenceRunner(Runner):
             except BaseException:  # noqa: BLE001 - the original fails outside any handler here: the process ends
                 _exit(1)  # the original fails outside any handler here: the process ends
         capture = _StringIO()
-        capture.close = lambda x: 1  # type: ignore[method-assign,assignment]  # the original's no-op close
+        capture.close = lambda x: 1  # type: ignore[method-assign,assignment,misc]  # the original's close (which raises TypeError when called)
         outer = sys.stdout
         sys.stdout = capture
         t0 = _perf()
@@ -413,7 +415,7 @@ class ReferenceRunner(Runner):
             if self.await_go() != GO:
                 break
             inp = self.take_input()
-            res = self.run_call(index, inp) if s.mode == "call" else self.run_stdin(index, inp)
+            res = self.run_call(index, inp) if s.mode == "call" else self.run_text(index, inp)
             self.send_result(res)
             _ftruncate(s.out_fd, 0)
             _ftruncate(s.err_fd, 0)

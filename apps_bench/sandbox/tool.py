@@ -12,11 +12,10 @@ import asyncio
 import dataclasses
 import threading
 import time
-from typing import Any
 
 from apps_bench.tracking.capture import exec_call
 
-from ..types import Usage
+from ..types import JsonObject, Usage
 from .api import ExecResult
 from .pool import SandboxPool
 
@@ -26,7 +25,7 @@ DESCRIPTION = (
     "Pass the program's standard input as `stdin`. Use it to test a solution on examples."
 )
 
-PARAMETERS: dict[str, Any] = {
+PARAMETERS: JsonObject = {
     "type": "object",
     "properties": {
         "code": {"type": "string", "description": "The complete Python 3 program to run."},
@@ -79,12 +78,13 @@ class PythonExecTool:
         self.calls = 0
         self._lock = threading.Lock()
 
-    def openai_schema(self) -> dict[str, Any]:
+    def openai_schema(self) -> JsonObject:
         """The tool in OpenAI chat-completions `tools=[...]` form."""
         return {"type": "function", "function": {"name": self.name, "description": self.description,
                                                  "parameters": self.parameters}}
 
-    def run(self, code: Any, stdin: Any = "") -> ExecResult | str:
+    def run(self, code: object, stdin: object = "") -> ExecResult | str:
+        """`code` and `stdin` as the model sent them: anything but strings is refused with a message."""
         with self._lock:
             self.calls += 1
             if self.usage is not None:
@@ -96,7 +96,7 @@ class PythonExecTool:
             log.add_exec(exec_call(code, stdin, result, start_ns))
         return result
 
-    def _run(self, code: Any, stdin: Any) -> ExecResult | str:
+    def _run(self, code: object, stdin: object) -> ExecResult | str:
         if not isinstance(code, str):
             return f"python_exec error: `code` must be a string, got {type(code).__name__}"
         if stdin is None:

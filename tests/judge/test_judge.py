@@ -221,9 +221,46 @@ def test_summary_rejects_unknown_items():
         summarize([42])
 
 
-def test_unknown_profile_is_refused(pool):
+def test_unknown_profile_is_refused():
     with pytest.raises(ValueError, match="available: reference, seed"):
-        Judge.from_config(pool, dataclasses.replace(judge_config("seed"), profile="nonesuch"))
+        judge_config("nonesuch")
+
+
+def test_a_profile_judges_by_the_rules_class_its_target_names(pool):
+    """conf/judge/<profile>.yaml names its rules by `_target_`: the class, not the profile's name, decides
+    how a program runs and what a verdict keeps (here the seed's settings under the reference rules)."""
+    seed, ref = judge_config("seed"), judge_config("reference")
+    assert (seed._target_, ref._target_) == ("apps_bench.judge.rules.SeedRules", "apps_bench.judge.rules.ReferenceRules")
+    p, prog = stdin_problem(2), "print(2 * int(input()))\n"
+    as_seed = Judge.from_config(pool, seed)
+    swapped = Judge.from_config(pool, dataclasses.replace(seed, _target_=ref._target_, program_timeout_s=11.0))
+    assert (as_seed.score(p, prog).reference_results, swapped.score(p, prog).reference_results) == (None, (True, True))
+    assert (as_seed.score(p, None).reference_results, swapped.score(p, None).reference_results) == (None, (-2,))
+    with pytest.raises(ValueError, match="'reference' needs program_timeout_s"):  # the reference rules check their settings
+        Judge.from_config(pool, dataclasses.replace(seed, _target_=ref._target_))
+
+
+@pytest.mark.parametrize("target, why", [
+    ("apps_bench.judge.rules.Nope", "module apps_bench.judge.rules has no 'Nope'"),
+    ("nowhere.Rules", "nowhere.Rules is not in this install"),
+    ("apps_bench.judge.compare.compare_stdin", "apps_bench.judge.compare.compare_stdin is not a profile's rules class"),
+])
+def test_a_target_that_names_no_rules_is_refused_naming_the_file(pool, target, why):
+    with pytest.raises(ValueError) as e:
+        Judge.from_config(pool, dataclasses.replace(judge_config("seed"), _target_=target))
+    assert str(e.value).startswith(f"judge profile 'seed': {why}") and "check judge._target_ (conf/judge/seed.yaml)" in str(e.value)
+
+
+def test_the_rules_class_is_not_in_the_cell_key():
+    """Code, like topology._target_: the profile's name and rules version identify a cell."""
+    from conftest import compose_cell
+
+    from apps_bench.cell import cell_key, identity_of
+
+    plain, swapped = compose_cell(), compose_cell("judge._target_=apps_bench.judge.rules.ReferenceRules")
+    assert plain.judge._target_ == "apps_bench.judge.rules.SeedRules" != swapped.judge._target_
+    assert "_target_" not in identity_of(plain)["judge"]
+    assert cell_key(identity_of(plain)) == cell_key(identity_of(swapped))
 
 
 def test_call_memory_cap_from_env_reaches_the_program(pool, monkeypatch):

@@ -216,6 +216,27 @@ def test_a_cell_recorded_before_the_sandbox_limits_were_config_is_told_how_to_re
     assert proc.returncode == 0, proc.stderr
 
 
+def test_a_cell_recorded_before_profiles_named_their_rules_is_rescored_by_its_profile_s_class(workdir, cell_dir) -> None:
+    """Older config.yaml files have no judge._target_: the profile's file names the class, and the key is
+    the one the same re-scoring of a newer cell gets (the class is not in it)."""
+    import yaml
+
+    old = workdir / "outputs" / "cells" / "before-targets"
+    shutil.copytree(cell_dir, old, ignore=shutil.ignore_patterns("rescore"))
+    cfg = yaml.safe_load((old / "config.yaml").read_text())
+    assert cfg["judge"].pop("_target_") == "apps_bench.judge.rules.SeedRules"
+    (old / "config.yaml").write_text(yaml.safe_dump(cfg))
+    for d in (old, cell_dir):
+        proc = rescore([str(d), "judge.timeout_s=5", "--no-mlflow"], workdir)
+        assert proc.returncode == 0, proc.stderr
+    (new,) = (old / "rescore").iterdir()
+    (same,) = [d for d in (cell_dir / "rescore").iterdir() if d.name == new.name]  # one key for both
+    assert yaml.safe_load((new / "config.yaml").read_text())["judge"]["_target_"] == "apps_bench.judge.rules.SeedRules"
+    got = {r["key"]: (r["passed"], r["verdict"]["profile"], r["verdict"]["tests_run"]) for r in lines(new / "records.jsonl")}
+    assert len(got) == 8 and got == {r["key"]: (r["passed"], r["verdict"]["profile"], r["verdict"]["tests_run"])
+                                      for r in lines(same / "records.jsonl")}
+
+
 def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s(tmp_path: Path):
     """The one rule of step.py's judging (judge.core.judge_program) holds in re-scoring too: a judge that
     crashes on one program makes that record an infrastructure error; the other records are re-scored."""
