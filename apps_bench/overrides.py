@@ -115,6 +115,7 @@ OPTION_KEYS: dict[str, tuple[str, ...]] = {
     "topology": ("name", "flow", "framework", "_target_"),
     "model": ("name", "provider"),
     "optimizer": ("name", "_target_"),
+    "judge": ("profile", "_target_"),  # the rules class decides verdicts; the records name the profile
 }
 # groups a cell may go without (config.yaml: `optional experiment: null`, `debug: null`)
 OPTIONAL_GROUPS = ("experiment", "debug")

@@ -97,6 +97,12 @@ CASES = {
         ["topology._target_=apps_bench.topologies.independent.IndependentTopology: comes with the topology option",
          "Fix: topology=NAME (options: centralized_autogen"],
     ),
+    # the rules class is not in the cell key: set apart from its profile, records would name one profile and
+    # judge by another's rules
+    "a judge's rules apart from its profile": (
+        ["judge._target_=apps_bench.judge.rules.ReferenceRules"],
+        ["judge._target_=apps_bench.judge.rules.ReferenceRules: comes with the judge option", "Fix: judge=NAME"],
+    ),
     "a model's provider apart from its preset": (["model.provider=openai"], ["model.provider=openai: comes with the model option"]),
     # Hydra's deletions and repeated keys (#43)
     "deleting an axis": (["~topology"], ["~topology: a cell needs a topology", "Fix: drop ~topology (the default option), or topology=NAME"]),
