@@ -15,12 +15,17 @@ import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 from urllib.parse import urlparse
 
 from apps_bench.config import ModelConfig
 from apps_bench.models.client_stack import proxy_for
-from apps_bench.models.local import LocalModelError, server_for
+from apps_bench.models.local import LocalModelError, LocalServer, server_for
+
+if TYPE_CHECKING:
+    from apps_bench.models.gold import GoldServer
+    from apps_bench.models.gold_policy import GoldProblem
+    from apps_bench.types import Problem
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +51,7 @@ class Endpoint:
     api_key: str = field(repr=False)  # never logged
     provider: str = "openai"  # gold | local | openai
     served_models: tuple[str, ...] = ()
-    server: Any = field(default=None, repr=False, compare=False)  # the GoldServer (gold) or LocalServer (local)
+    server: GoldServer | LocalServer | None = field(default=None, repr=False, compare=False)  # gold's or local's, started here
 
     @property
     def is_gold(self) -> bool:
@@ -58,7 +63,7 @@ def is_loopback(base_url: str) -> bool:
 
 
 @contextmanager
-def open_endpoint(model_cfg: ModelConfig, problems: Iterable[Any] = ()) -> Iterator[Endpoint]:
+def open_endpoint(model_cfg: ModelConfig, problems: Iterable[Problem | GoldProblem] = ()) -> Iterator[Endpoint]:
     provider = model_cfg.provider
     if provider == "gold" and not model_cfg.base_url:
         from apps_bench.models.gold import GoldServer  # runs as `python -m`: its package must not import it

@@ -25,9 +25,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from apps_bench.cpus import usable_cpus
+
+if TYPE_CHECKING:
+    from apps_bench.config import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +198,7 @@ class LocalServer:
             self.log_path = None
 
 
-def server_for(model_cfg: Any) -> LocalServer:
+def server_for(model_cfg: ModelConfig) -> LocalServer:
     """A (not yet started) LocalServer from a `model=local` config (the typed ModelConfig, or conf/model/local.yaml as loaded)."""
     path = model_cfg.gguf_path
     model_path = Path(str(path)).expanduser() if path else gguf_path(str(model_cfg.gguf_package), str(model_cfg.gguf_file))
