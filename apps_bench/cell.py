@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from apps_bench.config import as_plain, config_data, typed_config
+from apps_bench.config import as_plain, config_data, flat_model, typed_config
 from apps_bench.data.rows import EVAL_SPLIT
 from apps_bench.validate import CellRefused, InvalidSettings, check_settings, schema_refusal
 
@@ -102,6 +102,8 @@ def _file_digest(path: str) -> str | None:
 def identity_of(cfg: Any) -> dict[str, Any]:
     """The part of a composed config that changes results (see module docstring)."""
     data = as_plain(cfg)
+    if isinstance(data.get("model"), dict):  # hashed in the flat layout the keys were first made from
+        data["model"] = flat_model(data["model"])
     out: dict[str, Any] = {"key_version": KEY_VERSION}
     for k, v in data.items():
         if k in RUN_ONLY[""]:

@@ -168,7 +168,7 @@ def _key_with(base: dict, dotted: str) -> str:
 @pytest.mark.parametrize(
     "override",
     ["concurrency=3", "out_dir=/tmp/x", "verbose=true", "progress=false", "tracking.experiment=other",
-     "model.latency_ms=500", "model.fault_fraction=0.5", "model.max_retries=0", "judge.workers=1",
+     "model.gold.latency_ms=500", "model.gold.fault_fraction=0.5", "model.max_retries=0", "judge.workers=1",
      "allow_any_cell=true", "model.base_url=http://elsewhere/v1"],
 )
 def test_run_only_settings_keep_the_cell(base: dict, override: str):
@@ -179,7 +179,7 @@ def test_run_only_settings_keep_the_cell(base: dict, override: str):
     "override",
     ["seed=1", "max_tests_per_row=5", "limit=1", "offset=3", "judge.timeout_s=2", "judge.profile=reference",
      "model.temperature=0.7", "model.top_p=0.5", "model.model_id=other", "topology.prompts.solver=hello",
-     "topology.max_steps=3", "topology.team_size=2", "tool.timeout_s=5", "model.wrong_fraction=0.5",
+     "topology.max_steps=3", "topology.team_size=2", "tool.timeout_s=5", "model.gold.wrong_fraction=0.5",
      "dataset.revision=abc", "dataset.path=/data/x.jsonl",
      # every sandbox limit that can change a verdict
      "judge.sandbox.output_cap_bytes=1000", "judge.sandbox.pids_max=64", "judge.sandbox.nproc=32",

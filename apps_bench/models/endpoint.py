@@ -68,12 +68,14 @@ def open_endpoint(model_cfg: ModelConfig, problems: Iterable[Problem | GoldProbl
     if provider == "gold" and not model_cfg.base_url:
         from apps_bench.models.gold import GoldServer  # runs as `python -m`: its package must not import it
 
+        if model_cfg.gold is None:
+            raise ModelEndpointError("model.provider=gold without gold's settings (model.gold): start from model=gold")
         server = GoldServer(
             problems,
             model_id=model_cfg.model_id,
-            latency_ms=int(model_cfg.latency_ms),
-            wrong_fraction=float(model_cfg.wrong_fraction),
-            fault_fraction=float(model_cfg.fault_fraction),
+            latency_ms=int(model_cfg.gold.latency_ms),
+            wrong_fraction=float(model_cfg.gold.wrong_fraction),
+            fault_fraction=float(model_cfg.gold.fault_fraction),
             stall_s=float(model_cfg.request_timeout_s) + 1.0,
         ).start()
         try:

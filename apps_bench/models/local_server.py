@@ -30,7 +30,7 @@ llama-cpp-python 0.3.36 (pinned in the `local` extra) mishandles the requests ou
   row of logits (after a load the server replays a token before sampling, so the saved logits are
   never read; local.py also starts the server with `--logits_all false`).
 
-With `--requantize TYPE --requantize_to PATH` (local.py passes them for `model.gguf_requantize`)
+With `--requantize TYPE --requantize_to PATH` (local.py passes them for `model.local.gguf_requantize`)
 it first writes `--model` converted to TYPE at PATH and serves that (`requantize`).
 
 Not changed: without `tool_choice` (LangChain and the OpenAI SDK send none) the handler leaves

@@ -281,7 +281,7 @@ def tool_fix(server: Server, verdict: str) -> str:
     if server.kind == "llama.cpp":
         return (
             "the server's chat template drops `tools`: start llama-cpp-python with a tool-calling chat format "
-            "(model.chat_format=chatml-function-calling)"
+            "(model.local.chat_format=chatml-function-calling)"
         )
     if verdict == AS_TEXT:
         return "tool calls come back as text: the server needs a tool-call parser for this model"
