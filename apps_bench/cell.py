@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from apps_bench.config import Config, GridConfig, ModelConfig, as_plain, config_data, typed_config
+from apps_bench.config import Config, GridConfig, ModelConfig, as_plain, config_data, flat_model, typed_config
 from apps_bench.data.rows import EVAL_SPLIT
 from apps_bench.errors import AppsBenchError
 from apps_bench.types import JsonObject
@@ -107,6 +107,8 @@ def identity_of(cfg: Config | Mapping[str, object]) -> JsonObject:
     """The part of a composed config that changes results (see module docstring): of the typed config's
     data (config_data), or of plain data such as a cell folder's config.yaml (re-scoring)."""
     data = config_data(cfg) if isinstance(cfg, Config) else as_plain(cfg)
+    if isinstance(data.get("model"), dict):  # hashed in the flat layout the keys were first made from
+        data["model"] = flat_model(data["model"])
     out: JsonObject = {"key_version": KEY_VERSION}
     for k, v in data.items():
         if k in RUN_ONLY[""]:

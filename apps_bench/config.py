@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 MISSING: Any = "???"
 
 POOL_SOURCES = ("train", "test_minus_eval")  # optimizer.params.pool.source: optimizers/protocol.build_pool
-REQUANTIZE_TYPES = ("q8_0", "q4_0", "f16")  # model.gguf_requantize: the llama.cpp file types models/local_server.py converts to
+REQUANTIZE_TYPES = ("q8_0", "q4_0", "f16")  # model.local.gguf_requantize: the llama.cpp file types models/local_server.py converts to
 
 
 @dataclass
@@ -50,6 +50,31 @@ class PriceConfig:
 
 
 @dataclass
+class GoldConfig:
+    """The built-in gold server's knobs for tests and benchmarks (`model.gold`, set by conf/model/gold.yaml only)."""
+
+    latency_ms: int = MISSING  # added latency per call
+    wrong_fraction: float = MISSING  # seeded fraction of deliberately wrong answers
+    fault_fraction: float = MISSING  # seeded fraction of injected 5xx / 429 / timeouts / malformed replies
+
+
+@dataclass
+class LocalConfig:
+    """The GGUF and llama-cpp-python server settings (`model.local`, set by conf/model/local.yaml only;
+    apps_bench/models/local.py)."""
+
+    gguf_package: Optional[str] = MISSING
+    gguf_file: Optional[str] = MISSING
+    gguf_path: Optional[str] = MISSING
+    gguf_requantize: Optional[str] = MISSING  # serve the GGUF converted to this type (REQUANTIZE_TYPES); None = as is
+    chat_format: Optional[str] = MISSING
+    n_ctx: int = MISSING
+    n_threads: int = MISSING
+    start_timeout_s: float = MISSING
+    prompt_cache_mb: int = MISSING  # llama.cpp's RAM prompt cache (states by prompt prefix); 0 = off
+
+
+@dataclass
 class ModelConfig:
     name: str = MISSING
     provider: str = MISSING  # gold (built-in server) | local (a small real LLM started here) | openai (any endpoint)
@@ -69,20 +94,32 @@ class ModelConfig:
     tools_supported: bool = MISSING  # false: the server/model is known to ignore `tools` (warned about)
     accept_tool_drop: bool = MISSING  # run a tool-using cell on a server that drops its tools (server check)
     price: PriceConfig = MISSING  # run-only (cell.RUN_ONLY): cost in money
-    # local-only (provider local): the GGUF and llama-cpp-python server settings (apps_bench/models/local.py)
-    gguf_package: Optional[str] = MISSING
-    gguf_file: Optional[str] = MISSING
-    gguf_path: Optional[str] = MISSING
-    gguf_requantize: Optional[str] = MISSING  # serve the GGUF converted to this type (REQUANTIZE_TYPES); None = as is
-    chat_format: Optional[str] = MISSING
-    n_ctx: int = MISSING
-    n_threads: int = MISSING
-    start_timeout_s: float = MISSING
-    prompt_cache_mb: int = MISSING  # llama.cpp's RAM prompt cache (states by prompt prefix); 0 = off
-    # gold-only knobs for tests and benchmarks
-    latency_ms: int = MISSING
-    wrong_fraction: float = MISSING
-    fault_fraction: float = MISSING
+    # A provider's own settings, under its key: null in every other provider's presets.
+    local: Optional[LocalConfig] = MISSING
+    gold: Optional[GoldConfig] = MISSING
+
+
+# The values earlier, flat model sections held for the fields of the providers a preset is not (model.gold
+# and model.local were top-level keys, set to these by every other preset): the cell key hashes the model
+# section in that flat layout (flat_model), so every recorded cell keeps its key.
+_FLAT_OFF: dict[str, dict[str, Any]] = {
+    "local": {"gguf_package": None, "gguf_file": None, "gguf_path": None, "gguf_requantize": None, "chat_format": None,
+              "n_ctx": 0, "n_threads": 0, "start_timeout_s": 0.0, "prompt_cache_mb": 0},
+    "gold": {"latency_ms": 0, "wrong_fraction": 0.0, "fault_fraction": 0.0},
+}
+
+
+def flat_model(model: dict[str, Any]) -> dict[str, Any]:
+    """A plain model section in the flat layout of earlier versions (each provider section's fields at the
+    top, in the order they had, those of an absent section at the values every other preset held): what the
+    cell key hashes, so nesting the settings changed no key. A section already flat (a config.yaml written
+    before the nesting) comes back as it was."""
+    if not {"local", "gold"} & model.keys():
+        return dict(model)
+    out = {k: v for k, v in model.items() if k not in _FLAT_OFF}
+    for section, off in _FLAT_OFF.items():
+        out.update(model.get(section) or off)
+    return out
 
 
 @dataclass

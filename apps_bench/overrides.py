@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from apps_bench.config import CONF_DIR, OPTIMIZER_SCHEMAS, Config, hydra_on, overlay_dirs
-from apps_bench.validate import RULES, BadSetting, InvalidSettings, check_settings
+from apps_bench.validate import PROVIDER_ONLY, RULES, BadSetting, InvalidSettings, check_settings
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -132,6 +132,7 @@ def check_overrides(argv: Iterable[str]) -> list[BadSetting]:
     argv = list(argv)
     bad: list[BadSetting] = []
     methods: list[str] | None = None  # the optimizer(s) the command chooses, found when first needed
+    models: list[tuple[str, str]] | None = None  # (name, provider) of the model(s) it chooses, likewise
     seen: dict[str, str] = {}
     searchpath = _searchpath(argv)
     options = groups(argv)
@@ -167,6 +168,9 @@ def check_overrides(argv: Iterable[str]) -> list[BadSetting]:
         elif key.startswith("optimizer.params."):
             methods = methods if methods is not None else _chosen_optimizers(argv)
             bad += _params_problems(key, values, methods)
+        elif key.startswith(_PROVIDER_KEYS):
+            models = models if models is not None else _chosen_models(argv)
+            bad += _provider_problems(key, values, models) or _setting_problems(key, values, options)
         else:
             bad += _setting_problems(key, values, options)
     # a preset of a packaged name replaces it wherever it is selected, by the command line or by default
@@ -355,6 +359,53 @@ def _composed_optimizer(overrides: list[str]) -> str:
             return str(compose("config", overrides=overrides).optimizer.name)
     except Exception:  # noqa: BLE001 - another override's problem: said by check_overrides or by Hydra
         return ""
+
+
+# a provider's own settings (model.gold.*, model.local.*): only its presets have the section to set them in
+_PROVIDER_KEYS = tuple(f"model.{p}." for p in PROVIDER_ONLY)
+
+
+def _chosen_models(argv: Iterable[str]) -> list[tuple[str, str]]:
+    """(name, provider) of each model the command chooses (`model=`, a sweep's choices, or the default),
+    as its other model settings compose it; none for a choice that does not compose (said elsewhere)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    chosen: list[str] = []
+    rest = []
+    for raw in override_args(argv):
+        try:
+            [ov] = OverridesParser.create().parse_overrides([raw])
+        except Exception:  # noqa: BLE001 - said by check_overrides
+            continue
+        key = ov.key_or_group.lstrip("+")
+        if key == "model":
+            chosen = [str(v) for v in _values(ov)]
+        elif key.startswith("model.") and not key.startswith(_PROVIDER_KEYS) and not ov.is_sweep_override():
+            rest.append(raw)
+    found = [_composed_model([*rest, f"model={name}"] if name else rest) for name in chosen or [""]]
+    return [m for m in found if m is not None]
+
+
+def _composed_model(overrides: list[str]) -> tuple[str, str] | None:
+    from hydra import compose
+
+    try:
+        with hydra_on(CONF_DIR):
+            model = compose("config", overrides=overrides).model
+    except Exception:  # noqa: BLE001 - another override's problem: said by check_overrides or by Hydra
+        return None
+    return str(model.name), str(model.provider)
+
+
+def _provider_problems(key: str, values: list[object], models: list[tuple[str, str]]) -> list[BadSetting]:
+    """A provider's own setting on a model of another provider, which has no such section (and would ignore it)."""
+    provider = key.split(".")[1]
+    shown = values[0] if values else ""
+    for name, theirs in models:
+        if theirs != provider:
+            why = f"only model={PROVIDER_ONLY[provider]} uses it; model={name} would ignore it"
+            return [BadSetting(key, shown, why, f"drop {key}, or model={provider}")]
+    return []
 
 
 def _values(ov: Override) -> list[object]:

@@ -11,7 +11,7 @@ with its value, what is allowed and the override that fixes it; the entrypoint e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from typing import Callable, Mapping, TypeGuard
 
 from apps_bench.config import (
@@ -140,11 +140,11 @@ RULES: tuple[Rule, ...] = (
     ("model", "request_timeout_s", _positive, "seconds > 0", "model.request_timeout_s=300"),
     ("model", "max_retries", _int_min(0), "a whole number >= 0", "model.max_retries=3"),
     ("model", "retry_backoff_s", lambda v: _is_num(v) and v >= 0, "seconds >= 0", "model.retry_backoff_s=2"),
-    ("model", "latency_ms", _int_min(0), "a whole number >= 0", "model.latency_ms=0"),
-    ("model", "wrong_fraction", _fraction, "a fraction from 0 to 1", "model.wrong_fraction=0"),
-    ("model", "fault_fraction", _fraction, "a fraction from 0 to 1", "model.fault_fraction=0"),
-    ("model", "prompt_cache_mb", _int_min(0), "a whole number of MiB >= 0 (0 = off)", "model.prompt_cache_mb=1024"),
-    ("model", "gguf_requantize", lambda v: v is None or v in REQUANTIZE_TYPES, f"one of {', '.join(REQUANTIZE_TYPES)}, or null (the GGUF as shipped)", "model.gguf_requantize=q8_0"),  # fmt: skip
+    ("model.gold", "latency_ms", _int_min(0), "a whole number >= 0", "model.gold.latency_ms=0"),
+    ("model.gold", "wrong_fraction", _fraction, "a fraction from 0 to 1", "model.gold.wrong_fraction=0"),
+    ("model.gold", "fault_fraction", _fraction, "a fraction from 0 to 1", "model.gold.fault_fraction=0"),
+    ("model.local", "prompt_cache_mb", _int_min(0), "a whole number of MiB >= 0 (0 = off)", "model.local.prompt_cache_mb=1024"),
+    ("model.local", "gguf_requantize", lambda v: v is None or v in REQUANTIZE_TYPES, f"one of {', '.join(REQUANTIZE_TYPES)}, or null (the GGUF as shipped)", "model.local.gguf_requantize=q8_0"),  # fmt: skip
     ("model.price", "input_per_mtok", _opt_price, "USD per million tokens >= 0, or null (no price)", "model.price.input_per_mtok=3.7 (your vendor's price)"),  # fmt: skip
     ("model.price", "output_per_mtok", _opt_price, "USD per million tokens >= 0, or null (no price)", "model.price.output_per_mtok=11.3 (your vendor's price)"),  # fmt: skip
     ("topology", "team_size", _int_min(1), "a whole number >= 1", "topology.team_size=4"),
@@ -306,12 +306,10 @@ def typed_cell(cfg: object) -> Config:
 # ----------------------------------------------------------------------------- ignored settings
 
 
-# provider -> (the preset that uses them, model keys only it reads); any other model would ignore them
-_PROVIDER_ONLY = {
-    "gold": ("gold (the built-in self-check server)", ("latency_ms", "wrong_fraction", "fault_fraction")),
-    "local": ("local (the llama-cpp-python server this project starts)", (
-        "gguf_package", "gguf_file", "gguf_path", "gguf_requantize", "chat_format", "n_ctx", "n_threads", "start_timeout_s", "prompt_cache_mb",
-    )),
+# provider -> the preset that uses its own settings (`model.<provider>`); any other model would ignore them
+PROVIDER_ONLY = {
+    "gold": "gold (the built-in self-check server)",
+    "local": "local (the llama-cpp-python server this project starts)",
 }  # fmt: skip
 
 
@@ -319,16 +317,16 @@ def _ignored(config: Config) -> list[BadSetting]:
     """Settings that the chosen mode would not use: refused, so no one believes they took effect."""
     bad = []
     model = config.model
-    for provider, (preset, knobs) in _PROVIDER_ONLY.items():
-        if model.provider == provider:
+    for provider, preset in PROVIDER_ONLY.items():
+        section = getattr(model, provider, None)
+        if model.provider == provider or section is None:
             continue
-        for knob in knobs:
-            value = getattr(model, knob, None)
-            if value:
+        for knob, value in asdict(section).items():
+            if value is not None:
                 bad.append(BadSetting(
-                    f"model.{knob}", value,
+                    f"model.{provider}.{knob}", value,
                     f"only model={preset} uses it; model={model.name} would ignore it",
-                    f"drop model.{knob}, or model={preset}",
+                    f"drop model.{provider}.{knob}, or model={preset}",
                 ))  # fmt: skip
     topo = config.topology
     if topo.flow != "decentralized" and _is_int(topo.rounds) and topo.rounds != 1:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Grid speed: the whole `python -m apps_bench` command at the default concurrency vs
-`concurrency=1`, in the same run, on the same cell (model=gold model.latency_ms=500,
+`concurrency=1`, in the same run, on the same cell (model=gold model.gold.latency_ms=500,
 100 problems of train_mini150, the single LangGraph runner), whole command and problems
 phase (first problem started -> last recorded, from the records); a multi-agent topology
 (sequential_langgraph) in one process vs the default; `--help`; the no-arg demo.
@@ -83,7 +83,7 @@ def main() -> int:
 
     base = [
         py, "-m", "apps_bench", "dataset=apps", f"dataset.path={args.rows}", "dataset.split=train",
-        f"limit={args.n}", "model=gold", f"model.latency_ms={args.latency_ms}", "progress=false",
+        f"limit={args.n}", "model=gold", f"model.gold.latency_ms={args.latency_ms}", "progress=false",
     ]
 
     def cell(label: str, extra: list[str], i: int) -> tuple[float, dict, Path]:

@@ -65,7 +65,7 @@ def main() -> int:
     rows = []
     for method in args.methods.split(","):
         over = [
-            "allow_any_cell=true", "topology=sequential_langgraph", "model=gold", f"model.latency_ms={args.latency_ms}",
+            "allow_any_cell=true", "topology=sequential_langgraph", "model=gold", f"model.gold.latency_ms={args.latency_ms}",
             f"optimizer={method}", "dataset=apps", f"dataset.path={DATA / 'test_0-49_partial.jsonl'}",
             "concurrency=8", "judge.workers=2",
         ]  # fmt: skip

@@ -69,8 +69,8 @@ def main() -> int:
 
     out_root = Path(tempfile.mkdtemp(prefix="rollout_speed_"))
     base = [
-        "allow_any_cell=true", f"topology={args.topology}", "model=gold", f"model.latency_ms={args.latency_ms}",
-        f"model.wrong_fraction={args.wrong_fraction}", f"optimizer={args.method}", "dataset=apps", f"dataset.path={DATA / 'test_0-49_partial.jsonl'}",
+        "allow_any_cell=true", f"topology={args.topology}", "model=gold", f"model.gold.latency_ms={args.latency_ms}",
+        f"model.gold.wrong_fraction={args.wrong_fraction}", f"optimizer={args.method}", "dataset=apps", f"dataset.path={DATA / 'test_0-49_partial.jsonl'}",
         f"concurrency={args.concurrency}", f"seed={args.seed}",
         f"optimizer.params.pool.path={DATA / 'train_mini150.jsonl'}", f"optimizer.params.pool.train_size={args.train}",
         f"optimizer.params.pool.val_size={args.val}", f"optimizer.params.budget.rollouts={args.budget}",

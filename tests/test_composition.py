@@ -47,7 +47,7 @@ def test_config_dir_presets_in_a_sweep_plan_and_report(tmp_path: Path, mlflow_te
     wrong) in one real multirun: each cell runs its own preset and is named by it, the overlay takes
     effect (0 of 3 passed, where the packaged gold passes 3 of 3) under a key of its own, and plan and
     report accept the presets as they accept packaged ones."""
-    mine = config_dir_preset(tmp_path / "my_conf", "goldslow", "gold", latency_ms=1)
+    mine = config_dir_preset(tmp_path / "my_conf", "goldslow", "gold", **{"gold.latency_ms": 1})
     gold = (CONF_DIR / "model" / "gold.yaml").read_text()
     assert "wrong_fraction: 0.0" in gold
     (mine / "model" / "gold.yaml").write_text(gold.replace("wrong_fraction: 0.0", "wrong_fraction: 1.0"))
@@ -109,7 +109,7 @@ def test_a_broken_overlay_of_the_default_preset_is_named_too(tmp_path: Path):
 
 
 def test_the_server_check_takes_a_config_dir_preset(tmp_path: Path):
-    mine = config_dir_preset(tmp_path / "my_conf", "goldslow", "gold", latency_ms=1)
+    mine = config_dir_preset(tmp_path / "my_conf", "goldslow", "gold", **{"gold.latency_ms": 1})
     r = run_cli(["--config-dir", str(mine), "model=goldslow", "server_check.quick=true"], tmp_path, module="apps_bench.check")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "verdict: PASS" in r.stdout
@@ -141,7 +141,7 @@ def test_a_job_in_the_folder_hydra_gives_it_finds_the_same_cell(tmp_path: Path, 
 def test_hydra_searchpath_presets_are_selectable_and_a_shadowed_one_is_refused(tmp_path: Path):
     """A folder on `hydra.searchpath` adds presets as `--config-dir` does; but Hydra searches it after the
     package's conf/, so a file there of a packaged name would never run: refused, pointing to --config-dir."""
-    mine = config_dir_preset(tmp_path / "searched", "goldsp", "gold", latency_ms=1)
+    mine = config_dir_preset(tmp_path / "searched", "goldsp", "gold", **{"gold.latency_ms": 1})
     searchpath = f"hydra.searchpath=[file://{mine}]"
     [cell] = _plan([searchpath, "model=goldsp", "allow_any_cell=true", *ROWS], tmp_path)
     assert cell["axes"]["model"] == "goldsp" and "-goldsp-" in cell["dir"]
@@ -166,9 +166,9 @@ def test_compose_searches_the_config_dir_first_and_names_the_option_selected(tmp
 
     from apps_bench.config import compose, config_dirs
 
-    mine = config_dir_preset(tmp_path / "my_conf", "goldslow", "gold", latency_ms=7)
+    mine = config_dir_preset(tmp_path / "my_conf", "goldslow", "gold", **{"gold.latency_ms": 7})
     with config_dirs([str(mine)]):
         cfg = compose(["model=goldslow", "topology=independent"])
-    assert (cfg.model.name, cfg.model.provider, cfg.model.latency_ms, cfg.topology.name) == ("goldslow", "gold", 7, "independent")
+    assert (cfg.model.name, cfg.model.provider, cfg.model.gold.latency_ms, cfg.topology.name) == ("goldslow", "gold", 7, "independent")
     with pytest.raises(MissingConfigException):
         compose(["model=goldslow"])

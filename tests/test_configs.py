@@ -168,7 +168,7 @@ def _key_with(base: dict, dotted: str) -> str:
 @pytest.mark.parametrize(
     "override",
     ["concurrency=3", "out_dir=/tmp/x", "verbose=true", "progress=false", "tracking.experiment=other",
-     "model.latency_ms=500", "model.fault_fraction=0.5", "model.max_retries=0", "judge.workers=1",
+     "model.gold.latency_ms=500", "model.gold.fault_fraction=0.5", "model.max_retries=0", "judge.workers=1",
      "allow_any_cell=true", "model.base_url=http://elsewhere/v1"],
 )
 def test_run_only_settings_keep_the_cell(base: dict, override: str):
@@ -179,7 +179,7 @@ def test_run_only_settings_keep_the_cell(base: dict, override: str):
     "override",
     ["seed=1", "max_tests_per_row=5", "limit=1", "offset=3", "judge.timeout_s=2", "judge.profile=reference",
      "model.temperature=0.7", "model.top_p=0.5", "model.model_id=other", "topology.prompts.solver=hello",
-     "topology.max_steps=3", "topology.team_size=2", "tool.timeout_s=5", "model.wrong_fraction=0.5",
+     "topology.max_steps=3", "topology.team_size=2", "tool.timeout_s=5", "model.gold.wrong_fraction=0.5",
      "dataset.revision=abc", "dataset.path=/data/x.jsonl",
      # every sandbox limit that can change a verdict
      "judge.sandbox.output_cap_bytes=1000", "judge.sandbox.pids_max=64", "judge.sandbox.nproc=32",
@@ -346,3 +346,30 @@ def test_an_option_read_from_its_file_honours_the_config_dir_and_overrides(tmp_p
     (tmp_path / "judge" / "moved.yaml").write_text("# a profile\n# @package _global_\njudge:\n  timeout_s: 1\n")
     with config_dirs([str(tmp_path)]), pytest.raises(ConfFileError, match="moved.yaml composes other config files"):
         read_option("judge", "moved")
+
+
+# the Qwen presets' own settings: everything else comes from the family's base, conf/model/shared/qwen.yaml
+QWEN_OWN = {
+    "qwen": {"name", "model_id"},
+    "qwen_122b": {"name", "model_id", "request_timeout_s"},
+    "qwen_thinking": {
+        "name", "model_id", "temperature", "top_p", "max_tokens", "extra_body", "request_timeout_s", "max_concurrency"
+    },
+}
+
+
+@pytest.mark.parametrize("preset", sorted(QWEN_OWN))
+def test_a_qwen_preset_sets_only_what_differs_from_its_family(preset: str):
+    """Each Qwen preset file names the family's base and writes only its own settings; composed, it differs
+    from the family's first preset exactly there (names and model ids apart)."""
+    import yaml
+
+    text = yaml.safe_load((CONF / "model" / f"{preset}.yaml").read_text())
+    assert "shared/qwen@_here_" in text["defaults"]
+    assert set(text) - {"defaults"} == QWEN_OWN[preset]
+    first = OmegaConf.to_container(_compose(["model=qwen"]).model, resolve=True)
+    mine = OmegaConf.to_container(_compose([f"model={preset}"]).model, resolve=True)
+    assert isinstance(first, dict) and isinstance(mine, dict)
+    differ = {k for k in first if first[k] != mine[k]} - {"name", "model_id"}
+    assert differ == QWEN_OWN[preset] - {"name", "model_id"}
+    assert mine["extra_body"]["top_k"] == 20 and mine["provider"] == "openai"  # the family's, in every preset

@@ -107,7 +107,7 @@ def test_ctrl_c_mid_cell_prints_the_one_line_and_the_rerun_finishes(
     n = concurrency + 1
     args = ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "dataset.split=train",
             f"limit={n}", f"concurrency={concurrency}", f"processes={processes}", f"topology={topology}",
-            "model.latency_ms=200", "progress=false"]  # fmt: skip
+            "model.gold.latency_ms=200", "progress=false"]  # fmt: skip
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     env = {**cli_env(tmp_path), kill_at.KILL_AT: "record:1:sigint"}
     r = subprocess.run([*kill_at.cli(), *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,

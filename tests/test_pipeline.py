@@ -191,7 +191,7 @@ def test_resume_after_kill9(tmp_path: Path, apps_data_dir: Path, mlflow_template
 def test_model_errors_are_recorded_apart_and_retried(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     base = ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", "limit=8", "progress=false"]
-    faulty = ["model.fault_fraction=0.5", "model.max_retries=0", "model.request_timeout_s=3"]
+    faulty = ["model.gold.fault_fraction=0.5", "model.max_retries=0", "model.request_timeout_s=3"]
     r = run_cli(base + faulty, tmp_path)
     assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]  # recorded, but incomplete
     assert "INCOMPLETE" in r.stdout
@@ -404,7 +404,7 @@ def test_problems_in_flight_never_exceed_what_the_server_answers_at_once(tmp_pat
     """`model.max_concurrency=1` (a one-request-at-a-time server): problems run one after another
     whatever `concurrency` says, so no problem's time cap is spent queued behind another's calls.
     With no limit (0) the same two problems overlap."""
-    r = run_cli(["concurrency=8", f"++model.max_concurrency={capacity}", "model.latency_ms=600", "tracking=none",
+    r = run_cli(["concurrency=8", f"++model.max_concurrency={capacity}", "model.gold.latency_ms=600", "tracking=none",
                  "processes=1", "progress=false"], tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     (cell,) = (tmp_path / "outputs" / "cells").iterdir()

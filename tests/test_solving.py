@@ -119,7 +119,7 @@ def _transcripts(cell: Path) -> dict[str, list[dict]]:
 @pytest.mark.slow
 def test_workers_give_the_records_one_process_gives(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
     base = ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", "limit=12", "concurrency=4",
-            "model.latency_ms=100", "model.wrong_fraction=0.3", "progress=false"]  # fmt: skip
+            "model.gold.latency_ms=100", "model.gold.wrong_fraction=0.3", "progress=false"]  # fmt: skip
     runs = {}
     # one process; two workers (the cell's process only coordinates, judges and records);
     # a sweep's cell (the same code: workers from the forkserver)
@@ -229,7 +229,7 @@ def _kill_workers_mid_cell(
     recorded, and check the cell ends recorded but incomplete: (its args, its folder)."""
     args = _two_process_cell(apps_data_dir, n)
     fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
-    proc = _start([*args, "model.latency_ms=700"], cwd)
+    proc = _start([*args, "model.gold.latency_ms=700"], cwd)
     _, workers = _wait_for_workers(proc.pid, 2)
     _wait_for_records(proc, cwd, 2)
     for pid in which(workers):
@@ -283,7 +283,7 @@ def test_when_every_worker_dies_new_ones_solve_the_rest(tmp_path: Path, apps_dat
 
 @pytest.mark.slow
 def test_workers_die_with_a_killed_cell(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
-    args = [*_two_process_cell(apps_data_dir, 12), "model.latency_ms=700"]
+    args = [*_two_process_cell(apps_data_dir, 12), "model.gold.latency_ms=700"]
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     proc = _start(args, tmp_path)
     server, workers = _wait_for_workers(proc.pid, 2)
@@ -304,7 +304,7 @@ def test_ctrl_c_stops_the_cell_keeps_its_records_and_the_rerun_resumes(tmp_path:
     n = 12
     args = _two_process_cell(apps_data_dir, n)
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    proc = _start([*args, "model.latency_ms=700"], tmp_path)
+    proc = _start([*args, "model.gold.latency_ms=700"], tmp_path)
     _wait_for_records(proc, tmp_path, 2)
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground group
     out = proc.communicate(timeout=60)[0].decode()

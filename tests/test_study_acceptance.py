@@ -9,7 +9,7 @@ store and against a real `mlflow server` on loopback:
 3. between the two, one of the sweep's cells launched twice at once (the first held still while the second starts);
 4. a re-scoring of one cell under `judge=reference`;
 5. `report --sweep <parent> --compare baseline=single --export problems.csv`;
-6. apart, sweeps over settings outside the five axes (`model.temperature`, `model.wrong_fraction`,
+6. apart, sweeps over settings outside the five axes (`model.temperature`, `model.gold.wrong_fraction`,
    `topology.team_size`, a prompt file: `SETTING_SWEEPS`, one entry each) crossed with the seeds, reported
    with `--compare SETTING=VALUE` and `--metric`: every cell under its own label, never pooled with another;
 7. a model preset of the user's own (`--config-dir`, gold with injected wrong answers) swept beside the
@@ -51,7 +51,7 @@ EXPERIMENT = "acceptance"
 
 
 def _common(data: Path) -> list[str]:
-    return ["dataset=apps", f"dataset.path={data / 'train_mini150.jsonl'}", f"limit={N_ROWS}", "model.wrong_fraction=0.3",
+    return ["dataset=apps", f"dataset.path={data / 'train_mini150.jsonl'}", f"limit={N_ROWS}", "model.gold.wrong_fraction=0.3",
             "progress=false", f"tracking.experiment={EXPERIMENT}"]  # fmt: skip
 
 
@@ -112,7 +112,7 @@ def _run_study(cwd: Path, env: dict[str, str], uri: str, data: Path) -> dict[str
     # interrupted with SIGINT once a cell other than the first has recorded a problem
     sweep = ["-m", f"topology={','.join(TOPOLOGIES)}", f"seed={','.join(SEEDS)}", *common]
     log = cwd / "sweep1.log"
-    proc = _popen([*sweep, "model.fault_fraction=0.1", "model.latency_ms=100", "concurrency=2"], cwd, env, log)
+    proc = _popen([*sweep, "model.gold.fault_fraction=0.1", "model.gold.latency_ms=100", "concurrency=2"], cwd, env, log)
     first = _cell_dirs(cwd)[("single", "0")]
 
     def another_cell_recorded() -> bool:
@@ -353,12 +353,18 @@ class SettingSweep:
     key: str
     values: tuple[str, ...]
     baseline: str
-    extra: tuple[str, ...] = ("model.wrong_fraction=0.3",)
+    extra: tuple[str, ...] = ("model.gold.wrong_fraction=0.3",)
+
+    @property
+    def shown(self) -> str:
+        """The setting as the cells' identity (MLflow params, the report) names it: gold's and the local
+        server's settings keep the flat names the cell keys were made with (config.flat_model)."""
+        return self.key.replace("model.gold.", "model.").replace("model.local.", "model.")
 
 
 SETTING_SWEEPS = {
     "temperature": SettingSweep("single", "model.temperature", ("0", "0.7"), "0"),
-    "wrong_fraction": SettingSweep("single", "model.wrong_fraction", ("0", "0.5"), "0", extra=()),
+    "wrong_fraction": SettingSweep("single", "model.gold.wrong_fraction", ("0", "0.5"), "0", extra=()),
     "team_size": SettingSweep("independent", "topology.team_size", ("2", "4"), "2"),
     "prompt_file": SettingSweep("single", "topology.prompt_file", ("{dir}/terse.yaml", "{dir}/plain.yaml"), "terse.yaml"),
 }
@@ -399,7 +405,7 @@ def setting_study(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     r = run_cli(["--sweep", parent.info.run_id, "--export", str(csv_path)], cwd, env=env, module="apps_bench.report")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     out["report"], out["csv"] = r.stdout, list(csv.DictReader(csv_path.open()))
-    out["compare"] = run_cli(["--sweep", parent.info.run_id, "--compare", f"{sw.key}={sw.baseline}"], cwd, env=env,
+    out["compare"] = run_cli(["--sweep", parent.info.run_id, "--compare", f"{sw.shown}={sw.baseline}"], cwd, env=env,
                              module="apps_bench.report")  # fmt: skip
     r = run_cli(["--experiment", experiment, "--metric", "n_passed"], cwd, env=env, module="apps_bench.report")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
@@ -450,17 +456,17 @@ def _pass_rows_say_each_cell(text: str, study: dict[str, Any]) -> None:
 def test_a_setting_sweep_shows_each_cell_in_the_report(setting_study: dict):
     assert len(setting_study["cells"]) == len(setting_study["sweep"].values) * len(SEEDS)
     header = next(x for x in _section(setting_study["report"], "pass@1 by topology") if x.startswith("topology"))
-    assert header.split()[:3] == ["topology", "model", setting_study["sweep"].key], header
+    assert header.split()[:3] == ["topology", "model", setting_study["sweep"].shown], header
     _pass_rows_say_each_cell(setting_study["report"], setting_study)
 
 
 def test_a_setting_sweep_shows_each_cell_in_its_own_comparison(setting_study: dict):
     end = setting_study["sweep_out"].split("every cell has ended", 1)[1]
     _pass_rows_say_each_cell(end, setting_study)
-    assert f"--compare {setting_study['sweep'].key}=" in end.split("full report", 1)[1], end  # where to look next
+    assert f"--compare {setting_study['sweep'].shown}=" in end.split("full report", 1)[1], end  # where to look next
     table = setting_study["parent_table"]
     rows = [dict(zip(table["columns"], r)) for r in table["data"]]
-    key = setting_study["sweep"].key
+    key = setting_study["sweep"].shown
     assert sorted(r["settings"] for r in rows) == sorted(f"{key}={v}" for v in _setting_values(setting_study))
     for r in rows:
         outcomes = _setting_outcomes(setting_study, r["settings"].split("=", 1)[1])
@@ -477,7 +483,7 @@ def test_a_comparison_along_the_setting_matches_the_records(setting_study: dict)
     rows = _section(r.stdout, "paired comparison against the baseline")
     for v in others:
         res = _paired(_setting_outcomes(setting_study, v), base)
-        [row] = [x for x in rows if x.split()[:4] == ["gold", sw.topology, v, f"{sw.key}={sw.baseline}"]]
+        [row] = [x for x in rows if x.split()[:4] == ["gold", sw.topology, v, f"{sw.shown}={sw.baseline}"]]
         assert f"{res['diff']:+.3f}" in row and f"[{res['low']:+.3f}, {res['high']:+.3f}]" in row, row
         assert f"{res['wins']}/{res['losses']}" in row, row
         cols = row.split()
@@ -488,7 +494,7 @@ def test_a_setting_sweep_s_cost_and_other_metrics_match_the_records(setting_stud
     topology = setting_study["sweep"].topology
     cost = _section(setting_study["report"], "cost per problem")
     metric = setting_study["metric"].splitlines()
-    assert metric[1].split() == ["topology", setting_study["sweep"].key, "gold"], metric
+    assert metric[1].split() == ["topology", setting_study["sweep"].shown, "gold"], metric
     for v in _setting_values(setting_study):
         recs = [r for s in SEEDS for r in _records(setting_study["cells"][(v, s)])]
         tokens = sum(r["usage"]["total_tokens"] for r in recs)
@@ -512,11 +518,11 @@ def test_what_the_report_cannot_tell_apart_or_compare_along_is_refused(setting_s
         assert r.returncode == 2 and r.stdout == "", r.stdout[-2000:] + r.stderr[-2000:]
         return r.stderr
 
-    typo = sw.key[:-1]
+    typo = sw.shown[:-1]
     err = refused("--sweep", setting_study["parent"], "--compare", f"{typo}={sw.baseline}")
-    assert f"{typo} is not a setting these cells differ in; did you mean --compare {sw.key}={sw.baseline}?" in err, err
-    err = refused("--sweep", setting_study["parent"], "--compare", f"{sw.key}=nowhere")
-    assert f"no cell has {sw.key}=nowhere" in err, err
+    assert f"{typo} is not a setting these cells differ in; did you mean --compare {sw.shown}={sw.baseline}?" in err, err
+    err = refused("--sweep", setting_study["parent"], "--compare", f"{sw.shown}=nowhere")
+    assert f"no cell has {sw.shown}=nowhere" in err, err
     # two folders of one cell under two keys (a copy with its key edited): nothing tells them apart
     cell = setting_study["cells"][(_baseline_value(setting_study), "0")]
     for n in ("1", "2"):
@@ -537,7 +543,7 @@ def preset_study(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path
     """`-m model=gold,goldhalf seed=0,1 --config-dir DIR` where DIR/model/goldhalf.yaml is gold answering half
     the problems wrong; then `report --sweep`. Cells keyed by (model, seed) from their own cell.json."""
     cwd = tmp_path_factory.mktemp("preset")
-    presets = config_dir_preset(cwd / "presets", "goldhalf", wrong_fraction=0.5)
+    presets = config_dir_preset(cwd / "presets", "goldhalf", **{"gold.wrong_fraction": 0.5})
     fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
     env = cli_env(cwd)
     r = run_cli(["--config-dir", str(presets), "-m", "model=gold,goldhalf", f"seed={','.join(SEEDS)}", "dataset=apps",

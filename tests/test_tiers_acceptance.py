@@ -1,5 +1,5 @@
 """The APPS table and pass@k on a real sweep: two topologies × three seeds on the 150 vendored train
-rows (50 per tier) on gold with `model.wrong_fraction`, judged with every test run, through the real
+rows (50 per tier) on gold with `model.gold.wrong_fraction`, judged with every test run, through the real
 CLI and a real SQLite MLflow store. Every figure the report prints (test-case average and strict
 accuracy per tier, pass@1..3) and every cell's MLflow tier metric is recomputed here, in plain
 Python, from the cells' records.jsonl; a second, default-judge cell shows the lower bound."""
@@ -33,7 +33,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_
     cwd = tmp_path_factory.mktemp("tiers")
     db = fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
     env = cli_env(cwd)
-    r = run_cli(["-m", f"topology={','.join(TOPOLOGIES)}", f"seed={','.join(SEEDS)}", "model=gold", "model.wrong_fraction=0.3",
+    r = run_cli(["-m", f"topology={','.join(TOPOLOGIES)}", f"seed={','.join(SEEDS)}", "model=gold", "model.gold.wrong_fraction=0.3",
                  "dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "dataset.split=train",
                  "judge.stop_on_first_failure=false", "progress=false", f"tracking.experiment={EXPERIMENT}"],
                 cwd, env=env, timeout=1500)  # fmt: skip
@@ -195,7 +195,7 @@ def test_each_cell_run_logs_its_tier_metrics_and_its_table_carries_the_test_coun
 def test_a_judge_that_stops_at_the_first_failure_prints_a_lower_bound(tmp_path: Path, mlflow_template: Path,
                                                                        apps_data_dir: Path) -> None:  # fmt: skip
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    r = run_cli(["topology=single", "model=gold", "model.wrong_fraction=0.5", "dataset=apps", "dataset.split=train",
+    r = run_cli(["topology=single", "model=gold", "model.gold.wrong_fraction=0.5", "dataset=apps", "dataset.split=train",
                  f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "offset=50", "limit=12", "progress=false"], tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     (cell,) = (tmp_path / "outputs" / "cells").iterdir()

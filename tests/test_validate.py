@@ -57,16 +57,25 @@ CASES = {
     ),
     "zero time limit": (["topology.time_limit_s=0"], ["topology.time_limit_s=0", "seconds > 0", "Fix: topology.time_limit_s="]),
     "gold knob on a real model": (
-        ["model=openai", "model.latency_ms=50", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m", "allow_any_cell=true"],
-        ["model.latency_ms=50", "only model=gold", "would ignore it"],
+        ["model=openai", "model.gold.latency_ms=50", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m", "allow_any_cell=true"],
+        ["model.gold.latency_ms=50", "only model=gold", "would ignore it"],
     ),
     "local-server setting on another model": (
-        ["model=openai", "model.n_ctx=4096", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m", "allow_any_cell=true"],
-        ["model.n_ctx=4096", "only model=local", "would ignore it", "Fix: drop model.n_ctx, or model=local"],
+        ["model=openai", "model.local.n_ctx=4096", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m", "allow_any_cell=true"],
+        ["model.local.n_ctx=4096", "only model=local", "would ignore it", "Fix: drop model.local.n_ctx, or model=local"],
     ),
     "unknown GGUF type to convert to": (
-        ["model=local", "model.gguf_requantize=q5_k"],
-        ["model.gguf_requantize=q5_k", "one of q8_0, q4_0, f16, or null", "Fix: model.gguf_requantize=q8_0"],
+        ["model=local", "model.local.gguf_requantize=q5_k"],
+        ["model.local.gguf_requantize=q5_k", "one of q8_0, q4_0, f16, or null", "Fix: model.local.gguf_requantize=q8_0"],
+    ),
+    # gold's and the local server's settings moved under their own keys (#44): the old spelling names the new one
+    "gold knob in the flat spelling": (
+        ["model.wrong_fraction=0.3"],
+        ["model.wrong_fraction=0.3: unknown setting (did you mean model.gold.wrong_fraction)", "Fix: model.gold.wrong_fraction=0.3"],
+    ),
+    "local-server setting in the flat spelling": (
+        ["model=local", "model.n_ctx=4096"],
+        ["model.n_ctx=4096: unknown setting (did you mean model.local.n_ctx)", "Fix: model.local.n_ctx=4096"],
     ),
     "rounds on a flow without rounds": (["topology.rounds=3"], ["topology.rounds=3", "only the decentralized"]),
     "misspelt optimizer parameter": (
@@ -187,7 +196,7 @@ def test_every_shipped_option_passes_the_checks():
         (["optimizer=maspo", "optimizer.params.pool.path=null"], "optimizer.params.pool.path"),  # demo: no train split
         (["judge.timeout_s=0"], "judge.timeout_s"),
         (["model.max_tokens=0"], "model.max_tokens"),
-        (["model.wrong_fraction=1.5"], "model.wrong_fraction"),
+        (["model.gold.wrong_fraction=1.5"], "model.gold.wrong_fraction"),
         (["offset=-1"], "offset"),
         (["optimizer=gepa", "dataset=apps", "+optimizer.params.K=2"], "optimizer.params.K"),  # MASPO's, not GEPA's
         (["tracking.backend=wandb"], "tracking.backend"),

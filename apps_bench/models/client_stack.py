@@ -10,20 +10,22 @@ proxy the environment sets for an endpoint.
 
 from __future__ import annotations
 
+import ssl
 import threading
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from apps_bench.models.metering import transport_classes
-from apps_bench.models.retrying import RetryPolicy, retrying_classes
+from apps_bench.models.metering import AsyncMeteredTransport, MeteredTransport
+from apps_bench.models.retrying import AsyncRetryingTransport, RetryingTransport, RetryPolicy
 
 if TYPE_CHECKING:
     from apps_bench.types import Usage
 
-_SSL: dict[str, Any] = {}
+_SSL: dict[str, ssl.SSLContext] = {}
 _SSL_LOCK = threading.Lock()
 
 
-def _ssl_context(mod: Any) -> Any:
+def _ssl_context(mod: ModuleType) -> ssl.SSLContext:
     """One verified SSL context per process: building one per client costs ~40 ms of CPU,
     which with a client per agent per problem ate most of the concurrency gain."""
     with _SSL_LOCK:
@@ -46,7 +48,7 @@ def proxy_for(url: str) -> str | None:
     return proxies.get(parts.scheme) or proxies.get("all") or None
 
 
-def _module(flavour: str) -> Any:
+def _module(flavour: str) -> ModuleType:
     if flavour == "httpx2":
         import httpx2
 
@@ -73,7 +75,7 @@ class SharedConnections:
         self._pools: dict[tuple[str, bool, str | None], Any] = {}
         self._lock = threading.Lock()
 
-    def transport(self, mod: Any, asynchronous: bool, proxy: str | None) -> Any:
+    def transport(self, mod: ModuleType, asynchronous: bool, proxy: str | None) -> Borrowed | AsyncBorrowed:
         """A non-closing view of the shared pool for these settings (created on first use)."""
         key = (mod.__name__, asynchronous, proxy)
         with self._lock:
@@ -82,7 +84,7 @@ class SharedConnections:
                 limits = mod.Limits(max_connections=self.max_connections, max_keepalive_connections=self.max_connections)
                 cls = mod.AsyncHTTPTransport if asynchronous else mod.HTTPTransport
                 pool = self._pools[key] = cls(limits=limits, verify=_ssl_context(mod), proxy=proxy)
-        return _borrowed_classes(mod)[asynchronous](pool)
+        return AsyncBorrowed(pool) if asynchronous else Borrowed(pool)
 
     async def aclose(self) -> None:
         with self._lock:
@@ -94,37 +96,42 @@ class SharedConnections:
                 pass
 
 
-def _borrowed_classes(mod: Any) -> dict[bool, type]:
-    """Transports that use a shared pool and leave it open when their client closes."""
-    cached = _BORROWED.get(mod.__name__)
-    if cached:
-        return cached
+class Borrowed:
+    """A sync transport that sends through a shared pool and leaves it open when its client closes."""
 
-    class Borrowed(mod.BaseTransport):
-        def __init__(self, pool: Any) -> None:
-            self.pool = pool
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
 
-        def handle_request(self, request: Any) -> Any:
-            return self.pool.handle_request(request)
+    def __enter__(self) -> Borrowed:
+        return self
 
-        def close(self) -> None:
-            pass
+    def __exit__(self, *exc: object) -> None:
+        pass
 
-    class AsyncBorrowed(mod.AsyncBaseTransport):
-        def __init__(self, pool: Any) -> None:
-            self.pool = pool
+    def handle_request(self, request: Any) -> Any:
+        return self.pool.handle_request(request)
 
-        async def handle_async_request(self, request: Any) -> Any:
-            return await self.pool.handle_async_request(request)
-
-        async def aclose(self) -> None:
-            pass
-
-    _BORROWED[mod.__name__] = {False: Borrowed, True: AsyncBorrowed}
-    return _BORROWED[mod.__name__]
+    def close(self) -> None:
+        pass
 
 
-_BORROWED: dict[str, dict[bool, type]] = {}
+class AsyncBorrowed:
+    """Async twin of Borrowed."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    async def __aenter__(self) -> AsyncBorrowed:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+    async def handle_async_request(self, request: Any) -> Any:
+        return await self.pool.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        pass
 
 
 def metered_client(
@@ -149,8 +156,6 @@ def metered_client(
     """
     mod = _module(flavour)
     policy = policy or RetryPolicy()
-    sync_metered, async_metered = transport_classes(mod)
-    sync_retry, async_retry = retrying_classes(mod)
     timeout = mod.Timeout(timeout_s) if timeout_s else mod.Timeout(600.0, connect=10.0)
     proxy = proxy_for(base_url) if base_url else None
     if shared is not None:
@@ -160,6 +165,7 @@ def metered_client(
         cls = mod.AsyncHTTPTransport if asynchronous else mod.HTTPTransport
         pool = cls(limits=limits, verify=_ssl_context(mod), proxy=proxy)
     if asynchronous:
-        return mod.AsyncClient(transport=async_metered(async_retry(pool, policy, usage), usage, role), timeout=timeout, headers=headers)
-    return mod.Client(transport=sync_metered(sync_retry(pool, policy, usage), usage, role), timeout=timeout, headers=headers)
+        transport = AsyncMeteredTransport(mod, AsyncRetryingTransport(mod, pool, policy, usage), usage, role)
+        return mod.AsyncClient(transport=transport, timeout=timeout, headers=headers)
+    return mod.Client(transport=MeteredTransport(mod, RetryingTransport(mod, pool, policy, usage), usage, role), timeout=timeout, headers=headers)
 

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from apps_bench.config import ModelConfig, as_plain
 from apps_bench.errors import AppsBenchError
-from apps_bench.models.client_stack import metered_client
+from apps_bench.models.client_stack import SharedConnections, metered_client
 from apps_bench.models.retrying import RetryPolicy
 from apps_bench.models.slots import EndpointSlots
 
 if TYPE_CHECKING:  # pragma: no cover
     from apps_bench.models.endpoint import Endpoint
-    from apps_bench.types import Usage
+    from apps_bench.types import JsonObject, Usage
 
 
 class MissingFrameworkError(ImportError, AppsBenchError):
@@ -64,7 +64,7 @@ class ModelClients:
         *,
         headers: dict[str, str] | None = None,
         flavour: str = "httpx2",
-        shared: Any = None,
+        shared: SharedConnections | None = None,
     ) -> None:
         """`shared`: a `client_stack.SharedConnections` whose pools the clients send through."""
         self.endpoint = endpoint
@@ -134,12 +134,12 @@ class ModelClients:
     def model_id(self) -> str:
         return self.endpoint.model_id
 
-    def extra_body(self) -> dict[str, Any]:
+    def extra_body(self) -> JsonObject:
         return as_plain(self.cfg.extra_body) or {}
 
-    def request_params(self, seed: int) -> dict[str, Any]:
+    def request_params(self, seed: int) -> JsonObject:
         """Sampling for one chat.completions call: temperature, top_p, max_tokens, seed, extra_body."""
-        params: dict[str, Any] = {
+        params: JsonObject = {
             "temperature": self.temperature,
             "top_p": self.top_p,
             "max_tokens": self.max_tokens,
@@ -181,7 +181,7 @@ class ModelClients:
     def langchain_chat(self, seed: int, *, role: str = "") -> Any:
         """ChatOpenAI with both sync and async HTTP clients metered (else one side goes uncounted)."""
         mod = _require("langchain_openai", "all", "langchain-openai")
-        kwargs: dict[str, Any] = dict(
+        kwargs: dict[str, object] = dict(
             model=self.model_id,
             base_url=self.endpoint.base_url,
             api_key=self.endpoint.api_key,
@@ -202,7 +202,7 @@ class ModelClients:
         self._add_extras(kwargs)
         return mod.ChatOpenAI(**kwargs)
 
-    def _add_extras(self, kwargs: dict[str, Any]) -> None:
+    def _add_extras(self, kwargs: dict[str, object]) -> None:
         """The extra body (sampling knobs outside the OpenAI schema) and headers, when set."""
         extra = self.extra_body()
         if extra:
@@ -215,7 +215,7 @@ class ModelClients:
     def autogen_client(self, seed: int, *, role: str = "") -> Any:
         """OpenAIChatCompletionClient with a full model_info (AutoGen rejects unknown names without it)."""
         mod = _require("autogen_ext.models.openai", "autogen", "autogen-ext[openai]")
-        kwargs: dict[str, Any] = dict(
+        kwargs: dict[str, object] = dict(
             model=self.model_id,
             base_url=self.endpoint.base_url,
             api_key=self.endpoint.api_key,
@@ -241,7 +241,7 @@ class ModelClients:
         cap, and that discarded tail would count in CrewAI's tokens and time. So the stop word is
         sent with every request (`stop`) and the server stops there."""
         crewai = _require("crewai", "crewai", "crewai")
-        kwargs: dict[str, Any] = dict(
+        kwargs: dict[str, object] = dict(
             model=self.model_id,  # no provider prefix: "openai/..." would route through litellm
             provider="openai",  # a "/" in the id (Qwen/...) must not be read as a provider
             base_url=self.endpoint.base_url,
@@ -255,7 +255,7 @@ class ModelClients:
             client_params={"http_client": self.http_client(role=role)},
         )
         self._add_extras(kwargs)
-        extra = dict(kwargs.get("extra_body") or {})
+        extra = self.extra_body()
         own = extra.get("stop") or []
         extra["stop"] = list(dict.fromkeys([*([own] if isinstance(own, str) else own), *crewai_stop_words()]))
         kwargs["extra_body"] = extra

@@ -15,13 +15,18 @@ import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 from urllib.parse import urlparse
 
 from apps_bench.config import ModelConfig
 from apps_bench.errors import AppsBenchError
 from apps_bench.models.client_stack import proxy_for
-from apps_bench.models.local import LocalModelError, server_for
+from apps_bench.models.local import LocalModelError, LocalServer, server_for
+
+if TYPE_CHECKING:
+    from apps_bench.models.gold import GoldServer
+    from apps_bench.models.gold_policy import GoldProblem
+    from apps_bench.types import Problem
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +52,7 @@ class Endpoint:
     api_key: str = field(repr=False)  # never logged
     provider: str = "openai"  # gold | local | openai
     served_models: tuple[str, ...] = ()
-    server: Any = field(default=None, repr=False, compare=False)  # the GoldServer (gold) or LocalServer (local)
+    server: GoldServer | LocalServer | None = field(default=None, repr=False, compare=False)  # gold's or local's, started here
 
     @property
     def is_gold(self) -> bool:
@@ -59,17 +64,19 @@ def is_loopback(base_url: str) -> bool:
 
 
 @contextmanager
-def open_endpoint(model_cfg: ModelConfig, problems: Iterable[Any] = ()) -> Iterator[Endpoint]:
+def open_endpoint(model_cfg: ModelConfig, problems: Iterable[Problem | GoldProblem] = ()) -> Iterator[Endpoint]:
     provider = model_cfg.provider
     if provider == "gold" and not model_cfg.base_url:
         from apps_bench.models.gold import GoldServer  # runs as `python -m`: its package must not import it
 
+        if model_cfg.gold is None:
+            raise ModelEndpointError("model.provider=gold without gold's settings (model.gold): start from model=gold")
         server = GoldServer(
             problems,
             model_id=model_cfg.model_id,
-            latency_ms=int(model_cfg.latency_ms),
-            wrong_fraction=float(model_cfg.wrong_fraction),
-            fault_fraction=float(model_cfg.fault_fraction),
+            latency_ms=int(model_cfg.gold.latency_ms),
+            wrong_fraction=float(model_cfg.gold.wrong_fraction),
+            fault_fraction=float(model_cfg.gold.fault_fraction),
             stall_s=float(model_cfg.request_timeout_s) + 1.0,
         ).start()
         try:

@@ -25,13 +25,14 @@ import argparse
 import hashlib
 import json
 import logging
+import socket
 import sys
 import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from apps_bench.data import DEMO_PROBLEMS
 from apps_bench.models.gold_policy import (
@@ -44,6 +45,10 @@ from apps_bench.models.gold_policy import (
     respond,
     unit_hash,
 )
+from apps_bench.types import JsonObject
+
+if TYPE_CHECKING:
+    from apps_bench.types import Problem
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +74,7 @@ class GoldStats:
     last_replies: deque = field(default_factory=lambda: deque(maxlen=64))  # their reply kind and usage, same order
 
 
-def usage_for(request: dict[str, Any], reply: Reply) -> dict[str, int]:
+def usage_for(request: JsonObject, reply: Reply) -> dict[str, int]:
     prompt = 0
     for m in request.get("messages") or []:
         if not isinstance(m, dict):
@@ -91,7 +96,7 @@ class GoldServer:
 
     def __init__(
         self,
-        problems: Iterable[Any] = (),
+        problems: Iterable[Problem | GoldProblem] = (),
         *,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -186,7 +191,7 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 256  # bursts of many problems in flight
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: object) -> None:
         """A client that hangs up mid-request (a cut cell, a timed-out call) is no server error."""
         if isinstance(sys.exc_info()[1], ConnectionError):
             return
@@ -206,7 +211,7 @@ class _Handler(BaseHTTPRequestHandler):
     gold: GoldServer  # set on the subclass made by GoldServer.start
     server_version = "apps-bench-gold/1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
         log.debug("gold: " + format, *args)
 
     # ------------------------------------------------------------ plumbing
@@ -224,7 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
-    def _json(self, status: int, obj: Any, extra: dict | None = None) -> None:
+    def _json(self, status: int, obj: object, extra: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(obj).encode(), extra=extra)
 
     def _error(self, status: int, message: str, kind: str = "invalid_request_error", extra: dict | None = None) -> None:
@@ -320,21 +325,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------ bodies
 
-    def _ids(self, request: dict[str, Any]) -> tuple[str, int]:
+    def _ids(self, request: JsonObject) -> tuple[str, int]:
         digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()[:24]
         return f"chatcmpl-gold-{digest}", int(time.time())
 
     @staticmethod
-    def _tool_calls(reply: Reply, request: dict[str, Any]) -> list[dict[str, Any]]:
+    def _tool_calls(reply: Reply, request: JsonObject) -> list[JsonObject]:
         n = sum(len(m.get("tool_calls") or []) for m in request.get("messages") or [] if isinstance(m, dict))
         return [
             {"id": f"call_gold_{n + i}", "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
             for i, c in enumerate(reply.tool_calls)
         ]
 
-    def _completion(self, request: dict[str, Any], reply: Reply, usage: dict[str, int]) -> dict[str, Any]:
+    def _completion(self, request: JsonObject, reply: Reply, usage: dict[str, int]) -> JsonObject:
         cid, created = self._ids(request)
-        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        message: JsonObject = {"role": "assistant", "content": reply.content}
         calls = self._tool_calls(reply, request)
         if calls:
             message["tool_calls"] = calls
@@ -348,11 +353,11 @@ class _Handler(BaseHTTPRequestHandler):
             "usage": usage,
         }
 
-    def _sse(self, request: dict[str, Any], reply: Reply, usage: dict[str, int]) -> bytes:
+    def _sse(self, request: JsonObject, reply: Reply, usage: dict[str, int]) -> bytes:
         cid, created = self._ids(request)
         base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": self.gold.model_id, "system_fingerprint": "gold-self-check"}
 
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        def chunk(delta: JsonObject, finish: str | None = None) -> JsonObject:
             return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
 
         events = [chunk({"role": "assistant", "content": ""})]

@@ -42,7 +42,13 @@ import json
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from apps_bench.types import JsonObject
+
+if TYPE_CHECKING:
+    from apps_bench.config import ModelConfig
+    from apps_bench.types import Problem
 
 SELF_CHECK = "gold: harness self-check, not an LLM"
 
@@ -58,7 +64,7 @@ EXTRA_SENTENCES = (
 )
 
 
-def unit_hash(*parts: Any) -> float:
+def unit_hash(*parts: object) -> float:
     """A deterministic number in [0, 1) from the parts (same parts, same number, any process)."""
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
@@ -85,7 +91,7 @@ class GoldProblem:
     starter_code: str = ""
 
     @classmethod
-    def from_problem(cls, problem: Any) -> GoldProblem:
+    def from_problem(cls, problem: Problem) -> GoldProblem:
         tests = problem.tests
         stdin = None
         if not tests.fn_name and len(tests.inputs):
@@ -101,7 +107,7 @@ class GoldProblem:
         )
 
     @classmethod
-    def from_row(cls, row: dict[str, Any], split: str = "test") -> GoldProblem:
+    def from_row(cls, row: JsonObject, split: str = "test") -> GoldProblem:
         """From a raw codeparrot/apps row (JSON-encoded `solutions` and `input_output`)."""
         if hasattr(sys, "set_int_max_str_digits"):
             sys.set_int_max_str_digits(0)  # APPS holds integers longer than 4300 digits
@@ -167,7 +173,7 @@ class ProblemIndex:
 @dataclass
 class ToolCall:
     name: str
-    arguments: dict[str, Any]
+    arguments: JsonObject
 
 
 @dataclass
@@ -181,7 +187,7 @@ class Reply:
 # ---------------------------------------------------------------- request helpers
 
 
-def message_text(message: dict[str, Any]) -> str:
+def message_text(message: JsonObject) -> str:
     content = message.get("content")
     if isinstance(content, str):
         return content
@@ -196,7 +202,7 @@ def message_text(message: dict[str, Any]) -> str:
     return ""
 
 
-def _tool_call_args(call: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+def _tool_call_args(call: JsonObject) -> tuple[str, JsonObject, str]:
     fn = call.get("function") or {}
     raw = fn.get("arguments") or ""
     try:
@@ -206,7 +212,7 @@ def _tool_call_args(call: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
     return str(fn.get("name") or ""), args if isinstance(args, dict) else {}, raw if isinstance(raw, str) else ""
 
 
-def conversation_text(messages: Sequence[dict[str, Any]]) -> str:
+def conversation_text(messages: Sequence[JsonObject]) -> str:
     chunks = []
     for m in messages:
         chunks.append(message_text(m))
@@ -217,8 +223,8 @@ def conversation_text(messages: Sequence[dict[str, Any]]) -> str:
     return "\n".join(chunks)
 
 
-def offered_tools(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    tools: dict[str, dict[str, Any]] = {}
+def offered_tools(request: JsonObject) -> dict[str, JsonObject]:
+    tools: dict[str, JsonObject] = {}
     for t in request.get("tools") or []:
         fn = t.get("function") if isinstance(t, dict) else None
         if isinstance(fn, dict) and fn.get("name"):
@@ -229,7 +235,7 @@ def offered_tools(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return tools
 
 
-def usable_tools(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def usable_tools(request: JsonObject) -> dict[str, JsonObject]:
     """Offered tools the request lets the model call: `tool_choice: "none"` allows none (AutoGen's
     reflection call), a named function allows only that one."""
     tools = offered_tools(request)
@@ -243,7 +249,7 @@ def usable_tools(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return tools
 
 
-def request_seed(request: dict[str, Any]) -> int:
+def request_seed(request: JsonObject) -> int:
     try:
         return int(request.get("seed") or 0)
     except (TypeError, ValueError):
@@ -261,7 +267,7 @@ _CREW_TOOLS = re.compile(r"(?:only one name of|should be one of)\s*\[([^\]]*)\]"
 _CREW_OBS = re.compile(r"Observation:(?! the result of the action)")
 
 
-def _optimizer_reply(messages: Sequence[dict[str, Any]], seed: int) -> Reply | None:
+def _optimizer_reply(messages: Sequence[JsonObject], seed: int) -> Reply | None:
     asks = [message_text(m) for m in messages if m.get("role") in ("system", "user", "developer")]
     if not any("</prompt>" in t for t in asks):
         return None
@@ -287,7 +293,7 @@ def _optimizer_reply(messages: Sequence[dict[str, Any]], seed: int) -> Reply | N
     return Reply(content, kind="optimizer")
 
 
-def _selector_reply(messages: Sequence[dict[str, Any]]) -> Reply | None:
+def _selector_reply(messages: Sequence[JsonObject]) -> Reply | None:
     for m in reversed(messages):
         if m.get("role") not in ("system", "user", "developer"):
             continue
@@ -352,8 +358,8 @@ def _program(problem: GoldProblem, seed: int, wrong_fraction: float) -> str:
     return problem.solution or ""
 
 
-def _exec_args(problem: GoldProblem, seed: int, wrong_fraction: float, schema: dict[str, Any] | None) -> dict[str, Any]:
-    args: dict[str, Any] = {"code": _program(problem, seed, wrong_fraction)}
+def _exec_args(problem: GoldProblem, seed: int, wrong_fraction: float, schema: JsonObject | None) -> JsonObject:
+    args: JsonObject = {"code": _program(problem, seed, wrong_fraction)}
     props = ((schema or {}).get("parameters") or {}).get("properties") or {"stdin": {}}
     if "stdin" in props:
         args["stdin"] = problem.stdin or ""
@@ -361,7 +367,7 @@ def _exec_args(problem: GoldProblem, seed: int, wrong_fraction: float, schema: d
 
 
 def _crewai_reply(
-    messages: Sequence[dict[str, Any]], problem: GoldProblem, seed: int, wrong_fraction: float
+    messages: Sequence[JsonObject], problem: GoldProblem, seed: int, wrong_fraction: float
 ) -> Reply | None:
     prompts = "\n".join(message_text(m) for m in messages if m.get("role") in ("system", "user"))
     if not (re.search(r"^Final Answer:", prompts, re.MULTILINE) and "Thought:" in prompts):
@@ -381,7 +387,7 @@ def _crewai_reply(
     return Reply(f"Thought: I now can give a great answer\nFinal Answer: {final.content}", kind="crewai_final", problem=problem.key)
 
 
-def respond(request: dict[str, Any], index: ProblemIndex, *, wrong_fraction: float = 0.0) -> Reply:
+def respond(request: JsonObject, index: ProblemIndex, *, wrong_fraction: float = 0.0) -> Reply:
     """The gold model's reply to one chat-completions request body."""
     messages = [m for m in request.get("messages") or [] if isinstance(m, dict)]
     seed = request_seed(request)
@@ -433,15 +439,15 @@ def respond(request: dict[str, Any], index: ProblemIndex, *, wrong_fraction: flo
     return _final(problem, seed, wrong_fraction)
 
 
-def without_solution(problems: Sequence[Any]) -> list[Any]:
+def without_solution(problems: Sequence[Problem]) -> list[Problem]:
     """The problems gold cannot answer: their rows have no reference solution."""
-    return [p for p in problems if not getattr(p, "solutions", None)]
+    return [p for p in problems if not p.solutions]
 
 
-def print_start_notes(model_cfg: Any, problems: Sequence[Any]) -> None:
+def print_start_notes(model_cfg: ModelConfig, problems: Sequence[Problem]) -> None:
     """At the start of a gold cell: what gold is, and how many selected rows it cannot answer and
     what that does to the score (a cell on rows without solutions scores 0 by construction)."""
-    if (model_cfg.get("provider") if isinstance(model_cfg, dict) else getattr(model_cfg, "provider", None)) != "gold":
+    if model_cfg.provider != "gold":
         return
     print("apps-bench: model=gold is the built-in harness self-check server: it answers with reference "
           "solutions; it is not an LLM and its scores measure the harness, not a model.", file=sys.stderr)

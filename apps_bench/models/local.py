@@ -25,10 +25,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from apps_bench.cpus import usable_cpus
 from apps_bench.errors import AppsBenchError
+
+if TYPE_CHECKING:
+    from apps_bench.config import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ INSTALL_HINT = (
 )
 
 
-# model.gguf_requantize values: the llama.cpp file types the server can convert a GGUF to at start
+# model.local.gguf_requantize values: the llama.cpp file types the server can convert a GGUF to at start
 
 
 class LocalModelError(RuntimeError, AppsBenchError):
@@ -59,7 +62,7 @@ def gguf_path(package: str, filename: str) -> Path:
             return p
     listing = ", ".join(p.name for p in found) or "(none)"
     raise LocalModelError(
-        f"no {filename!r} in the package {package!r} (it holds: {listing}); set model.gguf_file to one of those"
+        f"no {filename!r} in the package {package!r} (it holds: {listing}); set model.local.gguf_file to one of those"
     )
 
 
@@ -196,21 +199,24 @@ class LocalServer:
             self.log_path = None
 
 
-def server_for(model_cfg: Any) -> LocalServer:
+def server_for(model_cfg: ModelConfig) -> LocalServer:
     """A (not yet started) LocalServer from a `model=local` config (the typed ModelConfig, or conf/model/local.yaml as loaded)."""
-    path = model_cfg.gguf_path
-    model_path = Path(str(path)).expanduser() if path else gguf_path(str(model_cfg.gguf_package), str(model_cfg.gguf_file))
+    local = model_cfg.local
+    if local is None:
+        raise LocalModelError("model.provider=local without the server's settings (model.local): start from model=local")
+    path = local.gguf_path
+    model_path = Path(str(path)).expanduser() if path else gguf_path(str(local.gguf_package), str(local.gguf_file))
     if not model_path.is_file():
-        raise LocalModelError(f"model.gguf_path={str(model_path)!r} is not a file")
+        raise LocalModelError(f"model.local.gguf_path={str(model_path)!r} is not a file")
 
-    threads = int(model_cfg.n_threads) or usable_cpus()
+    threads = int(local.n_threads) or usable_cpus()
     return LocalServer(
         model_path=model_path,
         model_id=str(model_cfg.model_id),
-        chat_format=model_cfg.chat_format or None,
-        n_ctx=int(model_cfg.n_ctx),
+        chat_format=local.chat_format or None,
+        n_ctx=int(local.n_ctx),
         n_threads=threads,
-        start_timeout_s=float(model_cfg.start_timeout_s),
-        prompt_cache_mb=int(model_cfg.prompt_cache_mb),
-        requantize=model_cfg.gguf_requantize or None,
+        start_timeout_s=float(local.start_timeout_s),
+        prompt_cache_mb=int(local.prompt_cache_mb),
+        requantize=local.gguf_requantize or None,
     )

@@ -30,7 +30,7 @@ llama-cpp-python 0.3.36 (pinned in the `local` extra) mishandles the requests ou
   row of logits (after a load the server replays a token before sampling, so the saved logits are
   never read; local.py also starts the server with `--logits_all false`).
 
-With `--requantize TYPE --requantize_to PATH` (local.py passes them for `model.gguf_requantize`)
+With `--requantize TYPE --requantize_to PATH` (local.py passes them for `model.local.gguf_requantize`)
 it first writes `--model` converted to TYPE at PATH and serves that (`requantize`).
 
 Not changed: without `tool_choice` (LangChain and the OpenAI SDK send none) the handler leaves
@@ -43,7 +43,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from apps_bench.types import JsonObject
+
+if TYPE_CHECKING:
+    import llama_cpp
 
 CHAT_FORMAT = "chatml-function-calling"
 _MESSAGE_PREFIX = "message:\n"  # how the handler starts the text reply it chose under "auto"
@@ -78,7 +83,7 @@ class _Capped:
         return out
 
 
-def _empty_completion(model: str) -> dict[str, Any]:
+def _empty_completion(model: str) -> JsonObject:
     """What a completion with no tokens left returns: nothing, stopped at the cap."""
     return {
         "id": "cmpl-capped", "object": "text_completion", "created": int(time.time()), "model": model,
@@ -94,12 +99,12 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def readable(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def readable(messages: list[JsonObject]) -> list[JsonObject]:
     """The messages as the handler's template must show them: text verbatim (`Markup` is what
     autoescaping leaves alone), and each tool result as a user turn naming its function."""
     from markupsafe import Markup
 
-    names: dict[Any, str] = {}  # tool_call_id -> the function it ran
+    names: dict[str | None, str] = {}  # tool_call_id -> the function it ran
     out = []
     for message in messages:
         m = dict(message)
@@ -124,7 +129,7 @@ def bounded(handler: Any) -> Any:
     """`handler` with the request's max_tokens over all its completions, free-text replies under
     "auto", `length` reported for a reply cut by the cap, and the messages rendered as sent."""
 
-    def handle(*, llama: Any, messages: list[dict[str, Any]], max_tokens: int | None = None, **kwargs: Any) -> Any:
+    def handle(*, llama: Any, messages: list[JsonObject], max_tokens: int | None = None, **kwargs: Any) -> Any:
         capped = _Capped(llama, max_tokens)
         out = handler(llama=capped, messages=readable(messages), max_tokens=max_tokens, **kwargs)
         if isinstance(out, dict) and capped.cut:
@@ -136,7 +141,7 @@ def bounded(handler: Any) -> Any:
     return handle
 
 
-def counted_ram_cache() -> type:
+def counted_ram_cache() -> type[llama_cpp.LlamaRAMCache]:
     """llama-cpp-python's RAM prompt cache, with a state's logits and token ids counted in its size,
     and one row of logits kept per state."""
     import llama_cpp
@@ -161,7 +166,8 @@ def install() -> None:
     import llama_cpp
     from llama_cpp import llama_chat_format as fmt
 
-    llama_cpp.LlamaRAMCache = counted_ram_cache()  # looked up there when the server builds its cache
+    # the server looks the class up there when it builds its cache: replaced on purpose
+    llama_cpp.LlamaRAMCache = counted_ram_cache()  # type: ignore[misc]
 
     registry = fmt.LlamaChatCompletionHandlerRegistry()
     registry.register_chat_completion_handler(CHAT_FORMAT, bounded(fmt.get_chat_completion_handler(CHAT_FORMAT)),

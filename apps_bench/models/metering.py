@@ -32,7 +32,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator
 
 from apps_bench.models.wire import (
     RequestInfo,
@@ -43,7 +44,7 @@ from apps_bench.models.wire import (
 from apps_bench.tracking.capture import ModelCall, current_turn
 
 if TYPE_CHECKING:  # pragma: no cover
-    from apps_bench.types import Usage
+    from apps_bench.types import JsonObject, Usage
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def parse_usage(body: bytes, content_type: str = "") -> tuple[bool, int, int]:
     """
     text = body.decode("utf-8", errors="replace")
     if "text/event-stream" in content_type or text.lstrip().startswith("data:"):
-        usage: dict[str, Any] | None = None
+        usage: JsonObject | None = None
         seen = False
         for line in text.splitlines():
             if not line.startswith("data:"):
@@ -94,7 +95,7 @@ def parse_usage(body: bytes, content_type: str = "") -> tuple[bool, int, int]:
     return True, *_tokens(obj.get("usage"))
 
 
-def _tokens(usage: Any) -> tuple[int, int]:
+def _tokens(usage: object) -> tuple[int, int]:
     if not isinstance(usage, dict):
         return 0, 0
     prompt = usage.get("prompt_tokens", usage.get("input_tokens", 0)) or 0
@@ -182,15 +183,15 @@ class _Counter:
         if self.done:
             return
         self.done = True
-        common = dict(retries=self.retries, has_tools=self.info.has_tools, role=self.role)
         body = b"".join(self.chunks)
         if self.status >= 400:
-            record(self.usage, ok=False, **common)
+            record(self.usage, ok=False, retries=self.retries, has_tools=self.info.has_tools, role=self.role)
             self._trace(body, ok=False)
             return
         ok, p, c = parse_usage(body, self.content_type)
         reason = finish_reason(body, self.content_type) if ok else ""
-        record(self.usage, ok=ok, prompt_tokens=p, completion_tokens=c, finish_reason=reason, **common)
+        record(self.usage, ok=ok, prompt_tokens=p, completion_tokens=c, finish_reason=reason,
+               retries=self.retries, has_tools=self.info.has_tools, role=self.role)
         self._trace(body, ok=ok, prompt_tokens=p, completion_tokens=c, finish_reason=reason or "unknown")
         self.chunks = []
 
@@ -223,7 +224,7 @@ def trace_call(usage: Usage, role: str, sent: tuple[int, int, bytes], **fields: 
     usage.trace.add_call(ModelCall(role=role, start_ns=start_ns, end_ns=time.time_ns(), turn=turn, request=body, **fields))
 
 
-def _rewrite(mod: Any, request: Any) -> tuple[Any, RequestInfo]:
+def _rewrite(mod: ModuleType, request: Any) -> tuple[Any, RequestInfo]:
     """The model request as sent: uncompressed replies (so bodies can be read for usage),
     and the one wire form of its body (wire.prepare_request)."""
     try:
@@ -249,106 +250,127 @@ def _failed(usage: Usage, exc: BaseException, info: RequestInfo) -> None:
     record(usage, ok=False, has_tools=info.has_tools, cancelled=isinstance(exc, asyncio.CancelledError))
 
 
-def transport_classes(mod: Any) -> tuple[type, type]:
-    """(sync, async) metering transports for the httpx-like module `mod` (httpx2 or httpx)."""
-    cached = _CLASSES.get(mod.__name__)
-    if cached:
-        return cached
-
-    class MeteredStream(mod.SyncByteStream):
-        def __init__(self, inner: Any, counter: _Counter) -> None:
-            self._inner, self._counter = inner, counter
-
-        def __iter__(self) -> Iterator[bytes]:
-            for chunk in self._inner:
-                self._counter.feed(chunk)
-                yield chunk
-            self._counter.close()  # fully read: count now, even if nobody closes us
-
-        def close(self) -> None:
-            try:
-                self._inner.close()
-            finally:
-                self._counter.close()
-
-    class AsyncMeteredStream(mod.AsyncByteStream):
-        def __init__(self, inner: Any, counter: _Counter) -> None:
-            self._inner, self._counter = inner, counter
-
-        async def __aiter__(self) -> Any:
-            async for chunk in self._inner:
-                self._counter.feed(chunk)
-                yield chunk
-            self._counter.close()  # fully read: count now, even if nobody closes us
-
-        async def aclose(self) -> None:
-            try:
-                await self._inner.aclose()
-            finally:
-                self._counter.close()
-
-    class MeteredTransport(mod.BaseTransport):
-        """Counts each model call once into `usage` (as `role`'s, when given); other requests pass untouched."""
-
-        def __init__(self, inner: Any, usage: Usage, role: str = "") -> None:
-            self.inner, self.usage, self.role = inner, usage, role
-
-        def handle_request(self, request: Any) -> Any:
-            if not is_model_call(request.method, request.url.path):
-                return self.inner.handle_request(request)
-            request, info = _rewrite(mod, request)
-            _sent(self.usage)
-            sent = _sent_at(self.usage, request)
-            try:
-                response = self.inner.handle_request(request)
-            except BaseException as exc:
-                _failed(self.usage, exc, info)
-                if sent is not None:
-                    trace_call(self.usage, self.role, sent, reply=b"", ok=False, status=0)
-                raise
-            counter = _Counter(self.usage, response, info, self.role, sent)
-            return mod.Response(
-                response.status_code,
-                headers=response.headers,
-                stream=MeteredStream(response.stream, counter),
-                extensions=response.extensions,
-            )
-
-        def close(self) -> None:
-            self.inner.close()
-
-    class AsyncMeteredTransport(mod.AsyncBaseTransport):
-        """Async twin of MeteredTransport."""
-
-        def __init__(self, inner: Any, usage: Usage, role: str = "") -> None:
-            self.inner, self.usage, self.role = inner, usage, role
-
-        async def handle_async_request(self, request: Any) -> Any:
-            if not is_model_call(request.method, request.url.path):
-                return await self.inner.handle_async_request(request)
-            request, info = _rewrite(mod, request)
-            _sent(self.usage)
-            sent = _sent_at(self.usage, request)
-            try:
-                response = await self.inner.handle_async_request(request)
-            except BaseException as exc:
-                _failed(self.usage, exc, info)
-                if sent is not None:
-                    trace_call(self.usage, self.role, sent, reply=b"", ok=False, status=0)
-                raise
-            counter = _Counter(self.usage, response, info, self.role, sent)
-            return mod.Response(
-                response.status_code,
-                headers=response.headers,
-                stream=AsyncMeteredStream(response.stream, counter),
-                extensions=response.extensions,
-            )
-
-        async def aclose(self) -> None:
-            await self.inner.aclose()
-
-    _CLASSES[mod.__name__] = (MeteredTransport, AsyncMeteredTransport)
-    return MeteredTransport, AsyncMeteredTransport
+def _stream_class(cls: type, mod: ModuleType, base_name: str) -> type:
+    """`cls` as a subclass of the flavour's `base_name` stream class too: httpx checks a response's
+    stream with isinstance before reading it, and its flavours (httpx2, httpx) have a class each."""
+    key = (cls, mod.__name__)
+    bound = _STREAMS.get(key)
+    if bound is None:
+        bound = _STREAMS[key] = type(cls.__name__, (cls, getattr(mod, base_name)), {})
+    return bound
 
 
-_CLASSES: dict[str, tuple[type, type]] = {}
+_STREAMS: dict[tuple[type, str], type] = {}
+
+
+class MeteredStream:
+    """A response's byte stream that feeds its counter, which records the call when it is read or closed."""
+
+    def __init__(self, inner: Any, counter: _Counter) -> None:
+        self._inner, self._counter = inner, counter
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._inner:
+            self._counter.feed(chunk)
+            yield chunk
+        self._counter.close()  # fully read: count now, even if nobody closes us
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._counter.close()
+
+
+class AsyncMeteredStream:
+    """Async twin of MeteredStream."""
+
+    def __init__(self, inner: Any, counter: _Counter) -> None:
+        self._inner, self._counter = inner, counter
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            self._counter.feed(chunk)
+            yield chunk
+        self._counter.close()  # fully read: count now, even if nobody closes us
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            self._counter.close()
+
+
+class _Metered:
+    """What the sync and async transports share. `mod` is the httpx flavour (httpx2 or httpx) whose
+    requests and responses the transport handles."""
+
+    def __init__(self, mod: ModuleType, inner: Any, usage: Usage, role: str = "") -> None:
+        self.mod, self.inner, self.usage, self.role = mod, inner, usage, role
+
+    def _start(self, request: Any) -> tuple[Any, RequestInfo, tuple[int, int, bytes] | None]:
+        """The request as sent, what it asks for, and (for a traced problem) when it was sent."""
+        request, info = _rewrite(self.mod, request)
+        _sent(self.usage)
+        return request, info, _sent_at(self.usage, request)
+
+    def _failed(self, exc: BaseException, info: RequestInfo, sent: tuple[int, int, bytes] | None) -> None:
+        _failed(self.usage, exc, info)
+        if sent is not None:
+            trace_call(self.usage, self.role, sent, reply=b"", ok=False, status=0)
+
+    def _metered(self, response: Any, stream: Any) -> Any:
+        return self.mod.Response(
+            response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
+        )
+
+
+class MeteredTransport(_Metered):
+    """Counts each model call once into `usage` (as `role`'s, when given); other requests pass untouched."""
+
+    def __enter__(self) -> MeteredTransport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def handle_request(self, request: Any) -> Any:
+        if not is_model_call(request.method, request.url.path):
+            return self.inner.handle_request(request)
+        request, info, sent = self._start(request)
+        try:
+            response = self.inner.handle_request(request)
+        except BaseException as exc:
+            self._failed(exc, info, sent)
+            raise
+        counter = _Counter(self.usage, response, info, self.role, sent)
+        return self._metered(response, _stream_class(MeteredStream, self.mod, "SyncByteStream")(response.stream, counter))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class AsyncMeteredTransport(_Metered):
+    """Async twin of MeteredTransport."""
+
+    async def __aenter__(self) -> AsyncMeteredTransport:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def handle_async_request(self, request: Any) -> Any:
+        if not is_model_call(request.method, request.url.path):
+            return await self.inner.handle_async_request(request)
+        request, info, sent = self._start(request)
+        try:
+            response = await self.inner.handle_async_request(request)
+        except BaseException as exc:
+            self._failed(exc, info, sent)
+            raise
+        counter = _Counter(self.usage, response, info, self.role, sent)
+        stream = _stream_class(AsyncMeteredStream, self.mod, "AsyncByteStream")(response.stream, counter)
+        return self._metered(response, stream)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

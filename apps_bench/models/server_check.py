@@ -25,13 +25,17 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from apps_bench.config import ModelConfig, ServerCheckConfig, as_plain, typed
 from apps_bench.data.demo import DEMO_PROBLEMS
 from apps_bench.models.client_stack import proxy_for
 from apps_bench.models.clients import ModelClients, crewai_stop_words
-from apps_bench.types import Usage
+from apps_bench.models.local import LocalServer
+from apps_bench.types import JsonObject, Usage
+
+if TYPE_CHECKING:
+    from apps_bench.models.endpoint import Endpoint
 
 OK, FAIL, WARN, NA = "ok", "FAIL", "warn", "n/a"
 
@@ -45,7 +49,7 @@ CALLED, DROPPED, AS_TEXT, NO_CALL, IN_PROMPT, NOT_CHECKED = (
     "not_checked",
 )
 
-TOOL = {
+TOOL: JsonObject = {
     "type": "function",
     "function": {
         "name": "python_exec",
@@ -94,7 +98,7 @@ class Server:
     """Which server this is (its kind decides the fixes a failure names) and its identity for the cache."""
 
     kind: str  # gold | llama.cpp | vllm | openai-compatible
-    identity: dict[str, Any]
+    identity: JsonObject
     context_len: int = 0  # tokens, when the server says (vLLM's max_model_len) or the config does (local n_ctx)
 
     @property
@@ -102,7 +106,7 @@ class Server:
         return hashlib.sha256(json.dumps(self.identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def describe_server(endpoint: Any, model_cfg: Any) -> Server:
+def describe_server(endpoint: Endpoint, model_cfg: ModelConfig) -> Server:
     """The server behind `endpoint`: its kind and an identity that changes when it is restarted
     differently (a local server: the GGUF, chat format and llama-cpp-python; a remote one: its
     model listing and version, under its URL)."""
@@ -111,7 +115,7 @@ def describe_server(endpoint: Any, model_cfg: Any) -> Server:
         return Server(
             "gold", {"provider": "gold", "model_id": endpoint.model_id, "code": _digest_of("gold.py", "gold_policy.py")}
         )
-    if provider == "local":
+    if provider == "local" and isinstance(endpoint.server, LocalServer):  # one this project started
         return local_server_identity(endpoint.server, endpoint.model_id)
     listing, version = _remote_listing(endpoint)
     entry = next((m for m in listing if m.get("id") == endpoint.model_id), {})
@@ -123,7 +127,7 @@ def describe_server(endpoint: Any, model_cfg: Any) -> Server:
                   context_len=int(entry.get("max_model_len") or 0))  # fmt: skip
 
 
-def local_server_identity(server: Any, model_id: str) -> Server:
+def local_server_identity(server: LocalServer, model_id: str) -> Server:
     """A `local.LocalServer`'s identity, known before it starts (what it serves, and how)."""
     path = Path(str(server.model_path))
     stat = path.stat()
@@ -151,7 +155,7 @@ def _version(dist: str) -> str:
         return ""
 
 
-def _remote_listing(endpoint: Any) -> tuple[list[dict[str, Any]], str]:
+def _remote_listing(endpoint: Endpoint) -> tuple[list[JsonObject], str]:
     """GET /v1/models (the entries) and vLLM's GET /version ("" elsewhere)."""
     import httpx
 
@@ -174,24 +178,22 @@ def _remote_listing(endpoint: Any) -> tuple[list[dict[str, Any]], str]:
 # ----------------------------------------------------------------------------- one request per framework
 
 
-def _clients(endpoint: Any, model_cfg: Any, usage: Any, **settings: Any) -> Any:
-    """ModelClients for the check: the model's own settings (its retries of 429/5xx too), with these
-    overridden, and no client-side slots (the sweep measures what the server runs at once)."""
-    cfg = replace(typed(ModelConfig, model_cfg), max_concurrency=0, retry_timeouts=False, **settings)
-    return ModelClients(endpoint, cfg, usage)
+def _clients(endpoint: Endpoint, model_cfg: ModelConfig, usage: Usage, *, max_tokens: int, temperature: float | None) -> ModelClients:
+    """ModelClients for the check: the model's own settings (its retries of 429/5xx too), with the token cap
+    (and the temperature, when given) overridden, and no client-side slots (the sweep measures what the
+    server runs at once)."""
+    cfg = replace(typed(ModelConfig, model_cfg), max_concurrency=0, retry_timeouts=False, max_tokens=max_tokens)
+    return ModelClients(endpoint, cfg if temperature is None else replace(cfg, temperature=temperature), usage)
 
 
 async def send(
-    framework: str, endpoint: Any, model_cfg: Any, text: str, *, max_tokens: int, tools: bool = False,
+    framework: str, endpoint: Endpoint, model_cfg: ModelConfig, text: str, *, max_tokens: int, tools: bool = False,
     tool_choice: str | None = None, stream: bool = False, temperature: float | None = None,
 ) -> Sent:  # fmt: skip
     """One request as `framework`'s runners send it (their client, their defaults), `tool_choice`
     added only when given; what came back, with the usage the metered transport counted."""
     usage = Usage()
-    settings: dict[str, Any] = {"max_tokens": max_tokens}
-    if temperature is not None:
-        settings["temperature"] = temperature
-    mc = _clients(endpoint, model_cfg, usage, **settings)
+    mc = _clients(endpoint, model_cfg, usage, max_tokens=max_tokens, temperature=temperature)
     out = Sent()
     try:
         out.tools, out.text = await _ask(framework, mc, text, tools, tool_choice, stream)
@@ -208,7 +210,7 @@ async def send(
     return out
 
 
-async def _ask(framework: str, mc: Any, text: str, tools: bool, choice: str | None, stream: bool) -> tuple[list[str], str]:
+async def _ask(framework: str, mc: ModelClients, text: str, tools: bool, choice: str | None, stream: bool) -> tuple[list[str], str]:
     messages = [{"role": "user", "content": text}]
     if framework == "langgraph":
         chat = mc.langchain_chat(0)
@@ -231,10 +233,10 @@ async def _ask(framework: str, mc: Any, text: str, tools: bool, choice: str | No
         try:
             schema = [ToolSchema(name="python_exec", description=TOOL["function"]["description"],
                                  parameters=TOOL["function"]["parameters"])] if tools else []  # fmt: skip
-            extra = {"tool_choice": choice} if (tools and choice) else {}
+            create_args = {"tool_choice": choice} if (tools and choice) else {}
             with warnings.catch_warnings():  # a call cut by the check's small cap: AutoGen warns, the finding says it
                 warnings.filterwarnings("ignore", message="Finish reason mismatch")
-                res = await client.create([UserMessage(content=text, source="user")], tools=schema, extra_create_args=extra)
+                res = await client.create([UserMessage(content=text, source="user")], tools=schema, extra_create_args=create_args)
         finally:
             await client.close()
         if isinstance(res.content, list):
@@ -245,18 +247,18 @@ async def _ask(framework: str, mc: Any, text: str, tools: bool, choice: str | No
         return [], str(reply or "")
     client = mc.async_openai()
     try:
-        extra: dict[str, Any] = {"tools": [TOOL]} if tools else {}
+        extra: JsonObject = {"tools": [TOOL]} if tools else {}
         if tools and choice:
             extra["tool_choice"] = choice
         if stream:
             parts: list[str] = []
-            names: list[str] = []
+            called: list[str] = []
             async for chunk in await client.chat.completions.create(model=mc.model_id, messages=messages, stream=True,
                                                                     **extra, **mc.request_params(0)):  # fmt: skip
                 for choice_ in chunk.choices or ():
                     parts.append(choice_.delta.content or "")
-                    names += [t.function.name for t in choice_.delta.tool_calls or [] if t.function and t.function.name]
-            return names, "".join(parts)
+                    called += [t.function.name for t in choice_.delta.tool_calls or [] if t.function and t.function.name]
+            return called, "".join(parts)
         r = await client.chat.completions.create(model=mc.model_id, messages=messages, **extra, **mc.request_params(0))
     finally:
         await client.close()
@@ -279,7 +281,7 @@ def tool_fix(server: Server, verdict: str) -> str:
     if server.kind == "llama.cpp":
         return (
             "the server's chat template drops `tools`: start llama-cpp-python with a tool-calling chat format "
-            "(model.chat_format=chatml-function-calling)"
+            "(model.local.chat_format=chatml-function-calling)"
         )
     if verdict == AS_TEXT:
         return "tool calls come back as text: the server needs a tool-call parser for this model"
@@ -319,7 +321,7 @@ def tool_prompt(server: Server) -> str:
 
 
 async def quick_findings(
-    endpoint: Any, model_cfg: Any, server: Server, frameworks: Sequence[str], *, max_tokens: int
+    endpoint: Endpoint, model_cfg: ModelConfig, server: Server, frameworks: Sequence[str], *, max_tokens: int
 ) -> list[Finding]:
     """Per framework: offered tools, in the request its runners send (CrewAI: no `tools` field,
     its tools are prompt text). `server.tools` verdicts are read off these findings
@@ -361,7 +363,7 @@ def tools_verdict(findings: Sequence[Finding], framework: str) -> str:
 # ----------------------------------------------------------------------------- the full check
 
 
-async def full_findings(endpoint: Any, model_cfg: ModelConfig, server: Server, frameworks: Sequence[str], settings: ServerCheckConfig,
+async def full_findings(endpoint: Endpoint, model_cfg: ModelConfig, server: Server, frameworks: Sequence[str], settings: ServerCheckConfig,
                         *, in_flight: int, team_size: int, concurrency: int) -> list[Finding]:  # fmt: skip
     """The quick part, then per framework the token cap, `stop` and usage, then server-level items:
     usage streamed, thinking, a context overflow, and the concurrency sweep."""
@@ -409,7 +411,7 @@ def _cap_finding(fw: str, sent: Sent, gold: bool, cap: int = 8) -> Finding:
     )
 
 
-async def _stop_finding(endpoint: Any, model_cfg: Any, gold: bool) -> Finding:
+async def _stop_finding(endpoint: Endpoint, model_cfg: ModelConfig, gold: bool) -> Finding:
     words = crewai_stop_words()
     sent = await send("crewai", endpoint, model_cfg, REACT_STEP, max_tokens=64, temperature=0.0)
     if sent.error:
@@ -430,7 +432,7 @@ async def _stop_finding(endpoint: Any, model_cfg: Any, gold: bool) -> Finding:
     )
 
 
-async def _stream_usage(endpoint: Any, model_cfg: Any) -> Finding:
+async def _stream_usage(endpoint: Endpoint, model_cfg: ModelConfig) -> Finding:
     sent = await send("openai", endpoint, model_cfg, LONG, max_tokens=8, stream=True)
     if sent.error:
         return Finding("server", "usage, streamed", FAIL, sent.error, "the server refused a streamed request")
@@ -448,7 +450,7 @@ async def _stream_usage(endpoint: Any, model_cfg: Any) -> Finding:
     )
 
 
-async def _thinking(endpoint: Any, model_cfg: Any, gold: bool) -> Finding:
+async def _thinking(endpoint: Endpoint, model_cfg: ModelConfig, gold: bool) -> Finding:
     extra = as_plain(model_cfg.extra_body) or {}
     on = bool((extra.get("chat_template_kwargs") or {}).get("enable_thinking"))
     if not on:
@@ -467,7 +469,7 @@ async def _thinking(endpoint: Any, model_cfg: Any, gold: bool) -> Finding:
     return Finding("server", "thinking", OK, "no thinking text in content")
 
 
-async def _overflow(endpoint: Any, model_cfg: Any, server: Server) -> Finding:
+async def _overflow(endpoint: Endpoint, model_cfg: ModelConfig, server: Server) -> Finding:
     if server.kind == "gold":
         return Finding("server", "context overflow", NA, "gold has no context limit")
     if not server.context_len:
@@ -488,7 +490,7 @@ async def _overflow(endpoint: Any, model_cfg: Any, server: Server) -> Finding:
 
 
 async def _sweep(
-    endpoint: Any, model_cfg: ModelConfig, settings: ServerCheckConfig, *, gold: bool, in_flight: int, team_size: int, concurrency: int
+    endpoint: Endpoint, model_cfg: ModelConfig, settings: ServerCheckConfig, *, gold: bool, in_flight: int, team_size: int, concurrency: int
 ) -> Finding:
     """Throughput at 1, 2, 4, ... requests at once until it stops rising, against what the cell puts in flight."""
     if gold:
@@ -539,7 +541,7 @@ def cache_key(provider: str, model_id: str, server: Server, framework: str) -> s
     return f"{provider}|{model_id}|{server.key}|{_digest_of('wire.py', 'server_check.py')}|{framework}"
 
 
-def cache_read(path: Path, key: str, max_age_s: float, provider: str) -> dict[str, Any] | None:
+def cache_read(path: Path, key: str, max_age_s: float, provider: str) -> JsonObject | None:
     """A cached cell check, unless older than `max_age_s` (a remote server may have been restarted
     with other flags under the same identity; a server this project starts is its identity)."""
     try:
@@ -553,7 +555,7 @@ def cache_read(path: Path, key: str, max_age_s: float, provider: str) -> dict[st
     return entry
 
 
-def cache_write(path: Path, key: str, entry: Mapping[str, Any]) -> None:
+def cache_write(path: Path, key: str, entry: JsonObject) -> None:
     """Add `entry` to the cache file (written whole, replaced atomically)."""
     import os
     import tempfile
@@ -571,5 +573,5 @@ def cache_write(path: Path, key: str, entry: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def as_json(findings: Sequence[Finding]) -> list[dict[str, Any]]:
+def as_json(findings: Sequence[Finding]) -> list[JsonObject]:
     return [asdict(f) for f in findings]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def ensure_stream_usage(content: bytes) -> bytes | None:
     return new
 
 
-def strict_arguments(arguments: Any) -> Any:
+def strict_arguments(arguments: object) -> object:
     """Tool-call arguments as strict JSON text; text that is no JSON object at all stays as it is."""
     if not isinstance(arguments, str):
         return arguments
@@ -128,7 +128,7 @@ def is_stream(text: str, content_type: str = "") -> bool:
     return "text/event-stream" in content_type or text.lstrip().startswith("data:")
 
 
-def stream_events(text: str) -> Iterator[Any]:
+def stream_events(text: str) -> Iterator[object]:
     """The JSON events of an SSE stream, in order (lines that do not parse are skipped)."""
     for line in text.splitlines():
         data = line[5:].strip() if line.startswith("data:") else ""
@@ -154,7 +154,7 @@ def finish_reason(body: bytes, content_type: str = "") -> str:
         return ""
 
 
-def _first_reason(obj: Any) -> str:
+def _first_reason(obj: object) -> str:
     choices = obj.get("choices") if isinstance(obj, dict) else None
     if choices and isinstance(choices[0], dict):
         return str(choices[0].get("finish_reason") or "")

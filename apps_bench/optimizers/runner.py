@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 from typing import Callable, Mapping, Sequence
 
+from apps_bench.config import flat_model
 from apps_bench.engine import Engine
 from apps_bench.optimizers.cache import stable_hash
 from apps_bench.optimizers.protocol import ProblemKey
@@ -77,6 +78,6 @@ class PipelineRunner:
                 "max_tests_per_row": self.cfg.max_tests_per_row}  # fmt: skip
 
     def model_identity(self) -> JsonObject:
-        m = dataclasses.asdict(self.cfg.model)
+        m = flat_model(dataclasses.asdict(self.cfg.model))  # the cache's keys were made from the flat layout
         keys = ("name", "provider", "model_id", "temperature", "top_p", "max_tokens", "extra_body", "wrong_fraction")
         return {k: m[k] for k in keys}

@@ -70,11 +70,11 @@ def tool_warnings(records: Sequence[ProblemRecord], topology_cfg: TopologyConfig
     offered = roles_offered_tools(topology_cfg)
     if not offered or not records:
         return out
-    known_without = not model_cfg.tools_supported or (model_cfg.provider == "local" and not model_cfg.chat_format)  # a local GGUF served with its own chat template: SmolLM2's drops `tools`
+    known_without = not model_cfg.tools_supported or (model_cfg.provider == "local" and not (model_cfg.local and model_cfg.local.chat_format))  # a local GGUF served with its own chat template: SmolLM2's drops `tools`
     if known_without:
         out.append(
             f"model {model_cfg.model_id!r} is known not to support tools here (model.tools_supported=false, "
-            "or model=local without model.chat_format): "
+            "or model=local without model.local.chat_format): "
             f"the roles {offered} get no usable tools, so this team's tool use is not measured"
         )
     calls = sum(int(r.usage.get("model_calls", 0) or 0) for r in records)

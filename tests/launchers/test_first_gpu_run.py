@@ -80,11 +80,11 @@ def test_bad_settings_exit_2_before_anything_starts(tmp_path, args, env, words):
 @pytest.mark.local_model
 @pytest.mark.skipif(bool(LOCAL_MISSING), reason=f"model=local needs the `local` extra; missing {LOCAL_MISSING}")
 def test_on_a_server_that_drops_tools_the_verdict_says_what_to_change(tmp_path):
-    """model=local served with SmolLM2's own chat template (model.chat_format=null), which drops
+    """model=local served with SmolLM2's own chat template (model.local.chat_format=null), which drops
     `tools`: the check fails every framework's tool request, the cell that sends them is refused
     (accept_tool_drop is false in model=local), and the verdict lists both with their fixes."""
     out = _run(tmp_path, "local", SERVER_CMD="none", TOPOLOGIES="single", LIMIT="1",
-               EXTRA="model.chat_format=null", DATASET_ARGS="dataset=demo")  # fmt: skip
+               EXTRA="model.local.chat_format=null", DATASET_ARGS="dataset=demo")  # fmt: skip
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     verdict = out.stdout[out.stdout.index("VERDICT: NOT READY") :]
     assert 'check: langgraph tools, tool_choice "auto"' in verdict and 'check: openai tools, tool_choice "auto"' in verdict

@@ -87,7 +87,7 @@ def test_slurm_cancelled_job_ends_the_sweep_and_the_rerun_resumes_it(
     env = sweep_env(tmp_path, slurm_cluster, mlflow_server)
     # slower model replies (a run-only setting: the same cells) so a job can be caught mid-cell
     first = subprocess.Popen(
-        slurm_cluster.ns.argv(sweep_cmd("slurm_resume", "model.latency_ms=700", "concurrency=1", cells=SINGLE_CELLS)),
+        slurm_cluster.ns.argv(sweep_cmd("slurm_resume", "model.gold.latency_ms=700", "concurrency=1", cells=SINGLE_CELLS)),
         cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     victim, cut = _cancel_one_mid_cell(slurm_cluster, tmp_path, first)

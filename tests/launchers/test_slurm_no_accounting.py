@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 # two slow cells (latency is a run-only setting): a job can be caught mid-cell
 CELLS = [
     "seed=0,1", "topology=single", "model=gold", "dataset=apps", f"dataset.path={APPS_TRAIN_MINI}",
-    "limit=5", "progress=false", "model.latency_ms=700", "concurrency=1",
+    "limit=5", "progress=false", "model.gold.latency_ms=700", "concurrency=1",
 ]  # fmt: skip
 
 

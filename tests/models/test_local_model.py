@@ -129,7 +129,7 @@ def test_a_crewai_reply_ends_at_its_stop_word_on_the_server():
     server a prompt it has already evaluated comes back as a different reply."""
     from apps_bench.models import open_endpoint
 
-    with open_endpoint(cfg("model.prompt_cache_mb=0").model) as ep:
+    with open_endpoint(cfg("model.local.prompt_cache_mb=0").model) as ep:
         free, stopped = Usage(), Usage()
 
         async def without_stop() -> str:
@@ -437,10 +437,10 @@ def _evaluated_tokens(server, messages: list[dict]) -> int:
 def test_agents_taking_turns_resume_from_their_own_cached_prompt(cache_mb):
     """Two agents (two system prompts) take turns, as in a centralized team: without the cache the
     server keeps only the last prompt, so agent A's next turn re-reads its whole conversation; with
-    `model.prompt_cache_mb` it loads A's last state and reads only what was added."""
+    `model.local.prompt_cache_mb` it loads A's last state and reads only what was added."""
     from apps_bench.models.local import server_for
 
-    c = cfg(f"model.prompt_cache_mb={cache_mb}")
+    c = cfg(f"model.local.prompt_cache_mb={cache_mb}")
     server = server_for(c.model)
     try:
         server.start()
@@ -500,12 +500,12 @@ def test_stopping_the_server_does_not_wait_for_a_reply_no_one_reads():
 
 @pytest.mark.parametrize("kind", ["q8_0", None])
 def test_the_server_serves_the_gguf_as_requantized_and_keeps_no_copy(kind):
-    """`model.gguf_requantize`: llama.cpp has no tiled x86 kernels for the shipped Q4_1, so the
+    """`model.local.gguf_requantize`: llama.cpp has no tiled x86 kernels for the shipped Q4_1, so the
     server converts it (q8_0 by default) before it loads it; the converted file is gone once the
     server serves (it stays mapped), and null serves the file as shipped."""
     from apps_bench.models.local import server_for
 
-    server = server_for(cfg(f"model.gguf_requantize={'null' if kind is None else kind}").model)
+    server = server_for(cfg(f"model.local.gguf_requantize={'null' if kind is None else kind}").model)
     try:
         server.start()
         args = list(server.proc.args)
@@ -587,7 +587,7 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
     from apps_bench.topologies.tool_use import tool_calls_by_role, tool_warnings
     from apps_bench.tracking.summary import usage_record
 
-    c = cfg("model.chat_format=null", "model.max_tokens=48", "topology.max_steps=2")
+    c = cfg("model.local.chat_format=null", "model.max_tokens=48", "topology.max_steps=2")
     with open_endpoint(c.model) as ep:
         solved = asyncio.run(solve_problem(problem, cfg=c, topology=get_topology(c.topology), endpoint=ep, pool=pool))
     assert solved.error is None and solved.usage.model_calls >= 1

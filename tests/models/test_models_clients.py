@@ -508,6 +508,34 @@ def test_shared_connections_keep_usage_apart_and_reuse_one_connection(shared: bo
     assert len(server.peers) == (1 if shared else 5)  # one kept-alive connection, instead of one per problem
 
 
+@pytest.mark.parametrize("flavour", ["httpx2", "httpx"])
+def test_clients_closed_by_with_count_their_calls_and_leave_the_shared_pool_open(flavour: str):
+    """A client used as a context manager enters and exits its transports: each counts its own call,
+    and the shared pool stays open for the next client (one connection, sync and async alike)."""
+    from apps_bench.models.client_stack import SharedConnections, metered_client
+
+    server = _CountingServer()
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    conns = SharedConnections()
+    usages = [Usage() for _ in range(4)]
+
+    async def run() -> None:
+        for usage in usages[:2]:
+            with metered_client(usage, flavour=flavour, shared=conns, base_url=server.url) as client:
+                client.post(f"{server.url}/chat/completions", json=body).raise_for_status()
+        for usage in usages[2:]:
+            async with metered_client(usage, asynchronous=True, flavour=flavour, shared=conns, base_url=server.url) as aclient:
+                (await aclient.post(f"{server.url}/chat/completions", json=body)).raise_for_status()
+        await conns.aclose()
+
+    try:
+        asyncio.run(run())
+    finally:
+        server.close()
+    assert [(u.model_calls, u.total_tokens, u.in_flight) for u in usages] == [(1, 12, 0)] * 4
+    assert len(server.peers) == 2  # one kept-alive connection for the sync clients, one for the async ones
+
+
 # ---------------------------------------------------------------------------- client-side queueing
 
 

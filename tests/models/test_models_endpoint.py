@@ -43,12 +43,21 @@ def test_model_configs_match_the_schema(name, monkeypatch):
 def test_every_model_yaml_sets_what_the_endpoint_and_clients_read():
     """No code default behind a model setting: every conf/model/*.yaml sets each key the endpoint,
     the clients and the tool warnings read (a YAML without one fails to type, naming it)."""
-    read = ("name", "provider", "model_id", "base_url", "api_key_env", "check_endpoint", "request_timeout_s", "latency_ms",
-            "wrong_fraction", "fault_fraction", "max_concurrency", "retry_timeouts", "tools_supported", "max_retries",
+    read = ("name", "provider", "model_id", "base_url", "api_key_env", "check_endpoint", "request_timeout_s",
+            "max_concurrency", "retry_timeouts", "tools_supported", "max_retries",
             "retry_backoff_s", "temperature", "top_p", "max_tokens", "extra_body")
+    own = {"gold": ("latency_ms", "wrong_fraction", "fault_fraction"),
+           "local": ("gguf_package", "gguf_file", "gguf_path", "gguf_requantize", "chat_format", "n_ctx", "n_threads",
+                     "start_timeout_s", "prompt_cache_mb")}
     for path in sorted(CONF.glob("*.yaml")):  # each preset as composed (a key may come from conf/model/shared/)
         cfg = model_preset(path.stem)
         assert sorted(k for k in read if k not in cfg or OmegaConf.is_missing(cfg, k)) == [], path.name
+        for provider, keys in own.items():  # a provider's own settings: all of them in its preset, none elsewhere
+            section = cfg[provider]
+            if cfg.provider == provider:
+                assert sorted(k for k in keys if OmegaConf.is_missing(section, k)) == [], path.name
+            else:
+                assert section is None, path.name
 
 
 def test_qwen_configs_read_endpoint_and_model_from_env(monkeypatch):
@@ -126,7 +135,7 @@ def test_missing_key_for_a_remote_endpoint_is_an_error(monkeypatch):
 
 
 def test_gold_options_reach_the_server():
-    cfg = model_preset("gold", latency_ms=5, wrong_fraction=0.25, fault_fraction=0.1, request_timeout_s=2)
+    cfg = model_preset("gold", **{"gold.latency_ms": 5, "gold.wrong_fraction": 0.25, "gold.fault_fraction": 0.1}, request_timeout_s=2)
     with open_endpoint(cfg, [PROBLEM]) as ep:
         srv = ep.server
         assert (srv.latency_s, srv.wrong_fraction, srv.fault_fraction) == (0.005, 0.25, 0.1)

@@ -3,7 +3,7 @@
 Against real servers only: gold (the project's own, on loopback) for what must pass, and
 model=local (llama-cpp-python + SmolLM2) for what must fail, each failure produced by a real
 server setting: the chatml-function-calling handler leaves `tools` out when a request has no
-`tool_choice` (LangChain, the OpenAI SDK), and `model.chat_format=null` serves SmolLM2's own
+`tool_choice` (LangChain, the OpenAI SDK), and `model.local.chat_format=null` serves SmolLM2's own
 template, which drops `tools` whatever the request says.
 """
 
@@ -193,8 +193,8 @@ def test_local_server_honours_cap_stop_and_reports_overflow(local_check):
 @pytest.mark.local_model
 @needs_local
 def test_a_chat_format_that_drops_tools_fails_every_framework(tmp_path):
-    """model.chat_format=null: SmolLM2's own chat template, which never renders `tools`."""
-    rc, result, err = _check(tmp_path, "model=local", "model.chat_format=null", "server_check.quick=true")
+    """model.local.chat_format=null: SmolLM2's own chat template, which never renders `tools`."""
+    rc, result, err = _check(tmp_path, "model=local", "model.local.chat_format=null", "server_check.quick=true")
     assert result is not None, err[-2000:]
     assert rc == 1
     items = _by_item(result)
@@ -215,8 +215,8 @@ def _cell(tmp_path: Path, *args: str, timeout: float = 900):
 @pytest.mark.local_model
 @needs_local
 def test_a_tool_using_cell_is_refused_on_a_server_that_drops_its_tools(tmp_path):
-    """model.chat_format=null: SmolLM2's own template, which drops `tools` (a real server setting)."""
-    out = _cell(tmp_path, "topology=single", "model.accept_tool_drop=false", "model.chat_format=null")
+    """model.local.chat_format=null: SmolLM2's own template, which drops `tools` (a real server setting)."""
+    out = _cell(tmp_path, "topology=single", "model.accept_tool_drop=false", "model.local.chat_format=null")
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
     assert "drops this cell's tools" in out.stderr and "model.accept_tool_drop=true" in out.stderr
     assert "never reached the prompt" in out.stderr and "chat_format=chatml-function-calling" in out.stderr  # evidence, fix
@@ -224,7 +224,7 @@ def test_a_tool_using_cell_is_refused_on_a_server_that_drops_its_tools(tmp_path)
     assert not (tmp_path / "outputs").exists()  # nothing written where the cell runs
     (key,) = json.loads((tmp_path / "cache" / "apps-bench" / "server-checks.json").read_text())
     assert key.startswith("local|SmolLM2-135M-Instruct|") and key.endswith("|langgraph")
-    again = _cell(tmp_path, "topology=single", "model.accept_tool_drop=false", "model.chat_format=null")  # from the cache
+    again = _cell(tmp_path, "topology=single", "model.accept_tool_drop=false", "model.local.chat_format=null")  # from the cache
     assert again.returncode == 2 and "drops this cell's tools" in again.stderr
 
 
@@ -232,7 +232,7 @@ def test_a_tool_using_cell_is_refused_on_a_server_that_drops_its_tools(tmp_path)
 @needs_local
 def test_a_cell_the_user_accepts_runs_and_records_what_the_server_did(tmp_path, mlflow_template):
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    out = _cell(tmp_path, "topology=single", "model.accept_tool_drop=true", "model.chat_format=null", "limit=1",
+    out = _cell(tmp_path, "topology=single", "model.accept_tool_drop=true", "model.local.chat_format=null", "limit=1",
                 "model.max_tokens=32", "topology.max_steps=2")  # fmt: skip
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     (summary,) = (tmp_path / "outputs" / "cells").glob("*/summary.json")

@@ -146,7 +146,7 @@ def test_a_tool_role_that_never_calls_a_tool_is_warned_about():
     model.tools_supported = False
     assert any("known not to support tools" in w for w in tool_warnings([_rec(by_role={"manager": 2, "tester": 1})], topo, model))
     model.tools_supported = True
-    model.chat_format = None  # model=local with the GGUF's own template
+    model.local.chat_format = None  # model=local with the GGUF's own template
     assert any("known not to support tools" in w for w in tool_warnings([_rec(by_role={"manager": 2, "tester": 1})], topo, model))
 
 

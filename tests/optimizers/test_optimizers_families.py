@@ -34,7 +34,7 @@ def shared(apps_data_dir, tmp_path_factory):
     from apps_bench.sandbox import SandboxPool
 
     # gold answers a seeded half of the requests wrongly, so minibatches fail and GEPA reflects
-    base = _cfg("dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "model.wrong_fraction=0.5")
+    base = _cfg("dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "model.gold.wrong_fraction=0.5")
     loaded = load_problems(base.dataset, difficulty="interview", max_tests_per_row=2)
     # the 6 stdin rows with the smallest tests keep this module fast (tool and judge runs dominate)
     small = sorted((p for p in loaded.problems if p.tests.fn_name is None),
@@ -65,7 +65,7 @@ def test_method_runs_on_family(tmp_path, shared, topology, method):
 
     loaded, ep, pool = shared
     size = [] if topology == "single" else ["topology.team_size=2"]
-    cfg = _cfg(f"topology={topology}", *size, "tool.timeout_s=2", "judge.timeout_s=2", "concurrency=4", "model.wrong_fraction=0.5")
+    cfg = _cfg(f"topology={topology}", *size, "tool.timeout_s=2", "judge.timeout_s=2", "concurrency=4", "model.gold.wrong_fraction=0.5")
     pool_p = {"train_size": 3, "val_size": 2, "split_seed": 0}
     over = {"maspo": {"budget": {"rollouts": 4}, "pool": pool_p, "K": 1, "Ksub": 1, "T": 1, "D": 1, "minibatch": 2},
             "gepa": {"budget": {"rollouts": 6}, "pool": pool_p, "minibatch": 2}}[method]  # fmt: skip

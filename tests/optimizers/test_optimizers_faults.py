@@ -1,5 +1,5 @@
 """GEPA over the real pipeline while the gold server injects infrastructure faults
-(`model.fault_fraction`, client retries off so they reach the rollouts): failed rollouts
+(`model.gold.fault_fraction`, client retries off so they reach the rollouts): failed rollouts
 are re-run, never scored as wrong answers, so the run ends exactly where a fault-free run
 ends (same chosen prompts, val scores and charged budget). Without retries it stops with
 `InfrastructureDown` instead of scoring zeros.
@@ -51,14 +51,14 @@ def _gepa(out: Path, rows, fault_fraction: float, infra_retries: int):
     from apps_bench.sandbox import SandboxPool
     from apps_bench.topologies.prompts import load_prompts, roles_for
 
-    cfg = _cfg("topology=single", "tool.timeout_s=2", "judge.timeout_s=2", "concurrency=4", "model.wrong_fraction=0.5",
-               f"model.fault_fraction={fault_fraction}", "model.max_retries=0")  # fmt: skip
+    cfg = _cfg("topology=single", "tool.timeout_s=2", "judge.timeout_s=2", "concurrency=4", "model.gold.wrong_fraction=0.5",
+               f"model.gold.fault_fraction={fault_fraction}", "model.max_retries=0")  # fmt: skip
     params = optimizer_params("gepa", budget={"rollouts": 8}, pool={"train_size": 3, "val_size": 2, "split_seed": 0}, minibatch=2,
                               infra_retries=infra_retries)  # fmt: skip
     with ExitStack() as stack:
         ep = stack.enter_context(open_endpoint(cfg.model, rows))
         ep.server.fault_kinds = ("http_500", "http_503", "malformed")  # no stalls: keeps the test fast
-        opt_cfg = _cfg("model.wrong_fraction=0.5").model
+        opt_cfg = _cfg("model.gold.wrong_fraction=0.5").model
         opt_ep = stack.enter_context(open_endpoint(opt_cfg, rows))
         pool = stack.enter_context(SandboxPool.from_config(typed(JudgeConfig, cfg.judge), workers=2))
         proxy = ReplayProxy(ep.base_url, stack.enter_context(RolloutCache(out / "cache.sqlite")))
@@ -113,7 +113,7 @@ def test_optimizer_cell_with_the_model_down_stops_with_a_clear_message(tmp_path,
 
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     r = run_cli([
-        "allow_any_cell=true", "optimizer=gepa", "model=gold", "model.fault_fraction=1.0", "model.max_retries=0",
+        "allow_any_cell=true", "optimizer=gepa", "model=gold", "model.gold.fault_fraction=1.0", "model.max_retries=0",
         "model.request_timeout_s=2",
         "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}", "progress=false",
         f"optimizer.params.pool.path={optimizer_pool_file}", "optimizer.params.pool.train_size=2",

@@ -47,7 +47,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_
     db = fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
     env = cli_env(cwd)
     args = ["-m", f"topology={','.join(TOPOLOGIES)}", f"seed={','.join(SEEDS)}", "dataset=apps",
-            f"dataset.path={data / FILES[0]},{data / FILES[1]}", f"limit={LIMIT}", "model.wrong_fraction=0.3",
+            f"dataset.path={data / FILES[0]},{data / FILES[1]}", f"limit={LIMIT}", "model.gold.wrong_fraction=0.3",
             "progress=false", *PRICE]  # fmt: skip
     r = run_cli(args, cwd, env=env, timeout=800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -126,7 +126,7 @@ def test_pass_at_1_per_seed_and_pooled_match_the_records(sweep: dict):
             assert row.endswith("  ".join(per_seed)), row
             assert row.split()[2] == f"{sum(pooled) / len(pooled):.3f}" and f"(2s × {LIMIT}p)" in row, row
     wrong = [r for d in sweep["cells"].values() for r in _lines(d / "records.jsonl") if not r["passed"]]
-    assert wrong, "model.wrong_fraction made no difference: the per-seed figures show nothing"
+    assert wrong, "model.gold.wrong_fraction made no difference: the per-seed figures show nothing"
 
 
 def test_the_sweep_prints_its_comparison_and_where_to_look_next(sweep: dict):
@@ -185,7 +185,7 @@ def test_a_price_is_not_part_of_the_cell_and_no_price_is_never_zero(sweep: dict)
     """The same cell without a price is the same cell (resumed: nothing solved again) and its cost says no price."""
     d = sweep["cells"][(FILES[0], "single", "0")]
     args = ["topology=single", "seed=0", "dataset=apps", f"dataset.path={sweep['data'] / FILES[0]}", f"limit={LIMIT}",
-            "model.wrong_fraction=0.3", "progress=false"]  # fmt: skip
+            "model.gold.wrong_fraction=0.3", "progress=false"]  # fmt: skip
     r = run_cli(args, sweep["cwd"], env=sweep["env"])
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"{LIMIT} already recorded, 0 to run" in r.stderr and str(d) in r.stdout

@@ -1,5 +1,5 @@
 """The report on a real sweep: 3 topologies x 2 seeds on gold through the real CLI (one with
-`model.wrong_fraction`, so results differ), a real SQLite MLflow store, real APPS rows; the
+`model.gold.wrong_fraction`, so results differ), a real SQLite MLflow store, real APPS rows; the
 figures it prints are checked against the cells' own records.jsonl files on disk."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_
     env = cli_env(cwd)
     common = ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "limit=10", "progress=false",
               f"tracking.experiment={EXPERIMENT}"]  # fmt: skip
-    for extra in (["topology=single,sequential_langgraph"], ["topology=independent", "model.wrong_fraction=0.4"]):
+    for extra in (["topology=single,sequential_langgraph"], ["topology=independent", "model.gold.wrong_fraction=0.4"]):
         r = run_cli(["-m", *extra, "seed=0,1", *common], cwd, env=env, timeout=400)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return {"cwd": cwd, "db": db, "env": env, "data": apps_data_dir}

@@ -15,7 +15,7 @@ from conftest import APPS_DATA_DIR, cli_env, fresh_store, run_cli
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 CELL = ["model=gold", "dataset=apps", f"dataset.path={APPS_DATA_DIR / 'train_mini150.jsonl'}", "dataset.split=train",
-        "limit=4", "model.wrong_fraction=0.5", "progress=false"]  # fmt: skip
+        "limit=4", "model.gold.wrong_fraction=0.5", "progress=false"]  # fmt: skip
 
 
 def _lines(path: Path) -> list[dict]:

@@ -50,7 +50,7 @@ def _outcomes_from_disk(cwd: Path) -> dict[str, dict[str, dict[str, float]]]:
 def sweep(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_data_dir: Path) -> dict:
     cwd = tmp_path_factory.mktemp("sweep")
     # wrong answers, so the topologies' outcomes differ problem by problem and the paired figures are not all 0
-    return {"cwd": cwd, "uri": gold_sweep(cwd, apps_data_dir, "model.wrong_fraction=0.4", template=mlflow_template)}
+    return {"cwd": cwd, "uri": gold_sweep(cwd, apps_data_dir, "model.gold.wrong_fraction=0.4", template=mlflow_template)}
 
 
 def test_the_parent_run_holds_the_reports_table_and_plot(sweep: dict, tmp_path: Path):

@@ -64,11 +64,11 @@ def gold_passes(problems, judge) -> dict[str, bool]:
     return out
 
 
-def _endpoint(problems, **gold: Any):
+def _endpoint(problems, **settings: Any):
 
     from apps_bench.models import open_endpoint
 
-    model_cfg = compose(*(f"model.{k}={v}" for k, v in gold.items())).model
+    model_cfg = compose(*(f"model.{k}={v}" for k, v in settings.items())).model
     return model_cfg, open_endpoint(model_cfg, problems)
 
 
@@ -240,7 +240,7 @@ def test_centralized_autogen_stops_at_the_delegation_cap(problems, pool) -> None
 def test_decentralized_openai_end_to_end(problems, pool, judge, gold_passes) -> None:
     cfg = compose("topology=decentralized_openai").topology
     n, r = int(cfg.team_size), int(cfg.rounds)
-    model_cfg, endpoint = _endpoint(problems, latency_ms=30)
+    model_cfg, endpoint = _endpoint(problems, **{"gold.latency_ms": 30})
     with endpoint as ep:
         for problem in problems:
             ep.server.stats.max_in_flight = 0
@@ -270,7 +270,7 @@ def test_decentralized_openai_end_to_end(problems, pool, judge, gold_passes) -> 
 def test_decentralized_openai_votes_over_wrong_answers(problems, pool, judge) -> None:
     """Gold's seeded wrong answers: the team submits its largest group, never a test-chosen one."""
     cfg = compose("topology=decentralized_openai", "topology.team_size=8", "topology.rounds=1").topology
-    model_cfg, endpoint = _endpoint(problems[:1], wrong_fraction=0.5)
+    model_cfg, endpoint = _endpoint(problems[:1], **{"gold.wrong_fraction": 0.5})
     problem = problems[0]
     with endpoint as ep:
         attempt, _ = solve(cfg, problem, ep, model_cfg, pool, seed=11)
@@ -301,7 +301,7 @@ def test_wall_clock_limit_keeps_what_exists(topology: str, problems, pool) -> No
     machine before the limit falls; with a 0.4 s latency they did, and the limit fell
     during a tool call, which is rightly not the endpoint's fault.)"""
     cfg = compose(f"topology={topology}", "topology.time_limit_s=4.5").topology
-    model_cfg, endpoint = _endpoint(problems[:1], latency_ms=3000)
+    model_cfg, endpoint = _endpoint(problems[:1], **{"gold.latency_ms": 3000})
     with endpoint as ep:
         attempt, served = solve(cfg, problems[0], ep, model_cfg, pool)
     assert attempt.stop_reason == "time_limit" and "did not answer" in (attempt.error or ""), attempt.error
@@ -322,7 +322,7 @@ def test_endpoint_failure_is_an_infrastructure_error(topology: str, problems, po
     for the record (never scored as a wrong answer), the failed calls are counted, and the
     framework's own wrapping (AutoGen re-raises agent errors as RuntimeError) does not crash the cell."""
     cfg = compose(f"topology={topology}").topology
-    model_cfg, endpoint = _endpoint(problems[:1], fault_fraction=1.0, max_retries=0, request_timeout_s=1)
+    model_cfg, endpoint = _endpoint(problems[:1], **{"gold.fault_fraction": 1.0}, max_retries=0, request_timeout_s=1)
     with endpoint as ep:
         attempt, served = solve(cfg, problems[0], ep, model_cfg, pool)
     assert attempt.stop_reason == "error"

@@ -149,7 +149,7 @@ def test_single_step_cap_and_time_limit_end_with_what_exists(problems, pool, jud
     assert any(e.kind == "note" and "step cap" in e.content for e in capped.attempt.transcript)
 
     slow = run_cell(
-        cell("single", "model.latency_ms=400", "topology.time_limit_s=0.6"), problems[:1], pool, judge
+        cell("single", "model.gold.latency_ms=400", "topology.time_limit_s=0.6"), problems[:1], pool, judge
     )[0]
     # the cap fell while the second call (400 ms) was still unanswered: the endpoint ran out the
     # clock, not the team, so it is infrastructure (retried on the next run), not a wrong answer
@@ -159,7 +159,7 @@ def test_single_step_cap_and_time_limit_end_with_what_exists(problems, pool, jud
 
 def test_model_outage_is_an_error_not_a_wrong_answer(problems, pool, judge):
     run = run_cell(
-        cell("single", "model.fault_fraction=1.0", "model.max_retries=0", "model.request_timeout_s=2"),
+        cell("single", "model.gold.fault_fraction=1.0", "model.max_retries=0", "model.request_timeout_s=2"),
         problems[:1], pool, judge,
     )[0]
     assert run.attempt.error and run.attempt.stop_reason == "error"
@@ -322,7 +322,7 @@ def test_vote_through_gold_wrong_answers(problems, pool, judge, case, want):
     problem = problems[0]  # gold passes it
     seed = find_seed(problem, want)
     wrong = predicted_vote(problem, seed, 4, 0.5)
-    r = run_cell(cell("independent", "model.wrong_fraction=0.5"), [problem], pool, judge, seed=seed)[0]
+    r = run_cell(cell("independent", "model.gold.wrong_fraction=0.5"), [problem], pool, judge, seed=seed)[0]
     a = r.attempt
     right_agents = tuple(f"coder_{i}" for i in range(4) if not wrong[i])
     wrong_agents = tuple(f"coder_{i}" for i in range(4) if wrong[i])
@@ -340,7 +340,7 @@ def test_vote_through_gold_wrong_answers(problems, pool, judge, case, want):
 def test_decentralized_vote_over_final_answers_with_wrong_answers(problems, pool, judge):
     problem = problems[0]
     seed = find_seed(problem, lambda w: sum(w) == 3)
-    r = run_cell(cell("decentralized_langgraph", "model.wrong_fraction=0.5"), [problem], pool, judge, seed=seed)[0]
+    r = run_cell(cell("decentralized_langgraph", "model.gold.wrong_fraction=0.5"), [problem], pool, judge, seed=seed)[0]
     assert sorted(r.attempt.vote.group_sizes) == [1, 3]
     assert not r.verdict.passed and "gold-deliberately-wrong-answer" in r.attempt.program
 
@@ -351,7 +351,7 @@ def test_decentralized_vote_over_final_answers_with_wrong_answers(problems, pool
 @pytest.mark.parametrize("name", ["independent", "decentralized_langgraph"])
 def test_peers_run_concurrently(problems, pool, judge, name):
     """The server sees all N peers in flight at once (sequential would never exceed 1)."""
-    cfg = cell(name, "model.latency_ms=300", "topology.tool_roles=[]")
+    cfg = cell(name, "model.gold.latency_ms=300", "topology.tool_roles=[]")
     runs = run_cell(cfg, problems[:1], pool, judge)
     assert runs.stats.max_in_flight == 4
     a = runs[0].attempt
@@ -360,7 +360,7 @@ def test_peers_run_concurrently(problems, pool, judge, name):
 
 
 def test_sequential_stages_do_not_overlap(problems, pool, judge):
-    runs = run_cell(cell("sequential_langgraph", "model.latency_ms=100"), problems[:1], pool, judge)
+    runs = run_cell(cell("sequential_langgraph", "model.gold.latency_ms=100"), problems[:1], pool, judge)
     assert runs.stats.max_in_flight == 1
 
 

@@ -50,7 +50,7 @@ def _wait_first_record(proc: subprocess.Popen, cell: Path) -> None:
 def test_a_second_run_of_a_running_cell_refuses_and_solves_nothing(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     env, cell = cli_env(tmp_path), tmp_path / "cell"
-    first = _start(_args(apps_data_dir, cell, "model.latency_ms=300"), tmp_path, env)
+    first = _start(_args(apps_data_dir, cell, "model.gold.latency_ms=300"), tmp_path, env)
     try:
         _wait_first_record(first, cell)
         os.killpg(first.pid, signal.SIGSTOP)  # the holder stays mid-cell, alive, for as long as the second run takes
@@ -77,7 +77,7 @@ def test_a_second_run_of_a_running_cell_refuses_and_solves_nothing(tmp_path: Pat
 def test_a_holder_killed_with_sigkill_is_taken_over(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     env, cell = cli_env(tmp_path), tmp_path / "cell"
-    first = _start(_args(apps_data_dir, cell, "model.latency_ms=300"), tmp_path, env)
+    first = _start(_args(apps_data_dir, cell, "model.gold.latency_ms=300"), tmp_path, env)
     try:
         _wait_first_record(first, cell)
     finally:

@@ -145,7 +145,7 @@ def test_a_server_lost_mid_cell_loses_nothing_and_the_rerun_only_logs(tmp_path: 
     args = ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "dataset.split=train", f"limit={N}",
             "concurrency=1", "processes=1", "progress=false", f"out_dir={cell}"]  # fmt: skip
     server = _start_server(root, port)
-    proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args, "model.latency_ms=300"], cwd=cwd, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args, "model.gold.latency_ms=300"], cwd=cwd, env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 240

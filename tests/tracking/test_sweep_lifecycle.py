@@ -119,7 +119,7 @@ def test_sigterm_and_ctrl_c_cancel_the_sweep_and_end_its_parent_killed(
     (tmp_path / "probe" / "s62_probe.py").write_text(PROBE)
     env = cli_env(tmp_path, PYTHONPATH=str(tmp_path / "probe"))
     args = ["-m", f"hydra/launcher={launcher}", "seed=0,1", "dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
-            "dataset.split=train", "limit=30", "concurrency=1", "processes=1", "judge.workers=1", "model.latency_ms=2000",
+            "dataset.split=train", "limit=30", "concurrency=1", "processes=1", "judge.workers=1", "model.gold.latency_ms=2000",
             "progress=false", "+hydra.callbacks.probe._target_=s62_probe.Probe"]  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip

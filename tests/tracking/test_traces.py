@@ -144,7 +144,7 @@ def test_a_killed_cell_rerun_traces_only_the_problems_it_solves(tmp_path: Path, 
 
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     args = _cell_args(apps_data_dir / "train_mini150.jsonl", "topology=single", "limit=6", "tracking.traces=true",
-                      "processes=1", "concurrency=1", "model.latency_ms=400")  # fmt: skip
+                      "processes=1", "concurrency=1", "model.gold.latency_ms=400")  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args], cwd=tmp_path, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=cli_env(tmp_path, OPENAI_API_KEY=SECRET), start_new_session=True)  # fmt: skip
@@ -218,7 +218,7 @@ def test_an_infrastructure_error_is_a_trace_tagged_with_it_and_its_failed_call(
 ):
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     args = _cell_args(apps_data_dir / "train_mini150.jsonl", "topology=single", "limit=2", "tracking.traces=true",
-                      "model.fault_fraction=1.0", "model.max_retries=0", "model.retry_backoff_s=0",
+                      "model.gold.fault_fraction=1.0", "model.max_retries=0", "model.retry_backoff_s=0",
                       "model.request_timeout_s=3")  # a stalled request: no need to wait 30 s for its timeout  # fmt: skip
     r = run_cli(args, tmp_path, env=cli_env(tmp_path, OPENAI_API_KEY=SECRET), timeout=600)
     assert r.returncode == 3, r.stderr[-3000:]  # incomplete: every problem is an infrastructure error
@@ -361,7 +361,7 @@ def test_which_problems_get_a_trace_failed_only_or_a_sample_by_key(tmp_path: Pat
     failed, sample = tmp_path / "failed", tmp_path / "sample"
     fresh_store(mlflow_template, failed / "outputs" / "mlflow.db")
     _run(failed, _cell_args(rows, "topology=single", "limit=8", "tracking.traces=true", "tracking.trace_problems=failed",
-                            "model.wrong_fraction=0.5"))  # fmt: skip
+                            "model.gold.wrong_fraction=0.5"))  # fmt: skip
     records = _records(failed)
     wrong = {r["key"] for r in records if not r["passed"]}
     assert 0 < len(wrong) < len(records) == 8
