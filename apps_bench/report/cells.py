@@ -23,13 +23,12 @@ from typing import Any, Hashable, Mapping, Sequence
 
 from apps_bench import provenance
 from apps_bench.judge.summary import counted_tests
-from apps_bench.report.money import billed_tokens
 from apps_bench.tracking import membership
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.cell_counts import COUNTS, CellCounts, Tally, of_folder
 from apps_bench.tracking.mlflow import TABLE_ARTIFACT, flatten
 from apps_bench.tracking.records import RECORDS, TRANSCRIPTS, RecordsUnreadable, iter_lines, iter_records
-from apps_bench.types import ProblemRecord
+from apps_bench.types import ProblemRecord, UsageRecord
 
 
 class ReportError(Exception):
@@ -236,14 +235,25 @@ def table_row(row: Mapping[str, Any]) -> dict[str, Any]:
     tests = {k: int(row.get(k, 0) or 0) for k in TEST_COUNTS}
     tests["tests_kept"] = tests["tests_kept"] or int(row.get("n_tests", 0) or 0)  # tables logged before tests_kept
     return _row(f"{split}/{pid}", pid, split, str(row.get("difficulty") or ""), bool(row.get("passed")), row.get("error"),
-                row, (times[0], times[1], times[2]), tests)  # fmt: skip
+                table_usage(row), (times[0], times[1], times[2]), tests)  # fmt: skip
 
 
-def _row(key: str, pid: str, split: str, difficulty: str, passed: bool, error: str | None, u: Mapping[str, Any],
+def table_usage(row: Mapping[str, Any]) -> UsageRecord:
+    """The usage a problems.json row holds (its flat columns; no per-call entries)."""
+
+    def n(k: str) -> int:
+        return int(row.get(k, 0) or 0)
+
+    return UsageRecord(prompt_tokens=n("prompt_tokens"), completion_tokens=n("completion_tokens"), model_calls=n("model_calls"),
+                       tool_calls=n("tool_calls"), retried_prompt_tokens=n("retried_prompt_tokens"),
+                       retried_completion_tokens=n("retried_completion_tokens"), tool_s=float(row.get("tool_s", 0.0) or 0.0))
+
+
+def _row(key: str, pid: str, split: str, difficulty: str, passed: bool, error: str | None, u: UsageRecord,
          times: tuple[float, float, float], tests: Mapping[str, int]) -> dict[str, Any]:  # fmt: skip
-    prompt, completion = int(u.get("prompt_tokens", 0) or 0), int(u.get("completion_tokens", 0) or 0)
-    billed_in, billed_out = billed_tokens(u)
-    n_calls = int(u.get("model_calls", 0) or 0)
+    prompt, completion = u.prompt_tokens, u.completion_tokens
+    billed_in, billed_out = u.billed_tokens
+    n_calls = u.model_calls
     return {
         "key": key,
         "id": pid,
@@ -258,11 +268,11 @@ def _row(key: str, pid: str, split: str, difficulty: str, passed: bool, error: s
         "billed_input_tokens": billed_in,  # retried attempts' discarded replies included: what money counts
         "billed_output_tokens": billed_out,
         "model_calls": n_calls,
-        "tool_calls": int(u.get("tool_calls", 0) or 0),
+        "tool_calls": u.tool_calls,
         "latency_s": times[0],
         "solve_s": times[1],
         "judge_s": times[2],
-        "tool_s": float(u.get("tool_s", 0.0) or 0.0),
+        "tool_s": u.tool_s,
     }
 
 
@@ -400,7 +410,7 @@ def _problems_of_run(c: Any, run_id: str, dst: Path, sizes: Mapping[str, int | N
     cols = table.get("columns") or []
     rows = [table_row(dict(zip(cols, values))) for values in table.get("data") or []]
     for row, values in zip(rows, table.get("data") or []):
-        tally.add(row["key"], dict(zip(cols, values)))
+        tally.add(row["key"], table_usage(dict(zip(cols, values))), per_call=False)
     return rows
 
 

@@ -520,12 +520,12 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
         span = mlflow.start_span_no_context(
             name="judge", span_type=SpanType.EVALUATOR, parent_span=root, start_time_ns=end_ns - judge_ns,
             inputs={"program": text(record.program)},
-            attributes={"profile": (verdict or {}).get("profile", "")},
+            attributes={"profile": verdict.profile if verdict is not None else ""},
         )  # fmt: skip
         out = {"error": record.error} if verdict is None else {
-            "passed": verdict["passed"], "tests_passed": verdict["tests_passed"], "tests_run": verdict["tests_run"],
-            "n_tests": verdict["n_tests"], "extracted": verdict.get("extracted", True),
-            "results": [{**r, "detail": text(r.get("detail"))} for r in verdict.get("results") or []],
+            "passed": verdict.passed, "tests_passed": verdict.tests_passed, "tests_run": verdict.tests_run,
+            "n_tests": verdict.n_tests, "extracted": verdict.extracted,
+            "results": [{**r.to_json(), "detail": text(r.detail)} for r in verdict.results],
         }  # fmt: skip
         span.end(outputs=out, end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.error else SpanStatusCode.OK)
     root.end(
