@@ -11,12 +11,9 @@ report prices each cell at its own recorded price.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from apps_bench.types import JsonObject, ProblemRecord
-
-if TYPE_CHECKING:
-    from apps_bench.config import PriceConfig
 
 NO_PRICE = "no price"
 
@@ -37,7 +34,7 @@ class Price:
         return {"input_per_mtok": self.input_per_mtok, "output_per_mtok": self.output_per_mtok, "as_of": self.as_of}
 
 
-def price_of(node: PriceConfig | JsonObject | None) -> Price | None:
+def price_of(node: object) -> Price | None:
     """A `model.price` node (config dataclass, or the dict a summary or a run's tags recorded) -> Price, or None when unpriced."""
     if node is None:
         return None
