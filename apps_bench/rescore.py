@@ -38,7 +38,7 @@ from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.records import CELL, CONFIG, RECORDS, SUMMARY, RecordStore, RecordsUnreadable, record_key
 from apps_bench.tracking.summary import metrics_of, summarize_cell, table_rows
-from apps_bench.types import JsonObject, Problem, ProblemRecord, Verdict
+from apps_bench.types import JsonObject, Problem, ProblemRecord, Rejudged, RescoreOf, Verdict
 
 RESCORE_DIR = "rescore"
 RUN_ID = re.compile(r"[0-9a-f]{32}\Z")
@@ -194,17 +194,17 @@ def _rescored_record(old: ProblemRecord, verdict: Verdict, judge_s: float, new_k
         old,
         cell=new_key,
         passed=bool(verdict.passed),
-        verdict=verdict.to_json(),
+        verdict=verdict,
         judge_s=round(judge_s, 4),
         latency_s=round(old.solve_s + judge_s, 4),
-        rescore_of={"cell": old_key, "passed": old.passed, "profile": (old.verdict or {}).get("profile"),
-                    "max_tests_per_row": old_cap, "judge_s": old.judge_s},
+        rescore_of=Rejudged(cell=old_key, passed=old.passed, profile=old.verdict.profile if old.verdict else None,
+                            max_tests_per_row=old_cap, judge_s=old.judge_s),
         completed_at=time.time(),
     )  # fmt: skip
 
 
 def _error_record(old: ProblemRecord, error: str, new_key: str, old_key: str) -> ProblemRecord:
-    return replace(old, cell=new_key, passed=False, error=error, rescore_of={"cell": old_key, "passed": old.passed})
+    return replace(old, cell=new_key, passed=False, error=error, rescore_of=RescoreOf(cell=old_key, passed=old.passed))
 
 
 def judge_records(store: RecordStore, todo: list[ProblemRecord], problems: Mapping[str, Problem], judge: Judge, *,

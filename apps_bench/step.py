@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from apps_bench.judge.core import Judge, judge_program
 from apps_bench.solving import Solved
 from apps_bench.topologies.tool_use import tool_calls_by_role
 from apps_bench.tracking.records import record_key
-from apps_bench.tracking.summary import usage_record
-from apps_bench.types import Problem, ProblemRecord, Verdict
+from apps_bench.types import Problem, ProblemRecord, UsageRecord, Verdict
 
 
 @dataclass
@@ -63,8 +62,8 @@ def record_of(outcome: Judged, cell_key: str) -> ProblemRecord:
         program=program,
         extracted=bool(program and program.strip()),
         passed=outcome.passed,
-        verdict=verdict.to_json() if verdict is not None else None,
-        usage=usage_record(solved.usage),
+        verdict=verdict,
+        usage=UsageRecord.of(solved.usage),
         tool_calls_by_role=tool_calls_by_role(getattr(attempt, "transcript", None) or ()),
         latency_s=round(solved.solve_s + outcome.judge_s, 4),
         solve_s=round(solved.solve_s, 4),
@@ -74,7 +73,7 @@ def record_of(outcome: Judged, cell_key: str) -> ProblemRecord:
         stop_reason=getattr(attempt, "stop_reason", "error" if error else "done"),
         rounds=getattr(attempt, "rounds", 0),
         turns=getattr(attempt, "turns", 0),
-        candidates=[asdict(c) for c in getattr(attempt, "candidates", None) or []],
-        vote=asdict(vote) if vote is not None else None,
+        candidates=list(getattr(attempt, "candidates", None) or []),
+        vote=vote,
         completed_at=time.time(),
     )

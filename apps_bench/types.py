@@ -6,7 +6,7 @@ tested alone and records can be written without ad-hoc dicts.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, Literal
 
@@ -16,6 +16,21 @@ Mode = Literal["stdin", "call"]
 # shape no schema here fixes: the one place such data is typed loosely. Data made inside the project gets a
 # dataclass or a TypedDict instead.
 JsonObject = dict[str, Any]
+
+
+def _checked(data: object, shape: tuple[Field[Any], ...], what: str) -> JsonObject:
+    """`data`, a JSON object read from a record, checked against the fields of the dataclass that reads it:
+    a key this version does not know, or an absent field that has no default, is a ValueError saying which
+    (never a record half understood)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} is {type(data).__name__}, not an object")
+    unknown = sorted(set(data) - {f.name for f in shape})
+    if unknown:
+        raise ValueError(f"{what} has fields this version does not know: {unknown}")
+    lacking = [f.name for f in shape if f.default is MISSING and f.default_factory is MISSING and f.name not in data]
+    if lacking:
+        raise ValueError(f"{what} lacks fields every one has: {lacking}")
+    return data
 
 
 @dataclass(frozen=True)
@@ -90,6 +105,14 @@ class TestResult:
     seconds: float = 0.0
     detail: str = ""  # short, clipped: error tail or which comparison failed
 
+    def to_json(self) -> JsonObject:
+        return {"index": self.index, "outcome": self.outcome.value, "seconds": round(self.seconds, 4), "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, data: object) -> TestResult:
+        d = _checked(data, fields(cls), "a test result")
+        return cls(index=d["index"], outcome=Outcome(d["outcome"]), seconds=d.get("seconds", 0.0), detail=d.get("detail", ""))
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -108,18 +131,26 @@ class Verdict:
     # [-1] * 21 when its process was lost); None for other profiles
     reference_results: tuple[Any, ...] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
+        """Its form in a record: `id` last, outcomes by name, `reference_results` only under that profile."""
         d = asdict(self)
         if d["reference_results"] is None:
             del d["reference_results"]
         else:
             d["reference_results"] = list(d["reference_results"])
         d["id"] = d.pop("problem_id")
-        d["results"] = [
-            {"index": r.index, "outcome": r.outcome.value, "seconds": round(r.seconds, 4), "detail": r.detail}
-            for r in self.results
-        ]
+        d["results"] = [r.to_json() for r in self.results]
         return d
+
+    @classmethod
+    def from_json(cls, data: object) -> Verdict:
+        """A verdict as `to_json` wrote it (ValueError, saying why, for anything else)."""
+        if isinstance(data, dict) and "id" in data:
+            data = {("problem_id" if k == "id" else k): v for k, v in data.items()}
+        d = _checked(data, fields(cls), "the verdict")
+        ref = d.get("reference_results")
+        results = tuple(TestResult.from_json(r) for r in d["results"])
+        return cls(**{**d, "results": results, "reference_results": None if ref is None else tuple(ref)})
 
 
 @dataclass
@@ -149,7 +180,7 @@ class Usage:
     requests_with_tools: int = 0
     in_flight: int = 0
     finish_reasons: dict[str, int] = field(default_factory=dict)
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[JsonObject] = field(default_factory=list)  # per call: tokens, finish_reason, retries, tools, role
     # tracking.traces: the problem's captured calls (tracking/capture.TraceLog), never recorded
     trace: Any = field(default=None, repr=False, compare=False)
 
@@ -176,6 +207,50 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class UsageRecord:
+    """A problem's usage as its record keeps it (`Usage` less its live state: totals spelled out, tool_s
+    rounded), its fields in the line's order. A line written before a counter existed reads it as 0."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    failed_calls: int = 0
+    failed_attempts: int = 0
+    retries: int = 0
+    retried_prompt_tokens: int = 0
+    retried_completion_tokens: int = 0
+    cancelled_calls: int = 0
+    requests_with_tools: int = 0
+    length_stops: int = 0
+    tool_s: float = 0.0
+    finish_reasons: dict[str, int] = field(default_factory=dict)
+    calls: list[JsonObject] = field(default_factory=list)  # one per answered call (Usage.calls)
+
+    @classmethod
+    def of(cls, usage: Usage | None) -> UsageRecord:
+        """What a record keeps of `usage` (None: a problem that never reached the model)."""
+        if usage is None:
+            return cls()
+        counts = {f.name: int(getattr(usage, f.name)) for f in fields(cls) if f.type == "int"}
+        return cls(**counts, tool_s=round(float(usage.tool_s), 4), finish_reasons=dict(usage.finish_reasons),
+                   calls=list(usage.calls))
+
+    @property
+    def billed_tokens(self) -> tuple[int, int]:
+        """(input, output) tokens, retried attempts' discarded replies included: what money counts."""
+        return self.prompt_tokens + self.retried_prompt_tokens, self.completion_tokens + self.retried_completion_tokens
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> UsageRecord:
+        return cls(**_checked(data, fields(cls), "the usage"))
+
+
+@dataclass(frozen=True)
 class TranscriptEvent:
     """One step of one agent: what it received, replied, or ran. The per-role trace optimizers read."""
 
@@ -191,6 +266,13 @@ class Candidate:
     agent: str
     program: str | None
 
+    def to_json(self) -> JsonObject:
+        return {"agent": self.agent, "program": self.program}
+
+    @classmethod
+    def from_json(cls, data: object) -> Candidate:
+        return cls(**_checked(data, fields(cls), "a candidate"))
+
 
 @dataclass(frozen=True)
 class Vote:
@@ -199,6 +281,15 @@ class Vote:
     group_sizes: tuple[int, ...]
     group_members: tuple[tuple[str, ...], ...]  # agent names per group, groups in first-seen order
     winner: int | None  # index into groups, None when no agent produced code
+
+    def to_json(self) -> JsonObject:
+        return {"group_sizes": list(self.group_sizes), "group_members": [list(m) for m in self.group_members],
+                "winner": self.winner}
+
+    @classmethod
+    def from_json(cls, data: object) -> Vote:
+        d = _checked(data, fields(cls), "the vote")
+        return cls(tuple(d["group_sizes"]), tuple(tuple(m) for m in d["group_members"]), d["winner"])
 
 
 @dataclass
@@ -222,13 +313,38 @@ class Attempt:
 RECORD_SCHEMA = 1
 
 
+@dataclass(frozen=True)
+class RescoreOf:
+    """In a re-scoring's record (rescore.py): the cell record it replaces, whose program could not be judged again."""
+
+    cell: str
+    passed: bool
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> RescoreOf:
+        """Either form, told apart by the fields a re-judged one has."""
+        shape = Rejudged if isinstance(data, dict) and "profile" in data else cls
+        return shape(**_checked(data, fields(shape), "rescore_of"))
+
+
+@dataclass(frozen=True)
+class Rejudged(RescoreOf):
+    """The cell record a re-judged one replaces: its judge profile, test cap and judging time too."""
+
+    profile: str | None
+    max_tests_per_row: int | None
+    judge_s: float
+
+
 @dataclass
 class ProblemRecord:
     """One line of a cell's records.jsonl: a problem solved and judged (or its infrastructure error).
 
-    `verdict`, `usage`, `candidates` and `vote` are kept as their JSON forms: a record is
-    read back by tools (report, rescore, resume) that need no judge objects. `rescore_of`: in a
-    re-scoring's records (rescore.py), the cell verdict this one replaces."""
+    `to_json` gives the line's object and `from_json` reads it back, the same bytes again; a line of an
+    older version (no `schema`, fields added since absent) reads with those fields' defaults."""
 
     key: str
     id: str
@@ -239,8 +355,8 @@ class ProblemRecord:
     program: str | None
     extracted: bool
     passed: bool
-    verdict: dict[str, Any] | None
-    usage: dict[str, Any]
+    verdict: Verdict | None
+    usage: UsageRecord
     tool_calls_by_role: dict[str, int]
     latency_s: float
     solve_s: float
@@ -250,21 +366,28 @@ class ProblemRecord:
     stop_reason: str
     rounds: int = 0
     turns: int = 0
-    candidates: list[dict[str, Any]] = field(default_factory=list)
-    vote: dict[str, Any] | None = None
+    candidates: list[Candidate] = field(default_factory=list)
+    vote: Vote | None = None
     completed_at: float = 0.0
-    rescore_of: dict[str, Any] | None = None
+    rescore_of: RescoreOf | None = None
     schema: int = RECORD_SCHEMA
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> JsonObject:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {
+            **d,
+            "verdict": None if self.verdict is None else self.verdict.to_json(),
+            "usage": self.usage.to_json(),
+            "tool_calls_by_role": dict(self.tool_calls_by_role),
+            "candidates": [c.to_json() for c in self.candidates],
+            "vote": None if self.vote is None else self.vote.to_json(),
+            "rescore_of": None if self.rescore_of is None else self.rescore_of.to_json(),
+        }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProblemRecord:
+    def from_json(cls, data: JsonObject) -> ProblemRecord:
         """A record as written (no `schema`: version 1). A newer version, or fields this version
         does not know or lacks, are an error that says which: never a record half understood."""
-        from dataclasses import MISSING, fields
-
         version = data.get("schema", 1)
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise ValueError(f"record {data.get('key')!r} has schema {version!r}: not a records.jsonl version")
@@ -278,4 +401,15 @@ class ProblemRecord:
         lacking = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING and f.name not in data]
         if lacking:
             raise ValueError(f"record {data.get('key')!r} lacks fields every record has: {lacking}")
-        return cls(**{**data, "schema": version})
+        try:
+            verdict, vote, rescore_of = data["verdict"], data.get("vote"), data.get("rescore_of")
+            typed = {
+                "verdict": None if verdict is None else Verdict.from_json(verdict),
+                "usage": UsageRecord.from_json(data["usage"]),
+                "candidates": [Candidate.from_json(c) for c in data.get("candidates") or ()],
+                "vote": None if vote is None else Vote.from_json(vote),
+                "rescore_of": None if rescore_of is None else RescoreOf.from_json(rescore_of),
+            }
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ValueError(f"record {data.get('key')!r}: {exc}") from None
+        return cls(**{**data, **typed, "schema": version})

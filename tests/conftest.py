@@ -274,14 +274,14 @@ def optimizer_config(method: str, params: Any):
 
 
 def problem_record(i: int | str = 0, **over: Any):
-    """A records.jsonl record of problem `i` (a passed, judged answer with no usage), with `over` set: the
-    type the record store and every reader of records take."""
+    """A records.jsonl record of problem `i` (a passed, judged answer with no usage), with `over` set (in the
+    line's JSON form), read as the record store reads a line: the type every reader of records takes."""
     from apps_bench.types import ProblemRecord
 
     base = dict(key=f"test/{i}", id=str(i), split="test", difficulty="interview", mode="stdio", cell="c", program="print(1)",
                 extracted=True, passed=True, verdict=None, usage={}, tool_calls_by_role={}, latency_s=0.0, solve_s=0.0,
                 judge_s=0.0, solver="main", error=None, stop_reason="done")  # fmt: skip
-    return ProblemRecord(**{**base, **over})
+    return ProblemRecord.from_json({**base, **over})
 
 
 @pytest.fixture(scope="module")

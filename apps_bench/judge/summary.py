@@ -109,17 +109,16 @@ def pass_table(summary: Mapping[str, Any], *, title: str, caption: str) -> Table
     return t
 
 
-def counted_tests(verdict: JsonObject | None) -> dict[str, int]:
+def counted_tests(verdict: Verdict | None) -> dict[str, int]:
     """A recorded verdict's tests as the test-case average counts them: passed, run, and kept (the
     denominator: the row's tests after the `max_tests_per_row` cap). Under the `reference` profile the
     original's own result list decides what passed, so a program it lost whole (`[-1] * 21`) or could
     not compile (`[-2]`) passed none, whatever ran before; a missing verdict (no program) counts 0."""
-    v = verdict or {}
-    passed = int(v.get("tests_passed", 0) or 0)
-    ref = v.get("reference_results")
-    if isinstance(ref, (list, tuple)):
-        passed = sum(passes(x) for x in ref)
-    return {"tests_passed": passed, "tests_run": int(v.get("tests_run", 0) or 0), "tests_kept": int(v.get("n_tests", 0) or 0)}
+    if verdict is None:
+        return {"tests_passed": 0, "tests_run": 0, "tests_kept": 0}
+    ref = verdict.reference_results
+    passed = verdict.tests_passed if ref is None else sum(passes(x) for x in ref)
+    return {"tests_passed": passed, "tests_run": verdict.tests_run, "tests_kept": verdict.n_tests}
 
 
 def _unpack(item: SummaryItem) -> tuple[str, bool, bool, bool]:

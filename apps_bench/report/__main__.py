@@ -108,21 +108,43 @@ def _store_exists(uri: str) -> None:
 
 
 def _report(args: argparse.Namespace, baseline: groups.Baseline | None) -> int:
-    if args.cells_dir:
-        found = cellmod.from_dirs(args.cells_dir)
-        where = f"cell folders under {args.cells_dir}"
-    elif args.sweep:
-        found, missing = cellmod.sweep_cells(args.sweep, uri=args.tracking_uri)
-        where = f"sweep {args.sweep}"
-        if missing:  # never a smaller table that looks whole
+    """The report: the cells chosen, then each block of it in the order it prints."""
+    chosen = _chosen(args, *_found(args))
+    gs = groups.group_cells(chosen)
+    if baseline is not None:  # before anything is printed
+        _check_baseline(baseline, gs)
+    names = groups.blocks(gs)
+    tier_rows = paper.rows_of(gs)
+    if args.table:
+        print(_paper_table(tier_rows, args.table, args.format))
+        return 0
+    _print_pass(gs, tier_rows, provenance_warnings=baseline is None)
+    comps = _print_comparisons(gs, baseline, names) if baseline is not None else []
+    costs = _print_costs(gs, names)
+    _write_charts(args, gs, comps, costs)
+    for path in args.export:
+        n = export.write(chosen, path)
+        print(f"tidy table written to {path} ({n} rows)")
+    return 0
 
+
+def _found(args: argparse.Namespace) -> tuple[list[cellmod.CellData], str]:
+    """The cells where --cells-dir, --sweep or --experiment points, and how to name that place."""
+    if args.cells_dir:
+        return cellmod.from_dirs(args.cells_dir), f"cell folders under {args.cells_dir}"
+    if args.sweep:
+        found, missing = cellmod.sweep_cells(args.sweep, uri=args.tracking_uri)
+        if missing:  # never a smaller table that looks whole
             if not args.include_incomplete:
                 raise SweepIncomplete(args.sweep, missing)
             print(f"warning: sweep {args.sweep}: {len(missing)} member cell(s) missing from these figures:\n  "
                   + "\n  ".join(missing))  # fmt: skip
-    else:
-        found = cellmod.from_mlflow(experiment=args.experiment, uri=args.tracking_uri)
-        where = f"experiment {args.experiment!r}"
+        return found, f"sweep {args.sweep}"
+    return cellmod.from_mlflow(experiment=args.experiment, uri=args.tracking_uri), f"experiment {args.experiment!r}"
+
+
+def _chosen(args: argparse.Namespace, found: list[cellmod.CellData], where: str) -> list[cellmod.CellData]:
+    """The cells the selection options keep; none is a ReportError saying what was there."""
     chosen = cellmod.select(
         found, dataset=args.dataset, optimizer=args.optimizer, judge=args.judge, include_incomplete=args.include_incomplete,
         model=args.model, seeds=[x.strip() for x in args.seeds.split(",")] if args.seeds else None,
@@ -132,39 +154,42 @@ def _report(args: argparse.Namespace, baseline: groups.Baseline | None) -> int:
         hint = "" if args.include_incomplete else " (incomplete cells are left out; --include-incomplete counts them)"
         extra = f"; judge profiles there: {', '.join(profiles)}" if args.judge and profiles else ""
         raise ReportError(f"no finished cells with per-problem records in {where}{hint}{extra}")
-    gs = groups.group_cells(chosen)
-    if baseline is not None:  # before anything is printed
-        _check_baseline(baseline, gs)
-    names = groups.blocks(gs)
-    tier_rows = paper.rows_of(gs)
-    if args.table:
-        print(_paper_table(tier_rows, args.table, args.format))
-        return 0
+    return chosen
+
+
+def _print_pass(gs: list[groups.Group], tier_rows: list[paper.PaperRow], *, provenance_warnings: bool) -> None:
+    """pass@1, the APPS figures per tier and pass@k; without --compare, how the cells' provenance differs
+    (with it, each comparison says what differs between its own cells)."""
     print(render.pass_table(gs))
     print()
     print(paper.apps_text(tier_rows, header=False, compact=True))
     print()
     print(paper.pass_at_k_text(tier_rows, header=False, compact=True))
-    if baseline is None:  # with --compare, each comparison says what differs between its own cells
+    if provenance_warnings:
         for w in provenance.differences({f"{g.label}·{g.model}{groups.shown(g.settings)}·s{c.seed}": c.provenance for g in gs for c in g.cells}):
             print(render.wrap(f"warning: provenance: {w}"))
 
-    comps = []
-    if baseline is not None:
-        comps = groups.compare_to_baseline(gs, baseline)
-        print()
-        print(render.compare_table(comps, names))
-        for c in comps:
-            where = f"{c.name} [block {names[c.comparability]}]"
-            used = [(g, x) for g in c.pair or () for x in g.cells if x.seed in c.seeds]
-            for w in provenance.differences({f"{g.label}{groups.shown(g.settings)}·s{x.seed}": x.provenance for g, x in used}):
-                print(render.wrap(f"warning: {where}: provenance: {w}"))
-            if c.pair is not None:
-                diff = [d for d in cellmod.setting_differences(c.pair[0].cells[0], c.pair[1].cells[0])
-                        if not d.startswith(f"{baseline.key}: ")]  # what --compare SETTING=VALUE compares along
-                if diff:
-                    print(render.wrap(f"note: {where}: settings differ ({c.label} vs {c.baseline}): " + "; ".join(diff)))
 
+def _print_comparisons(gs: list[groups.Group], baseline: groups.Baseline, names: dict[tuple[str, ...], str]) -> list[groups.Comparison]:
+    """--compare's table, and per comparison what differs between its cells besides what it compares along."""
+    comps = groups.compare_to_baseline(gs, baseline)
+    print()
+    print(render.compare_table(comps, names))
+    for c in comps:
+        where = f"{c.name} [block {names[c.comparability]}]"
+        used = [(g, x) for g in c.pair or () for x in g.cells if x.seed in c.seeds]
+        for w in provenance.differences({f"{g.label}{groups.shown(g.settings)}·s{x.seed}": x.provenance for g, x in used}):
+            print(render.wrap(f"warning: {where}: provenance: {w}"))
+        if c.pair is not None:
+            diff = [d for d in cellmod.setting_differences(c.pair[0].cells[0], c.pair[1].cells[0])
+                    if not d.startswith(f"{baseline.key}: ")]  # what --compare SETTING=VALUE compares along
+            if diff:
+                print(render.wrap(f"note: {where}: settings differ ({c.label} vs {c.baseline}): " + "; ".join(diff)))
+    return comps
+
+
+def _print_costs(gs: list[groups.Group], names: dict[tuple[str, ...], str]) -> list[cost.CostRow]:
+    """Cost per problem, in money, per agent role and per framework."""
     costs = cost.cost_rows(gs)
     print()
     print(render.cost_table(costs, names))
@@ -175,7 +200,11 @@ def _report(args: argparse.Namespace, baseline: groups.Baseline | None) -> int:
     print(render.role_table(roles, names) if roles else "cost per agent role: these cells recorded neither the role of each call nor transcripts")
     print()
     print(render.framework_table(cost.framework_rows(gs, costs, roles), names))
+    return costs
 
+
+def _write_charts(args: argparse.Namespace, gs: list[groups.Group], comps: list[groups.Comparison],
+                  costs: list[cost.CostRow]) -> None:
     charts = _chart_paths(args, compared=bool(comps))
     if "plot" in charts:
         plots.pass_plot(gs, charts["plot"])
@@ -189,10 +218,6 @@ def _report(args: argparse.Namespace, baseline: groups.Baseline | None) -> int:
             print("forest plot not written: every comparison was refused")
     for name, path in charts.items():
         print(f"{name} chart written to {path}")
-    for path in args.export:
-        n = export.write(chosen, path)
-        print(f"tidy table written to {path} ({n} rows)")
-    return 0
 
 
 def _paper_table(rows: list[paper.PaperRow], table: str, fmt: str) -> str:

@@ -19,18 +19,21 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Sequence, TypedDict
 
 from apps_bench import provenance
 from apps_bench.errors import AppsBenchError
 from apps_bench.judge.summary import counted_tests
-from apps_bench.report.money import billed_tokens
 from apps_bench.tracking import membership
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.cell_counts import COUNTS, CellCounts, Tally, of_folder
 from apps_bench.tracking.mlflow import TABLE_ARTIFACT, flatten
 from apps_bench.tracking.records import RECORDS, TRANSCRIPTS, RecordsUnreadable, iter_lines, iter_records
-from apps_bench.types import ProblemRecord
+from apps_bench.types import JsonObject, ProblemRecord, UsageRecord
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
 
 
 class ReportError(AppsBenchError):
@@ -38,6 +41,32 @@ class ReportError(AppsBenchError):
 
 # identity params that define which problems a cell is judged on
 SELECTION_PARAMS = ("dataset.name", "dataset.revision", "dataset.path", "dataset.split", "limit", "offset", "only", "difficulty")
+
+
+class ProblemRow(TypedDict):
+    """The report's row of one recorded problem: outcome, the tests the test-case average counts
+    (judge.summary.counted_tests), tokens, calls and times."""
+
+    key: str
+    id: str
+    split: str
+    difficulty: str
+    passed: bool
+    error: str
+    tests_passed: int
+    tests_run: int
+    tests_kept: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    billed_input_tokens: int  # retried attempts' discarded replies included: what money counts
+    billed_output_tokens: int
+    model_calls: int
+    tool_calls: int
+    latency_s: float
+    solve_s: float
+    judge_s: float
+    tool_s: float
 
 
 @dataclass
@@ -57,11 +86,11 @@ class CellData:
     flow: str = ""
     run_kind: str = "cell"
     judge_rules: str = "?"  # the profile's rules version (conf/judge/*.yaml `rules`)
-    price: dict[str, Any] | None = None  # the model.price it was costed at when it ran (report.money); None = no price
+    price: JsonObject | None = None  # the model.price it was costed at when it ran (report.money); None = no price
     provenance: dict[str, str] = field(default_factory=dict)
     settings: dict[str, str] = field(default_factory=dict)  # model/judge/tool settings from the cell's identity
     identity: dict[str, str] = field(default_factory=dict)  # the cell's whole identity, flat (its run's params)
-    problems: list[dict[str, Any]] = field(default_factory=list)  # one row per recorded problem: outcome and counts
+    problems: list[ProblemRow] = field(default_factory=list)  # one row per recorded problem: outcome and counts
     counts: CellCounts | None = None  # totals and per-role figures (tracking/cell_counts.py); None: not read
 
     @property
@@ -80,7 +109,7 @@ class CellData:
         return (self.dataset, json.dumps(self.selection, sort_keys=True), self.max_tests_per_row, self.judge_profile,
                 self.judge_rules)  # fmt: skip
 
-    def judged(self) -> list[dict[str, Any]]:
+    def judged(self) -> list[ProblemRow]:
         """Problems with a verdict (an infrastructure error is not a wrong answer: left out)."""
         return [p for p in self.problems if not p.get("error")]
 
@@ -174,7 +203,7 @@ def comparability_label(c: CellData) -> str:
     return " · ".join([data, f"judge {c.judge_profile} (rules {c.judge_rules})", tests, *picked])
 
 
-def _selection(get: Any) -> dict[str, str]:
+def _selection(get: Callable[[str, str], object]) -> dict[str, str]:
     """The cell's problem selection; a local file's revision is `local`, whatever the hub's pin said
     (the configured revision is not what a file's rows came from)."""
     sel = {k: str(get(k, "")) for k in SELECTION_PARAMS}
@@ -223,13 +252,13 @@ def incomparable_reason(a: CellData, b: CellData) -> str | None:
 TEST_COUNTS = ("tests_passed", "tests_run", "tests_kept")
 
 
-def problem_row(rec: ProblemRecord) -> dict[str, Any]:
+def problem_row(rec: ProblemRecord) -> ProblemRow:
     """A record (a records.jsonl line) -> the report's per-problem row."""
     return _row(rec.key, rec.id, rec.split, rec.difficulty, rec.passed, rec.error, rec.usage,
                 (rec.latency_s, rec.solve_s, rec.judge_s), counted_tests(rec.verdict))  # fmt: skip
 
 
-def table_row(row: Mapping[str, Any]) -> dict[str, Any]:
+def table_row(row: JsonObject) -> ProblemRow:
     """A row of a run's `problems.json` table (a run logged without its records file), which holds the
     usage columns flat and no per-call entries -> the report's per-problem row."""
     split, pid = str(row.get("split") or "test"), str(row.get("id"))
@@ -237,14 +266,25 @@ def table_row(row: Mapping[str, Any]) -> dict[str, Any]:
     tests = {k: int(row.get(k, 0) or 0) for k in TEST_COUNTS}
     tests["tests_kept"] = tests["tests_kept"] or int(row.get("n_tests", 0) or 0)  # tables logged before tests_kept
     return _row(f"{split}/{pid}", pid, split, str(row.get("difficulty") or ""), bool(row.get("passed")), row.get("error"),
-                row, (times[0], times[1], times[2]), tests)  # fmt: skip
+                table_usage(row), (times[0], times[1], times[2]), tests)  # fmt: skip
 
 
-def _row(key: str, pid: str, split: str, difficulty: str, passed: bool, error: str | None, u: Mapping[str, Any],
-         times: tuple[float, float, float], tests: Mapping[str, int]) -> dict[str, Any]:  # fmt: skip
-    prompt, completion = int(u.get("prompt_tokens", 0) or 0), int(u.get("completion_tokens", 0) or 0)
-    billed_in, billed_out = billed_tokens(u)
-    n_calls = int(u.get("model_calls", 0) or 0)
+def table_usage(row: JsonObject) -> UsageRecord:
+    """The usage a problems.json row holds (its flat columns; no per-call entries)."""
+
+    def n(k: str) -> int:
+        return int(row.get(k, 0) or 0)
+
+    return UsageRecord(prompt_tokens=n("prompt_tokens"), completion_tokens=n("completion_tokens"), model_calls=n("model_calls"),
+                       tool_calls=n("tool_calls"), retried_prompt_tokens=n("retried_prompt_tokens"),
+                       retried_completion_tokens=n("retried_completion_tokens"), tool_s=float(row.get("tool_s", 0.0) or 0.0))
+
+
+def _row(key: str, pid: str, split: str, difficulty: str, passed: bool, error: str | None, u: UsageRecord,
+         times: tuple[float, float, float], tests: Mapping[str, int]) -> ProblemRow:  # fmt: skip
+    prompt, completion = u.prompt_tokens, u.completion_tokens
+    billed_in, billed_out = u.billed_tokens
+    n_calls = u.model_calls
     return {
         "key": key,
         "id": pid,
@@ -252,26 +292,28 @@ def _row(key: str, pid: str, split: str, difficulty: str, passed: bool, error: s
         "difficulty": difficulty,
         "passed": passed,
         "error": error or "",
-        **{k: int(tests[k]) for k in TEST_COUNTS},  # what the test-case average counts (judge.summary.counted_tests)
+        "tests_passed": int(tests["tests_passed"]),
+        "tests_run": int(tests["tests_run"]),
+        "tests_kept": int(tests["tests_kept"]),
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "billed_input_tokens": billed_in,  # retried attempts' discarded replies included: what money counts
+        "billed_input_tokens": billed_in,
         "billed_output_tokens": billed_out,
         "model_calls": n_calls,
-        "tool_calls": int(u.get("tool_calls", 0) or 0),
+        "tool_calls": u.tool_calls,
         "latency_s": times[0],
         "solve_s": times[1],
         "judge_s": times[2],
-        "tool_s": float(u.get("tool_s", 0.0) or 0.0),
+        "tool_s": u.tool_s,
     }
 
 
-def _rows(path: Path, tally: Tally | None = None) -> list[dict[str, Any]]:
+def _rows(path: Path, tally: Tally | None = None) -> list[ProblemRow]:
     """A records.jsonl's per-problem rows, one record at a time (a key's last record wins, as the cell's
     rerun reads it; a torn last line of a cell still running is left out); a line this version cannot
     read is a ReportError that names it. `tally` counts each problem's usage too."""
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, ProblemRow] = {}
     try:
         for rec in iter_records(path):
             rows[rec.key] = problem_row(rec)
@@ -333,8 +375,9 @@ def cell_heads(root: Path | str) -> list[CellData]:
 # ----------------------------------------------------------------------------- MLflow
 
 
-def _search(c: Any, exp_ids: list[str], filt: str) -> list[Any]:
-    runs, page = [], None
+def _search(c: MlflowClient, exp_ids: list[str], filt: str) -> list[Run]:
+    runs: list[Run] = []
+    page: str | None = None
     while True:
         got = c.search_runs(exp_ids, filter_string=filt, max_results=1000, page_token=page)
         runs.extend(got)
@@ -343,7 +386,7 @@ def _search(c: Any, exp_ids: list[str], filt: str) -> list[Any]:
             return runs
 
 
-def find_runs(c: Any, uri: str, *, experiment: str, sweep: str | None) -> list[Any]:
+def find_runs(c: MlflowClient, uri: str, *, experiment: str, sweep: str | None) -> list[Run]:
     """The cell runs of an experiment, or of one sweep (its member cells' runs, found by their
     keys wherever they first ran (tracking/membership.py), and their re-scoring runs)."""
     if sweep:
@@ -355,7 +398,7 @@ def find_runs(c: Any, uri: str, *, experiment: str, sweep: str | None) -> list[A
     return _search(c, [exp.experiment_id], "tags.cell_key != ''")
 
 
-def _sweep_runs(c: Any, uri: str, sweep: str) -> tuple[list[Any], list[str]]:
+def _sweep_runs(c: MlflowClient, uri: str, sweep: str) -> tuple[list[Run], list[str]]:
     """(runs, missing): the runs of a sweep's members and their re-scoring runs; a description of
     each member that has no run."""
     try:
@@ -370,7 +413,7 @@ def _sweep_runs(c: Any, uri: str, sweep: str) -> tuple[list[Any], list[str]]:
     return runs + rescored, missing
 
 
-def _member_problem(r: Any, cell: CellData | None, error: str = "") -> str | None:
+def _member_problem(r: Run, cell: CellData | None, error: str = "") -> str | None:
     """Why a member's run cannot stand for it in the sweep's comparison, or None."""
     name = f"{r.data.tags.get('cell_name', r.info.run_name)} (run {r.info.run_id})"
     if error:
@@ -382,14 +425,14 @@ def _member_problem(r: Any, cell: CellData | None, error: str = "") -> str | Non
     return None
 
 
-def _download(c: Any, run_id: str, name: str, dst: Path, sizes: Mapping[str, int | None]) -> Path | None:
+def _download(c: MlflowClient, run_id: str, name: str, dst: Path, sizes: Mapping[str, int | None]) -> Path | None:
     """The run's artifact `name` in `dst` (None when the run has none)."""
     if name not in sizes:
         return None
     return Path(c.download_artifacts(run_id, name, str(dst)))
 
 
-def _problems_of_run(c: Any, run_id: str, dst: Path, sizes: Mapping[str, int | None], tally: Tally) -> list[dict[str, Any]]:
+def _problems_of_run(c: MlflowClient, run_id: str, dst: Path, sizes: Mapping[str, int | None], tally: Tally) -> list[ProblemRow]:
     path = _download(c, run_id, RECORDS, dst, sizes)
     if path is not None:
         return _rows(path, tally)
@@ -401,7 +444,7 @@ def _problems_of_run(c: Any, run_id: str, dst: Path, sizes: Mapping[str, int | N
     cols = table.get("columns") or []
     rows = [table_row(dict(zip(cols, values))) for values in table.get("data") or []]
     for row, values in zip(rows, table.get("data") or []):
-        tally.add(row["key"], dict(zip(cols, values)))
+        tally.add(row["key"], table_usage(dict(zip(cols, values))), per_call=False)
     return rows
 
 
@@ -409,7 +452,7 @@ def _size(stamp: list[int] | None) -> int | None:
     return None if stamp is None else stamp[0]
 
 
-def _counts_of_run(c: Any, run_id: str, dst: Path, sizes: Mapping[str, int | None], tally: Tally) -> CellCounts:
+def _counts_of_run(c: MlflowClient, run_id: str, dst: Path, sizes: Mapping[str, int | None], tally: Tally) -> CellCounts:
     """The run's counts.json when it was counted from the records and transcripts the run holds (their
     sizes agree), else counted now from the records read and the transcripts, streamed."""
     path = _download(c, run_id, COUNTS, dst, sizes)
@@ -485,7 +528,7 @@ def _read(*, experiment: str, sweep: str | None, uri: str | None, with_roles: bo
     return cells, missing
 
 
-def _cell_of_run(c: Any, r: Any, by_id: Mapping[str, Any], dst: Path, with_roles: bool) -> CellData:
+def _cell_of_run(c: MlflowClient, r: Run, by_id: Mapping[str, Run], dst: Path, with_roles: bool) -> CellData:
     t, p = r.data.tags, r.data.params
     if not p and t.get("rescore_of") in by_id:  # a re-scoring run: selection from the run it re-scored
         p = by_id[t["rescore_of"]].data.params

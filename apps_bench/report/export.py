@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from apps_bench.report.cells import TEST_COUNTS, CellData
 from apps_bench.report.table import ReportError
@@ -16,10 +15,11 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def tidy_rows(cells: list[CellData]) -> list[dict[str, Any]]:
+def tidy_rows(cells: list[CellData]) -> list[dict[str, object]]:
     rows = []
     for c in cells:
         for p in c.problems:
+            measured: dict[str, object] = dict(p)
             rows.append({
                 "dataset": c.dataset, "topology": c.topology, "model": c.model, "optimizer": c.optimizer,
                 "seed": int(c.seed) if c.seed.lstrip("-").isdigit() else c.seed, "cell_key": c.key,
@@ -27,7 +27,7 @@ def tidy_rows(cells: list[CellData]) -> list[dict[str, Any]]:
                 "framework": c.framework,
                 "run_kind": c.run_kind, "source": c.source, "problem_id": p["id"], "split": p["split"],
                 "difficulty": p["difficulty"], "passed": p["passed"], "error": p["error"],
-                **{k: p[k] for k in (*TEST_COUNTS, *MEASURES)},
+                **{k: measured[k] for k in (*TEST_COUNTS, *MEASURES)},
             })  # fmt: skip
     return rows
 

@@ -11,9 +11,9 @@ report prices each cell at its own recorded price.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Iterable
 
-from apps_bench.types import ProblemRecord
+from apps_bench.types import JsonObject, ProblemRecord
 
 NO_PRICE = "no price"
 
@@ -30,40 +30,31 @@ class Price:
     def describe(self) -> str:
         return f"${self.input_per_mtok:g} in / ${self.output_per_mtok:g} out per Mtok, as of {self.as_of}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"input_per_mtok": self.input_per_mtok, "output_per_mtok": self.output_per_mtok, "as_of": self.as_of}
 
 
-def price_of(node: Any) -> Price | None:
-    """A `model.price` node (config dataclass, mapping, or recorded dict) -> Price, or None when unpriced."""
+def price_of(node: object) -> Price | None:
+    """A `model.price` node (config dataclass, or the dict a summary or a run's tags recorded) -> Price, or None when unpriced."""
     if node is None:
         return None
-    get = node.get if isinstance(node, Mapping) else lambda k: getattr(node, k, None)
+    get = node.get if isinstance(node, dict) else lambda k: getattr(node, k, None)
     inp, out = get("input_per_mtok"), get("output_per_mtok")
     if inp in (None, "", "None") or out in (None, "", "None"):
         return None
     return Price(float(inp), float(out), str(get("as_of") or "?"))
 
 
-def billed_tokens(usage: Mapping[str, Any]) -> tuple[int, int]:
-    """(input, output) tokens of one problem's usage, retried attempts' replies included."""
-
-    def n(k: str) -> int:
-        return int(usage.get(k, 0) or 0)
-
-    return n("prompt_tokens") + n("retried_prompt_tokens"), n("completion_tokens") + n("retried_completion_tokens")
-
-
-def cell_cost(records: Iterable[ProblemRecord], price: Price | None) -> dict[str, Any]:
+def cell_cost(records: Iterable[ProblemRecord], price: Price | None) -> JsonObject:
     """summary.json's `cost`: billed tokens and, with a price, USD per cell, per recorded problem
     (errors included: their tokens were spent) and per solved problem (None when none was solved)."""
     recs = list(records)
     tin = tout = 0
     for r in recs:
-        i, o = billed_tokens(r.usage)
+        i, o = r.usage.billed_tokens
         tin, tout = tin + i, tout + o
     solved = sum(1 for r in recs if r.passed and not r.error)
-    out: dict[str, Any] = {"input_tokens": tin, "output_tokens": tout, "problems": len(recs), "solved": solved,
+    out: JsonObject = {"input_tokens": tin, "output_tokens": tout, "problems": len(recs), "solved": solved,
                            "price": price.as_dict() if price else None}  # fmt: skip
     usd = price.usd(tin, tout) if price else None
     out.update(
@@ -83,7 +74,7 @@ def dollars(x: float | None) -> str:
     return f"${x:.2g}" if abs(x) < 0.0001 else f"${x:.4f}"
 
 
-def cost_line(cost: Mapping[str, Any] | None, model: str) -> str:
+def cost_line(cost: JsonObject | None, model: str) -> str:
     """The end-of-cell console line."""
     if not cost:
         return f"cost: {NO_PRICE}"
@@ -97,7 +88,7 @@ def cost_line(cost: Mapping[str, Any] | None, model: str) -> str:
             f"{per_solved}/solved at {price.describe()}; {tokens}")  # fmt: skip
 
 
-def metrics(cost: Mapping[str, Any] | None) -> dict[str, float]:
+def metrics(cost: JsonObject | None) -> dict[str, float]:
     """MLflow metrics of a priced cell (none without a price: a missing metric, never a 0)."""
     if not cost or cost.get("usd") is None:
         return {}
@@ -108,7 +99,7 @@ def metrics(cost: Mapping[str, Any] | None) -> dict[str, float]:
     return {k: float(v) for k, v in out.items()}
 
 
-def tags(cost: Mapping[str, Any] | None) -> dict[str, str]:
+def tags(cost: JsonObject | None) -> dict[str, str]:
     """The price a cell's run was costed at (the report prices its records with it); '' = no price."""
     price = price_of((cost or {}).get("price"))
     if price is None:

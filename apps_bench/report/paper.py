@@ -15,7 +15,7 @@ from typing import Sequence
 
 from apps_bench.report import stats, tiers
 from apps_bench.report.groups import Group, blocks
-from apps_bench.report.render import _keys, _sections, _vals, block_header
+from apps_bench.report.render import block_header, sections, setting_keys, setting_values
 from apps_bench.report.stats import Interval
 
 TABLES = ("apps-paper", "pass-at-k")
@@ -74,7 +74,7 @@ def apps_text(rows: Sequence[PaperRow], *, header: bool = True, compact: bool = 
     groups = [r.group for r in rows]
     lines = []
     for r in rows:
-        base = [r.group.label, r.group.model, *_vals(r.group.settings)]
+        base = [r.group.label, r.group.model, *setting_values(r.group.settings)]
         if compact:
             for t in COLUMNS:
                 cells = [_iv(*_fig(r, metric, t)) for metric, _ in METRICS]
@@ -92,11 +92,11 @@ def apps_text(rows: Sequence[PaperRow], *, header: bool = True, compact: bool = 
     if any(f.lower_bound for r in rows for f in r.figures.values()):
         caption += "; " + LOWER_BOUND_NOTE
     if compact:
-        head = ["topology", "model", *_keys(groups), "tier", "seeds", *(name for _, name in METRICS)]
+        head = ["topology", "model", *setting_keys(groups), "tier", "seeds", *(name for _, name in METRICS)]
         caption += "; the paper's layout (tiers as columns; CSV, LaTeX, Markdown): --table apps-paper"
     else:
-        head = ["topology", "model", *_keys(groups), "metric", "seeds", *COLUMNS]
-    table = _sections("APPS table (test-case average, strict accuracy) by tier", head, lines, blocks(groups), caption)
+        head = ["topology", "model", *setting_keys(groups), "metric", "seeds", *COLUMNS]
+    table = sections("APPS table (test-case average, strict accuracy) by tier", head, lines, blocks(groups), caption)
     return (block_header(groups) + "\n\n" + table) if header and groups else table
 
 
@@ -114,7 +114,7 @@ def pass_at_k_text(rows: Sequence[PaperRow], *, header: bool = True, compact: bo
         for k in range(1, p.n + 1):
             cells = [(_iv(p.by_tier[t][k - 1]) if not compact or t == tiers.ALL else _est(p.by_tier[t][k - 1]))
                      if t in p.by_tier else "-" for t in COLUMNS]  # fmt: skip
-            lines.append((r.group.comparability, [r.group.label, r.group.model, *_vals(r.group.settings), f"pass@{k}",
+            lines.append((r.group.comparability, [r.group.label, r.group.model, *setting_values(r.group.settings), f"pass@{k}",
                                                   f"{p.n}", f"{p.n_problems}" + (f" (-{p.left_out})" if p.left_out else ""),
                                                   *cells]))  # fmt: skip
     caption = (
@@ -125,8 +125,8 @@ def pass_at_k_text(rows: Sequence[PaperRow], *, header: bool = True, compact: bo
     )
     if compact:
         caption += "; every tier with its interval (and CSV, LaTeX, Markdown): --table pass-at-k"
-    head = ["topology", "model", *_keys(groups), "k", "n", "problems", *COLUMNS]
-    table = _sections("pass@k by tier (seeds as samples)", head, lines, blocks(groups), caption)
+    head = ["topology", "model", *setting_keys(groups), "k", "n", "problems", *COLUMNS]
+    table = sections("pass@k by tier (seeds as samples)", head, lines, blocks(groups), caption)
     return (block_header(groups) + "\n\n" + table) if header else table
 
 
@@ -147,10 +147,10 @@ def _lines(rows: Sequence[PaperRow], table: str) -> tuple[list[str], list[str], 
     groups = [r.group for r in rows]
     names = blocks(groups)
     several = len(set(names.values())) > 1
-    heads = ["model", "topology", *_keys(groups), *(["block"] if several else [])]
+    heads = ["model", "topology", *setting_keys(groups), *(["block"] if several else [])]
     out = []
     for r in rows:
-        base = [r.group.model, r.group.label, *_vals(r.group.settings), *([names[r.group.comparability]] if several else [])]
+        base = [r.group.model, r.group.label, *setting_values(r.group.settings), *([names[r.group.comparability]] if several else [])]
         if table == "apps-paper":
             out.append(_Line([*base, str(len(r.group.seeds))], [_fig(r, m, t) for m, _ in METRICS for t in COLUMNS]))
         elif r.pass_at_k is not None:

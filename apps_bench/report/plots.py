@@ -11,11 +11,19 @@ at the resolution it is saved at (`DPI`): text extents do not scale linearly wit
 from __future__ import annotations
 
 import math
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from apps_bench.report.cost import CostRow
 from apps_bench.report.groups import Comparison, Group, blocks, classes, shown
 from apps_bench.report.stats import format_p
+
+if TYPE_CHECKING:
+    import numpy as np
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import Bbox
+    from numpy.typing import NDArray
 
 DPI = 110  # the figures' resolution, also when MLflow's log_figure saves one
 NOTE_PT = 7  # the blocks' footer's font size
@@ -24,12 +32,12 @@ LABEL_PT = 8  # the Pareto chart's point labels
 LABEL_PAD_PT = 2.0  # the room kept around each label and point
 
 
-def _legend_beside(ax: Any, **kw: Any) -> None:
+def _legend_beside(ax: Axes, **kw: Any) -> None:
     """The legend to the right of the axes, where no bar, point or label can be under it."""
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kw)
 
 
-def _pyplot() -> Any:
+def _pyplot() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -38,28 +46,28 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: str) -> None:
+def _save(fig: Figure, path: str) -> None:
     fig.savefig(path, dpi=DPI)
     _pyplot().close(fig)
 
 
-def close(fig: Any) -> None:
+def close(fig: Figure) -> None:
     _pyplot().close(fig)
 
 
-def _blocks_note(fig: Any, groups: list[Group]) -> None:
-    """The blocks the chart draws, spelled out under the axes (the report's header, in small print)."""
+def _blocks_note(fig: Figure, groups: list[Group]) -> int:
+    """The blocks the chart draws, spelled out under the axes (the report's header, in small print); -> its lines."""
     import textwrap
 
     letters, labels = blocks(groups), classes(groups)
     width = int((fig.get_size_inches()[0] * 72 * 0.98) / (NOTE_PT * NOTE_EM))  # characters that fit the figure
     lines = [ln for cls, letter in letters.items() for ln in textwrap.wrap(f"block {letter}: {labels[cls]}", width)]
     fig.text(0.01, 0.01, "\n".join(lines), fontsize=NOTE_PT, va="bottom", ha="left", family="monospace")
-    fig._apps_bench_note_lines = len(lines)  # _layout keeps the axes above them
+    return len(lines)
 
 
-def _layout(fig: Any) -> None:
-    lines = getattr(fig, "_apps_bench_note_lines", 0)
+def _layout(fig: Figure, lines: int) -> None:
+    """The axes laid out above the blocks' `lines` of notes."""
     height = fig.get_size_inches()[1] * 72  # points
     fig.tight_layout(rect=(0, min(0.5, (lines * (NOTE_PT + 2) + 8) / height) if lines else 0, 1, 1))
 
@@ -74,7 +82,7 @@ def pass_plot(groups: list[Group], path: str) -> None:
     _save(pass_figure(groups), path)
 
 
-def pass_figure(groups: list[Group]) -> Any:
+def pass_figure(groups: list[Group]) -> Figure:
     """The figure of `pass_plot` (a sweep's parent run logs it with MLflow's log_figure): one bar group
     per topology (per block and topology when there are several blocks)."""
     plt = _pyplot()
@@ -98,8 +106,7 @@ def pass_figure(groups: list[Group]) -> Any:
     ax.set_ylim(0, 1.05)
     _legend_beside(ax, title="model")
     ax.set_title(f"APPS pass@1 by topology × model · {_which(groups)}")
-    _blocks_note(fig, groups)
-    _layout(fig)
+    _layout(fig, _blocks_note(fig, groups))
     return fig
 
 
@@ -124,8 +131,7 @@ def forest_plot(comps: list[Comparison], path: str, groups: list[Group]) -> None
     ax.set_xlim(-lim * 1.15, lim * 1.6)
     ax.set_xlabel("Δ pass@1 vs baseline (95% paired bootstrap CI)")
     ax.set_title(f"paired differences against the baseline · {_which([g for c in done for g in c.pair or ()])}")
-    _blocks_note(fig, [g for c in done for g in c.pair or ()])
-    _layout(fig)
+    _layout(fig, _blocks_note(fig, [g for c in done for g in c.pair or ()]))
     _save(fig, path)
 
 
@@ -162,8 +168,7 @@ def pareto_plot(costs: list[CostRow], path: str, groups: list[Group]) -> None:
     ax.set_xlim(0, max(p[0] for p in pts) * 1.25)
     _legend_beside(ax)
     ax.set_title(f"pass@1 vs cost per problem · {_which(groups)}")
-    _blocks_note(fig, groups)
-    _layout(fig)  # first: the labels are placed in the axes as they will be drawn
+    _layout(fig, _blocks_note(fig, groups))  # first: the labels are placed in the axes as they will be drawn
     names = [c.label + shown(c.settings) + (f" [{letters.get(c.comparability, '?')}]" if many else "") for c in rows]
     _place_labels(fig, ax, [(name, x, y) for name, (x, y) in zip(names, pts)], line=[pts[i] for i in front])
     _save(fig, path)
@@ -175,7 +180,7 @@ _OFFSETS = [(7, 3), (7, -3), (-7, 3), (-7, -3)] + [
 ]
 
 
-def _place_labels(fig: Any, ax: Any, notes: list[tuple[str, float, float]], line: list[tuple[float, float]]) -> None:
+def _place_labels(fig: Figure, ax: Axes, notes: list[tuple[str, float, float]], line: list[tuple[float, float]]) -> None:
     """Label each point at the first offset (`_OFFSETS`) where the label lies inside the axes and overlaps
     no label placed before it, no other point and not the drawn `line` (the front); where none is free,
     where it overlaps least. A label moved away from its point is joined to it by a thin line. Extents
@@ -183,20 +188,20 @@ def _place_labels(fig: Any, ax: Any, notes: list[tuple[str, float, float]], line
     from matplotlib.text import Text
     from matplotlib.transforms import Bbox
 
-    renderer = fig.canvas.get_renderer()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # the Agg canvas (_pyplot) has one; the base class declares none
     pad = LABEL_PAD_PT * fig.dpi / 72
     marker = 7.0 * fig.dpi / 72  # half the Pareto ring's width
     at = ax.transData.transform([(x, y) for _, x, y in notes])
     dots = [Bbox.from_extents(px - marker, py - marker, px + marker, py + marker) for px, py in at]
     area = ax.bbox
-    taken: list[Any] = []
-    path = ax.transData.transform(line) if len(line) > 1 else []
+    taken: list[Bbox] = []
+    path: NDArray[np.float64] | list[tuple[float, float]] = ax.transData.transform(line) if len(line) > 1 else []
     for (x0, y0), (x1, y1) in zip(path[:-1], path[1:]):  # the line as small boxes, one every 3 pixels
         steps = max(1, int(math.hypot(x1 - x0, y1 - y0) / 3))
         taken += [Bbox.from_extents(x - 1, y - 1, x + 1, y + 1)
                   for x, y in ((x0 + (x1 - x0) * k / steps, y0 + (y1 - y0) * k / steps) for k in range(steps + 1))]  # fmt: skip
 
-    def clash(a: Any, b: Any) -> float:
+    def clash(a: Bbox, b: Bbox) -> float:
         w = min(a.x1, b.x1) - max(a.x0, b.x0)
         h = min(a.y1, b.y1) - max(a.y0, b.y0)
         return w * h if w > 0 and h > 0 else 0.0

@@ -21,7 +21,6 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from apps_bench.report import cells as cellmod
 from apps_bench.report import groups, paper, plots, render
@@ -29,6 +28,7 @@ from apps_bench.report.table import ReportError
 from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.console import mlflow_ui
+from apps_bench.types import JsonObject
 
 TABLE = "sweep_comparison.json"
 TEXT = "sweep_comparison.txt"
@@ -59,7 +59,7 @@ class SweepIncomplete(ReportError):
         )
 
 
-def leader(rows: list[dict[str, Any]]) -> str:
+def leader(rows: list[JsonObject]) -> str:
     """'topology · model (pass@1)' of the best row(s) of the first comparability class (with the settings
     that tell it apart, when cells of one topology and model differ in some)."""
     scored = [r for r in rows if r["pass_at_1"] is not None]
@@ -72,7 +72,7 @@ def leader(rows: list[dict[str, Any]]) -> str:
                       for r in same if r["pass_at_1"] == best) + f" ({best:.3f})"  # fmt: skip
 
 
-def baseline_of(rows: list[dict[str, Any]]) -> groups.Baseline | None:
+def baseline_of(rows: list[JsonObject]) -> groups.Baseline | None:
     """What the sweep's cells are compared against: `single` when it ran, else the first topology; cells of
     one topology that differ in a setting, along the first such setting (the first row's value of it);
     None when there is nothing to compare."""
@@ -87,7 +87,7 @@ def baseline_of(rows: list[dict[str, Any]]) -> groups.Baseline | None:
 
 
 def comparison_rows(gs: list[groups.Group], comps: list[groups.Comparison], base: groups.Baseline | None,
-                    tier_rows: list[paper.PaperRow]) -> list[dict[str, Any]]:  # fmt: skip
+                    tier_rows: list[paper.PaperRow]) -> list[JsonObject]:  # fmt: skip
     """The parent's table: the report's pass@1 rows (`render.pass_rows`), each with its paired comparison
     against `base` (the comparison table's figures; empty where the row is the baseline, and the reason
     where the comparison was refused) and its APPS figures per tier (`tier_rows`: paper.rows_of(gs))."""
@@ -105,9 +105,9 @@ def comparison_rows(gs: list[groups.Group], comps: list[groups.Comparison], base
     return out
 
 
-def _tier_figures(row: paper.PaperRow) -> dict[str, Any]:
+def _tier_figures(row: paper.PaperRow) -> JsonObject:
     """A group's TIER_COLUMNS: each metric per tier (None where the group has no problem of the tier)."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for metric, _ in paper.METRICS:
         for t in paper.COLUMNS:
             f = row.figures.get(t)
@@ -117,7 +117,7 @@ def _tier_figures(row: paper.PaperRow) -> dict[str, Any]:
     return out
 
 
-def row_name(row: dict[str, Any], many_blocks: bool) -> str:
+def row_name(row: JsonObject, many_blocks: bool) -> str:
     """A row as a metric name's tail: `sequential_langgraph gold`, then its settings and, when the sweep
     has several blocks, its block (`... block B`); characters MLflow refuses in a metric name become `_`."""
     parts = [row["topology"], row["model"], *row["settings"].replace("=", " ").split("; ")]
@@ -127,7 +127,7 @@ def row_name(row: dict[str, Any], many_blocks: bool) -> str:
     return re.sub(r"[^\w.\- ]", "_", name, flags=re.ASCII)[:200]
 
 
-def metrics_of(rows: list[dict[str, Any]]) -> dict[str, float]:
+def metrics_of(rows: list[JsonObject]) -> dict[str, float]:
     """The table's figures as the parent run's metrics, one per row and figure: `pass_at_1/<row>`,
     `pass_at_1_ci_low/<row>`, `pass_at_1_ci_high/<row>`, and for a compared row `delta_vs_<baseline>/<row>`,
     `delta_ci_low_vs_<baseline>/<row>`, `delta_ci_high_vs_<baseline>/<row>`, `mcnemar_p_vs_<baseline>/<row>`,
@@ -145,13 +145,13 @@ def metrics_of(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def publish(uri: str, parent_run_id: str) -> list[dict[str, Any]]:
+def publish(uri: str, parent_run_id: str) -> list[JsonObject]:
     """Rewrite the parent run's comparison from its member cells; -> the table's rows.
     SweepIncomplete (after tagging the parent with it) when a member is missing."""
     return _publish(uri, parent_run_id)[0]
 
 
-def _publish(uri: str, parent_run_id: str) -> tuple[list[dict[str, Any]], str]:
+def _publish(uri: str, parent_run_id: str) -> tuple[list[JsonObject], str]:
     """`publish`, -> (the table's rows, its text as the parent run holds it)."""
     import time
 
@@ -195,7 +195,7 @@ def _publish(uri: str, parent_run_id: str) -> tuple[list[dict[str, Any]], str]:
     return rows, text
 
 
-def where_next(uri: str, parent_run_id: str, rows: list[dict[str, Any]]) -> str:
+def where_next(uri: str, parent_run_id: str, rows: list[JsonObject]) -> str:
     """The commands that show the sweep again: the whole report (compared against single, or the
     first topology when single did not run; along the first setting that tells its cells apart when
     they share one topology), and the MLflow UI on its store."""
@@ -226,7 +226,7 @@ def publish_or_say(uri: str, parent_run_id: str) -> list[str] | None:
     return []
 
 
-def read(uri: str, parent_run_id: str) -> list[dict[str, Any]]:
+def read(uri: str, parent_run_id: str) -> list[JsonObject]:
     """The rows of the parent run's comparison table as logged (for checks and scripts)."""
     import json
 

@@ -42,9 +42,9 @@ def roles_offered_tools(topology_cfg: TopologyConfig) -> list[str]:
 
 def tool_protocol(records: Sequence[ProblemRecord]) -> JsonObject:
     """How tools reached the model over a cell: `api` (requests carried `tools`), `prompt_text`, or `none`."""
-    calls = sum(int(r.usage.get("model_calls", 0) or 0) for r in records)
-    with_tools = sum(int(r.usage.get("requests_with_tools", 0) or 0) for r in records)
-    prompt = sum(int(r.usage.get("prompt_tokens", 0) or 0) for r in records)
+    calls = sum(r.usage.model_calls for r in records)
+    with_tools = sum(r.usage.requests_with_tools for r in records)
+    prompt = sum(r.usage.prompt_tokens for r in records)
     return {
         "requests_with_tools": with_tools,
         "model_calls": calls,
@@ -77,7 +77,7 @@ def tool_warnings(records: Sequence[ProblemRecord], topology_cfg: TopologyConfig
             "or model=local without model.local.chat_format): "
             f"the roles {offered} get no usable tools, so this team's tool use is not measured"
         )
-    calls = sum(int(r.usage.get("model_calls", 0) or 0) for r in records)
+    calls = sum(r.usage.model_calls for r in records)
     if not calls:
         return out
     used: dict[str, int] = {}

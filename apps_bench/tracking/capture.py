@@ -14,7 +14,6 @@ import threading
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
 
 _LOCK = threading.Lock()
 # The transcript index of the agent turn running in this context (its "input" event): set when
@@ -84,12 +83,12 @@ class TraceLog:
             self.execs.append(call)
 
 
-def log_of(usage: Any) -> TraceLog | None:
+def log_of(usage: object) -> TraceLog | None:
     """The TraceLog a problem's usage carries (None: this cell writes no traces)."""
     return getattr(usage, "trace", None)
 
 
-def exec_call(code: Any, stdin: Any, result: Any, start_ns: int) -> ExecCall:
+def exec_call(code: object, stdin: object, result: object, start_ns: int) -> ExecCall:
     """A python_exec run as captured: `result` is the sandbox's ExecResult, or the refusal text."""
     end, turn = time.time_ns(), current_turn()
     code_s, stdin_s = str(code), "" if stdin is None else str(stdin)

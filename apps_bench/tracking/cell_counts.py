@@ -18,9 +18,10 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from apps_bench.tracking.records import RECORDS, TRANSCRIPTS, iter_lines, iter_records
+from apps_bench.types import JsonObject, UsageRecord
 
 COUNTS = "counts.json"
 VERSION = 1
@@ -38,7 +39,7 @@ class RoleUse:
     chars_out: int = 0  # what the role produced: replies and tool-call arguments
 
 
-def role_uses(events: Iterable[Mapping[str, Any]]) -> dict[str, RoleUse]:
+def role_uses(events: Iterable[JsonObject]) -> dict[str, RoleUse]:
     out: dict[str, RoleUse] = {}
     last: dict[str, str] = {}  # agent -> kind of its previous event
     for e in events:
@@ -65,11 +66,11 @@ def role_uses(events: Iterable[Mapping[str, Any]]) -> dict[str, RoleUse]:
     return out
 
 
-def role_calls(calls: Any) -> dict[str, tuple[int, int, int]] | None:
+def role_calls(calls: list[JsonObject]) -> dict[str, tuple[int, int, int]] | None:
     """Role -> (calls, prompt tokens, completion tokens) from a record's per-call entries, each
     naming the agent role whose client made it; None when the record cannot say (no entries,
     as in problems.json rows, or entries from before calls carried roles)."""
-    if not isinstance(calls, list) or any(not isinstance(c, dict) or not c.get("role") for c in calls):
+    if any(not c.get("role") for c in calls):
         return None
     out: dict[str, tuple[int, int, int]] = {}
     for c in calls:
@@ -78,10 +79,9 @@ def role_calls(calls: Any) -> dict[str, tuple[int, int, int]] | None:
     return out
 
 
-def usage_role_calls(u: Mapping[str, Any]) -> dict[str, tuple[int, int, int]] | None:
+def usage_role_calls(u: UsageRecord) -> dict[str, tuple[int, int, int]] | None:
     """`role_calls` of a problem's usage, when its per-call entries are all there (one per model call)."""
-    calls = u.get("calls")
-    return role_calls(calls) if isinstance(calls, list) and len(calls) == int(u.get("model_calls", 0) or 0) else None
+    return role_calls(u.calls) if len(u.calls) == u.model_calls else None
 
 
 @dataclass
@@ -112,11 +112,11 @@ class CellCounts:
     roles: dict[str, RoleTally] = field(default_factory=dict)  # transcript roles first, in order of appearance
     of: dict[str, list[int] | None] = field(default_factory=dict)  # file -> [size, mtime_ns] it was counted from
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"version": VERSION, **asdict(self)}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CellCounts | None:
+    def from_json(cls, data: JsonObject) -> CellCounts | None:
         """The counts a counts.json holds, or None when it is another version or not counts."""
         if not isinstance(data, Mapping) or data.get("version") != VERSION:
             return None
@@ -150,13 +150,14 @@ class Tally:
         self._called: dict[str, dict[str, tuple[int, int, int]] | None] = {}
         self._uses: dict[str, dict[str, RoleUse]] = {}
 
-    def add(self, key: str, usage: Mapping[str, Any]) -> None:
-        """A problem's usage (a record's, or a problems.json row's flat columns); a key's last one counts."""
-        prompt, completion = int(usage.get("prompt_tokens", 0) or 0), int(usage.get("completion_tokens", 0) or 0)
-        self._usage[key] = (prompt, completion, prompt + completion, int(usage.get("model_calls", 0) or 0))
-        self._called[key] = usage_role_calls(usage)
+    def add(self, key: str, usage: UsageRecord, *, per_call: bool = True) -> None:
+        """A problem's usage; a key's last one counts. `per_call=False`: a problems.json row's, which
+        holds no per-call entries (its roles cannot be counted)."""
+        prompt, completion = usage.prompt_tokens, usage.completion_tokens
+        self._usage[key] = (prompt, completion, prompt + completion, usage.model_calls)
+        self._called[key] = usage_role_calls(usage) if per_call else None
 
-    def add_transcripts(self, lines: Iterable[Mapping[str, Any]]) -> None:
+    def add_transcripts(self, lines: Iterable[JsonObject]) -> None:
         """Transcript lines of problems added: a key's last line counts; lines of other keys are left out."""
         for t in lines:
             key = str(t.get("key"))

@@ -20,7 +20,10 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from apps_bench.config import CellLockConfig
 
 from apps_bench.errors import AppsBenchError
 
@@ -244,6 +247,6 @@ def _remove_if_unchanged(path: Path, seen: bytes) -> bool:
         grave.unlink(missing_ok=True)
 
 
-def lock_times(settings: Any) -> LockTimes:
+def lock_times(settings: CellLockConfig) -> LockTimes:
     """LockTimes from the cell's `tracking.cell_lock` settings (conf/tracking/*.yaml)."""
     return LockTimes(heartbeat_s=float(settings.heartbeat_s), stale_after_s=float(settings.stale_after_s))

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TextIO
 
 from apps_bench.cell import Cell
 from apps_bench.judge.summary import pass_table
 from apps_bench.report.money import cost_line
-from apps_bench.types import ProblemRecord
+from apps_bench.types import JsonObject, ProblemRecord
 
 
-def print_problem(rec: ProblemRecord, out: Any = None) -> None:
+def print_problem(rec: ProblemRecord, out: TextIO | None = None) -> None:
     """A problem's extracted code and per-test results (demo / verbose)."""
     out = out or sys.stdout
-    v = rec.verdict or {}
+    v = rec.verdict
     state = "ERROR" if rec.error else ("PASSED" if rec.passed else "FAILED")
     print(f"\n=== problem {rec.id} ({rec.difficulty or '?'}, {rec.mode}) : {state}", file=out)
     if rec.error:
@@ -28,12 +28,12 @@ def print_problem(rec: ProblemRecord, out: Any = None) -> None:
         print("--- end of code ---", file=out)
     else:
         print("(no program extracted from the final reply)", file=out)
-    results = v.get("results") or []
-    if v:
-        print(f"tests: {v.get('tests_passed', 0)}/{v.get('n_tests', 0)} passed ({v.get('tests_run', 0)} run)", file=out)
-    for t in results:
-        detail = f"  {t['detail']}" if t.get("detail") else ""
-        print(f"  test {t['index']}: {t['outcome']} ({t.get('seconds', 0):.3f} s){detail}", file=out)
+    if v is None:
+        return
+    print(f"tests: {v.tests_passed}/{v.n_tests} passed ({v.tests_run} run)", file=out)
+    for t in v.results:
+        detail = f"  {t.detail}" if t.detail else ""
+        print(f"  test {t.index}: {t.outcome.value} ({round(t.seconds, 4):.3f} s){detail}", file=out)
 
 
 def mlflow_ui(uri: str | None) -> str:
@@ -45,7 +45,7 @@ def mlflow_ui(uri: str | None) -> str:
     return f"MLflow UI: mlflow ui --backend-store-uri {uri}"
 
 
-def print_summary(summary: Mapping[str, Any], cell: Cell, cell_dir: Path, run_id: str | None, uri: str | None = None) -> None:
+def print_summary(summary: JsonObject, cell: Cell, cell_dir: Path, run_id: str | None, uri: str | None = None) -> None:
     from rich.console import Console
     from rich.markup import escape
 

@@ -69,13 +69,15 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 def disk_fault(exc: BaseException) -> Fault | None:
     """A full disk or a folder this process may not write, anywhere in `exc`'s chain."""
     for e in _chain(exc):
-        kind = _DISK_ERRNOS.get(getattr(e, "errno", None) or -1) if isinstance(e, OSError) else None
-        if kind is None or (kind == "denied" and not e.filename):  # type: ignore[union-attr]
+        if not isinstance(e, OSError):
             continue
-        path = str(e.filename or "")  # type: ignore[union-attr]
+        kind = _DISK_ERRNOS.get(e.errno or -1)
+        if kind is None or (kind == "denied" and not e.filename):
+            continue
+        path = str(e.filename or "")
         where = f" ({path})" if path else ""
         if kind == "full":
-            return Fault(f"no space left on the disk{where} ({e.strerror})",  # type: ignore[union-attr]
+            return Fault(f"no space left on the disk{where} ({e.strerror})",
                          "Free space there (or give out_dir= another disk) and rerun the same command.")  # fmt: skip
         why = "it is on a read-only file system" if kind == "read-only" else "permission denied"
         return Fault(f"cannot write {path or 'a file'}: {why}",

@@ -19,7 +19,11 @@ import json
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
 
 ARTIFACT = "sweep_cells.json"
 
@@ -34,12 +38,12 @@ class Member:
         return f"{self.name} [{self.overrides}]"
 
 
-def record(c: Any, parent_run_id: str, members: Iterable[Member]) -> None:
+def record(c: MlflowClient, parent_run_id: str, members: Iterable[Member]) -> None:
     """Write the member list on the parent run (whole: a rerun of the same sweep writes the same list)."""
     c.log_dict(parent_run_id, {"cells": [asdict(m) for m in members]}, ARTIFACT)
 
 
-def read(c: Any, parent_run_id: str) -> list[Member] | None:
+def read(c: MlflowClient, parent_run_id: str) -> list[Member] | None:
     """The parent's member list; None when it has none (see the module's docstring)."""
     if ARTIFACT not in {f.path for f in c.list_artifacts(parent_run_id)}:
         return None
@@ -49,14 +53,14 @@ def read(c: Any, parent_run_id: str) -> list[Member] | None:
     return [Member(**m) for m in data["cells"]]
 
 
-def cell_run(c: Any, experiment_id: str, key: str) -> Any | None:
+def cell_run(c: MlflowClient, experiment_id: str, key: str) -> Run | None:
     """The run a cell key finds: its latest run that is not a re-scoring (as `CellRun.open` resumes it)."""
     found = c.search_runs([experiment_id], filter_string=f"tags.cell_key = '{key}'",
                           order_by=["attributes.start_time DESC"], max_results=20)  # fmt: skip
     return next((r for r in found if r.data.tags.get("run_kind") != "rescore"), None)
 
 
-def member_runs(c: Any, parent_run_id: str, members: list[Member] | None = None) -> tuple[list[Member] | None, dict[str, Any]]:
+def member_runs(c: MlflowClient, parent_run_id: str, members: list[Member] | None = None) -> tuple[list[Member] | None, dict[str, Run]]:
     """(member list or None, member key -> its run) of a sweep; a member without a run is absent
     from the dict. `members`: the list when the caller has it (the launching process, which wrote it:
     no artifact download, which MLflow cannot do at interpreter exit); else it is read from the parent.
@@ -67,7 +71,7 @@ def member_runs(c: Any, parent_run_id: str, members: list[Member] | None = None)
     if members is None:
         kids = c.search_runs([exp], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'", max_results=5000)
         return None, {r.data.tags.get("cell_key", r.info.run_id): r for r in kids}
-    runs = {}
+    runs: dict[str, Run] = {}
     for m in members:
         r = cell_run(c, exp, m.key)
         if r is not None:

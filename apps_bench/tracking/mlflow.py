@@ -25,11 +25,18 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, TypeVar
 
 from apps_bench.tracking import sqlite_store
 from apps_bench.tracking.mlflow_internals import forget_engine, load_mlflow
 from apps_bench.tracking.sqlite_store import ELSEWHERE, StoreError
+from apps_bench.types import JsonObject
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
+
+T = TypeVar("T")
 
 PARENT_RUN_ENV = "APPS_BENCH_PARENT_RUN_ID"
 DIGESTS_TAG = "artifact_digests"  # {artifact path: sha256 of what was uploaded}: a rerun uploads only what changed
@@ -58,10 +65,10 @@ def tracking_uri(cwd: Path | None = None) -> str:
 _mlflow = load_mlflow
 
 
-_CLIENTS: dict[str, Any] = {}
+_CLIENTS: dict[str, MlflowClient] = {}
 
 
-def client(uri: str) -> Any:
+def client(uri: str) -> MlflowClient:
     """An MlflowClient for `uri` (one per process and URI); a local SQLite store is created
     atomically, or repaired, first (sqlite_store.py: StoreError says how when it cannot be)."""
     if uri in _CLIENTS:
@@ -71,7 +78,7 @@ def client(uri: str) -> Any:
     return c
 
 
-def _new_client(uri: str) -> Any:
+def _new_client(uri: str) -> MlflowClient:
     mlflow = _mlflow()
     if uri.startswith(("http://", "https://")):
         return _server_client(mlflow, uri)
@@ -243,7 +250,7 @@ def store_calls(uri: str) -> Iterator[None]:
         raise lost from exc
 
 
-def experiment_id(c: Any, name: str, uri: str) -> str:
+def experiment_id(c: MlflowClient, name: str, uri: str) -> str:
     """Get or create the experiment (under the store's lock for SQLite)."""
     exp = c.get_experiment_by_name(name)
     if exp is not None:
@@ -286,7 +293,7 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-def _batched(items: list[Any], n: int) -> Iterable[list[Any]]:
+def _batched(items: list[T], n: int) -> Iterable[list[T]]:
     for i in range(0, len(items), n):
         yield items[i : i + n]
 
@@ -375,7 +382,7 @@ class CellRun:
         exp_id = experiment_id(c, experiment, uri)
         from mlflow.entities import Param, RunTag
 
-        found = c.search_runs(
+        found: list[Run] = c.search_runs(
             [exp_id],
             filter_string=f"tags.{key_tag} = '{cell_key}'",
             order_by=["attributes.start_time DESC"],
@@ -420,7 +427,7 @@ class CellRun:
         self,
         *,
         metrics: Mapping[str, float],
-        rows: list[dict[str, Any]],
+        rows: list[JsonObject],
         files: Iterable[Path],
         complete: bool,
         tags: Mapping[str, str] | None = None,
@@ -429,7 +436,7 @@ class CellRun:
         with store_calls(self.uri):
             self._finish(metrics=metrics, rows=rows, files=files, complete=complete, tags=tags, dirs=dirs)
 
-    def _finish(self, *, metrics: Mapping[str, float], rows: list[dict[str, Any]], files: Iterable[Path], complete: bool,
+    def _finish(self, *, metrics: Mapping[str, float], rows: list[JsonObject], files: Iterable[Path], complete: bool,
                 tags: Mapping[str, str] | None, dirs: Mapping[str, Path] | None) -> None:  # fmt: skip
         c = client(self.uri)
         from mlflow.entities import Metric, RunTag
@@ -494,7 +501,7 @@ def _digests(tag: str | None) -> dict[str, str]:
         return {}
 
 
-def _still_there(c: Any, run_id: str, digests: dict[str, str]) -> dict[str, str]:
+def _still_there(c: MlflowClient, run_id: str, digests: dict[str, str]) -> dict[str, str]:
     """The digests whose artifact the run's store still holds: one it lost is uploaded again, whatever the tag says."""
     if not digests:
         return digests
@@ -515,7 +522,7 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()[:32]
 
 
-def log_table(c: Any, run_id: str, rows: list[dict[str, Any]], artifact_file: str, columns: list[str] | None = None) -> None:
+def log_table(c: MlflowClient, run_id: str, rows: list[JsonObject], artifact_file: str, columns: list[str] | None = None) -> None:
     """A table artifact holding exactly `rows`. `log_table` appends to an existing artifact, so
     once the artifact exists it is overwritten whole, in log_table's own format, instead."""
     import pandas as pd
@@ -560,7 +567,7 @@ def end_run(uri: str, run_id: str, status: str) -> None:
     client(uri).set_terminated(run_id, status=status)
 
 
-def child_runs(uri: str, parent_run_id: str) -> list[Any]:
+def child_runs(uri: str, parent_run_id: str) -> list[Run]:
     c = client(uri)
     parent = c.get_run(parent_run_id)
     return list(

@@ -16,11 +16,11 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
 from apps_bench.errors import AppsBenchError
 from apps_bench.tracking.cell_lock import LOCK, CellLock, LockTimes
-from apps_bench.types import ProblemRecord
+from apps_bench.types import JsonObject, ProblemRecord
 
 RECORDS = "records.jsonl"
 TRANSCRIPTS = "transcripts.jsonl"
@@ -39,6 +39,11 @@ class RecordsUnreadable(ValueError, AppsBenchError):
     field it does not know): an error, never dropped, so no record is lost or half understood."""
 
 
+def json_line(obj: JsonObject) -> bytes:
+    """One line of records.jsonl or transcripts.jsonl, as the store appends it."""
+    return (json.dumps(obj, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+
+
 def record_key(split: str, problem_id: str) -> str:
     return f"{split}/{problem_id}"
 
@@ -51,14 +56,14 @@ class ResumeState:
     corrupt_lines: int = 0  # unparsable complete lines dropped
 
 
-def _read_lines(path: Path) -> tuple[list[dict[str, Any]], int, int, int]:
+def _read_lines(path: Path) -> tuple[list[JsonObject], int, int, int]:
     """-> (records, good_length, torn_bytes, corrupt_lines). Tolerates a torn last line."""
     if not path.exists():
         return [], 0, 0, 0
     data = path.read_bytes()
     cut = data.rfind(b"\n") + 1  # everything after the last newline is a torn write
     torn = len(data) - cut
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     corrupt = 0
     for raw in data[:cut].splitlines():
         if not raw.strip():
@@ -84,7 +89,7 @@ def _read_records(path: Path) -> tuple[list[ProblemRecord], int, int, int]:
         raise RecordsUnreadable(f"{path}: {exc}") from None
 
 
-def iter_lines(path: Path) -> Iterator[dict[str, Any]]:
+def iter_lines(path: Path) -> Iterator[JsonObject]:
     """`_read_lines`' objects one at a time, for a reader that must not hold the file (a cell's
     transcripts are tens of MB): complete lines only, unparsable ones and a torn last line skipped."""
     if not path.exists():
@@ -111,7 +116,7 @@ def iter_records(path: Path) -> Iterator[ProblemRecord]:
             raise RecordsUnreadable(f"{path}: {exc}") from None
 
 
-def _atomic_write_lines(path: Path, lines: Iterable[dict[str, Any]]) -> None:
+def _atomic_write_lines(path: Path, lines: Iterable[JsonObject]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         for rec in lines:
@@ -145,7 +150,7 @@ class RecordStore:
         self.lock: CellLock | None = None
 
     # -- setup -----------------------------------------------------------------
-    def claim(self, cell_key: str, cell_info: dict[str, Any], lock: LockTimes | None = None) -> str | None:
+    def claim(self, cell_key: str, cell_info: JsonObject, lock: LockTimes | None = None) -> str | None:
         """Create the folder, or check it belongs to this cell: never mix two cells' records.
 
         With `lock`, take the folder's lock first (CellBusy when another run holds it; nothing is
@@ -217,16 +222,15 @@ class RecordStore:
             self._tfd = os.open(self.transcripts_path, flags, 0o644)
 
     @staticmethod
-    def _write_line(fd: int, obj: dict[str, Any], sync: bool = True) -> None:
-        data = (json.dumps(obj, ensure_ascii=False, default=str) + "\n").encode("utf-8")
-        view = memoryview(data)
+    def _write_line(fd: int, obj: JsonObject, sync: bool = True) -> None:
+        view = memoryview(json_line(obj))
         while view:  # one write in practice; loop only on a short write
             n = os.write(fd, view)
             view = view[n:]
         if sync:
             os.fsync(fd)
 
-    def append(self, record: ProblemRecord, transcript: list[dict[str, Any]] | None = None) -> None:
+    def append(self, record: ProblemRecord, transcript: list[JsonObject] | None = None) -> None:
         """Append one problem's record (and its transcript), flushed to disk before returning.
         The transcript goes first: a record on disk always has its transcript."""
         with self._lock:
@@ -261,7 +265,7 @@ class RecordStore:
         """The records as a rerun would find them (the last line of a key wins), read without touching the file."""
         return list(_latest(_read_records(self.records_path)[0]).values())
 
-    def write_summary(self, summary: dict[str, Any]) -> Path:
+    def write_summary(self, summary: JsonObject) -> Path:
         path = self.dir / SUMMARY
         atomic_write_text(path, json.dumps(summary, indent=2, default=str) + "\n")
         return path
@@ -271,7 +275,7 @@ class RecordStore:
         atomic_write_text(path, yaml_text)
         return path
 
-    def write_json(self, name: str, obj: Any) -> Path:
+    def write_json(self, name: str, obj: object) -> Path:
         path = self.dir / name
         atomic_write_text(path, json.dumps(obj, indent=2, default=str) + "\n")
         return path

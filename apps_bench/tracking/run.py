@@ -11,15 +11,26 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Iterable, Mapping, Protocol
 
 from apps_bench import provenance
 from apps_bench.cell import Cell
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.mlflow import StoreUnavailable
+from apps_bench.types import JsonObject
 
 if TYPE_CHECKING:
     from apps_bench.config import Config
+
+
+class DataSource(Protocol):
+    """Where a cell's problems came from (data.load_problems' result), as its run's tags name it."""
+
+    @property
+    def revision(self) -> object: ...
+
+    @property
+    def source(self) -> object: ...
 
 
 class Tracker(Protocol):
@@ -30,7 +41,7 @@ class Tracker(Protocol):
 
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None: ...
 
-    def finish(self, *, metrics: Mapping[str, float], rows: list[dict[str, Any]], files: Iterable[Path], complete: bool,
+    def finish(self, *, metrics: Mapping[str, float], rows: list[JsonObject], files: Iterable[Path], complete: bool,
                tags: Mapping[str, str] | None = None, dirs: Mapping[str, Path] | None = None) -> None: ...  # fmt: skip
 
     def fail(self, message: str) -> None: ...
@@ -45,7 +56,7 @@ class NoRun:
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
         pass
 
-    def finish(self, **_: Any) -> None:
+    def finish(self, **_: object) -> None:
         pass
 
     def fail(self, message: str) -> None:
@@ -73,7 +84,7 @@ def check_store(config: Config) -> None:
     mlf.check_store(mlf.tracking_uri(), config.tracking.store)
 
 
-def cell_tags(config: Config, cell: Cell, loaded: Any) -> dict[str, str]:
+def cell_tags(config: Config, cell: Cell, loaded: DataSource) -> dict[str, str]:
     """What a cell's run is found and grouped by: its axes, the model's identity, judge, data, code."""
 
     return {
@@ -95,7 +106,7 @@ def cell_tags(config: Config, cell: Cell, loaded: Any) -> dict[str, str]:
     }
 
 
-def open_run(config: Config, cell: Cell, loaded: Any, *, extra_tags: Mapping[str, str] | None = None,
+def open_run(config: Config, cell: Cell, loaded: DataSource, *, extra_tags: Mapping[str, str] | None = None,
              idle: bool = False) -> Tracker:  # fmt: skip
     """The cell's run (found again by its cell key on resume); `idle`: nothing is left to solve, so a
     finished run found again is left as it is unless something to log changed."""

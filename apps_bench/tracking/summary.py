@@ -14,7 +14,7 @@ from apps_bench.judge import summarize
 from apps_bench.judge.summary import counted_tests
 from apps_bench.report import money, tiers
 from apps_bench.report.stats import METHOD_CELL, N_BOOT, bootstrap_interval
-from apps_bench.types import ProblemRecord
+from apps_bench.types import JsonObject, ProblemRecord
 
 # Per-problem usage counters, summed over a cell in summary.json and logged as MLflow metrics.
 USAGE_TOTALS = (
@@ -22,15 +22,6 @@ USAGE_TOTALS = (
     "failed_attempts", "retries", "retried_prompt_tokens", "retried_completion_tokens", "cancelled_calls",
     "requests_with_tools", "length_stops",
 )  # fmt: skip
-
-
-def usage_record(usage: Any) -> dict[str, Any]:
-    """A problem's usage as recorded: the counters, finish reasons, and one entry per answered call."""
-    out: dict[str, Any] = {k: int(getattr(usage, k, 0) or 0) for k in USAGE_TOTALS}
-    out["tool_s"] = round(float(getattr(usage, "tool_s", 0.0) or 0.0), 4)
-    out["finish_reasons"] = dict(getattr(usage, "finish_reasons", None) or {})
-    out["calls"] = list(getattr(usage, "calls", None) or [])
-    return out
 
 
 def summarize_cell(
@@ -41,7 +32,7 @@ def summarize_cell(
     profile: str,
     stopped_early: bool,
     wall_s: float | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """summary.json: the judge's pass@1 figures over judged problems, the test-case average and strict
     accuracy per tier (`stopped_early`: the judge's stop_on_first_failure, report.tiers), plus errors,
     usage, latency."""
@@ -52,7 +43,7 @@ def summarize_cell(
             "difficulty": r.difficulty,
             "passed": r.passed,
             "extracted": r.extracted,
-            "results": (r.verdict or {}).get("results") or [],
+            "results": r.verdict.results if r.verdict is not None else (),
         }
         for r in judged
     ]
@@ -67,9 +58,9 @@ def summarize_cell(
     for r in records:
         u = r.usage
         for k in tot:
-            tot[k] += int(u.get(k, 0) or 0)
-        for reason, n in (u.get("finish_reasons") or {}).items():
-            finish[reason] = finish.get(reason, 0) + int(n)
+            tot[k] += getattr(u, k)
+        for reason, n in u.finish_reasons.items():
+            finish[reason] = finish.get(reason, 0) + n
     lat = [float(r.latency_s) for r in judged]
     stop: dict[str, int] = {}
     for r in records:
@@ -94,12 +85,12 @@ def summarize_cell(
     return out
 
 
-def problem_tests(r: ProblemRecord) -> dict[str, Any]:
+def problem_tests(r: ProblemRecord) -> JsonObject:
     """What report.tiers reads of a record."""
     return {"key": r.key, "difficulty": r.difficulty, "passed": r.passed, "error": r.error, **counted_tests(r.verdict)}
 
 
-def cell_interval(passed: list[bool]) -> dict[str, Any]:
+def cell_interval(passed: list[bool]) -> JsonObject:
     """pass@1's 95% bootstrap interval over the judged problems (report.stats; fixed seed)."""
     iv = bootstrap_interval({str(i): [float(p)] for i, p in enumerate(passed)})
     return {"low": iv.low, "high": iv.high, "n": iv.n_problems, "method": METHOD_CELL.format(b=N_BOOT)}
@@ -140,7 +131,7 @@ def metrics_of(summary: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in m.items()}
 
 
-def table_rows(records: Sequence[ProblemRecord]) -> list[dict[str, Any]]:
+def table_rows(records: Sequence[ProblemRecord]) -> list[JsonObject]:
     """The MLflow table of a cell's problems (problems.json): one flat row per record."""
     rows = []
     for r in records:
@@ -154,16 +145,16 @@ def table_rows(records: Sequence[ProblemRecord]) -> list[dict[str, Any]]:
                 "extracted": r.extracted,
                 "error": r.error or "",
                 **counted_tests(r.verdict),  # tests_kept: the verdict's n_tests (older tables call it so)
-                "prompt_tokens": u.get("prompt_tokens", 0),
-                "completion_tokens": u.get("completion_tokens", 0),
-                "retried_prompt_tokens": u.get("retried_prompt_tokens", 0),
-                "retried_completion_tokens": u.get("retried_completion_tokens", 0),
-                "model_calls": u.get("model_calls", 0),
-                "tool_calls": u.get("tool_calls", 0),
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "retried_prompt_tokens": u.retried_prompt_tokens,
+                "retried_completion_tokens": u.retried_completion_tokens,
+                "model_calls": u.model_calls,
+                "tool_calls": u.tool_calls,
                 "latency_s": r.latency_s,
                 "solve_s": r.solve_s,
                 "judge_s": r.judge_s,
-                "tool_s": u.get("tool_s", 0.0),
+                "tool_s": u.tool_s,
                 "stop_reason": r.stop_reason,
             }
         )

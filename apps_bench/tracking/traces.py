@@ -31,14 +31,17 @@ import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 from apps_bench.models.wire import is_stream, stream_events
 from apps_bench.tracking.capture import ExecCall, ModelCall, TraceLog, log_of
 from apps_bench.tracking.mlflow_internals import load_mlflow as import_mlflow
-from apps_bench.types import ProblemRecord
+from apps_bench.types import JsonObject, Problem, ProblemRecord
 
 if TYPE_CHECKING:
+    from mlflow.entities import LiveSpan
+
     from apps_bench.config import Config
 
 TRACE_PROBLEMS = ("all", "failed", "errors")  # tracking.trace_problems
@@ -101,24 +104,24 @@ class TraceWriter:
     (the run may still be opening: the first trace waits for it). A failed trace is a warning,
     never the cell's failure."""
 
-    def __init__(self, tracker_future: Future[Any], choice: TraceChoice) -> None:
+    def __init__(self, tracker_future: _Opening, choice: TraceChoice) -> None:
         self._run = tracker_future
         self.choice = choice
         self._tx = ThreadPoolExecutor(max_workers=1, thread_name_prefix="apps-bench-traces")
-        self._pending: list[Future[Any]] = []
+        self._pending: list[Future[None]] = []
         self._warned = False
 
-    def submit(self, outcome: Any, record: ProblemRecord) -> None:
+    def submit(self, outcome: _Outcome, record: ProblemRecord) -> None:
         log = log_of(getattr(outcome.solved, "usage", None))
         if log is None or not self.choice.wants(record):
             return
         end_ns = time.time_ns()
         self._pending.append(self._tx.submit(self._write, outcome, record, log, end_ns))
 
-    def _write(self, outcome: Any, record: ProblemRecord, log: TraceLog, end_ns: int) -> None:
+    def _write(self, outcome: _Outcome, record: ProblemRecord, log: TraceLog, end_ns: int) -> None:
         try:
             run = self._run.result()
-            if getattr(run, "run_id", None):
+            if isinstance(run, TraceRun) and run.run_id:  # NoRun (tracking=none) has no run to trace into
                 write_trace(run, outcome, record, log, end_ns, self.choice.text_chars)
         except Exception as exc:  # noqa: BLE001 - a trace is a view; the record is what counts
             if not self._warned:
@@ -145,7 +148,7 @@ TRACE_EXPORT = {"MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "true", "MLFLOW_USE_BATCH_S
 TRACE_EXPORT_WORKERS = {"MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS": "1"}
 
 
-def _mlflow(uri: str) -> Any:
+def _mlflow(uri: str) -> ModuleType:
     for name, value in TRACE_EXPORT.items():
         os.environ.setdefault(name, value)
     os.environ.update(TRACE_EXPORT_WORKERS)
@@ -166,19 +169,19 @@ class TurnSpan:
     round: int
     start_ns: int
     end_ns: int
-    events: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    events: list[tuple[int, JsonObject]] = field(default_factory=list)
     calls: list[ModelCall] = field(default_factory=list)
     execs: list[ExecCall] = field(default_factory=list)
 
 
 def turns_of(
-    transcript: list[dict[str, Any]], event_ns: list[int], start_ns: int
-) -> tuple[list[TurnSpan], list[tuple[int, dict[str, Any]]]]:
+    transcript: list[JsonObject], event_ns: list[int], start_ns: int
+) -> tuple[list[TurnSpan], list[tuple[int, JsonObject]]]:
     """The agent turns of a transcript (a turn starts at an agent's input event and holds its
     events up to its next input), and the team's own notes."""
     turns: list[TurnSpan] = []
     current: dict[str, TurnSpan] = {}
-    notes: list[tuple[int, dict[str, Any]]] = []
+    notes: list[tuple[int, JsonObject]] = []
     for i, e in enumerate(transcript):
         t = event_ns[i] if i < len(event_ns) else start_ns
         agent = str(e.get("agent", ""))
@@ -201,7 +204,7 @@ def reply_text(call: ModelCall) -> str:
     return str(msg.get("content") or "")
 
 
-def reply_message(call: ModelCall) -> dict[str, Any]:
+def reply_message(call: ModelCall) -> JsonObject:
     obj = reply_object(call)
     choices = obj.get("choices") if isinstance(obj, dict) else None
     if choices and isinstance(choices[0], dict):
@@ -209,7 +212,7 @@ def reply_message(call: ModelCall) -> dict[str, Any]:
     return {}
 
 
-def reply_object(call: ModelCall) -> Any:
+def reply_object(call: ModelCall) -> object:
     """The reply body as an object; an SSE stream is folded into one chat completion."""
     text = call.reply.decode("utf-8", errors="replace")
     if not text.strip():
@@ -220,7 +223,7 @@ def reply_object(call: ModelCall) -> Any:
         except ValueError:
             return {"unparsed": text}
     content: list[str] = []
-    tool_calls: dict[int, dict[str, Any]] = {}
+    tool_calls: dict[int, JsonObject] = {}
     usage, reason, model = None, None, None
     for event in stream_events(text):
         if not isinstance(event, dict):
@@ -240,7 +243,7 @@ def reply_object(call: ModelCall) -> Any:
                 fn = tc.get("function") or {}
                 slot["function"]["name"] += fn.get("name") or ""
                 slot["function"]["arguments"] += fn.get("arguments") or ""
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
+    message: JsonObject = {"role": "assistant", "content": "".join(content)}
     if tool_calls:
         message["tool_calls"] = [tool_calls[i] for i in sorted(tool_calls)]
     return {"model": model, "choices": [{"index": 0, "message": message, "finish_reason": reason}], "usage": usage}
@@ -297,7 +300,7 @@ def _tool_code(content: str) -> str:
         return content
 
 
-def clip(text: Any, n: int) -> str:
+def clip(text: object, n: int) -> str:
     """`text` up to `n` characters; a longer one says how much is left out and where it is whole."""
     s = "" if text is None else str(text)
     if len(s) <= n:
@@ -331,7 +334,7 @@ class Texts:
         self._spans += 1
         me = self._spans
 
-        def text(value: Any, keep: bool = False) -> str:
+        def text(value: object, keep: bool = False) -> str:
             s = "" if value is None else str(value)
             if len(s) < REPEAT_MIN:
                 return clip(s, self.n)
@@ -352,7 +355,7 @@ def _same(text: str, where: str) -> str:
     return f"[the same {len(text)} characters as in the span '{where}']"
 
 
-def _request(call: ModelCall, text: Callable[..., str]) -> dict[str, Any]:
+def _request(call: ModelCall, text: Callable[..., str]) -> JsonObject:
     """The request's messages, each clipped, and its tools named, not defined (the same definitions
     and sampling settings go with every call of the cell: they are the run's params)."""
     try:
@@ -366,13 +369,13 @@ def _request(call: ModelCall, text: Callable[..., str]) -> dict[str, Any]:
             m["content"] = f"[the system prompt of {call.role}: the run's prompts.json]"
         elif isinstance(m, dict):
             _clip_message(m, text)
-    out: dict[str, Any] = {"messages": body.get("messages") or []}
+    out: JsonObject = {"messages": body.get("messages") or []}
     if isinstance(body.get("tools"), list):
         out["tools"] = [_tool_name(t) for t in body["tools"]]
     return out
 
 
-def _reply(call: ModelCall, text: Callable[..., str]) -> Any:
+def _reply(call: ModelCall, text: Callable[..., str]) -> object:
     """The reply's model and choices, each message clipped (its token usage is the span's attributes)."""
     obj = reply_object(call)
     if not isinstance(obj, dict):
@@ -387,7 +390,7 @@ def _reply(call: ModelCall, text: Callable[..., str]) -> Any:
     return {"model": obj.get("model"), "choices": choices}
 
 
-def _clip_message(m: dict[str, Any], text: Callable[..., str]) -> None:
+def _clip_message(m: JsonObject, text: Callable[..., str]) -> None:
     if isinstance(m.get("content"), str):
         m["content"] = text(m["content"])
     for tc in m.get("tool_calls") or []:
@@ -408,7 +411,7 @@ def _arguments(raw: str, text: Callable[..., str]) -> str:
     return json.dumps({k: text(v) if isinstance(v, str) else v for k, v in args.items()}, ensure_ascii=False)
 
 
-def _tool_name(tool: Any) -> Any:
+def _tool_name(tool: object) -> object:
     fn = tool.get("function") if isinstance(tool, dict) else None
     return fn.get("name", tool) if isinstance(fn, dict) else tool
 
@@ -423,15 +426,41 @@ def trace_tags(record: ProblemRecord) -> dict[str, str]:
     }
 
 
-def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, end_ns: int, n: int) -> str:
-    """One problem's trace in `run` (a tracking.mlflow.CellRun), each text up to `n` characters; returns its trace id."""
-    mlflow = _mlflow(run.uri)
-    from mlflow.entities import SpanEvent, SpanStatusCode, SpanType
-    from mlflow.tracing.constant import SpanAttributeKey, TraceMetadataKey
+@runtime_checkable
+class TraceRun(Protocol):
+    """The MLflow run a trace goes into (tracking.mlflow.CellRun)."""
 
-    problem = outcome.problem
-    transcript = list(getattr(outcome.solved, "transcript", None) or [])
-    turns, notes = turns_of(transcript, log.event_ns, log.start_ns)
+    uri: str
+    run_id: str
+    experiment_id: str
+
+
+class _Opening(Protocol):
+    """The cell's run, still opening on a thread (a Future of tracking.run.Tracker)."""
+
+    def result(self, timeout: float | None = None) -> object: ...
+
+
+class _Outcome(Protocol):
+    """What a trace reads of a judged problem (step.Judged): the problem, and what solving it left."""
+
+    @property
+    def problem(self) -> Problem: ...
+
+    @property
+    def solved(self) -> _Solved: ...
+
+
+class _Solved(Protocol):
+    @property
+    def transcript(self) -> list[JsonObject]: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+
+def place(log: TraceLog, turns: list[TurnSpan]) -> tuple[list[ModelCall], list[ExecCall]]:
+    """Give each captured model call and python_exec run its turn, in start order; -> those of none."""
     loose_calls: list[ModelCall] = []
     loose_execs: list[ExecCall] = []
     for call in sorted(log.calls, key=lambda c: c.start_ns):
@@ -440,29 +469,52 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
     for ex in sorted(log.execs, key=lambda c: c.start_ns):
         turn = _place_exec(ex, turns)
         (turn.execs if turn is not None else loose_execs).append(ex)
+    return loose_calls, loose_execs
 
-    judge_ns = int(record.judge_s * 1e9)
-    texts = Texts(n)
-    for ex in log.execs:  # the code a python_exec ran is shown in its span (the tool call before it refers to it)
-        texts.claim(ex.code, "python_exec")
-    text = root_text = texts.span(f"problem {record.key}")
-    shown_code: set[str] = set()  # code a python_exec ran is shown in the first python_exec span that ran it
-    root = mlflow.start_span_no_context(
-        name=f"problem {record.key}", span_type=SpanType.AGENT,
-        inputs={"problem": record.key, "starter_code": text(problem.starter_code),
-                "mode": record.mode, "fn_name": problem.tests.fn_name},
-        attributes={"topology_turns": record.turns, "rounds": record.rounds},
-        tags=trace_tags(record), metadata={TraceMetadataKey.SOURCE_RUN: run.run_id},
-        experiment_id=run.experiment_id, start_time_ns=log.start_ns,
-    )  # fmt: skip
-    for ts, e in notes:
-        root.add_event(SpanEvent(name="note", timestamp=ts, attributes={"content": text(e.get("content"))}))
 
-    def model_span(parent: Any, call: ModelCall) -> None:
-        text = texts.span(f"chat {call.role or 'model'}")
+def _add_event(span: LiveSpan, name: str, ts: int, content: str) -> None:
+    from mlflow.entities import SpanEvent
+
+    # mlflow declares SpanEvent.from_proto abstract, yet the class is the one its spans take
+    span.add_event(SpanEvent(name=name, timestamp=ts, attributes={"content": content}))  # type: ignore[abstract]
+
+
+@dataclass
+class _Spans:
+    """The spans of one trace, written in the order their texts are numbered (Texts: a text shown
+    again refers to the span that showed it first). `mlflow` and the spans are MLflow's objects."""
+
+    mlflow: ModuleType
+    texts: Texts
+    shown_code: set[str] = field(default_factory=set)  # code a python_exec ran: shown in the first span that ran it
+
+    def root(self, run: TraceRun, problem: Problem, record: ProblemRecord, start_ns: int,
+             notes: list[tuple[int, JsonObject]]) -> tuple[LiveSpan, Callable[..., str]]:
+        """The problem's span (ended last, by the caller) and its texts."""
+        from mlflow.entities import SpanType
+        from mlflow.tracing.constant import TraceMetadataKey
+
+        text = self.texts.span(f"problem {record.key}")
+        root = self.mlflow.start_span_no_context(
+            name=f"problem {record.key}", span_type=SpanType.AGENT,
+            inputs={"problem": record.key, "starter_code": text(problem.starter_code),
+                    "mode": record.mode, "fn_name": problem.tests.fn_name},
+            attributes={"topology_turns": record.turns, "rounds": record.rounds},
+            tags=trace_tags(record), metadata={TraceMetadataKey.SOURCE_RUN: run.run_id},
+            experiment_id=run.experiment_id, start_time_ns=start_ns,
+        )  # fmt: skip
+        for ts, e in notes:
+            _add_event(root, "note", ts, text(e.get("content")))
+        return root, text
+
+    def model(self, parent: LiveSpan, call: ModelCall) -> None:
+        from mlflow.entities import SpanStatusCode, SpanType
+        from mlflow.tracing.constant import SpanAttributeKey
+
+        text = self.texts.span(f"chat {call.role or 'model'}")
         usage = {"input_tokens": call.prompt_tokens, "output_tokens": call.completion_tokens,
                  "total_tokens": call.prompt_tokens + call.completion_tokens}  # fmt: skip
-        span = mlflow.start_span_no_context(
+        span = self.mlflow.start_span_no_context(
             name=f"chat {call.role or 'model'}", span_type=SpanType.CHAT_MODEL, parent_span=parent,
             inputs=_request(call, text), start_time_ns=call.start_ns,
             attributes={"retries": call.retries, "http_status": call.status, SpanAttributeKey.CHAT_USAGE: usage},
@@ -470,11 +522,13 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
         span.end(outputs=_reply(call, text), end_time_ns=call.end_ns,
                  status=SpanStatusCode.OK if call.ok else SpanStatusCode.ERROR)  # fmt: skip
 
-    def exec_span(parent: Any, ex: ExecCall) -> None:
-        text = texts.span("python_exec")
-        code = text(ex.code, keep=ex.code not in shown_code)
-        shown_code.add(ex.code)
-        span = mlflow.start_span_no_context(
+    def exec(self, parent: LiveSpan, ex: ExecCall) -> None:
+        from mlflow.entities import SpanStatusCode, SpanType
+
+        text = self.texts.span("python_exec")
+        code = text(ex.code, keep=ex.code not in self.shown_code)
+        self.shown_code.add(ex.code)
+        span = self.mlflow.start_span_no_context(
             name="python_exec", span_type=SpanType.TOOL, parent_span=parent, start_time_ns=ex.start_ns,
             inputs={"code": code, "stdin": text(ex.stdin)},
         )  # fmt: skip
@@ -485,15 +539,19 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
         span.end(outputs=out, end_time_ns=ex.end_ns,
                  status=SpanStatusCode.ERROR if ex.error or ex.timed_out else SpanStatusCode.OK)  # fmt: skip
 
-    for turn in turns:
-        children = [("call", c.start_ns, c) for c in turn.calls] + [("exec", x.start_ns, x) for x in turn.execs]
-        start = min([turn.start_ns] + [s for _, s, _ in children])
-        end = max([turn.end_ns] + [c.end_ns for _, _, c in children])  # type: ignore[union-attr]
+    def turn(self, root: LiveSpan, turn: TurnSpan) -> None:
+        """An agent's turn: its input, the notes (and tool results no python_exec span shows), its
+        model calls and tool runs in start order, its last reply."""
+        from mlflow.entities import SpanType
+
+        children: list[ModelCall | ExecCall] = sorted([*turn.calls, *turn.execs], key=lambda c: c.start_ns)
+        start = min([turn.start_ns] + [c.start_ns for c in children])
+        end = max([turn.end_ns] + [c.end_ns for c in children])
         first = next((e for _, e in turn.events if e.get("kind") == "input"), None)
         replies = [e for _, e in turn.events if e.get("kind") == "reply"]
         name = turn.agent + (f" · round {turn.round}" if turn.round else "")
-        text = texts.span(name)
-        span = mlflow.start_span_no_context(
+        text = self.texts.span(name)
+        span = self.mlflow.start_span_no_context(
             name=name, span_type=SpanType.AGENT,
             parent_span=root, start_time_ns=start, inputs={"input": text(first.get("content")) if first else ""},
             attributes={"agent": turn.agent, "round": turn.round, **({"role": turn.role} if turn.role != turn.agent else {})},
@@ -502,35 +560,52 @@ def write_trace(run: Any, outcome: Any, record: ProblemRecord, log: TraceLog, en
         shown = ("note",) if results <= len(turn.execs) else ("note", "tool_result")  # a python_exec's result: its span
         for ts, e in turn.events:
             if e.get("kind") in shown:
-                span.add_event(
-                    SpanEvent(name=str(e["kind"]), timestamp=ts, attributes={"content": text(e.get("content"))})
-                )
-        for kind, _, child in sorted(children, key=lambda c: c[1]):
-            model_span(span, child) if kind == "call" else exec_span(span, child)  # type: ignore[arg-type]
+                _add_event(span, str(e["kind"]), ts, text(e.get("content")))
+        for child in children:
+            self.model(span, child) if isinstance(child, ModelCall) else self.exec(span, child)
         span.end(outputs={"reply": text(replies[-1].get("content")) if replies else ""}, end_time_ns=end)
-    for call in loose_calls:
-        model_span(root, call)
-    for ex in loose_execs:
-        exec_span(root, ex)
 
-    verdict = record.verdict
-    judged = verdict is not None or (getattr(outcome.solved, "error", None) is None and record.error)
-    if judged:  # a verdict, or judging's own failure (a problem that failed to solve was never judged)
-        text = texts.span("judge")
-        span = mlflow.start_span_no_context(
-            name="judge", span_type=SpanType.EVALUATOR, parent_span=root, start_time_ns=end_ns - judge_ns,
+    def judge(self, root: LiveSpan, record: ProblemRecord, start_ns: int, end_ns: int) -> None:
+        from mlflow.entities import SpanStatusCode, SpanType
+
+        verdict = record.verdict
+        text = self.texts.span("judge")
+        span = self.mlflow.start_span_no_context(
+            name="judge", span_type=SpanType.EVALUATOR, parent_span=root, start_time_ns=start_ns,
             inputs={"program": text(record.program)},
-            attributes={"profile": (verdict or {}).get("profile", "")},
+            attributes={"profile": verdict.profile if verdict is not None else ""},
         )  # fmt: skip
         out = {"error": record.error} if verdict is None else {
-            "passed": verdict["passed"], "tests_passed": verdict["tests_passed"], "tests_run": verdict["tests_run"],
-            "n_tests": verdict["n_tests"], "extracted": verdict.get("extracted", True),
-            "results": [{**r, "detail": text(r.get("detail"))} for r in verdict.get("results") or []],
+            "passed": verdict.passed, "tests_passed": verdict.tests_passed, "tests_run": verdict.tests_run,
+            "n_tests": verdict.n_tests, "extracted": verdict.extracted,
+            "results": [{**r.to_json(), "detail": text(r.detail)} for r in verdict.results],
         }  # fmt: skip
         span.end(outputs=out, end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.error else SpanStatusCode.OK)
+
+
+def write_trace(run: TraceRun, outcome: _Outcome, record: ProblemRecord, log: TraceLog, end_ns: int, n: int) -> str:
+    """One problem's trace in `run` (a tracking.mlflow.CellRun), each text up to `n` characters; returns its trace id."""
+    from mlflow.entities import SpanStatusCode
+
+    turns, notes = turns_of(list(outcome.solved.transcript or []), log.event_ns, log.start_ns)
+    loose_calls, loose_execs = place(log, turns)
+    texts = Texts(n)
+    for ex in log.execs:  # the code a python_exec ran is shown in its span (the tool call before it refers to it)
+        texts.claim(ex.code, "python_exec")
+    spans = _Spans(_mlflow(run.uri), texts)
+    root, root_text = spans.root(run, outcome.problem, record, log.start_ns, notes)
+    for turn in turns:
+        spans.turn(root, turn)
+    for call in loose_calls:
+        spans.model(root, call)
+    for ex in loose_execs:
+        spans.exec(root, ex)
+    # a verdict, or judging's own failure (a problem that failed to solve was never judged)
+    if record.verdict is not None or (outcome.solved.error is None and record.error):
+        spans.judge(root, record, end_ns - int(record.judge_s * 1e9), end_ns)
     root.end(
         outputs={"program": root_text(record.program), "passed": record.passed,
                  "stop_reason": record.stop_reason, "error": record.error},
         end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.error else SpanStatusCode.OK,
     )  # fmt: skip
-    return root.trace_id
+    return str(root.trace_id)

@@ -247,7 +247,7 @@ def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s
     from apps_bench.rescore import judge_records
     from apps_bench.sandbox import SandboxPool
     from apps_bench.tracking.records import RecordStore, record_key
-    from apps_bench.types import Problem, ProblemRecord, Verdict
+    from apps_bench.types import Problem, ProblemRecord, UsageRecord, Verdict
 
     [good, bad] = load_problems(compose_cell("dataset=apps_train", f"dataset.path={APPS_DATA_DIR / 'train_mini150.jsonl'}").dataset,
                                 only=("1", "9"), max_tests_per_row=3).problems  # fmt: skip
@@ -263,7 +263,7 @@ def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s
     store = RecordStore(tmp_path / "cell")
     key = {p.id: record_key(p.split, p.id) for p in (good, bad)}
     todo = [ProblemRecord(key=key[p.id], id=p.id, split=p.split, difficulty=p.difficulty, mode=p.tests.mode, cell="old",
-                          program=p.solutions[0], extracted=True, passed=True, verdict=None, usage={}, tool_calls_by_role={},
+                          program=p.solutions[0], extracted=True, passed=True, verdict=None, usage=UsageRecord(), tool_calls_by_role={},
                           latency_s=0.0, solve_s=0.0, judge_s=0.0, solver="main", error=None, stop_reason="done")
             for p in (good, bad)]  # fmt: skip
     judge_cfg = typed(JudgeConfig, compose_cell().judge)

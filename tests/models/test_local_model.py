@@ -153,7 +153,8 @@ def test_a_crewai_reply_ends_at_its_stop_word_on_the_server():
 
 
 def test_finish_reasons_are_counted_in_the_cell_summary(endpoint):
-    from apps_bench.tracking.summary import summarize_cell, usage_record
+    from apps_bench.tracking.summary import summarize_cell
+    from apps_bench.types import UsageRecord
 
     capped, free = Usage(), Usage()
     asyncio.run(_ask("openai", clients(endpoint, capped, max_tokens=8), LONG))
@@ -161,7 +162,7 @@ def test_finish_reasons_are_counted_in_the_cell_summary(endpoint):
     # server and ran to the cap after the request above had left its state (SmolLM2's near-tied tokens)
     asyncio.run(_ask("openai", clients(endpoint, free, max_tokens=64), "What is 2+2? Answer with the number only."))
     assert free.finish_reasons.get("stop") == 1, free.finish_reasons
-    records = [problem_record(i, usage=usage_record(u)) for i, u in enumerate((capped, free))]
+    records = [problem_record(i, usage=UsageRecord.of(u).to_json()) for i, u in enumerate((capped, free))]
     summary = summarize_cell(records, n_selected=2, skipped={}, profile="seed", stopped_early=True)
     assert summary["usage"]["length_stops"] == 1
     assert summary["finish_reasons"] == {"length": 1, "stop": 1}
@@ -585,7 +586,7 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
     from apps_bench.solving import solve_problem
     from apps_bench.topologies.registry import get_topology
     from apps_bench.topologies.tool_use import tool_calls_by_role, tool_warnings
-    from apps_bench.tracking.summary import usage_record
+    from apps_bench.types import UsageRecord
 
     c = cfg("model.local.chat_format=null", "model.max_tokens=48", "topology.max_steps=2")
     with open_endpoint(c.model) as ep:
@@ -594,7 +595,7 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
     assert solved.usage.requests_with_tools == solved.usage.model_calls  # tools were offered every time...
     by_role = tool_calls_by_role(solved.attempt.transcript)
     assert by_role == {}  # ...and never used
-    (warning,) = [w for w in tool_warnings([problem_record(usage=usage_record(solved.usage), tool_calls_by_role=by_role)],
+    (warning,) = [w for w in tool_warnings([problem_record(usage=UsageRecord.of(solved.usage).to_json(), tool_calls_by_role=by_role)],
                                            c.topology, c.model) if "no tool call" in w]
     assert "['solver']" in warning
 

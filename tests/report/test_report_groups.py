@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 from conftest import problem_record
 
-from apps_bench.report.cells import CellData, incomparable_reason, select
+from apps_bench.report.cells import CellData, incomparable_reason, select, table_usage
 from apps_bench.report.cost import cost_rows, framework_rows, role_rows
 from apps_bench.report.groups import compare_to_baseline, group_cells
 from apps_bench.report.plots import pareto_front
 from apps_bench.report.stats import holm, mcnemar_exact
 from apps_bench.tracking.cell_counts import Tally, role_uses, usage_role_calls
+from apps_bench.types import UsageRecord
 
 SEL = {"dataset.name": "apps", "dataset.revision": "r1", "dataset.path": "", "dataset.split": "test", "limit": "10",
        "offset": "0", "only": "[]", "difficulty": "None"}  # fmt: skip
@@ -37,7 +38,7 @@ def _counted(cell: CellData, usage: dict[str, dict], events: dict[str, list[dict
     """The cell with the counts its records' usage (problem key -> usage) and transcripts would give."""
     tally = Tally()
     for key, u in usage.items():
-        tally.add(key, u)
+        tally.add(key, UsageRecord.from_json(u))
     tally.add_transcripts({"key": k, "events": e} for k, e in (events or {}).items())
     cell.counts = tally.counts({})
     return cell
@@ -185,7 +186,7 @@ def test_cost_per_role_sums_the_roles_of_the_calls():
     assert usage_role_calls(recs[0].usage) == {"analyzer": (1, 100, 10), "tester": (2, 800, 90)}
     c = _cell("sequential", 0, [])
     c.problems = [problem_row(r) for r in recs]
-    _counted(c, {r.key: r.usage for r in recs}, {"test/0": [{"agent": "t", "role": "tester", "kind": "input", "content": "x"},
+    _counted(c, {r.key: r.usage.to_json() for r in recs}, {"test/0": [{"agent": "t", "role": "tester", "kind": "input", "content": "x"},
                                                             {"agent": "t", "role": "tester", "kind": "tool_call", "content": "y"}]})
     rows = {r.role: r for r in role_rows(group_cells([c]))}
     assert all(r.measured for r in rows.values())
@@ -212,10 +213,11 @@ def test_records_without_call_roles_are_not_counted_as_measured():
     short = problem_record(0, usage={"model_calls": 2, "calls": [{"role": "a", "prompt_tokens": 1}]})
     assert usage_role_calls(short.usage) is None  # entries missing: the record cannot say
     assert usage_role_calls(problem_record(0, usage={"model_calls": 0, "calls": []}).usage) == {}
-    for usage in (old.usage, short.usage, {"id": "0", "prompt_tokens": 5, "model_calls": 1}):  # the last: a problems.json row
+    row = table_usage({"id": "0", "prompt_tokens": 5, "model_calls": 1})  # a problems.json row
+    for usage, per_call in ((old.usage, True), (short.usage, True), (row, False)):
         tally = Tally()
-        tally.add("test/1", {"model_calls": 0, "calls": []})
-        tally.add("test/0", usage)
+        tally.add("test/1", UsageRecord(model_calls=0, calls=[]))
+        tally.add("test/0", usage, per_call=per_call)
         assert not tally.counts({}).measured
 
 

@@ -167,7 +167,7 @@ def test_counts_of_a_resumed_cell_are_counted_again(sweep: dict, tmp_path: Path)
     assert cell_counts.saved(d) is None  # the files it was counted from changed: not served
     (after,) = cellmod.from_dirs(tmp_path / "cells")
     assert after.counts is not None and after.counts.problems == 7
-    assert after.counts.model_calls == before.counts.model_calls + int(rec.usage["model_calls"])
+    assert after.counts.model_calls == before.counts.model_calls + rec.usage.model_calls
     assert after.counts.roles["tester"].turns == before.counts.roles["tester"].turns + 1
     assert (d / cell_counts.COUNTS).read_text() != saved and cell_counts.saved(d) == after.counts
 

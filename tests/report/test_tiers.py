@@ -11,6 +11,7 @@ import pytest
 from apps_bench.judge.summary import counted_tests
 from apps_bench.report.stats import bootstrap_interval
 from apps_bench.report.tiers import ALL, apps_figures, fraction_passed, metrics, pass_at_k, pass_at_k_figures, stops_early
+from apps_bench.types import Verdict
 
 
 def _row(key: str, tier: str, passed: int, kept: int, *, run: int | None = None, error: str = "") -> dict:
@@ -76,10 +77,15 @@ def test_pass_at_k_uses_only_problems_judged_in_every_sample() -> None:
     assert [iv.estimate for iv in full.by_tier["competition"]] == pytest.approx([0.5, 1.0])
 
 
+def _verdict(passed: int, run: int, kept: int, reference: tuple | None = None) -> Verdict:
+    return Verdict(problem_id="x", passed=False, n_tests=kept, tests_run=run, tests_passed=passed, results=(),
+                   profile="reference" if reference is not None else "seed", reference_results=reference)
+
+
 def test_counted_tests_follow_the_original_result_list() -> None:
-    lost = {"tests_passed": 3, "tests_run": 4, "n_tests": 6, "reference_results": [-1] * 21}
+    lost = _verdict(3, 4, 6, (-1,) * 21)
     assert counted_tests(lost) == {"tests_passed": 0, "tests_run": 4, "tests_kept": 6}
-    assert counted_tests({"tests_passed": 2, "tests_run": 3, "n_tests": 3, "reference_results": [True, -1, True]})["tests_passed"] == 2
-    assert counted_tests({"tests_passed": 2, "tests_run": 2, "n_tests": 5}) == {"tests_passed": 2, "tests_run": 2, "tests_kept": 5}
+    assert counted_tests(_verdict(2, 3, 3, (True, -1, True)))["tests_passed"] == 2
+    assert counted_tests(_verdict(2, 2, 5)) == {"tests_passed": 2, "tests_run": 2, "tests_kept": 5}
     assert counted_tests(None) == {"tests_passed": 0, "tests_run": 0, "tests_kept": 0}
     assert fraction_passed(_row("x", "", 0, 0)) == 0.0

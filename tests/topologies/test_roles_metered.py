@@ -129,10 +129,10 @@ def test_sibling_runners_record_the_same_roles(solved, a, b):
 
 
 def test_records_carry_the_role_per_call(solved):
-    """What lands in records.jsonl (pipeline.usage_record) keeps each call's role."""
-    from apps_bench.tracking.summary import usage_record
+    """What lands in records.jsonl (types.UsageRecord) keeps each call's role."""
+    from apps_bench.types import UsageRecord
 
     usage = solved["sequential_crewai"][0]
-    rec = json.loads(json.dumps(usage_record(usage)))
+    rec = json.loads(json.dumps(UsageRecord.of(usage).to_json()))
     assert [c["role"] for c in rec["calls"]] == [c["role"] for c in usage.calls]
     assert set(rec["calls"][0]) == {"prompt_tokens", "completion_tokens", "finish_reason", "retries", "tools", "role"}

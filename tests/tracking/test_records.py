@@ -83,11 +83,13 @@ def test_a_folder_never_mixes_two_cells(tmp_path: Path):
 
 def _problem_record(**over: object) -> dict:
     """One line as a cell writes it (step.record_of's fields), with `over` changed."""
-    from apps_bench.types import ProblemRecord
+    from apps_bench.types import Outcome, ProblemRecord, TestResult, UsageRecord, Verdict
 
+    verdict = Verdict(problem_id="7", passed=True, n_tests=1, tests_run=1, tests_passed=1, profile="seed",
+                      results=(TestResult(0, Outcome.PASS),))
     rec = ProblemRecord(key="test/7", id="7", split="test", difficulty="interview", mode="stdin", cell="k1",
-                        program="print(1)", extracted=True, passed=True, verdict={"passed": True, "profile": "seed"},
-                        usage={"model_calls": 1}, tool_calls_by_role={}, latency_s=1.5, solve_s=1.0, judge_s=0.5,
+                        program="print(1)", extracted=True, passed=True, verdict=verdict,
+                        usage=UsageRecord(model_calls=1), tool_calls_by_role={}, latency_s=1.5, solve_s=1.0, judge_s=0.5,
                         solver="main", error=None, stop_reason="done").to_json()  # fmt: skip
     return {**rec, **over}
 
