@@ -345,7 +345,7 @@ def register_configs() -> None:
         store.store(group="schema/optimizer", name=name, node=schema)
 
 
-CONF_DIR = str(Path(__file__).resolve().parent / "conf")
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 # the running command's `--config-dir` folders (absolute): searched before the package's conf/, so a preset there
 # is selectable like a packaged one and one of a packaged preset's name takes its place
