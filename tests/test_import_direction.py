@@ -18,7 +18,7 @@ PKG = Path(__file__).resolve().parents[1] / "apps_bench"
 # longest prefix listed here: tracking's record and trace data sit low, its MLflow runs and sweeps high;
 # the report's arithmetic (pass@1's interval, money) sits at the bottom, for a cell's summary to use too.
 LAYERS: dict[str, int] = {
-    "types": 0, "errors": 0, "cell.cpus": 0, "cell.event_loop": 0, "topologies.frameworks": 0, "tracking.capture": 0,
+    "types": 0, "errors": 0, "cell.cpus": 0, "cell.event_loop": 0, "cell.frameworks": 0, "tracking.capture": 0,
     "report.stats": 0, "report.money": 0, "report.tiers": 0, "sandbox.limits": 0, "sandbox.packages": 0,
     "config": 1, "data": 1, "task": 1, "tracking.cell_lock": 1, "tracking.records": 1, "tracking.mlflow_internals": 1,
     "sandbox": 2, "models": 2,

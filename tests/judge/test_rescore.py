@@ -25,7 +25,7 @@ NO_MODELS = (
     "import sys\n"
     "class Refuse:\n"
     "    def find_spec(self, name, path=None, target=None):\n"
-    "        if name.split('.')[:2] in (['apps_bench', 'models'], ['apps_bench', 'topologies'], ['apps_bench', 'solving']) "
+    "        if name.split('.')[:2] in (['apps_bench', 'models'], ['apps_bench', 'topologies']) or name == 'apps_bench.cell.solving' "
     "or name.split('.')[0] in ('openai', 'httpx', 'langgraph', 'crewai', 'autogen_agentchat', 'agents', 'hydra'):\n"
     "            raise ImportError(f're-scoring imported {name}')\n"
     "sys.meta_path.insert(0, Refuse())\n"
