@@ -13,15 +13,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, NoReturn
 
-from apps_bench.config import CONF_DIR, Config, ConfigDirMissing, config_dirs, name_options, register_configs
+from apps_bench.cell.pipeline import CellResult, evaluate, prepare
+from apps_bench.config.overrides import check_overrides, config_dirs_of, with_range_problems
+from apps_bench.config.schema import CONF_DIR, Config, ConfigDirMissing, config_dirs, name_options, register_configs
+from apps_bench.config.validate import InvalidSettings, typed_cell
 from apps_bench.errors import AppsBenchError
-from apps_bench.optimizers.cell import check_optimizer_cell, run_optimizer_cell
-from apps_bench.overrides import check_overrides, config_dirs_of, with_range_problems
-from apps_bench.pipeline import CellResult, evaluate, prepare
+from apps_bench.optimizers.optimizer_cell import check_optimizer_cell, run_optimizer_cell
 from apps_bench.tracking import faults
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.sqlite_store import StoreError
-from apps_bench.validate import InvalidSettings, typed_cell
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -151,8 +151,8 @@ def _enter_sweep(config: Config, multirun: bool, launch_dir: str = "") -> None:
 
 
 def run_cell(config: Config) -> CellResult:
-    """Run (or resume) one cell: a plain one (pipeline.py) or an optimizer cell, which optimizes
-    its prompts first, then evaluates them on the same engine (optimizers/cell.py). The cell's
+    """Run (or resume) one cell: a plain one (cell/pipeline.py) or an optimizer cell, which optimizes
+    its prompts first, then evaluates them on the same engine (optimizers/optimizer_cell.py). The cell's
     folder is locked from `prepare` until its run is finished (one writer per cell)."""
     optimized = config.optimizer.name != "none"
     prep = prepare(config, check=check_optimizer_cell if optimized else None)

@@ -20,11 +20,11 @@ import sys
 from pathlib import Path
 
 from apps_bench.__main__ import _refuse_bad_overrides, command_config_dir
-from apps_bench.config import Config, compose, problems_in_flight
+from apps_bench.config.overrides import split_config_dir
+from apps_bench.config.schema import Config, compose, problems_in_flight
 from apps_bench.data.demo import DEMO_PROBLEMS
 from apps_bench.models import ModelEndpointError, open_endpoint
 from apps_bench.models import server_check as sc
-from apps_bench.overrides import split_config_dir
 from apps_bench.types import JsonObject
 
 

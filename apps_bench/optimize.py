@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from apps_bench import __main__ as entry
-from apps_bench.config import CONF_DIR
+from apps_bench.config.schema import CONF_DIR
 from apps_bench.errors import AppsBenchError
 
 # flag -> override key; the order is the printed command's

@@ -22,12 +22,13 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from apps_bench.cell import Cell, grid_refusal, resolve_cell
-from apps_bench.config import CONF_DIR, Config, ConfigDirMissing, cell_data, config_dirs, hydra_on, typed_config
+from apps_bench.cell.key import Cell, grid_refusal, resolve_cell
+from apps_bench.cell.pipeline import cell_dir_for
+from apps_bench.config.overrides import check_overrides, split_config_dir, with_range_problems
+from apps_bench.config.schema import CONF_DIR, Config, ConfigDirMissing, cell_data, config_dirs, hydra_on, typed_config
+from apps_bench.config.validate import InvalidSettings, check_settings, empty_selection
 from apps_bench.data import load_selection
 from apps_bench.errors import AppsBenchError
-from apps_bench.overrides import check_overrides, split_config_dir, with_range_problems
-from apps_bench.pipeline import cell_dir_for
 from apps_bench.report.cells import CellData, cell_heads
 from apps_bench.report.render import text_table
 from apps_bench.report.table import ReportError
@@ -36,7 +37,6 @@ from apps_bench.tracking.cell_counts import CellCounts
 from apps_bench.tracking.mlflow import flatten
 from apps_bench.tracking.records import RecordStore, RecordsUnreadable, record_key
 from apps_bench.types import JsonObject, ProblemRecord
-from apps_bench.validate import InvalidSettings, check_settings, empty_selection
 
 # a selection's signature (dataset and selection settings) -> its problems' record keys (None: unreadable here), why not
 SelectionCache = dict[str, tuple[set[str] | None, str]]

@@ -25,16 +25,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from apps_bench import provenance
-from apps_bench.cell import cell_key, identity_of
-from apps_bench.config import DatasetConfig, JudgeConfig, read_option, typed
+from apps_bench.cell.key import cell_key, identity_of
+from apps_bench.config.schema import DatasetConfig, JudgeConfig, read_option, typed
 from apps_bench.data import LoadResult, load_problems
 from apps_bench.errors import AppsBenchError
 from apps_bench.judge import Judge
 from apps_bench.judge.core import judge_program
 from apps_bench.judge.profiles import JudgeConfigError, judge_config, with_rules
 from apps_bench.sandbox import SandboxPool
-from apps_bench.tracking import faults
+from apps_bench.tracking import faults, provenance
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.records import CELL, CONFIG, RECORDS, SUMMARY, RecordStore, RecordsUnreadable, record_key
 from apps_bench.tracking.summary import metrics_of, summarize_cell, table_rows

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from apps_bench.config import DatasetConfig, typed  # noqa: E402
+from apps_bench.config.schema import DatasetConfig, typed  # noqa: E402
 from apps_bench.data import load_problems  # noqa: E402
 from apps_bench.judge.compare import compare_call, compare_stdin  # noqa: E402
 

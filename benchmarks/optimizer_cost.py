@@ -35,7 +35,7 @@ def compose(overrides: list[str]):
     from hydra import compose as hcompose
     from hydra import initialize_config_dir
 
-    from apps_bench.config import register_configs
+    from apps_bench.config.schema import register_configs
 
     register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):

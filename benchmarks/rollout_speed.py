@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """An optimizer's rollout phase on one solver process vs the solver pool, in one run.
 
-The optimizer's rollouts run on the cell's engine (apps_bench/engine.py), so `processes`
+The optimizer's rollouts run on the cell's engine (apps_bench/cell/engine.py), so `processes`
 decides how many processes solve them, as it does for a cell's own problems. This runs the
 same optimization (method, seed, pool, budget) once per `--processes` setting, in fresh output
 folders (no cache reuse), on a multi-agent topology with the gold model at zero latency (so the
@@ -38,7 +38,7 @@ def compose(overrides: list[str]):
     from hydra import compose as hcompose
     from hydra import initialize_config_dir
 
-    from apps_bench.config import register_configs
+    from apps_bench.config.schema import register_configs
 
     register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "apps_bench" / "conf")):

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from apps_bench.cpus import usable_cpus
+from apps_bench.cell.cpus import usable_cpus
 from apps_bench.judge.profiles import judge_config
 from apps_bench.sandbox import RunRequest, SandboxPool
 from apps_bench.sandbox.harness import PRELUDE

@@ -203,7 +203,7 @@ def compose_cell(*overrides: str, hydra_cfg: bool = False):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from apps_bench.config import register_configs
+    from apps_bench.config.schema import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -257,7 +257,7 @@ def optimizer_params(method: str, **over: Any):
     budget and pool) merged in: typed by the method's schema, so a key it lacks fails here too."""
     from omegaconf import OmegaConf
 
-    from apps_bench.config import OPTIMIZER_SCHEMAS, typed
+    from apps_bench.config.schema import OPTIMIZER_SCHEMAS, typed
 
     node = compose_cell(f"optimizer={method}").optimizer
     return typed(OPTIMIZER_SCHEMAS[method], OmegaConf.merge(node, {"params": over})).params
@@ -268,7 +268,7 @@ def optimizer_config(method: str, params: Any):
     with `params` (from `optimizer_params`; optimizer=none runs the protocol with any method's params)."""
     from dataclasses import replace
 
-    from apps_bench.config import typed_config
+    from apps_bench.config.schema import typed_config
 
     return replace(typed_config(compose_cell(f"optimizer={method}")).optimizer, params=params)
 

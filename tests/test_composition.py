@@ -164,7 +164,7 @@ def test_compose_searches_the_config_dir_first_and_names_the_option_selected(tmp
     entered, named by its file although it inherits `name: gold`; the folder is searched only while entered."""
     from hydra.errors import MissingConfigException
 
-    from apps_bench.config import compose, config_dirs
+    from apps_bench.config.schema import compose, config_dirs
 
     mine = config_dir_preset(tmp_path / "my_conf", "goldslow", "gold", **{"gold.latency_ms": 7})
     with config_dirs([str(mine)]):

@@ -12,7 +12,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 import apps_bench
-from apps_bench.cell import CellRefused, guard, resolve_cell
+from apps_bench.cell.key import CellRefused, guard, resolve_cell
 
 CONF = Path(apps_bench.__file__).resolve().parent / "conf"
 
@@ -196,7 +196,7 @@ def test_one_key_whatever_shape_the_cell_comes_in(base: dict):
     Config and hand-written data that says the same in other types (1 for 1.0) give one key."""
     import copy
 
-    from apps_bench.config import typed_config
+    from apps_bench.config.schema import typed_config
 
     node = _compose([])
     by_hand = copy.deepcopy(base)
@@ -226,7 +226,7 @@ def test_experiment_files_are_global_deltas():
 
 def test_sandbox_limits_are_the_values_the_code_had_before_they_were_config():
     """Moving the limits into conf/judge kept each value: verdicts of a cell do not change."""
-    from apps_bench.config import typed
+    from apps_bench.config.schema import typed
     from apps_bench.sandbox.limits import SandboxLimits
 
     was = {"output_cap_bytes": 8 << 20, "pids_max": 128, "nproc": 64, "nofile": 256, "tmp_size": "256m",
@@ -255,7 +255,7 @@ def test_no_setting_has_a_default_in_code():
 
     import omegaconf
 
-    from apps_bench import config
+    from apps_bench.config import schema as config
 
     assert config.MISSING == omegaconf.MISSING  # the schemas' marker is OmegaConf's "value the YAML must set"
     MISSING = config.MISSING
@@ -271,7 +271,7 @@ def test_a_target_names_what_is_missing_and_a_missing_dependency_passes_through(
     """`_target_` (a runner class, an optimizer method) resolves in one place: a module or attribute that
     is not there is a TargetError naming it; a module that is there but imports something missing
     raises that ImportError, even when the missing name is a prefix of the module's (`depx` of `depx_runner`)."""
-    from apps_bench.config import TargetError, resolve_target
+    from apps_bench.config.schema import TargetError, resolve_target
 
     (tmp_path / "depx_runner.py").write_text("import depx\n")
     (tmp_path / "fine_runner.py").write_text("class Runner:\n    pass\n")
@@ -298,7 +298,7 @@ def test_an_option_read_from_its_file_is_the_option_a_cell_composes(group: str, 
     """The commands that read one group (the judge command, re-scoring) read its file without Hydra: the
     value is the one a cell composes with `group=option`, or the file is refused when only composition
     reads it right (a defaults list, a @package line), never a different value."""
-    from apps_bench.config import ConfFileError, compose, read_option
+    from apps_bench.config.schema import ConfFileError, compose, read_option
 
     path = CONF / group / f"{option}.yaml"
     composed = getattr(compose([f"{group}={option}"]), group)
@@ -314,7 +314,7 @@ def test_a_setting_read_from_config_yaml_is_the_default_cell_s():
     (no group the default cell composes writes a top-level key)."""
     from dataclasses import fields
 
-    from apps_bench.config import ConfFileError, Config, compose, read_setting
+    from apps_bench.config.schema import ConfFileError, Config, compose, read_setting
 
     cell = compose()
     top = {f.name for f in fields(Config)} - set(_CELL_GROUPS) - {"tool", "server_check"}
@@ -329,7 +329,7 @@ def test_an_option_read_from_its_file_honours_the_config_dir_and_overrides(tmp_p
     """A `--config-dir` preset of a packaged name takes its place, as in a composition; overrides are typed."""
     from omegaconf.errors import ValidationError
 
-    from apps_bench.config import ConfFileError, config_dirs, read_option
+    from apps_bench.config.schema import ConfFileError, config_dirs, read_option
 
     (tmp_path / "dataset").mkdir()  # the packaged file with another split (its `name` key rules out config_dir_preset)
     (tmp_path / "dataset" / "apps.yaml").write_text((CONF / "dataset" / "apps.yaml").read_text().replace("split: test", "split: valid"))

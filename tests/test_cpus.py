@@ -1,4 +1,4 @@
-"""The CPUs a cell was given (apps_bench/cpus.py), from every source: SLURM's allocation, a Ray
+"""The CPUs a cell was given (apps_bench/cell/cpus.py), from every source: SLURM's allocation, a Ray
 task's `num_cpus`, a joblib sweep's share, the affinity mask; and that a cell sizes its solving
 processes and sandbox workers from it and records it (summary and MLflow)."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import cli_env, fresh_store, run_cli
 
-from apps_bench import cpus
+from apps_bench.cell import cpus
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ def _child(code: str, env: dict[str, str], preexec=None) -> dict:
     return json.loads(out.stdout)
 
 
-SHARE = "import json; from apps_bench.cpus import cpu_share; print(json.dumps(cpu_share().to_json()))"
+SHARE = "import json; from apps_bench.cell.cpus import cpu_share; print(json.dumps(cpu_share().to_json()))"
 
 
 def test_the_least_source_decides_and_says_which():

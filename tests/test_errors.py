@@ -62,7 +62,7 @@ def test_the_walk_finds_a_class_that_forgets_the_root(monkeypatch: pytest.Monkey
 
 def test_standard_bases_are_kept():
     """Callers that catch ValueError, OSError & co. still catch the project's subclasses of them."""
-    from apps_bench.config import ConfFileError
+    from apps_bench.config.schema import ConfFileError
     from apps_bench.data.apps import DatasetUnavailableError
     from apps_bench.models.clients import MissingFrameworkError
     from apps_bench.optimizers.protocol import EvalKeyError

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from conftest import compose_cell, run_cli
 
-from apps_bench.cell import cell_key, identity_of, resolve_cell
+from apps_bench.cell.key import cell_key, identity_of, resolve_cell
 
 CELL = "demo-single-gold-none-s0-f15a67f410e1"
 OLD = Path(__file__).resolve().parent / "fixtures" / "flat_model_cell" / CELL

@@ -18,15 +18,16 @@ PKG = Path(__file__).resolve().parents[1] / "apps_bench"
 # longest prefix listed here: tracking's record and trace data sit low, its MLflow runs and sweeps high;
 # the report's arithmetic (pass@1's interval, money) sits at the bottom, for a cell's summary to use too.
 LAYERS: dict[str, int] = {
-    "types": 0, "errors": 0, "cpus": 0, "event_loop": 0, "frameworks": 0, "tracking.capture": 0, "report.stats": 0, "report.money": 0,
-    "report.tiers": 0, "sandbox.limits": 0, "sandbox.packages": 0,
+    "types": 0, "errors": 0, "cell.cpus": 0, "cell.event_loop": 0, "cell.frameworks": 0, "tracking.capture": 0,
+    "report.stats": 0, "report.money": 0, "report.tiers": 0, "sandbox.limits": 0, "sandbox.packages": 0,
     "config": 1, "data": 1, "task": 1, "tracking.cell_lock": 1, "tracking.records": 1, "tracking.mlflow_internals": 1,
     "sandbox": 2, "models": 2,
     "judge": 3, "topologies": 3, "tracking.summary": 3, "tracking.traces": 3,
-    "solving": 4, "step": 4, "solver_pool": 4, "provenance": 4, "validate": 4, "cell": 5,
-    "tracking": 6, "engine": 6, "server_gate": 6,
-    "report": 7, "overrides": 7,
-    "pipeline": 8, "rescore": 8, "launchers": 8, "tracking.callbacks": 8,
+    "cell.solving": 4, "cell.step": 4, "cell.solver_pool": 4, "tracking.provenance": 4, "config.validate": 4,
+    "cell": 5,
+    "tracking": 6, "cell.engine": 6, "models.server_gate": 6,
+    "report": 7, "config.overrides": 7,
+    "cell.pipeline": 8, "rescore": 8, "launchers": 8, "tracking.callbacks": 8,
     "optimizers": 9,
     "__main__": 10, "plan": 11, "check": 11, "optimize": 11, "judge.cli": 11, "judge.__main__": 11,
     "__init__": 12,
@@ -146,15 +147,15 @@ def test_no_import_cycle():
 def test_the_checks_see_an_upward_import(tmp_path: Path):
     """The checks are able to fail: a lazy import of the pipeline from the judge is caught as a climb and as a cycle."""
     graph = _graph()
-    graph["judge.core"].add("pipeline")
-    assert ("judge.core", "pipeline") in climbs(graph) - set(CLIMBS)
-    assert any("judge.core" in c and "pipeline" in c for c in cycles(graph))
+    graph["judge.core"].add("cell.pipeline")
+    assert ("judge.core", "cell.pipeline") in climbs(graph) - set(CLIMBS)
+    assert any("judge.core" in c and "cell.pipeline" in c for c in cycles(graph))
 
 
 def test_relative_imports_are_read_too():
-    """`from ..cpus import x` and `from . import cgroups` are edges like any other (once they were skipped)."""
+    """`from ..cell.cpus import x` and `from . import cgroups` are edges like any other (once they were skipped)."""
     graph = _graph()
-    assert {"cpus", "sandbox.cgroups", "sandbox.limits"} <= graph["sandbox.pool"]
+    assert {"cell.cpus", "sandbox.cgroups", "sandbox.limits"} <= graph["sandbox.pool"]
     assert "sandbox.packages" in graph["sandbox.limits"]
 
 
@@ -168,7 +169,7 @@ START_UP = frozenset({"sandbox", "sandbox.worker", "sandbox.harness"})
 RUN_AS_MAIN = frozenset({"models.gold"})
 # (importer, imported) kept inside a function for a reason of its own; the list may only shrink.
 LAZY: dict[tuple[str, str], str] = {
-    ("validate", "topologies.prompts"): "re-scoring imports validate (through cell) and loads no topology code",
+    ("config.validate", "topologies.prompts"): "re-scoring imports validate (through cell.key) and loads no topology code",
 }
 
 
@@ -232,5 +233,5 @@ def test_no_package_imports_a_module_that_runs_as_main():
 
 def test_the_top_import_check_sees_a_lazy_import(tmp_path: Path):
     src = tmp_path / "m.py"
-    src.write_text("def f():\n    from apps_bench.config import compose\n    return compose\n")
-    assert lazy_own_imports({"x.m": src}) == ["apps_bench.x.m line 2: from apps_bench.config import ..."]
+    src.write_text("def f():\n    from apps_bench.config.schema import compose\n    return compose\n")
+    assert lazy_own_imports({"x.m": src}) == ["apps_bench.x.m line 2: from apps_bench.config.schema import ..."]

@@ -39,8 +39,8 @@ def _half_made_cell(folder: Path, cwd: Path) -> str:
     config.yaml and prompts.json, no records. -> its cell key. (Composed by the CLI itself.)"""
     from omegaconf import OmegaConf
 
-    from apps_bench.cell import guard
-    from apps_bench.config import cell_data
+    from apps_bench.cell.key import guard
+    from apps_bench.config.schema import cell_data
 
     composed = run_cli(["--cfg", "job", "model=qwen", "progress=false"], cwd, timeout=120)
     assert composed.returncode == 0, composed.stderr[-2000:]

@@ -240,7 +240,7 @@ def test_gold_model_through_langgraph_reaches_gold_pass_rate(tmp_path: Path, app
     through the real CLI, the gold server and the real LangGraph single runner: the cell must
     pass exactly the problems whose first reference solution passes the judge directly, and
     count every malformed row by reason."""
-    from apps_bench.config import DatasetConfig
+    from apps_bench.config.schema import DatasetConfig
     from apps_bench.data import load_problems
     from apps_bench.judge import Judge
     from apps_bench.sandbox import SandboxPool

@@ -6,7 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 
-from apps_bench.solver_pool import Wire
+from apps_bench.cell.solver_pool import Wire
 
 
 def test_the_pipe_stays_open_while_its_reader_is_mid_message_and_closes_after_both_threads():

@@ -16,9 +16,9 @@ from typing import Callable
 import pytest
 from conftest import cli_env, compose_cell, fresh_store, run_cli
 
-from apps_bench.config import typed_config
-from apps_bench.cpus import usable_cpus
-from apps_bench.solver_pool import solver_count
+from apps_bench.cell.cpus import usable_cpus
+from apps_bench.cell.solver_pool import solver_count
+from apps_bench.config.schema import typed_config
 
 CPUS = usable_cpus()
 
@@ -51,7 +51,7 @@ def test_solver_count_rejects_bad_settings(bad):
 
 def test_auto_follows_the_cpus_this_process_may_use():
     """Under SLURM/Ray/taskset a cell is given fewer CPUs than the host has: `auto` counts those."""
-    code = ("import os; os.sched_setaffinity(0, {0}); from apps_bench.solver_pool import solver_count; "
+    code = ("import os; os.sched_setaffinity(0, {0}); from apps_bench.cell.solver_pool import solver_count; "
             "print(solver_count('auto', concurrency=64, n_problems=100))")  # fmt: skip
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -73,7 +73,7 @@ def test_a_worker_holds_no_pipe_of_the_cell_process():
     deadlocked a cell: Popen waited for that EOF.)"""
     import select
 
-    from apps_bench.solver_pool import SolverPool, start_forkserver
+    from apps_bench.cell.solver_pool import SolverPool, start_forkserver
 
     r, w = os.pipe()
     os.set_inheritable(w, True)

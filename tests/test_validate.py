@@ -175,7 +175,7 @@ def _composed(*overrides: str) -> dict:
 
 
 def test_every_shipped_option_passes_the_checks():
-    from apps_bench.validate import check_settings
+    from apps_bench.config.validate import check_settings
 
     for topo in ("single", "independent", "sequential_langgraph", "sequential_crewai", "centralized_langgraph",
                  "centralized_autogen", "decentralized_langgraph", "decentralized_openai"):  # fmt: skip
@@ -203,7 +203,7 @@ def test_every_shipped_option_passes_the_checks():
     ],
 )
 def test_rule_names_the_setting(overrides: list[str], key: str):
-    from apps_bench.validate import InvalidSettings, check_settings
+    from apps_bench.config.validate import InvalidSettings, check_settings
 
     with pytest.raises(InvalidSettings) as err:
         check_settings(_composed(*overrides))
@@ -212,7 +212,7 @@ def test_rule_names_the_setting(overrides: list[str], key: str):
 
 
 def test_a_key_the_method_lacks_fails_at_composition(tmp_path: Path):
-    """Each method's schema (config.py) is in its YAML's defaults list: a parameter it does not have, given
+    """Each method's schema (config/schema.py) is in its YAML's defaults list: a parameter it does not have, given
     on the command line or written into the YAML, is refused when Hydra composes the cell."""
     import shutil
 
@@ -252,8 +252,8 @@ def test_the_plan_shows_a_bad_cell_refused(tmp_path: Path):
 def test_the_checks_read_the_typed_config():
     """The cell is typed once at the door (validate.typed_cell) and the settings check reads the typed Config:
     given the Config, it names the same bad settings, in the same words, as given the composed node."""
-    from apps_bench.config import typed_config
-    from apps_bench.validate import InvalidSettings, check_settings
+    from apps_bench.config.schema import typed_config
+    from apps_bench.config.validate import InvalidSettings, check_settings
 
     node = compose_cell("limit=-1", "model.top_p=0", "topology.rounds=3")
     with pytest.raises(InvalidSettings) as on_node:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from apps_bench.config import Config, DatasetConfig
+from apps_bench.config.schema import Config, DatasetConfig
 from apps_bench.data.demo import DEMO_PROBLEMS
 from apps_bench.data.rows import RowError, lift_int_digit_limit, parse_row, row_id
 from apps_bench.errors import AppsBenchError

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from apps_bench.judge.compare import compare_call, compare_stdin
     from apps_bench.judge.core import Judge, has_sandbox_error
+    from apps_bench.judge.pass_at_1 import Summary, TierStats, summarize
     from apps_bench.judge.rules import ReferenceRules, SeedRules
-    from apps_bench.judge.summary import Summary, TierStats, summarize
 
 # Imported on first use: `python -m apps_bench.judge` imports this package before its
 # command runs, and the command starts the sandbox workers first thing (they then warm
@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _WHERE = {
     "compare_call": "compare", "compare_stdin": "compare",
     "Judge": "core", "has_sandbox_error": "core", "ReferenceRules": "rules", "SeedRules": "rules",
-    "Summary": "summary", "TierStats": "summary", "summarize": "summary",
+    "Summary": "pass_at_1", "TierStats": "pass_at_1", "summarize": "pass_at_1",
 }
 
 

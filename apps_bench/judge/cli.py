@@ -17,19 +17,19 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, Sequence
 
-from apps_bench.config import read_option, read_setting
+from apps_bench.config.schema import read_option, read_setting
 from apps_bench.data import load_problems
 from apps_bench.errors import AppsBenchError
 from apps_bench.judge.core import Judge
+from apps_bench.judge.pass_at_1 import summarize
 from apps_bench.judge.profiles import JudgeConfigError, judge_config
-from apps_bench.judge.summary import summarize
-from apps_bench.provenance import sandbox_summary
 from apps_bench.sandbox import SandboxPool
 from apps_bench.task import extract_program
+from apps_bench.tracking.provenance import sandbox_summary
 from apps_bench.types import JsonObject, Problem, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
-    from apps_bench.config import DatasetConfig, JudgeConfig
+    from apps_bench.config.schema import DatasetConfig, JudgeConfig
 
 
 class UsageError(AppsBenchError):

@@ -13,13 +13,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Protocol
 
-from apps_bench.config import TargetError, resolve_target
+from apps_bench.config.schema import TargetError, resolve_target
 from apps_bench.judge.reference import passes
 from apps_bench.judge.rules import ProfileRules
 from apps_bench.types import Outcome, Problem, Verdict
 
 if TYPE_CHECKING:  # pragma: no cover
-    from apps_bench.config import JudgeConfig
+    from apps_bench.config.schema import JudgeConfig
     from apps_bench.sandbox.api import Sandbox
 
 
@@ -40,7 +40,7 @@ class ProgramScorer(Protocol):
 def judge_program(judge: ProgramScorer, problem: Problem, program: str | None) -> tuple[Verdict | None, str | None]:
     """(verdict, infrastructure error) for one program: a sandbox failure or a judge crash while
     judging is an error of the problem's run (not scored, retried), never a wrong answer. The one
-    rule for a cell's problems, an optimizer's rollouts and re-scoring (rescore.py): step.py and rescore.py call it."""
+    rule for a cell's problems, an optimizer's rollouts and re-scoring (rescore.py): cell/step.py and rescore.py call it."""
     try:
         verdict = judge.score(problem, program)
     except Exception as exc:  # noqa: BLE001 - a judge crash is infrastructure for this problem

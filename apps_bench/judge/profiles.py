@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from apps_bench.config import CONF_DIR, JudgeConfig, read_option
+from apps_bench.config.schema import CONF_DIR, JudgeConfig, read_option
 from apps_bench.errors import AppsBenchError
 
 

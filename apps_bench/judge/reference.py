@@ -1,6 +1,6 @@
 """Profile `reference`: the verdict of hendrycks/apps `eval/testing_util.run_test`, as plain-data checks.
 
-The sandbox ran the program the way the original does (apps_bench/sandbox/reference.py)
+The sandbox ran the program the way the original does (apps_bench/sandbox/reference_child.py)
 and sent back, per test, the captured stdout or the return value as tagged JSON; here,
 in the judge process, the original's comparisons are reproduced on that data, rule by
 rule and in the original's order, quirks included:
@@ -124,7 +124,7 @@ class Opaque:
 
 
 def from_tagged(x: object) -> object:
-    """Rebuild a return value from the sandbox's tagged JSON (sandbox/reference.py encode_value)."""
+    """Rebuild a return value from the sandbox's tagged JSON (sandbox/reference_child.py encode_value)."""
     if isinstance(x, list):
         return [from_tagged(e) for e in x]
     if not isinstance(x, dict):

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from apps_bench.config import as_plain
+from apps_bench.config.schema import as_plain
 from apps_bench.tracking.faults import SweepStopped
 from apps_bench.types import JsonObject
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from apps_bench.config import ModelConfig, as_plain
+from apps_bench.config.schema import ModelConfig, as_plain
 from apps_bench.errors import AppsBenchError
 from apps_bench.models.client_stack import SharedConnections, metered_client
 from apps_bench.models.retrying import RetryPolicy

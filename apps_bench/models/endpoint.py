@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Iterator
 from urllib.parse import urlparse
 
-from apps_bench.config import ModelConfig
+from apps_bench.config.schema import ModelConfig
 from apps_bench.errors import AppsBenchError
 from apps_bench.models.client_stack import proxy_for
 from apps_bench.models.local import LocalModelError, LocalServer, server_for

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from apps_bench.types import JsonObject
 
 if TYPE_CHECKING:
-    from apps_bench.config import ModelConfig
+    from apps_bench.config.schema import ModelConfig
     from apps_bench.types import Problem
 
 SELF_CHECK = "gold: harness self-check, not an LLM"

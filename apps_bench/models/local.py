@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from apps_bench.cpus import usable_cpus
+from apps_bench.cell.cpus import usable_cpus
 from apps_bench.errors import AppsBenchError
 
 if TYPE_CHECKING:
-    from apps_bench.config import ModelConfig
+    from apps_bench.config.schema import ModelConfig
 
 log = logging.getLogger(__name__)
 

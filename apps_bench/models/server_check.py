@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from apps_bench.config import ModelConfig, ServerCheckConfig, as_plain, typed
+from apps_bench.config.schema import ModelConfig, ServerCheckConfig, as_plain, typed
 from apps_bench.data.demo import DEMO_PROBLEMS
 from apps_bench.models.client_stack import proxy_for
 from apps_bench.models.clients import ModelClients, crewai_stop_words

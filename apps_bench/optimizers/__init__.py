@@ -12,14 +12,14 @@ Modules, each with one job (import them by name; `gepa` and the frameworks load 
 - `gepa_adapter`: `gepa` 0.1.x over an `Evaluator`, avoiding the traps found.
 - `runner`: the `Runner` over the real pipeline (topology + judge); `chat`: the optimizer
   model on the project's metered clients.
-- `run`: one optimizer run (manifest first, method, val re-scoring, prompts.yaml,
-  events.jsonl, result.json); `entry`: from a composed cell config to `run.optimize`.
+- `optimization`: one optimizer run (manifest first, method, val re-scoring, prompts.yaml,
+  events.jsonl, result.json); `entry`: from a composed cell config to `optimization.optimize`.
 - `replay`: the loopback proxy that answers repeated model requests from the run's cache
   (partial re-runs), with replayed tokens booked apart.
 - `cell_runs`: the optimizer cell's MLflow layout (its run + a final-eval child run) and
   the seed cell (`optimizer=none`) it is reported next to.
 
-The CLI's use (`optimizers/cell.py`): `entry.run_optimizer(cfg, out_dir=..., hook=...)`
+The CLI's use (`optimizers/optimizer_cell.py`): `entry.run_optimizer(cfg, out_dir=..., hook=...)`
 returns the chosen PromptSet (`result.prompts_path`); the cell then evaluates it on its own
 problems in a child MLflow run, next to the seed prompts' cell. `python -m apps_bench.optimize`
 takes the seed's `optimizers.protocol.run` flags.
@@ -38,7 +38,7 @@ __all__ = [
     "proposals",
     "protocol",
     "replay",
-    "run",
+    "optimization",
     "runner",
     "scoring",
 ]

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from apps_bench.cell import Cell, resolve_cell
-from apps_bench.config import Config, OptimizerConfig, as_plain, compose, config_data
+from apps_bench.cell.key import Cell, resolve_cell
+from apps_bench.config.schema import Config, OptimizerConfig, as_plain, compose, config_data
 from apps_bench.data import LoadResult
-from apps_bench.optimizers.run import OptimizeResult
+from apps_bench.optimizers.optimization import OptimizeResult
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.run import NoRun, Tracker, cell_tags
 from apps_bench.types import JsonObject

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from apps_bench.config import ModelConfig
+from apps_bench.config.schema import ModelConfig
 from apps_bench.models import Endpoint, ModelClients
 from apps_bench.optimizers.proposals import ChatReply, Message
 from apps_bench.types import Usage

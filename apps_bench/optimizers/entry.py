@@ -2,7 +2,7 @@
 `optimizer=maspo|gepa`, before it runs the final eval cell with the chosen prompts.
 
 `run_optimizer(cfg)` loads the pool (the train split by default) and runs `run.optimize` on
-the cell's engine (engine.py: the task model's endpoint, the sandbox, the judge and the solver
+the cell's engine (cell/engine.py: the task model's endpoint, the sandbox, the judge and the solver
 processes, with the eval cell's own settings; the optimizer cell passes its own, which then
 evaluates the chosen prompts), behind the replay proxy, with the optimizer model
 (`optimizer.params.optimizer_model`, default the task model). MLflow logging and the final
@@ -17,19 +17,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from apps_bench.config import CONF_DIR, Config, DatasetConfig, ModelConfig, PoolParams, as_plain, compose, typed, typed_config
+from apps_bench.cell.engine import Engine, fork_solvers
+from apps_bench.config.schema import (
+    CONF_DIR,
+    Config,
+    DatasetConfig,
+    ModelConfig,
+    PoolParams,
+    as_plain,
+    compose,
+    typed,
+    typed_config,
+)
+from apps_bench.config.validate import pool_problems
 from apps_bench.data import LoadResult, eval_ids, load_problems
-from apps_bench.engine import Engine, fork_solvers
 from apps_bench.models import open_endpoint
 from apps_bench.optimizers.cache import RolloutCache
 from apps_bench.optimizers.chat import EndpointChat
+from apps_bench.optimizers.optimization import OptimizeResult, optimize
 from apps_bench.optimizers.protocol import EventHook, load_eval_set
 from apps_bench.optimizers.replay import ReplayProxy
-from apps_bench.optimizers.run import OptimizeResult, optimize
 from apps_bench.optimizers.runner import PipelineRunner
 from apps_bench.topologies.prompts import load_prompts, roles_for
 from apps_bench.types import Problem
-from apps_bench.validate import pool_problems
 
 if TYPE_CHECKING:  # pragma: no cover
     from omegaconf import DictConfig

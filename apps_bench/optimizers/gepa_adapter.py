@@ -33,7 +33,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 from gepa.core.adapter import EvaluationBatch, GEPAAdapter
 from gepa.core.result import GEPAResult
 
-from apps_bench.config import GepaParams
+from apps_bench.config.schema import GepaParams
 from apps_bench.optimizers.cache import Checkpoints, stable_hash
 from apps_bench.optimizers.proposals import ChatReply, Message, parse_tagged, proposal_messages, role_examples
 from apps_bench.optimizers.protocol import Budget, BudgetExhausted, EvalKeyError, EventHook, ProblemKey, make_key

@@ -48,7 +48,7 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Callable, Mapping, Protocol, Sequence
 
-from apps_bench.config import MaspoParams
+from apps_bench.config.schema import MaspoParams
 from apps_bench.optimizers.cache import Checkpoints
 from apps_bench.optimizers.protocol import Budget, BudgetExhausted, ProblemKey
 from apps_bench.optimizers.scoring import Rollout

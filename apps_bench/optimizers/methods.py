@@ -1,6 +1,6 @@
 """The optimization methods as the protocol calls them: each conf/optimizer/<name>.yaml names its
 function as `_target_`, and `run.optimize` calls it with one `MethodRun` (the protocol's pieces,
-built the same for every method) for a `MethodResult`. A new method is a schema in config.py, a
+built the same for every method) for a `MethodResult`. A new method is a schema in config/schema.py, a
 YAML and a function here; nothing else lists the methods.
 
 The methods' own machinery is imported inside each function: `gepa` is an optional package, and
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from apps_bench.config import GepaParams, MaspoParams, OptimizerParams, TargetError, resolve_target
+from apps_bench.config.schema import GepaParams, MaspoParams, OptimizerParams, TargetError, resolve_target
 from apps_bench.optimizers.cache import Checkpoints
 from apps_bench.optimizers.maspo import Maspo, MaspoConfig, graph_for
 from apps_bench.optimizers.maspo_system import EvaluatorSystem, ModelTextJudge

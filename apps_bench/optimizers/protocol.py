@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
-from apps_bench.config import POOL_SOURCES, BudgetParams
+from apps_bench.config.schema import POOL_SOURCES, BudgetParams
 from apps_bench.data import eval_ids, eval_manifest
 from apps_bench.errors import AppsBenchError
 from apps_bench.types import JsonObject, Problem
@@ -313,7 +313,7 @@ class Budget:
 
     @classmethod
     def of(cls, caps: BudgetParams) -> Budget:
-        """The caps of `optimizer.params.budget` (validate.py has checked them: >= 1 or null)."""
+        """The caps of `optimizer.params.budget` (config/validate.py has checked them: >= 1 or null)."""
         return cls(caps.rollouts, caps.tokens, caps.optimizer_tokens)
 
     def exhausted_by(self) -> str | None:

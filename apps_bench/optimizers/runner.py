@@ -1,7 +1,7 @@
 """The protocol's `Runner` over the real pipeline: a topology run per (problem, seed) with a
 candidate PromptSet, judged on the problem's training tests with the eval cell's settings.
 
-It is the cell's own engine and step (engine.py: the same endpoint, sandbox pool, judge and
+It is the cell's own engine and step (cell/engine.py: the same endpoint, sandbox pool, judge and
 solver processes), with two differences an optimizer needs: the prompt set is the candidate's
 (a value, passed in), and each problem's request seed is the protocol's paired seed. A failure
 of one problem is a Rollout with `error` set (infrastructure), never an exception.
@@ -13,19 +13,19 @@ import asyncio
 import dataclasses
 from typing import Callable, Mapping, Sequence
 
-from apps_bench.config import flat_model
-from apps_bench.engine import Engine
+from apps_bench.cell.engine import Engine
+from apps_bench.cell.solving import Job
+from apps_bench.config.schema import flat_model
 from apps_bench.optimizers.cache import stable_hash
 from apps_bench.optimizers.protocol import ProblemKey
 from apps_bench.optimizers.replay import ROLLOUT_HEADER
 from apps_bench.optimizers.scoring import Rollout, rollout_from_attempt
-from apps_bench.solving import Job
 from apps_bench.topologies.base import PromptSet
 from apps_bench.types import JsonObject, Problem, Verdict
 
 
 class PipelineRunner:
-    """The protocol's Runner on a cell's engine (engine.py): every rollout is one engine job with the
+    """The protocol's Runner on a cell's engine (cell/engine.py): every rollout is one engine job with the
     candidate's prompt set and the protocol's paired seed, on the engine's solver processes.
 
     `problems`: the rows the rollouts draw from (with their training tests); `replay_url`: the

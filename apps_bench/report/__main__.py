@@ -17,15 +17,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from apps_bench import provenance
-from apps_bench.config import compose
+from apps_bench.config.schema import compose
 from apps_bench.errors import AppsBenchError
 from apps_bench.report import cells as cellmod
 from apps_bench.report import cost, export, groups, options, paper, plots, render, sweep_run
 from apps_bench.report import table as metric_table
 from apps_bench.report.sweep_run import SweepIncomplete
 from apps_bench.report.table import ReportError
-from apps_bench.tracking import faults
+from apps_bench.tracking import faults, provenance
 from apps_bench.tracking import mlflow as mlf
 
 DEFAULT_FOREST = "outputs/report/forest.png"

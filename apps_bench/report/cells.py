@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Sequence, TypedDict
 
-from apps_bench import provenance
 from apps_bench.errors import AppsBenchError
-from apps_bench.judge.summary import counted_tests
-from apps_bench.tracking import membership
+from apps_bench.judge.pass_at_1 import counted_tests
+from apps_bench.tracking import membership, provenance
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.cell_counts import COUNTS, CellCounts, Tally, of_folder
 from apps_bench.tracking.mlflow import TABLE_ARTIFACT, flatten
@@ -45,7 +44,7 @@ SELECTION_PARAMS = ("dataset.name", "dataset.revision", "dataset.path", "dataset
 
 class ProblemRow(TypedDict):
     """The report's row of one recorded problem: outcome, the tests the test-case average counts
-    (judge.summary.counted_tests), tokens, calls and times."""
+    (judge.pass_at_1.counted_tests), tokens, calls and times."""
 
     key: str
     id: str
@@ -228,7 +227,7 @@ def incomparable_reason(a: CellData, b: CellData) -> str | None:
     diff = [f"{k}: {a.selection.get(k)} vs {b.selection.get(k)}" for k in SELECTION_PARAMS if a.selection.get(k) != b.selection.get(k)]
     if diff:
         return "different problem selections (" + "; ".join(diff) + ")"
-    # what each server did with the cell's tool requests (server_gate.py); prompt_text (CrewAI) and not_checked pair with any
+    # what each server did with the cell's tool requests (models/server_gate.py); prompt_text (CrewAI) and not_checked pair with any
     outcomes = ("called", "dropped", "as_text", "no_call", "error")
     ta, tb = a.provenance.get("server.tools"), b.provenance.get("server.tools")
     if ta in outcomes and tb in outcomes and ta != tb:

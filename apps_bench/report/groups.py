@@ -1,7 +1,7 @@
 """Cells pooled over seeds (a *group*: the seed replicates of one cell identity, in one
 comparability class), their pass@1 intervals, and paired comparisons of every group against a baseline.
 
-A group is the cells whose identity (cell.py's key: everything that changes what runs) is equal
+A group is the cells whose identity (cell/key.py's key: everything that changes what runs) is equal
 but for the seed, so no number is pooled across cells that differ: not across judge profiles,
 test caps or problem selections, nor across a model's temperature or a team's size. Groups that
 share their axes' labels are told apart by the settings they differ in (`Group.settings`), which

@@ -12,8 +12,8 @@ import argparse
 import re
 from pathlib import Path
 
-from apps_bench.config import ConfigDirMissing, config_dirs
-from apps_bench.overrides import closest, groups
+from apps_bench.config.overrides import closest, groups
+from apps_bench.config.schema import ConfigDirMissing, config_dirs
 from apps_bench.report.groups import Baseline
 from apps_bench.report.table import ReportError
 

@@ -38,7 +38,7 @@ class RunRequest:
     fn_name: str | None = None
     timeout_s: float = 4.0
     memory_bytes: int = 0
-    # reference: run as the original APPS harness does (sandbox/reference.py): one process
+    # reference: run as the original APPS harness does (sandbox/reference_child.py): one process
     # for every test, `timeout_s` is then the whole program's limit and `alarm_s` each test's.
     reference: bool = False
     alarm_s: float = 4.0

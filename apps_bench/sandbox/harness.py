@@ -33,7 +33,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .protocol import send_frame
+from .frames import send_frame
 
 # The APPS import prelude, as the original harness runs it before every program (docs/judge.md).
 PRELUDE = """\
@@ -205,7 +205,7 @@ class ChildSpec:
     stderr_chars: int  # stderr tail kept per test
     cpu_slack_s: int  # RLIMIT_CPU backstop: CPU seconds past timeout_s (judge.sandbox.cpu_slack_s)
     nonce: str  # echoed in every result frame: blind writes to the channel are rejected
-    reference: bool  # run as the original APPS harness does (reference.py)
+    reference: bool  # run as the original APPS harness does (reference_child.py)
     alarm_s: float  # reference mode: the per-test alarm (the program-wide limit is the worker's)
 
 

@@ -1,6 +1,6 @@
 """SandboxPool: warm, contained workers shared by the judge and the agents' tool.
 
-One worker per usable CPU by default (apps_bench.cpus). `run()` is thread-safe: each call takes a free worker
+One worker per usable CPU by default (apps_bench.cell.cpus). `run()` is thread-safe: each call takes a free worker
 (blocking until one is), runs one program's tests on it in one contained child, and
 calls `keep_going(raw)` in the caller's thread after every test so the judge can
 compare there and stop early. Only JSON crosses back from a worker.
@@ -35,16 +35,16 @@ from typing import TYPE_CHECKING, Callable, TypedDict
 
 from apps_bench.sandbox.env import CLEAN_ENV
 
-from ..cpus import usable_cpus
+from ..cell.cpus import usable_cpus
 from ..errors import AppsBenchError
 from ..types import JsonObject
 from . import cgroups
 from .api import RAW_STATUSES, ExecResult, RawRun, RunRequest
+from .frames import ChannelClosed, ChannelCorrupt, ChannelTimeout, FrameReader, send_frame
 from .limits import SandboxLimits
-from .protocol import ChannelClosed, ChannelCorrupt, ChannelTimeout, FrameReader, send_frame
 
 if TYPE_CHECKING:
-    from apps_bench.config import JudgeConfig
+    from apps_bench.config.schema import JudgeConfig
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
 from . import contain, packages, seccomp  # noqa: E402
+from .frames import ChannelClosed, ChannelCorrupt, ChannelTimeout, FrameReader, send_frame  # noqa: E402
 from .harness import ChildSpec, child_main, prelude_namespace, stdin_bytes  # noqa: E402
-from .protocol import ChannelClosed, ChannelCorrupt, ChannelTimeout, FrameReader, send_frame  # noqa: E402
 
 # Modules programs commonly import: loaded here once so children find them in
 # sys.modules (fast, and importable even when the interpreter's files are not
@@ -60,7 +60,7 @@ for _enc in ("utf_8", "latin_1", "ascii", "utf_16", "utf_32", "cp1252", "idna"):
         pass
 # The reference profile's child (and unittest.mock, its stdin patches): after numpy, whose
 # scalar types it records. Imported here because the package is hidden once contained.
-from .reference import child_main as reference_child_main  # noqa: E402
+from .reference_child import child_main as reference_child_main  # noqa: E402
 
 sys.set_int_max_str_digits(0)
 prelude_namespace()

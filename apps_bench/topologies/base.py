@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Mapping, Protocol
 from apps_bench.types import Attempt, Problem, TranscriptEvent, Usage
 
 if TYPE_CHECKING:  # pragma: no cover
-    from apps_bench.config import TopologyConfig
+    from apps_bench.config.schema import TopologyConfig
     from apps_bench.models.clients import ModelClients
     from apps_bench.sandbox.tool import PythonExecTool
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from apps_bench.config import TopologyConfig
+from apps_bench.config.schema import TopologyConfig
 from apps_bench.task import frame
 from apps_bench.topologies.base import PromptSet, SolveContext
 from apps_bench.topologies.prompts import load_prompts, roles_for

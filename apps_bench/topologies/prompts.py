@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from apps_bench.config import TopologyConfig
+from apps_bench.config.schema import TopologyConfig
 from apps_bench.errors import AppsBenchError
 from apps_bench.topologies.base import PromptSet
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-from apps_bench.config import TargetError, TopologyConfig, resolve_target
-from apps_bench.frameworks import FRAMEWORKS
+from apps_bench.cell.frameworks import FRAMEWORKS
+from apps_bench.config.schema import TargetError, TopologyConfig, resolve_target
 from apps_bench.models.clients import MissingFrameworkError
 from apps_bench.topologies.base import Topology
 from apps_bench.topologies.prompts import TopologyConfigError

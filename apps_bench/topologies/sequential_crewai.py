@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from apps_bench.config import TopologyConfig
+from apps_bench.config.schema import TopologyConfig
 from apps_bench.topologies.base import SolveContext, agent_seed
 from apps_bench.topologies.messages import cap_note
 from apps_bench.topologies.team import FlowRunner, StopFlow, Team, Turn, agent_names

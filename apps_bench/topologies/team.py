@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Awaitable, Sequence
 
-from apps_bench.config import TopologyConfig
+from apps_bench.config.schema import TopologyConfig
 from apps_bench.errors import AppsBenchError
 from apps_bench.task import extract_program
 from apps_bench.topologies.base import SolveContext

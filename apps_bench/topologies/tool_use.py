@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from apps_bench.config import ModelConfig, TopologyConfig
+from apps_bench.config.schema import ModelConfig, TopologyConfig
 from apps_bench.topologies.prompts import roles_for
 from apps_bench.types import JsonObject, ProblemRecord, TranscriptEvent
 

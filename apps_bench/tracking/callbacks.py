@@ -37,19 +37,18 @@ from typing import Any, Callable, NoReturn
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from apps_bench import provenance
-from apps_bench.cell import CellRefused, guard
-from apps_bench.config import cell_data, typed_config
-from apps_bench.cpus import SHARE_ENV, usable_cpus
+from apps_bench.cell.cpus import SHARE_ENV, usable_cpus
+from apps_bench.cell.key import CellRefused, guard
+from apps_bench.cell.pipeline import cell_dir_for
+from apps_bench.config.schema import cell_data, typed_config
+from apps_bench.config.validate import InvalidSettings, empty_selection
 from apps_bench.data import load_selection
 from apps_bench.launchers.needs import launcher_problem
-from apps_bench.pipeline import cell_dir_for
 from apps_bench.report.sweep_run import publish_or_say
-from apps_bench.tracking import faults, membership, sweep_lock
+from apps_bench.tracking import faults, membership, provenance, sweep_lock
 from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.cell_lock import CellLock, lock_times
 from apps_bench.tracking.membership import Member
-from apps_bench.validate import InvalidSettings, empty_selection
 
 ROOT_ENV = "APPS_BENCH_ROOT"  # the launching command's directory: cells' outputs/ go under it on every launcher
 

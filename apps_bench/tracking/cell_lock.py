@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from apps_bench.config import CellLockConfig
+    from apps_bench.config.schema import CellLockConfig
 
 from apps_bench.errors import AppsBenchError
 

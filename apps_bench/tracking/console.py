@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from apps_bench.cell import Cell
-from apps_bench.judge.summary import pass_table
+from apps_bench.cell.key import Cell
+from apps_bench.judge.pass_at_1 import pass_table
 from apps_bench.report.money import cost_line
 from apps_bench.types import JsonObject, ProblemRecord
 

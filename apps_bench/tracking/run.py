@@ -13,14 +13,14 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Protocol
 
-from apps_bench import provenance
-from apps_bench.cell import Cell
+from apps_bench.cell.key import Cell
 from apps_bench.tracking import mlflow as mlf
+from apps_bench.tracking import provenance
 from apps_bench.tracking.mlflow import StoreUnavailable
 from apps_bench.types import JsonObject
 
 if TYPE_CHECKING:
-    from apps_bench.config import Config
+    from apps_bench.config.schema import Config
 
 
 class DataSource(Protocol):

@@ -1,6 +1,6 @@
 """A cell's summary (summary.json), its MLflow metrics, tags and per-problem table, from its records.
 
-Shared by the cell's run (pipeline.py) and re-scoring (rescore.py): the same records give
+Shared by the cell's run (cell/pipeline.py) and re-scoring (rescore.py): the same records give
 the same summary whichever command wrote them.
 """
 
@@ -11,7 +11,7 @@ import statistics
 from typing import Any, Mapping, Sequence
 
 from apps_bench.judge import summarize
-from apps_bench.judge.summary import counted_tests
+from apps_bench.judge.pass_at_1 import counted_tests
 from apps_bench.report import money, tiers
 from apps_bench.report.stats import METHOD_CELL, N_BOOT, bootstrap_interval
 from apps_bench.types import JsonObject, ProblemRecord

@@ -42,7 +42,7 @@ from apps_bench.types import JsonObject, Problem, ProblemRecord
 if TYPE_CHECKING:
     from mlflow.entities import LiveSpan
 
-    from apps_bench.config import Config
+    from apps_bench.config.schema import Config
 
 TRACE_PROBLEMS = ("all", "failed", "errors")  # tracking.trace_problems
 

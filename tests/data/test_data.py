@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from apps_bench.config import DatasetConfig, typed
+from apps_bench.config.schema import DatasetConfig, typed
 from apps_bench.data import (
     DEMO_PROBLEMS,
     SKIP_REASONS,

@@ -12,7 +12,7 @@ import pytest
 from conftest import run_cli
 from omegaconf import OmegaConf
 
-from apps_bench.config import DatasetConfig, typed
+from apps_bench.config.schema import DatasetConfig, typed
 from apps_bench.data import SKIP_REASONS, RowError, load_problems, parse_row
 
 CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf"

@@ -64,8 +64,8 @@ def test_a_solver_worker_whose_cell_is_gone_before_setup_ends_quietly(tmp_path: 
     forked its workers): it returns without a traceback."""
     code = (
         "import multiprocessing as mp, os\n"
-        "from apps_bench.config import compose\n"
-        "from apps_bench.solver_pool import WorkerSpec, worker_main\n"
+        "from apps_bench.config.schema import compose\n"
+        "from apps_bench.cell.solver_pool import WorkerSpec, worker_main\n"
         "mine, theirs = mp.Pipe()\n"
         "theirs.close()\n"
         "worker_main(mine, WorkerSpec(cfg=compose([]), threads=1, env=dict(os.environ), cwd=os.getcwd(), name='w0'))\n"

@@ -255,7 +255,7 @@ def test_the_rules_class_is_not_in_the_cell_key():
     """Code, like topology._target_: the profile's name and rules version identify a cell."""
     from conftest import compose_cell
 
-    from apps_bench.cell import cell_key, identity_of
+    from apps_bench.cell.key import cell_key, identity_of
 
     plain, swapped = compose_cell(), compose_cell("judge._target_=apps_bench.judge.rules.ReferenceRules")
     assert plain.judge._target_ == "apps_bench.judge.rules.SeedRules" != swapped.judge._target_

@@ -11,7 +11,7 @@ import pytest
 
 from apps_bench import types as T
 from apps_bench.judge.reference import HarnessCrash, Opaque, compare_call, compare_stdin, from_tagged, passes
-from apps_bench.sandbox.reference import encode_value, wrap_stdin_program
+from apps_bench.sandbox.reference_child import encode_value, wrap_stdin_program
 
 
 def test_wrapper_keeps_leading_imports_and_indents_the_rest_with_a_tab() -> None:

@@ -24,8 +24,8 @@ from conftest import TIMING_MARGINAL_TRAIN_IDS
 
 from apps_bench.data.rows import parse_row
 from apps_bench.judge.core import Judge
+from apps_bench.judge.pass_at_1 import counted_tests
 from apps_bench.judge.profiles import judge_config
-from apps_bench.judge.summary import counted_tests
 from apps_bench.report.tiers import fraction_passed
 from apps_bench.sandbox import SandboxPool
 

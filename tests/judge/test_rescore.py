@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import APPS_DATA_DIR, cli_env, fresh_store, run_cli
 
-from apps_bench.config import JudgeConfig, typed
+from apps_bench.config.schema import JudgeConfig, typed
 
 DATA = APPS_DATA_DIR / "train_mini150.jsonl"
 CELL_ARGS = ["dataset=apps", f"dataset.path={DATA}", "dataset.split=train", "offset=36", "limit=8", "model=gold", "progress=false"]
@@ -25,7 +25,7 @@ NO_MODELS = (
     "import sys\n"
     "class Refuse:\n"
     "    def find_spec(self, name, path=None, target=None):\n"
-    "        if name.split('.')[:2] in (['apps_bench', 'models'], ['apps_bench', 'topologies'], ['apps_bench', 'solving']) "
+    "        if name.split('.')[:2] in (['apps_bench', 'models'], ['apps_bench', 'topologies']) or name == 'apps_bench.cell.solving' "
     "or name.split('.')[0] in ('openai', 'httpx', 'langgraph', 'crewai', 'autogen_agentchat', 'agents', 'hydra'):\n"
     "            raise ImportError(f're-scoring imported {name}')\n"
     "sys.meta_path.insert(0, Refuse())\n"
@@ -206,7 +206,7 @@ def test_a_cell_recorded_before_the_sandbox_limits_were_config_is_told_how_to_re
     cfg = yaml.safe_load((old / "config.yaml").read_text())
     del cfg["judge"]["sandbox"]
     (old / "config.yaml").write_text(yaml.safe_dump(cfg))
-    from apps_bench.cell import cell_key, identity_of
+    from apps_bench.cell.key import cell_key, identity_of
 
     info = json.loads((old / "cell.json").read_text())
     (old / "cell.json").write_text(json.dumps({**info, "key": cell_key(identity_of(cfg))}))  # the key it had then
@@ -238,7 +238,7 @@ def test_a_cell_recorded_before_profiles_named_their_rules_is_rescored_by_its_pr
 
 
 def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s(tmp_path: Path):
-    """The one rule of step.py's judging (judge.core.judge_program) holds in re-scoring too: a judge that
+    """The one rule of cell/step.py's judging (judge.core.judge_program) holds in re-scoring too: a judge that
     crashes on one program makes that record an infrastructure error; the other records are re-scored."""
     from conftest import compose_cell
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from apps_bench.cpus import ray_cpus
+from apps_bench.cell.cpus import ray_cpus
 from apps_bench.launchers.ray_cluster import _init_kwargs, alive_nodes, demand, infeasible
 
 NODES = [

@@ -566,7 +566,7 @@ def problem(apps_data_dir):
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_time_cap_with_an_unanswered_call_is_infrastructure(fresh_endpoint, pool, problem, topology):
     """A cap that falls while the server still works on a call is not the team's wrong answer."""
-    from apps_bench.solving import solve_problem
+    from apps_bench.cell.solving import solve_problem
     from apps_bench.topologies.registry import get_topology
 
     c = cfg(f"topology={topology}", "topology.time_limit_s=1.5", "model.max_tokens=200")
@@ -582,8 +582,8 @@ def test_time_cap_with_an_unanswered_call_is_infrastructure(fresh_endpoint, pool
 def test_a_server_that_drops_tools_is_detected(pool, problem):
     """Without chat_format the server renders SmolLM2's own template, which drops `tools`:
     the solver never calls python_exec, and the cell's summary warns about it."""
+    from apps_bench.cell.solving import solve_problem
     from apps_bench.models import open_endpoint
-    from apps_bench.solving import solve_problem
     from apps_bench.topologies.registry import get_topology
     from apps_bench.topologies.tool_use import tool_calls_by_role, tool_warnings
     from apps_bench.types import UsageRecord
@@ -607,7 +607,7 @@ def test_centralized_autogen_runs_the_worker_each_delegation_names(fresh_endpoin
     """The worker a manager's `delegate` call names speaks next, as in the LangGraph sibling; a
     refused delegation goes back to the manager. (AutoGen's selector model, asked to pick a name,
     sent every turn back to the manager: 56 selector calls and no worker call in one problem.)"""
-    from apps_bench.solving import solve_problem
+    from apps_bench.cell.solving import solve_problem
     from apps_bench.topologies.registry import get_topology
 
     c = cfg("topology=centralized_autogen", "topology.max_turns=2", "topology.max_steps=2", "model.max_tokens=128")
@@ -656,8 +656,8 @@ def checked(tmp_path_factory):
     """A server-check cache holding the verdict for each framework's requests (four checks, one per
     framework), so no cell below starts a server for its check: each starts only its own, fresh one, and
     the user's cache (~/.cache/apps-bench) is left alone."""
-    from apps_bench.config import cell_data, typed_config
-    from apps_bench.server_gate import cell_check
+    from apps_bench.config.schema import cell_data, typed_config
+    from apps_bench.models.server_gate import cell_check
 
     path = tmp_path_factory.mktemp("server_checks") / "server-checks.json"
     for topology in ("single", "sequential_crewai", "centralized_autogen", "decentralized_openai"):  # one per framework

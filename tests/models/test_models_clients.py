@@ -16,7 +16,7 @@ import pytest
 from conftest import model_preset
 from omegaconf import OmegaConf
 
-from apps_bench.config import ModelConfig, typed
+from apps_bench.config.schema import ModelConfig, typed
 from apps_bench.models import Endpoint, ModelClients, open_endpoint
 from apps_bench.models.clients import MissingFrameworkError
 from apps_bench.models.gold import GoldServer, load_rows

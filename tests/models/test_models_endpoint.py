@@ -153,7 +153,7 @@ def test_the_thinking_preset_is_outside_the_study_grid_until_asked_for():
     a sweep of the study grid never picks it up by default."""
     from conftest import compose_cell
 
-    from apps_bench.cell import CellRefused, guard
+    from apps_bench.cell.key import CellRefused, guard
 
     with pytest.raises(CellRefused, match="qwen_thinking"):
         guard(compose_cell("model=qwen_thinking", "dataset=apps"))

@@ -1,4 +1,4 @@
-"""The server check (`python -m apps_bench.check`) and the cell's gate at its start (server_gate.py).
+"""The server check (`python -m apps_bench.check`) and the cell's gate at its start (models/server_gate.py).
 
 Against real servers only: gold (the project's own, on loopback) for what must pass, and
 model=local (llama-cpp-python + SmolLM2) for what must fail, each failure produced by a real
@@ -88,7 +88,7 @@ def gold_url():
 
 
 def _config(*overrides: str):
-    from apps_bench.config import cell_data, typed_config
+    from apps_bench.config.schema import cell_data, typed_config
 
     return typed_config(cell_data(compose_cell(*overrides)))
 
@@ -97,7 +97,7 @@ def test_a_remote_server_is_checked_once_per_identity(tmp_path, gold_url):
     """A cell on an endpoint it does not start checks it (gold here, reached by URL as vLLM would be),
     caches the verdict by endpoint, model and server identity, and reads it back next time."""
     from apps_bench.models import open_endpoint
-    from apps_bench.server_gate import cell_check
+    from apps_bench.models.server_gate import cell_check
 
     cache = tmp_path / "checks.json"
     config = _config("model=openai", f"model.base_url={gold_url.base_url}", "model.model_id=gold",
@@ -130,7 +130,7 @@ def test_every_framework_offers_tools_in_one_request_shape(gold_url, framework):
 
 
 def test_a_gold_cell_is_not_checked_and_says_so():
-    from apps_bench.server_gate import cell_check
+    from apps_bench.models.server_gate import cell_check
 
     result = cell_check(_config("model=gold"), None)
     assert result["tools"] == "not_checked" and result["kind"] == "gold"
@@ -250,7 +250,7 @@ def test_a_cell_the_user_accepts_runs_and_records_what_the_server_did(tmp_path, 
 def test_cells_whose_tools_reach_the_model_are_not_refused(tmp_path, topology, verdict):
     """Every framework's tool requests say tool_choice "auto" (their tools reach the model); CrewAI's
     tools are prompt text. model=local ships accept_tool_drop: false, and these are not refused."""
-    from apps_bench.server_gate import cell_check
+    from apps_bench.models.server_gate import cell_check
 
     config = _config("model=local", f"topology={topology}", f"server_check.cache={tmp_path / 'checks.json'}")
     result = cell_check(config, None)

@@ -95,8 +95,8 @@ def test_sse_finish_reason_is_the_last_one_given():
 def _cell(*overrides):
     from hydra import compose, initialize_config_dir
 
-    from apps_bench.cell import resolve_cell
-    from apps_bench.config import register_configs
+    from apps_bench.cell.key import resolve_cell
+    from apps_bench.config.schema import register_configs
 
     register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
@@ -122,7 +122,7 @@ def test_openai_and_local_cells_carry_the_served_model_id():
 def _topo(*overrides):
     from hydra import compose, initialize_config_dir
 
-    from apps_bench.config import register_configs
+    from apps_bench.config.schema import register_configs
 
     register_configs()
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from conftest import compose_cell
 
-from apps_bench.cell import resolve_cell
-from apps_bench.config import cell_data
+from apps_bench.cell.key import resolve_cell
+from apps_bench.config.schema import cell_data
 from apps_bench.optimizers import cell_runs
-from apps_bench.optimizers.run import OptimizeResult
+from apps_bench.optimizers.optimization import OptimizeResult
 from apps_bench.optimizers.scoring import Objective
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -66,7 +66,7 @@ def test_optimizer_metrics_report_budget_and_overshoot():
 def test_step_metrics_are_buffered_until_the_run_is_open():
     from concurrent.futures import Future
 
-    from apps_bench.optimizers.run import step_metrics
+    from apps_bench.optimizers.optimization import step_metrics
 
     class Run:
         def __init__(self):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import compose_cell, optimizer_config, optimizer_params
 
-from apps_bench.config import JudgeConfig, typed
+from apps_bench.config.schema import JudgeConfig, typed
 
 pytestmark = pytest.mark.slow
 
@@ -56,10 +56,10 @@ def shared(apps_data_dir, tmp_path_factory):
     + [(t, "maspo") for t in ("sequential_crewai", "centralized_autogen", "decentralized_openai")],  # framework siblings
 )
 def test_method_runs_on_family(tmp_path, shared, topology, method):
-    from apps_bench.engine import Engine
+    from apps_bench.cell.engine import Engine
     from apps_bench.optimizers.chat import EndpointChat
+    from apps_bench.optimizers.optimization import optimize
     from apps_bench.optimizers.protocol import load_eval_set
-    from apps_bench.optimizers.run import optimize
     from apps_bench.optimizers.runner import PipelineRunner
     from apps_bench.topologies.prompts import load_prompts, roles_for
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import compose_cell, optimizer_config, optimizer_params
 
-from apps_bench.config import JudgeConfig, typed
+from apps_bench.config.schema import JudgeConfig, typed
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("gepa")
@@ -40,13 +40,13 @@ def rows(apps_data_dir):
 def _gepa(out: Path, rows, fault_fraction: float, infra_retries: int):
     """One GEPA run as an optimizer cell does it: task model behind the replay proxy, a separate
     (fault-free) gold endpoint as reflection model."""
-    from apps_bench.engine import Engine
+    from apps_bench.cell.engine import Engine
     from apps_bench.models import open_endpoint
     from apps_bench.optimizers.cache import RolloutCache
     from apps_bench.optimizers.chat import EndpointChat
+    from apps_bench.optimizers.optimization import optimize
     from apps_bench.optimizers.protocol import load_eval_set
     from apps_bench.optimizers.replay import ReplayProxy
-    from apps_bench.optimizers.run import optimize
     from apps_bench.optimizers.runner import PipelineRunner
     from apps_bench.sandbox import SandboxPool
     from apps_bench.topologies.prompts import load_prompts, roles_for

@@ -17,7 +17,7 @@ pytest.importorskip("gepa")
 
 from gepa.core.adapter import GEPAAdapter  # noqa: E402
 
-from apps_bench.config import cell_data  # noqa: E402
+from apps_bench.config.schema import cell_data  # noqa: E402
 from apps_bench.optimizers.cache import RolloutCache  # noqa: E402
 from apps_bench.optimizers.gepa_adapter import PipelineAdapter, run_gepa  # noqa: E402
 from apps_bench.optimizers.proposals import CachedChat, ChatReply  # noqa: E402
@@ -218,7 +218,7 @@ def test_config_params():
     """The YAML's settings reach the run typed; a key GEPA lacks fails at composition, a bad choice at the check."""
     from omegaconf.errors import ConfigKeyError
 
-    from apps_bench.validate import InvalidSettings, check_settings
+    from apps_bench.config.validate import InvalidSettings, check_settings
 
     assert optimizer_params("gepa", minibatch=5).minibatch == 5
     with pytest.raises(ConfigKeyError, match="unknown"):

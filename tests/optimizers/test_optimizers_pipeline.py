@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import compose_cell, optimizer_config, optimizer_params
 
-from apps_bench.config import JudgeConfig, typed
+from apps_bench.config.schema import JudgeConfig, typed
 
 pytestmark = pytest.mark.slow
 
@@ -39,11 +39,11 @@ def chat(messages, seed):
 
 def test_maspo_over_real_single_runner_with_gold(tmp_path, apps_data_dir):
     pytest.importorskip("apps_bench.sandbox.tool", reason="python_exec tool (sandbox engineer) not landed yet")
+    from apps_bench.cell.engine import Engine
     from apps_bench.data import load_problems
-    from apps_bench.engine import Engine
     from apps_bench.models import open_endpoint
+    from apps_bench.optimizers.optimization import optimize
     from apps_bench.optimizers.protocol import load_eval_set
-    from apps_bench.optimizers.run import optimize
     from apps_bench.optimizers.runner import PipelineRunner
     from apps_bench.sandbox import SandboxPool
     from apps_bench.topologies.prompts import load_prompts, roles_for
@@ -86,7 +86,7 @@ def test_maspo_over_real_single_runner_with_gold(tmp_path, apps_data_dir):
 
 
 def test_pool_dataset_config_reads_the_right_split():
-    from apps_bench.config import DatasetConfig
+    from apps_bench.config.schema import DatasetConfig
     from apps_bench.optimizers.entry import pool_dataset_config
 
     def pool(**kw):

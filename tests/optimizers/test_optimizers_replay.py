@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import compose_cell
 
-from apps_bench.config import JudgeConfig, typed
+from apps_bench.config.schema import JudgeConfig, typed
 
 pytestmark = pytest.mark.slow
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -19,8 +19,8 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 def test_chain_child_replays_upstream_stages(tmp_path, apps_data_dir):
     pytest.importorskip("apps_bench.sandbox.tool")
+    from apps_bench.cell.engine import Engine
     from apps_bench.data import load_problems
-    from apps_bench.engine import Engine
     from apps_bench.models import open_endpoint
     from apps_bench.optimizers.cache import RolloutCache
     from apps_bench.optimizers.replay import ReplayProxy

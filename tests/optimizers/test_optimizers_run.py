@@ -1,4 +1,4 @@
-"""One optimizer run through `optimizers.run.optimize` for none, maspo and gepa, with a
+"""One optimizer run through `optimizers.optimization.optimize` for none, maspo and gepa, with a
 synthetic two-stage pipeline (analyzer -> coder) and a deterministic optimizer model.
 
 Synthetic pipeline: the coder's program prints N = (+ in analyzer prompt) + (+ in coder
@@ -14,9 +14,9 @@ import re
 import pytest
 from conftest import compose_cell, optimizer_config, optimizer_params
 
+from apps_bench.optimizers.optimization import optimize, write_prompt_set
 from apps_bench.optimizers.proposals import ChatReply
 from apps_bench.optimizers.protocol import EvalSet, read_manifest_splits
-from apps_bench.optimizers.run import optimize, write_prompt_set
 from apps_bench.optimizers.scoring import RoleTrace, Rollout
 from apps_bench.topologies.base import PromptSet
 from apps_bench.topologies.prompts import read_prompt_file
@@ -182,7 +182,7 @@ def test_prompt_file_roundtrip_with_fences_and_odd_whitespace(tmp_path):
 
 def test_step_metrics_from_events(tmp_path):
     """Events -> (step, metrics) for MLflow: the step is the charged rollout count."""
-    from apps_bench.optimizers.run import step_metrics
+    from apps_bench.optimizers.optimization import step_metrics
 
     logged = []
     out = tmp_path / "o"
@@ -259,8 +259,8 @@ def test_each_method_is_the_function_its_yaml_names_and_a_wrong_name_says_where_
     it is code, not a setting: it leaves the cell key alone, like a topology's runner class."""
     from dataclasses import replace
 
-    from apps_bench.cell import resolve_cell
-    from apps_bench.config import cell_data
+    from apps_bench.cell.key import resolve_cell
+    from apps_bench.config.schema import cell_data
     from apps_bench.optimizers import methods
 
     for name, fn in (("none", methods.keep_seed), ("maspo", methods.run_maspo), ("gepa", methods.run_gepa)):

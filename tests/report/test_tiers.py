@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from apps_bench.judge.summary import counted_tests
+from apps_bench.judge.pass_at_1 import counted_tests
 from apps_bench.report.stats import bootstrap_interval
 from apps_bench.report.tiers import ALL, apps_figures, fraction_passed, metrics, pass_at_k, pass_at_k_figures, stops_early
 from apps_bench.types import Verdict

@@ -322,7 +322,7 @@ def _never_equal_under_reference(rs: list[RawRun]) -> None:
                 assert not passes(compare_call(value, expected)[0]), (r, expected)
 
 
-# Profile `reference` runs programs as the original harness does (sandbox/reference.py): the
+# Profile `reference` runs programs as the original harness does (sandbox/reference_child.py): the
 # reliability guard in stdin mode too (os.fork, os.remove, ... are None), a StringIO as stdout
 # (no .buffer, a close that raises, fd 1 not captured), `open` replaced by mock_open,
 # SystemExit swallowed in stdin mode, non-daemon threads not waited for, return values of

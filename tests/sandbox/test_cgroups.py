@@ -70,7 +70,7 @@ from apps_bench.sandbox import cgroups
 cgroups.CGROUP_ROOT = Path(sys.argv[1])  # as on a cgroup v2-only host: no /sys/fs/cgroup/pids
 from apps_bench.judge.profiles import judge_config
 from apps_bench.sandbox import SandboxPool
-from apps_bench.provenance import sandbox_summary
+from apps_bench.tracking.provenance import sandbox_summary
 with SandboxPool.from_config(judge_config('seed'), workers=1) as p:
     r = p.python_exec("import os; print(os.getpid())", timeout_s=10, output_chars=1000)
     print(json.dumps({"features": p.features, "summary": sandbox_summary(p.features), "ran": r.stdout.strip()}))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import cli_env, fresh_store, run_cli
 
-from apps_bench.cpus import cgroup_cpu_quota, usable_cpus
+from apps_bench.cell.cpus import cgroup_cpu_quota, usable_cpus
 from apps_bench.judge.profiles import judge_config
 from apps_bench.sandbox import SandboxPool
 from apps_bench.sandbox.limits import SandboxLimits
@@ -96,7 +96,7 @@ def test_the_judge_cli_composes_the_profile_and_rejects_bad_ones(big_output_row:
 def test_a_missing_limit_is_a_clear_error():
     from omegaconf.errors import MissingMandatoryValue
 
-    from apps_bench.config import JudgeConfig, typed
+    from apps_bench.config.schema import JudgeConfig, typed
 
     limits = judge_config("seed").sandbox.to_dict()
     with pytest.raises(MissingMandatoryValue, match="nofile"):
@@ -120,7 +120,7 @@ def _in_child(code: str, preexec) -> str:
 
 
 POOL_PROBE = (
-    "from apps_bench.cpus import usable_cpus\n"
+    "from apps_bench.cell.cpus import usable_cpus\n"
     "from apps_bench.judge.profiles import judge_config\n"
     "from apps_bench.sandbox import SandboxPool\n"
     "with SandboxPool.from_config(judge_config('seed')) as p:\n"
@@ -138,7 +138,7 @@ def test_workers_zero_follows_the_affinity_mask(big_output_row: Path, tmp_path: 
     r = judge_cmd(str(big_output_row), "--gold", "--no-progress", "--summary", str(summary), preexec=pin)
     assert r.returncode == 0, r.stderr
     assert json.loads(summary.read_text())["sandbox"]["workers"] == 1
-    assert _in_child("from apps_bench.cpus import usable_cpus; print(usable_cpus())", None) == str(usable_cpus())
+    assert _in_child("from apps_bench.cell.cpus import usable_cpus; print(usable_cpus())", None) == str(usable_cpus())
 
 
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
@@ -191,8 +191,8 @@ def test_a_cell_records_its_limits_key_and_sandbox_features(tmp_path: Path, mlfl
     record the sandbox's features (tags) and the limits (params)."""
     from mlflow.tracking import MlflowClient
 
-    from apps_bench.cell import resolve_cell
-    from apps_bench.config import register_configs
+    from apps_bench.cell.key import resolve_cell
+    from apps_bench.config.schema import register_configs
 
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     r = run_cli(["judge.sandbox.output_cap_bytes=1", "progress=false"], tmp_path, env=cli_env(tmp_path))

@@ -79,8 +79,8 @@ def solve(topology_cfg: Any, problem, ep, model_cfg, pool, seed: int = 0):
 
     from omegaconf import OmegaConf
 
-    from apps_bench.config import typed_config
-    from apps_bench.solving import solve_problem
+    from apps_bench.cell.solving import solve_problem
+    from apps_bench.config.schema import typed_config
     from apps_bench.topologies.registry import get_topology
 
     topology = get_topology(topology_cfg)  # imports the framework before the problem's clock starts

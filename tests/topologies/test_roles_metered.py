@@ -40,7 +40,7 @@ def _compose(overrides: tuple[str, ...]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from apps_bench.config import register_configs
+    from apps_bench.config.schema import register_configs
 
     register_configs()
     GlobalHydra.instance().clear()
@@ -73,8 +73,8 @@ def _server_role(request: dict, prompts: dict[str, str]) -> str:
 
 def _solve(topology: str, problem, pool) -> tuple:
     """-> (usage, transcript roles, per-role (calls, prompt, completion) the server answered)."""
+    from apps_bench.cell.solving import solve_problem
     from apps_bench.models import open_endpoint
-    from apps_bench.solving import solve_problem
     from apps_bench.topologies.registry import get_topology
 
     cfg = copy.deepcopy(_compose((f"topology={topology}", "model=gold")))

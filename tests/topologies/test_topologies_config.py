@@ -12,7 +12,7 @@ import pytest
 from conftest import CONF_DIR, compose_cell
 from omegaconf import OmegaConf
 
-from apps_bench.config import TopologyConfig, typed
+from apps_bench.config.schema import TopologyConfig, typed
 from apps_bench.models.clients import MissingFrameworkError
 from apps_bench.topologies.prompts import TopologyConfigError, declared_roles, load_prompts, roles_for
 from apps_bench.topologies.registry import get_topology

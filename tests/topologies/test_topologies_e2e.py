@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from apps_bench.config import JudgeConfig, register_configs, typed
+from apps_bench.config.schema import JudgeConfig, register_configs, typed
 from apps_bench.types import Attempt, Problem, Usage, Verdict
 
 pytestmark = pytest.mark.slow
@@ -78,10 +78,10 @@ class Runs(list):
 
 
 def run_cell(cfg, problems, pool, judge, seed: int | None = None) -> Runs:
-    """What the pipeline does per problem, minus records: the one per-problem step (step.py)."""
+    """What the pipeline does per problem, minus records: the one per-problem step (cell/step.py)."""
+    from apps_bench.cell.solving import solve_problem
+    from apps_bench.cell.step import solve_and_judge
     from apps_bench.models import open_endpoint
-    from apps_bench.solving import solve_problem
-    from apps_bench.step import solve_and_judge
     from apps_bench.topologies.registry import get_topology
 
     topology = get_topology(cfg.topology)

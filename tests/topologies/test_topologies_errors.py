@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from apps_bench.config import register_configs
+from apps_bench.config.schema import register_configs
 from apps_bench.types import Problem, Usage
 from apps_bench.types import TestSuite as Suite  # not "Test*": pytest would try to collect it
 

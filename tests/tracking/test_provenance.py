@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 
-from apps_bench import provenance
+from apps_bench.tracking import provenance
 
 
 def test_collect_names_the_framework_packages_and_the_interpreter():

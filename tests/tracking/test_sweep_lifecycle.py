@@ -66,7 +66,7 @@ def test_every_job_gets_the_sweeps_settings_and_a_rerun_has_its_own_parent(tmp_p
     envs = _job_env_sets(tmp_path)
     assert len(envs) == 4 and sorted(e[PARENT_RUN_ENV] for e in envs) == sorted([pid, pid, parent2.info.run_id, parent2.info.run_id])
     # joblib ran both cells at once (n_jobs 2): each was given its share of this host's CPUs
-    from apps_bench.cpus import usable_cpus
+    from apps_bench.cell.cpus import usable_cpus
 
     for cell in (tmp_path / "outputs" / "cells").iterdir():
         prov = json.loads((cell / "summary.json").read_text())["provenance"]

@@ -177,7 +177,7 @@ def test_a_killed_cell_rerun_traces_only_the_problems_it_solves(tmp_path: Path, 
 
 
 def test_the_default_is_on_for_real_models_off_for_gold_and_none_without_a_store():
-    from apps_bench.config import typed_config
+    from apps_bench.config.schema import typed_config
     from apps_bench.tracking.traces import traces_enabled
 
     real = ("model=openai", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m")
@@ -374,7 +374,7 @@ def test_which_problems_get_a_trace_failed_only_or_a_sample_by_key(tmp_path: Pat
 
 
 def test_a_fraction_samples_by_key_alone():
-    from apps_bench.config import typed_config
+    from apps_bench.config.schema import typed_config
     from apps_bench.tracking.traces import TraceChoice, draw
 
     keys = [f"train/{i}" for i in range(400)]

@@ -45,6 +45,7 @@ from typing import Any, Callable
 from unittest import mock
 
 from ..errors import AppsBenchError
+from .frames import send_frame
 from .harness import (
     GO,
     LOAD,
@@ -63,7 +64,6 @@ from .harness import (
     _type,
     reliability_guard,
 )
-from .protocol import send_frame
 
 SOURCE_NAME = "<string>"  # exec() of a text, as pyext does
 MODULE_NAME = "tmp_sol"

@@ -2,7 +2,7 @@
 problems, then evaluate the chosen prompt set on the cell's own problems with the plain
 cell's spine (pipeline.evaluate), as a child of the optimizer cell's run.
 
-The protocol (apps_bench/optimizers/run.py) caches every rollout, so a rerun replays the
+The protocol (apps_bench/optimizers/optimization.py) caches every rollout, so a rerun replays the
 optimization instead of recomputing it; the run layout is optimizers/cell_runs.py's.
 """
 
@@ -13,18 +13,18 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from apps_bench import provenance
-from apps_bench.config import Config, config_data
+from apps_bench.cell.engine import Engine, fork_solvers
+from apps_bench.cell.pipeline import CellResult, CellSetupError, Prepared, evaluate, keep_lock
+from apps_bench.config.schema import Config, config_data
 from apps_bench.data import LoadResult
-from apps_bench.engine import Engine, fork_solvers
 from apps_bench.optimizers import cell_runs
 from apps_bench.optimizers.cell_runs import StepMetricsSink, link_tags, open_final_eval_run, seed_cell_of
 from apps_bench.optimizers.entry import run_optimizer
+from apps_bench.optimizers.optimization import OptimizeResult, pool_and_splits, step_metrics
 from apps_bench.optimizers.protocol import load_eval_set
-from apps_bench.optimizers.run import OptimizeResult, pool_and_splits, step_metrics
 from apps_bench.optimizers.scoring import InfrastructureDown
-from apps_bench.pipeline import CellResult, CellSetupError, Prepared, evaluate, keep_lock
 from apps_bench.topologies.base import PromptSet
+from apps_bench.tracking import provenance
 from apps_bench.tracking.records import CONFIG, PROMPTS
 from apps_bench.tracking.run import Tracker, fail_run, open_run
 from apps_bench.tracking.summary import metrics_of
@@ -53,7 +53,7 @@ def check_optimizer_cell(config: Config, loaded: LoadResult) -> OptimizerPool:
 
 
 def run_optimizer_cell(prep: Prepared) -> CellResult:
-    """One engine for the whole cell (engine.py): the rollouts and the final evaluation are solved
+    """One engine for the whole cell (cell/engine.py): the rollouts and the final evaluation are solved
     and judged by the same endpoint, sandbox pool, judge and solver processes. Its pool comes
     checked from `prepare` (`check_optimizer_cell`)."""
     cell = prep.cell

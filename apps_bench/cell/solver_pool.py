@@ -39,20 +39,20 @@ from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator
 
-from apps_bench import event_loop
-from apps_bench.cpus import requested_processes, usable_cpus
+from apps_bench.cell import event_loop
+from apps_bench.cell.cpus import requested_processes, usable_cpus
+from apps_bench.cell.frameworks import FRAMEWORKS
+from apps_bench.cell.solving import Job, LocalSolver, Solved
 from apps_bench.errors import AppsBenchError
-from apps_bench.frameworks import FRAMEWORKS
-from apps_bench.solving import Job, LocalSolver, Solved
 from apps_bench.topologies.registry import FIRST_PROBLEM, get_topology, runner_module
 from apps_bench.types import Problem
 
 if TYPE_CHECKING:
-    from apps_bench.config import Config, TopologyConfig
+    from apps_bench.config.schema import Config, TopologyConfig
     from apps_bench.models.endpoint import Endpoint
     from apps_bench.sandbox.api import ExecResult, Sandbox
 
-BASE_PRELOAD = ("apps_bench.solving", "apps_bench.solver_pool", "apps_bench.models", "apps_bench.sandbox.tool",
+BASE_PRELOAD = ("apps_bench.cell.solving", "apps_bench.cell.solver_pool", "apps_bench.models", "apps_bench.sandbox.tool",
                 "apps_bench.topologies.context", "omegaconf")  # fmt: skip
 
 
@@ -471,7 +471,7 @@ class SolverPool:
 def solver_count(setting: str | int, *, concurrency: int, n_problems: int) -> int:
     """Worker processes for `processes=<setting>`: 0 = solve in the cell's own process.
 
-    `auto` = one per CPU this process may use (apps_bench.cpus), never more than problems in
+    `auto` = one per CPU this process may use (apps_bench.cell.cpus), never more than problems in
     flight or problems to run; a count of 1 (or one usable CPU) means no extra process."""
     total = requested_processes(setting) or usable_cpus()
     n = min(total, concurrency, n_problems)

@@ -2,9 +2,9 @@
 
 Hydra answers a misspelt option, an unknown setting or a value of the wrong type with its own
 message and exit 1 (and suggests `+limt=5` for a misspelt `limit`, which then fails the schema).
-Here each is answered like every other bad setting (validate.py): all of them in one message,
+Here each is answered like every other bad setting (config/validate.py): all of them in one message,
 what was wrong, "did you mean", the override that fixes it, exit 2, nothing written. The checks
-read only the schema (config.py) and the option files under conf/, so they cost milliseconds.
+read only the schema (config/schema.py) and the option files under conf/, so they cost milliseconds.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from apps_bench.config import CONF_DIR, OPTIMIZER_SCHEMAS, Config, hydra_on, overlay_dirs
-from apps_bench.validate import PROVIDER_ONLY, RULES, BadSetting, InvalidSettings, check_settings
+from apps_bench.config.schema import CONF_DIR, OPTIMIZER_SCHEMAS, Config, hydra_on, overlay_dirs
+from apps_bench.config.validate import PROVIDER_ONLY, RULES, BadSetting, InvalidSettings, check_settings
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -329,7 +329,7 @@ def _chosen_optimizers(argv: Iterable[str]) -> list[str]:
 
 
 def _params_problems(key: str, values: list[object], methods: list[str]) -> list[BadSetting]:
-    """An `optimizer.params.*` override checked against the chosen methods' params schemas (config.py)."""
+    """An `optimizer.params.*` override checked against the chosen methods' params schemas (config/schema.py)."""
     import typing
 
 
@@ -542,7 +542,7 @@ def _shown(value: object) -> str:
 
 
 def with_range_problems(bad: list[BadSetting], argv: Iterable[str]) -> list[BadSetting]:
-    """`bad` plus what the settings check (validate.py) finds in the cell the other overrides compose,
+    """`bad` plus what the settings check (config/validate.py) finds in the cell the other overrides compose,
     so one message lists every bad setting (a sweep's choices are left to the sweep's own check)."""
     from hydra import compose
 

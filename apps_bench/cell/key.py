@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from apps_bench.config import Config, GridConfig, ModelConfig, as_plain, config_data, flat_model, typed_config
+from apps_bench.config.schema import Config, GridConfig, ModelConfig, as_plain, config_data, flat_model, typed_config
+from apps_bench.config.validate import CellRefused, check_settings, typed_cell
 from apps_bench.data.rows import EVAL_SPLIT
 from apps_bench.errors import AppsBenchError
 from apps_bench.types import JsonObject
-from apps_bench.validate import CellRefused, check_settings, typed_cell
 
 AXES: tuple[str, ...] = ("dataset", "topology", "model", "optimizer", "seed")
 
@@ -199,7 +199,7 @@ def grid_refusal(values: Mapping[str, str | int], grid: GridConfig) -> str | Non
 
 def guard(cfg: object) -> Cell:
     """Type the composed cell once (validate.typed_cell), refuse it if it lies outside the grid (unless
-    allow_any_cell), then check its settings (validate.py). Every refusal comes before anything of the
+    allow_any_cell), then check its settings (config/validate.py). Every refusal comes before anything of the
     cell exists."""
     config = typed_cell(cfg)
     if not config.allow_any_cell:

@@ -190,7 +190,7 @@ class MaspoParams(OptimizerParams):
     Ksub: int = MISSING  # variations asked per beam node and step
     T: int = MISSING  # steps per agent per round
     D: int = MISSING  # rounds of coordinate ascent
-    reward: dict[str, float] = MISSING  # local, lookahead, global (`global` is a keyword: a mapping, its keys checked by validate.py)  # fmt: skip
+    reward: dict[str, float] = MISSING  # local, lookahead, global (`global` is a keyword: a mapping, its keys checked by config/validate.py)  # fmt: skip
     refresh: dict[str, float] = MISSING  # local, global
     hard_cases: int = MISSING  # misaligned cases kept per agent
 
@@ -245,7 +245,7 @@ class JudgeConfig:
     stop_on_first_failure: bool = MISSING
     call_memory_bytes: int = MISSING  # APPS_CALL_BASED_MEMORY_BYTES; 0 disables
     stdin_memory_bytes: int = MISSING
-    workers: int = MISSING  # sandbox workers; 0 = one per usable CPU (apps_bench.cpus)
+    workers: int = MISSING  # sandbox workers; 0 = one per usable CPU (apps_bench.cell.cpus)
     # reference: the whole program's limit (the original's TIMEOUT + 1 s); unset for seed
     program_timeout_s: Optional[float] = MISSING
     sandbox: SandboxLimits = MISSING  # the limits that can change a verdict (conf/judge/*.yaml `sandbox:`)
@@ -320,7 +320,7 @@ class Config:
     difficulty: Optional[str] = MISSING
     max_tests_per_row: int = MISSING
     concurrency: int = MISSING
-    processes: str = MISSING  # "auto" or a count of solving processes (apps_bench.solving)
+    processes: str = MISSING  # "auto" or a count of solving processes (apps_bench.cell.solving)
     allow_any_cell: bool = MISSING
     out_dir: Optional[str] = MISSING  # default: outputs/<cell key> under the working directory
     verbose: bool = MISSING  # print code and per-test results per problem
@@ -345,7 +345,7 @@ def register_configs() -> None:
         store.store(group="schema/optimizer", name=name, node=schema)
 
 
-CONF_DIR = str(Path(__file__).resolve().parent / "conf")
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 # the running command's `--config-dir` folders (absolute): searched before the package's conf/, so a preset there
 # is selectable like a packaged one and one of a packaged preset's name takes its place

@@ -1,7 +1,7 @@
 """The cell's spine: prepare -> solve every problem -> finish.
 
 prepare: the grid guard and settings, the selection, the cell's folder and what is left
-to run. evaluate: the cell's engine (engine.py: the model endpoint, the sandbox pool, the
+to run. evaluate: the cell's engine (cell/engine.py: the model endpoint, the sandbox pool, the
 judge, the solver processes) and the tracking run; every problem goes through the engine's
 step, `concurrency` in flight at once (asyncio), judging in threads on the shared
 SandboxPool. Every problem's record is flushed as it completes, so a
@@ -24,24 +24,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from apps_bench import provenance
-from apps_bench.cell import Cell, CellSetupError, guard
-from apps_bench.config import Config, config_data, problems_in_flight
+from apps_bench.cell.engine import Engine, fork_solvers
+from apps_bench.cell.key import Cell, CellSetupError, guard
+from apps_bench.cell.solving import CELL_JOB, Job
+from apps_bench.cell.step import record_of
+from apps_bench.config.schema import Config, config_data, problems_in_flight
+from apps_bench.config.validate import InvalidSettings, empty_selection
 from apps_bench.data import LoadResult, load_selection
 from apps_bench.data.rows import split_named_by
-from apps_bench.engine import Engine, fork_solvers
 from apps_bench.models import ModelEndpointError, open_endpoint
 from apps_bench.models.endpoint import Endpoint
 from apps_bench.models.gold_policy import print_start_notes
 from apps_bench.models.local import LocalModelError
+from apps_bench.models.server_gate import ToolDropRefused, cell_check
 from apps_bench.report import money
-from apps_bench.server_gate import ToolDropRefused, cell_check
-from apps_bench.solving import CELL_JOB, Job
-from apps_bench.step import record_of
 from apps_bench.topologies.base import PromptSet
 from apps_bench.topologies.prompts import load_prompts
 from apps_bench.topologies.tool_use import tool_protocol, tool_warnings
-from apps_bench.tracking import cell_counts
+from apps_bench.tracking import cell_counts, provenance
 from apps_bench.tracking.cell_lock import CellBusy, lock_times
 from apps_bench.tracking.console import Progress, print_problem, print_summary
 from apps_bench.tracking.mlflow import LoggingPending, StoreUnavailable
@@ -61,7 +61,6 @@ from apps_bench.tracking.run import Tracker, check_store, fail_run, open_run
 from apps_bench.tracking.summary import metrics_of, summarize_cell, summary_tags, table_rows
 from apps_bench.tracking.traces import TraceChoice, TraceWriter, traces_enabled
 from apps_bench.types import JsonObject, Problem, ProblemRecord
-from apps_bench.validate import InvalidSettings, empty_selection
 
 
 @dataclass
@@ -91,7 +90,7 @@ def cell_dir_for(out_dir: str | None, cell: Cell, cwd: Path | None = None) -> Pa
 class Prepared:
     """A cell ready to run: its config, selection, folder and what is left to solve."""
 
-    config: Config  # the composed cell, typed (apps_bench/config.py)
+    config: Config  # the composed cell, typed (apps_bench/config/schema.py)
     cell: Cell
     loaded: LoadResult
     store: RecordStore
@@ -99,7 +98,7 @@ class Prepared:
     n_done: int
     t_start: float
     endpoint: Endpoint | None = None  # a remote model endpoint, probed by prepare (None: a built-in server, started by evaluate)
-    server: JsonObject | None = None  # what the server check found for this cell's tool requests (server_gate.py); None: not run
+    server: JsonObject | None = None  # what the server check found for this cell's tool requests (models/server_gate.py); None: not run
     checked: Any = None  # what `prepare`'s `check` returned (an optimizer cell: its pool, already checked)
 
     @property
@@ -347,7 +346,7 @@ def _check_endpoint(config: Config) -> Endpoint | None:
 
 
 def _check_server(config: Config, endpoint: Endpoint | None) -> JsonObject:
-    """The quick server check (server_gate.py): a tool-using topology on a server that drops its
+    """The quick server check (models/server_gate.py): a tool-using topology on a server that drops its
     tools is refused here, before the cell's folder exists."""
     try:
         return cell_check(config, endpoint)

@@ -5,7 +5,7 @@ metered model clients and its `python_exec` tool, runs the topology under the ti
 on the problem's tests-free view (the runner never sees hidden tests or reference
 solutions), and returns a `Solved` (attempt, transcript, usage, error). The cell's own
 process calls it when it solves alone (`processes=1`); otherwise the workers of
-apps_bench/solver_pool.py do.
+apps_bench/cell/solver_pool.py do.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from apps_bench.tracking.traces import traces_enabled
 from apps_bench.types import Attempt, JsonObject, Problem, Usage
 
 if TYPE_CHECKING:
-    from apps_bench.config import Config, TopologyConfig
+    from apps_bench.config.schema import Config, TopologyConfig
     from apps_bench.models.endpoint import Endpoint
     from apps_bench.topologies.base import PromptSet, Topology
 

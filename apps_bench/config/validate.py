@@ -1,6 +1,6 @@
 """Check a composed cell's settings before anything of the cell exists.
 
-Hydra's schema (config.py) checks names and types; `typed_cell` types the composed cell once
+Hydra's schema (config/schema.py) checks names and types; `typed_cell` types the composed cell once
 into the schema (what the schema refuses becomes a bad setting), and the rules here read that typed
 config for what types cannot say: numeric ranges, choices, and settings the chosen mode would
 silently ignore. They run in `cell.guard` (so in every single-cell run and, for a sweep, on every
@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, is_dataclass
 from typing import Callable, Mapping, TypeGuard
 
-from apps_bench.config import (
+from apps_bench.cell.cpus import requested_processes
+from apps_bench.config.schema import (
     OPTIMIZER_SCHEMAS,
     POOL_SOURCES,
     REQUANTIZE_TYPES,
@@ -27,7 +28,6 @@ from apps_bench.config import (
     typed,
     typed_config,
 )
-from apps_bench.cpus import requested_processes
 from apps_bench.data import DIFFICULTIES, LoadResult
 from apps_bench.errors import AppsBenchError
 
@@ -179,7 +179,7 @@ def _weights(names: tuple[str, ...], total: float | None = None) -> Callable[[ob
 
 
 # optimizer.params.<path>: checked when the method's params have the key (methods differ; each method's
-# schema in config.py refuses a key it does not have when Hydra composes the cell)
+# schema in config/schema.py refuses a key it does not have when Hydra composes the cell)
 OPTIMIZER_RULES: tuple[Rule, ...] = (
     ("budget", "rollouts", _opt_int_min(1), "a whole number >= 1, or null (no cap)", "optimizer.params.budget.rollouts=200"),
     ("budget", "tokens", _opt_int_min(1), "a whole number >= 1, or null (no cap)", "optimizer.params.budget.tokens=null"),
@@ -281,7 +281,7 @@ def _sandbox_refusal(exc: Exception, data: Mapping[str, object]) -> BadSetting |
 def schema_refusal(exc: Exception) -> BadSetting:
     """A value the schema refuses after the rules passed, as a bad setting: OmegaConf's error names the key."""
     key = str(getattr(exc, "full_key", "") or "the config")
-    return BadSetting(key, None, f"the schema (config.py) refuses it: {str(exc).splitlines()[0]}",
+    return BadSetting(key, None, f"the schema (config/schema.py) refuses it: {str(exc).splitlines()[0]}",
                       "choose options with group=name (an option's settings come with it, e.g. optimizer=gepa), "
                       "then change single settings")  # fmt: skip
 
@@ -392,7 +392,7 @@ def pool_problems(dataset: DatasetConfig, pool: PoolParams) -> list[BadSetting]:
 
 def _roles_and_prompts(config: Config) -> list[BadSetting]:
     """The team size must have a role list and every role its prompt (a prompt file is read here)."""
-    # here, not at the top: re-scoring imports this module (through cell.py) and loads no topology code
+    # here, not at the top: re-scoring imports this module (through cell/key.py) and loads no topology code
     from apps_bench.topologies.prompts import TopologyConfigError, load_prompts, roles_for, sizes_of
 
     topo = config.topology

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from apps_bench.cpus import cpu_share
-from apps_bench.frameworks import FRAMEWORKS
+from apps_bench.cell.cpus import cpu_share
+from apps_bench.cell.frameworks import FRAMEWORKS
 from apps_bench.types import JsonObject
 
 # Packages every cell uses whatever its framework (distribution names).
@@ -159,7 +159,7 @@ def as_tags(prov: JsonObject) -> dict[str, str]:
 
 
 def server_tags(server: JsonObject | None) -> dict[str, str]:
-    """What the server check found for the cell's tool requests (server_gate.py): prov.server.tools
+    """What the server check found for the cell's tool requests (models/server_gate.py): prov.server.tools
     (called, dropped, as_text, no_call, prompt_text, not_checked), .kind, .accepted."""
     if not isinstance(server, Mapping):
         return {}

@@ -17,7 +17,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from apps_bench.config import Config
+from apps_bench.config.schema import Config
 from apps_bench.errors import AppsBenchError
 from apps_bench.models import open_endpoint
 from apps_bench.models import server_check as sc

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from apps_bench.config import OptimizerConfig, PoolParams
+from apps_bench.config.schema import OptimizerConfig, PoolParams
 from apps_bench.optimizers.cache import RolloutCache
 from apps_bench.optimizers.methods import MethodRun, method_of
 from apps_bench.optimizers.proposals import CachedChat, ChatFn

@@ -1,6 +1,6 @@
 """The cell's engine: what solves and judges problems, opened once per cell.
 
-One engine serves everything a cell solves: its own problems (pipeline.py) and, in an optimizer
+One engine serves everything a cell solves: its own problems (cell/pipeline.py) and, in an optimizer
 cell, the optimizer's rollouts (optimizers/runner.py) before them, so a candidate prompt set is
 scored by the same endpoint, sandbox pool, judge and solver processes as the final prompts. A
 `Job` says what differs per problem (the prompt set, the request seed, the request headers, the
@@ -8,7 +8,7 @@ route to the model); everything else is the cell's.
 
 Process model: the cell's process judges and records; problems are solved in it (`processes=1`) or
 in worker processes forked from a forkserver started before the cell starts any thread
-(solver_pool.py). `Engine.run(main)` runs `main` on an event loop with the solvers attached;
+(cell/solver_pool.py). `Engine.run(main)` runs `main` on an event loop with the solvers attached;
 an optimizer calls it once per batch of rollouts, a cell once for all its problems.
 """
 
@@ -23,19 +23,19 @@ from dataclasses import dataclass
 from multiprocessing.context import ForkServerContext
 from typing import AsyncIterator, Awaitable, Callable, Iterable, Iterator, TypeVar
 
-from apps_bench import event_loop
-from apps_bench.cell import CellSetupError
-from apps_bench.config import Config, problems_in_flight, typed_config
-from apps_bench.cpus import usable_cpus
+from apps_bench.cell import event_loop
+from apps_bench.cell.cpus import usable_cpus
+from apps_bench.cell.key import CellSetupError
+from apps_bench.cell.solver_pool import SolverPool, solver_count, start_forkserver
+from apps_bench.cell.solving import CELL_JOB, Job, LocalSolver, Solver, solver_threads, time_cap
+from apps_bench.cell.step import Judged, solve_and_judge
+from apps_bench.config.schema import Config, problems_in_flight, typed_config
 from apps_bench.judge import Judge
 from apps_bench.models import ModelEndpointError, open_endpoint
 from apps_bench.models.clients import MissingFrameworkError
 from apps_bench.models.endpoint import Endpoint
 from apps_bench.sandbox import SandboxPool
 from apps_bench.sandbox.api import Sandbox
-from apps_bench.solver_pool import SolverPool, solver_count, start_forkserver
-from apps_bench.solving import CELL_JOB, Job, LocalSolver, Solver, solver_threads, time_cap
-from apps_bench.step import Judged, solve_and_judge
 from apps_bench.topologies.registry import check_framework, get_topology
 from apps_bench.types import JsonObject, Problem
 
@@ -152,5 +152,5 @@ class Engine:
             yield
 
     async def step(self, problem: Problem, job: Job = CELL_JOB) -> Judged:
-        """Solve `problem` as `job` says, then judge it (step.py)."""
+        """Solve `problem` as `job` says, then judge it (cell/step.py)."""
         return await solve_and_judge(problem, functools.partial(self.solver, job=job), self.judge)

@@ -1,8 +1,8 @@
 """The per-problem step: solve -> judge -> classify the error -> build the record.
 
-One implementation for the cell's loop (pipeline.py), the optimizers' rollout runner and
+One implementation for the cell's loop (cell/pipeline.py), the optimizers' rollout runner and
 the tests. `solve` is whichever solver the caller has (this process, a worker of
-solver_pool.py); judging always runs here, on the problem with its hidden tests.
+cell/solver_pool.py); judging always runs here, on the problem with its hidden tests.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
+from apps_bench.cell.solving import Solved
 from apps_bench.judge.core import Judge, judge_program
-from apps_bench.solving import Solved
 from apps_bench.topologies.tool_use import tool_calls_by_role
 from apps_bench.tracking.records import record_key
 from apps_bench.types import Problem, ProblemRecord, UsageRecord, Verdict

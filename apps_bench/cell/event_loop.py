@@ -5,7 +5,7 @@ middle of a framework's graph. The frameworks' async generators then complain wh
 down ("Task exception was never retrieved", "coroutine ignored GeneratorExit", "aclose(): asynchronous
 generator is already running"): dozens of tracebacks that say nothing about the cell, printed before
 the one line that does (`__main__`'s "interrupted … rerun"). From the cut on, those reports go to
-the `apps_bench.event_loop` logger at DEBUG (shown with `hydra.verbose=apps_bench`); everything
+the `apps_bench.cell.event_loop` logger at DEBUG (shown with `hydra.verbose=apps_bench`); everything
 before it is reported as asyncio always does. A `main` that fails (a full disk: every problem's
 write fails, and the caller says so in one line) leaves its loop's teardown as quiet as a cut does.
 """
