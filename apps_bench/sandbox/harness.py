@@ -278,9 +278,9 @@ class Runner:
             _BufferedWriter(_FileIO(2, "w", closefd=False)),
             encoding="utf-8", errors="backslashreplace", newline="\n", line_buffering=True,
         )
-        sys.stdin = sys.__stdin__ = stdin
-        sys.stdout = sys.__stdout__ = out
-        sys.stderr = sys.__stderr__ = err
+        sys.stdin = sys.__stdin__ = stdin  # type: ignore[misc]  # typeshed marks it Final; the program must see fresh streams there too
+        sys.stdout = sys.__stdout__ = out  # type: ignore[misc]  # typeshed marks it Final; the program must see fresh streams there too
+        sys.stderr = sys.__stderr__ = err  # type: ignore[misc]  # typeshed marks it Final; the program must see fresh streams there too
         self._out, self._err = out, err
         sys.argv = [SOURCE_NAME]
         sys.setrecursionlimit(1000)  # each test starts like a fresh interpreter
@@ -299,7 +299,7 @@ class Runner:
     def _flush(self) -> bool:
         """Flush like interpreter exit does; False when stdout could not be flushed."""
         ok = True
-        seen = []
+        seen: list[object] = []
         for f in (sys.stdout, sys.stderr, self._out, self._err):
             if f is None or any(f is g for g in seen):
                 continue
@@ -383,7 +383,7 @@ class Runner:
         try:
             exec(self.code_obj, mod.__dict__)
             ns = mod.__dict__
-            sol = ns.get("Solution")
+            sol: Any = ns.get("Solution")  # the program's own class, if it defines one
             if _isinstance(sol, _type):
                 target = getattr(sol(), fn_name)
             elif fn_name in ns:
