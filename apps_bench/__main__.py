@@ -169,7 +169,6 @@ def _task(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-
     try:
         job = HydraConfig.get()
     except ValueError:
@@ -240,7 +239,6 @@ def _run(args: list[str]) -> None:
     _refuse_unwritable_outputs(args)
     import hydra
 
-
     register_configs()
     try:
         hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")(_task)()
@@ -252,8 +250,7 @@ def _run(args: list[str]) -> None:
     except KeyboardInterrupt:
         sys.stdout.flush()
         sys.stderr.write(
-            "\napps-bench: interrupted. Every problem recorded so far is kept; "
-            "rerun the same command to finish the rest.\n"
+            "\napps-bench: interrupted. Every problem recorded so far is kept; rerun the same command to finish the rest.\n"
         )
         raise SystemExit(130) from None
     finally:
@@ -271,8 +268,10 @@ def _refuse_unwritable_outputs(argv: list[str]) -> None:
         return  # prints, runs nothing
     why = faults.unwritable(Path("outputs"))
     if why:
-        sys.stderr.write(f"apps-bench: cannot write outputs/ in {Path.cwd()}: {why}; nothing was run. Run from a folder "
-                         "this user can write (every path in the command may be absolute).\n")  # fmt: skip
+        sys.stderr.write(
+            f"apps-bench: cannot write outputs/ in {Path.cwd()}: {why}; nothing was run. Run from a folder "
+            "this user can write (every path in the command may be absolute).\n"
+        )
         raise SystemExit(faults.EXIT_FAILED)
 
 

@@ -37,10 +37,18 @@ def run(config: Config) -> JsonObject:
         if sc_cfg.quick:
             findings = asyncio.run(sc.quick_findings(endpoint, config.model, server, frameworks, max_tokens=sc_cfg.max_tokens))
         else:
-            findings = asyncio.run(sc.full_findings(
-                endpoint, config.model, server, frameworks, sc_cfg, in_flight=problems_in_flight(config),
-                team_size=config.topology.team_size, concurrency=config.concurrency,
-            ))  # fmt: skip
+            findings = asyncio.run(
+                sc.full_findings(
+                    endpoint,
+                    config.model,
+                    server,
+                    frameworks,
+                    sc_cfg,
+                    in_flight=problems_in_flight(config),
+                    team_size=config.topology.team_size,
+                    concurrency=config.concurrency,
+                )
+            )
         return {
             "endpoint": endpoint.base_url if endpoint.provider == "openai" else f"{endpoint.provider} (started here)",
             "model_id": endpoint.model_id,

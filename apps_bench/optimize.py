@@ -55,7 +55,9 @@ def _resolve(group: str, value: str) -> str:
             f"--{'method' if group == 'optimizer' else group} {value} is ambiguous here: it names {len(family)} runners "
             f"({', '.join(family)}); pass one of them"
         )
-    raise SeedFormError(f"--{'method' if group == 'optimizer' else group} {value}: no conf/{group}/{value}.yaml; choose one of {names}")
+    raise SeedFormError(
+        f"--{'method' if group == 'optimizer' else group} {value}: no conf/{group}/{value}.yaml; choose one of {names}"
+    )
 
 
 def parser() -> argparse.ArgumentParser:

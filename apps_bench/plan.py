@@ -210,19 +210,36 @@ def plan_cell(overrides: list[str], data: JsonObject, *, finished: Finished, cac
     if est.calls_per_problem is not None and to_run is not None:
         est.calls, est.tokens = est.calls_per_problem * to_run, (est.tokens_per_problem or 0.0) * to_run
     if cell.optimizer != "none":  # the estimate is the evaluation's: the optimization's rollouts come on top
-        why = "; ".join(x for x in (why, f"optimizer={cell.optimizer}: its rollouts (budget in optimizer.params.budget) are not in the estimate") if x)
+        why = "; ".join(
+            x
+            for x in (
+                why,
+                f"optimizer={cell.optimizer}: its rollouts (budget in optimizer.params.budget) are not in the estimate",
+            )
+            if x
+        )
     return PlannedCell(
-        name=cell.name, key=cell.key, overrides=overrides, axes=cell.axes(), dir=str(cell_dir), guard=guard,
-        allowed=allowed, state=state, n_selected=n, n_recorded=len(ok), n_errors=errors, n_to_run=to_run,
-        estimate=est, note=why,
-    )  # fmt: skip
+        name=cell.name,
+        key=cell.key,
+        overrides=overrides,
+        axes=cell.axes(),
+        dir=str(cell_dir),
+        guard=guard,
+        allowed=allowed,
+        state=state,
+        n_selected=n,
+        n_recorded=len(ok),
+        n_errors=errors,
+        n_to_run=to_run,
+        estimate=est,
+        note=why,
+    )
 
 
 def make_plan(overrides: list[str], *, multirun: bool, cells_dir: Path | None = None) -> JsonObject:
     import sys
 
     from tqdm import tqdm
-
 
     composed = compose_cells(overrides, multirun)
     root = cells_dir or Path.cwd() / "outputs" / "cells"
@@ -271,15 +288,21 @@ def render(plan: JsonObject) -> str:
         guard = "allowed" if c["guard"] == "allowed" else ("allowed*" if c["allowed"] else "REFUSED")
         rows.append([c["name"], c["key"], state, "-" if c["n_to_run"] is None else str(c["n_to_run"]), guard, calls, tokens])
     caption_lines = [
-        f"{plan['n_cells']} cells: " + ", ".join(f"{v} {k}" for k, v in plan["states"].items() if v)
+        f"{plan['n_cells']} cells: "
+        + ", ".join(f"{v} {k}" for k, v in plan["states"].items() if v)
         + f"; grid guard: {plan['grid_guard']}; {plan['problems_to_run']} problems to run"
-        + (f" (+ {len(plan['cells_with_unknown_problems'])} cell(s) whose problems could not be counted)"
-           if plan["cells_with_unknown_problems"] else ""),
+        + (
+            f" (+ {len(plan['cells_with_unknown_problems'])} cell(s) whose problems could not be counted)"
+            if plan["cells_with_unknown_problems"]
+            else ""
+        ),
         f"estimated: {plan['estimated_model_calls']:,.0f} model calls, {plan['estimated_tokens']:,.0f} tokens "
         f"(per problem from finished seed replicates, else cells of the same topology and model, in {plan['finished_cells_read_from']})",
     ]
     if plan["cells_without_estimate"]:
-        caption_lines.append("no estimate (no finished cell of the same topology and model): " + ", ".join(plan["cells_without_estimate"]))
+        caption_lines.append(
+            "no estimate (no finished cell of the same topology and model): " + ", ".join(plan["cells_without_estimate"])
+        )
     notes: dict[str, list[str]] = {}
     for c in plan["cells"]:
         if not c["allowed"]:
@@ -322,9 +345,11 @@ def _plan(args: list[str], multirun: bool) -> int:
                 return 2
             json_out, cells_dir = (value, cells_dir) if a == "--json" else (json_out, value)
         elif a.startswith("--"):
-            print(f"apps-bench plan: unknown option {a}; options: -m, --json FILE|-, --cells-dir DIR, --config-dir DIR; "
-                  "the rest are overrides",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"apps-bench plan: unknown option {a}; options: -m, --json FILE|-, --cells-dir DIR, --config-dir DIR; "
+                "the rest are overrides",
+                file=sys.stderr,
+            )
             return 2
         else:
             rest.append(a)
@@ -367,9 +392,11 @@ def _write_plan(rest: list[str], multirun: bool, json_out: str | None, cells_dir
             print(f"plan written to {json_out}")
     if plan["blocked"]:  # a gate for scripts: the command would not run these cells
         n = len(plan["blocked"])
-        print(f"apps-bench plan: {n} of {plan['n_cells']} cells would be refused or cannot read their data here "
-              f"({', '.join(plan['blocked'][:5])}{', ...' if n > 5 else ''}): fix them before running the command",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"apps-bench plan: {n} of {plan['n_cells']} cells would be refused or cannot read their data here "
+            f"({', '.join(plan['blocked'][:5])}{', ...' if n > 5 else ''}): fix them before running the command",
+            file=sys.stderr,
+        )
         return 2
     return 0
 

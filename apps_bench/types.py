@@ -185,9 +185,19 @@ class Usage:
     trace: Any = field(default=None, repr=False, compare=False)
 
     COUNTERS = (
-        "prompt_tokens", "completion_tokens", "model_calls", "tool_calls", "failed_calls", "failed_attempts",
-        "retries", "retried_prompt_tokens", "retried_completion_tokens", "cancelled_calls", "requests_with_tools", "tool_s",
-    )  # fmt: skip
+        "prompt_tokens",
+        "completion_tokens",
+        "model_calls",
+        "tool_calls",
+        "failed_calls",
+        "failed_attempts",
+        "retries",
+        "retried_prompt_tokens",
+        "retried_completion_tokens",
+        "cancelled_calls",
+        "requests_with_tools",
+        "tool_s",
+    )
 
     def add(self, other: Usage) -> None:
         for k in self.COUNTERS:
@@ -234,8 +244,9 @@ class UsageRecord:
         if usage is None:
             return cls()
         counts = {f.name: int(getattr(usage, f.name)) for f in fields(cls) if f.type == "int"}
-        return cls(**counts, tool_s=round(float(usage.tool_s), 4), finish_reasons=dict(usage.finish_reasons),
-                   calls=list(usage.calls))
+        return cls(
+            **counts, tool_s=round(float(usage.tool_s), 4), finish_reasons=dict(usage.finish_reasons), calls=list(usage.calls)
+        )
 
     @property
     def billed_tokens(self) -> tuple[int, int]:
@@ -283,8 +294,11 @@ class Vote:
     winner: int | None  # index into groups, None when no agent produced code
 
     def to_json(self) -> JsonObject:
-        return {"group_sizes": list(self.group_sizes), "group_members": [list(m) for m in self.group_members],
-                "winner": self.winner}
+        return {
+            "group_sizes": list(self.group_sizes),
+            "group_members": [list(m) for m in self.group_members],
+            "winner": self.winner,
+        }
 
     @classmethod
     def from_json(cls, data: object) -> Vote:
@@ -392,8 +406,10 @@ class ProblemRecord:
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise ValueError(f"record {data.get('key')!r} has schema {version!r}: not a records.jsonl version")
         if version > RECORD_SCHEMA:
-            raise ValueError(f"record {data.get('key')!r} is records schema version {version}; this apps-bench reads "
-                             f"versions 1 to {RECORD_SCHEMA}: read it with the apps-bench that wrote it, or a newer one")
+            raise ValueError(
+                f"record {data.get('key')!r} is records schema version {version}; this apps-bench reads "
+                f"versions 1 to {RECORD_SCHEMA}: read it with the apps-bench that wrote it, or a newer one"
+            )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

@@ -12,8 +12,7 @@ from pathlib import Path
 def run_timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
     """(wall s, CPU s of the command and its waited-for descendants); a failed command stops the benchmark."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:

@@ -78,12 +78,22 @@ def main() -> int:
     # the store exists before the timed commands (as after a user's first run)
     subprocess.run(
         [py, "-c", "from apps_bench.tracking import mlflow as m; m.client(m.tracking_uri())"],
-        cwd=work, env=env, check=True,
+        cwd=work,
+        env=env,
+        check=True,
     )
 
     base = [
-        py, "-m", "apps_bench", "dataset=apps", f"dataset.path={args.rows}", "dataset.split=train",
-        f"limit={args.n}", "model=gold", f"model.gold.latency_ms={args.latency_ms}", "progress=false",
+        py,
+        "-m",
+        "apps_bench",
+        "dataset=apps",
+        f"dataset.path={args.rows}",
+        "dataset.split=train",
+        f"limit={args.n}",
+        "model=gold",
+        f"model.gold.latency_ms={args.latency_ms}",
+        "progress=false",
     ]
 
     def cell(label: str, extra: list[str], i: int) -> tuple[float, dict, Path]:
@@ -93,8 +103,11 @@ def main() -> int:
         if r.returncode != 0:
             raise SystemExit(f"{label} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
         summary = json.loads((work / tag / "summary.json").read_text())
-        print(f"{label:>28}: {dt:7.1f} s  pass@1 {summary['pass_at_1']:.3f}  model calls {summary['usage']['model_calls']}  "
-              f"problems {summary['n_recorded']}  solving processes {summary['run']['solvers']}", flush=True)
+        print(
+            f"{label:>28}: {dt:7.1f} s  pass@1 {summary['pass_at_1']:.3f}  model calls {summary['usage']['model_calls']}  "
+            f"problems {summary['n_recorded']}  solving processes {summary['run']['solvers']}",
+            flush=True,
+        )
         return dt, summary, work / tag
 
     # the default command `--repeat` times (this machine's timings vary by ~10% run to run;
@@ -107,8 +120,10 @@ def main() -> int:
         runs[label].append(cell(label, extra, i))
     # a multi-agent topology: one process vs the default (workers on every usable CPU)
     seq = ["topology=sequential_langgraph"]
-    seq_runs = {"sequential processes=1": cell("sequential processes=1", [*seq, "processes=1"], 0),
-                "sequential default": cell("sequential default", seq, 0)}  # fmt: skip
+    seq_runs = {
+        "sequential processes=1": cell("sequential processes=1", [*seq, "processes=1"], 0),
+        "sequential default": cell("sequential default", seq, 0),
+    }
     # the no-arg demo, in a folder of its own whose store already exists
     demos = []
     for i in range(3):
@@ -116,8 +131,9 @@ def main() -> int:
         d.mkdir(exist_ok=True)
         denv = _env(d / "outputs" / "mlflow.db")
         (d / "outputs").mkdir(exist_ok=True)
-        subprocess.run([py, "-c", "from apps_bench.tracking import mlflow as m; m.client(m.tracking_uri())"],
-                       cwd=d, env=denv, check=True)  # fmt: skip
+        subprocess.run(
+            [py, "-c", "from apps_bench.tracking import mlflow as m; m.client(m.tracking_uri())"], cwd=d, env=denv, check=True
+        )
         dt, r = timed([py, "-m", "apps_bench"], d, denv)
         assert r.returncode == 0, r.stderr[-3000:]
         demos.append(dt)
@@ -127,10 +143,14 @@ def main() -> int:
     same = {x[1]["pass_at_1"] for v in runs.values() for x in v}
     spread = [x[0] for x in runs["default"]]
     print()
-    print(f"grid speed ({args.n} problems, gold latency {args.latency_ms} ms/call, single runner; load {os.getloadavg()[0]:.1f}):")
+    print(
+        f"grid speed ({args.n} problems, gold latency {args.latency_ms} ms/call, single runner; load {os.getloadavg()[0]:.1f}):"
+    )
     print(f"  concurrency=1      {t_one:7.1f} s")
-    print(f"  default ({median['default'][1]['run']['concurrency']})       {t_default:7.1f} s   "
-          f"(median of {len(spread)}: {', '.join(f'{x:.1f}' for x in spread)})")
+    print(
+        f"  default ({median['default'][1]['run']['concurrency']})       {t_default:7.1f} s   "
+        f"(median of {len(spread)}: {', '.join(f'{x:.1f}' for x in spread)})"
+    )
     print(f"  whole-command ratio {t_one / t_default:6.1f}x   ({t_one / max(spread):.1f}x against the slowest default run)")
     print(f"  same pass@1        {len(same) == 1}")
 
@@ -146,11 +166,15 @@ def main() -> int:
     print(f"  problems-phase ratio {phase['concurrency=1'] / phase['default']:5.1f}x   (target >= 15x)")
     one, dflt = seq_runs["sequential processes=1"], seq_runs["sequential default"]
     p1, pd = problems_phase(one[2]), problems_phase(dflt[2])
-    print(f"sequential_langgraph, default concurrency: processes=1 {one[0]:.1f} s (problems {p1:.1f} s) vs default "
-          f"{dflt[0]:.1f} s (problems {pd:.1f} s, {dflt[1]['run']['solvers']} processes): {p1 / pd:.2f}x problems phase, "
-          f"{one[0] / dflt[0]:.2f}x whole command")
+    print(
+        f"sequential_langgraph, default concurrency: processes=1 {one[0]:.1f} s (problems {p1:.1f} s) vs default "
+        f"{dflt[0]:.1f} s (problems {pd:.1f} s, {dflt[1]['run']['solvers']} processes): {p1 / pd:.2f}x problems phase, "
+        f"{one[0] / dflt[0]:.2f}x whole command"
+    )
     print(f"--help: median {statistics.median(helps):.3f} s over {len(helps)} runs (target < 1 s)")
-    print(f"no-arg demo: median {statistics.median(demos):.1f} s over {len(demos)} runs ({', '.join(f'{x:.1f}' for x in demos)}; target < 15 s)")
+    print(
+        f"no-arg demo: median {statistics.median(demos):.1f} s over {len(demos)} runs ({', '.join(f'{x:.1f}' for x in demos)}; target < 15 s)"
+    )
     print(f"outputs: {work}")
     return 0
 

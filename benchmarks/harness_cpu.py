@@ -37,8 +37,16 @@ from _timing import free_port, proc_cpu, run_timed  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROWS = REPO / "tests" / "fixtures" / "apps" / "train_mini150.jsonl"
-TOPOLOGIES = ("single", "independent", "sequential_langgraph", "sequential_crewai", "centralized_langgraph",
-              "centralized_autogen", "decentralized_langgraph", "decentralized_openai")  # fmt: skip
+TOPOLOGIES = (
+    "single",
+    "independent",
+    "sequential_langgraph",
+    "sequential_crewai",
+    "centralized_langgraph",
+    "centralized_autogen",
+    "decentralized_langgraph",
+    "decentralized_openai",
+)
 
 
 def tcp_opens() -> int:
@@ -63,19 +71,51 @@ def main() -> int:
     args = ap.parse_args()
     small, big = args.sizes
     work = Path(tempfile.mkdtemp(prefix="harness_cpu_"))
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "HF_HUB_OFFLINE": "1",
-           "MLFLOW_DISABLE_TELEMETRY": "true"}  # fmt: skip
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
+        "HF_HUB_OFFLINE": "1",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
     env.pop("APPS_BENCH_PARENT_RUN_ID", None)
     port = free_port()
-    gold = subprocess.Popen([sys.executable, "-m", "apps_bench.models.gold", "--rows", str(args.rows), "--split", "train",
-                             "--port", str(port), "--latency-ms", str(args.latency_ms)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=work)  # fmt: skip
+    gold = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "apps_bench.models.gold",
+            "--rows",
+            str(args.rows),
+            "--split",
+            "train",
+            "--port",
+            str(port),
+            "--latency-ms",
+            str(args.latency_ms),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=work,
+    )
     try:
         gold.stdout.readline()  # its banner: serving
-        base = ["model=gold", f"model.base_url=http://127.0.0.1:{port}/v1", "dataset=apps", f"dataset.path={args.rows}",
-                "dataset.split=train", "processes=1", "progress=false", "allow_any_cell=true"]  # fmt: skip
+        base = [
+            "model=gold",
+            f"model.base_url=http://127.0.0.1:{port}/v1",
+            "dataset=apps",
+            f"dataset.path={args.rows}",
+            "dataset.split=train",
+            "processes=1",
+            "progress=false",
+            "allow_any_cell=true",
+        ]
         run_cell([*base, "limit=1", "out_dir=warm"], work, env)  # the store's migrations, once
         rows = []
-        print(f"{'topology':<24}{'calls':>12}{'harness ms/call':>17}{'gold ms/call':>14}{'harness ms/problem':>20}{'TCP opens/call':>16}", flush=True)
+        print(
+            f"{'topology':<24}{'calls':>12}{'harness ms/call':>17}{'gold ms/call':>14}{'harness ms/problem':>20}{'TCP opens/call':>16}",
+            flush=True,
+        )
         for topo in args.topology:
             runs: dict[int, list[tuple[float, float, int]]] = {small: [], big: []}
             for i in range(args.repeat):
@@ -86,16 +126,26 @@ def main() -> int:
                     g1, t1 = proc_cpu(gold.pid), tcp_opens()
                     s = json.loads((out / "summary.json").read_text())
                     runs[n].append((cpu, g1 - g0, s["usage"]["model_calls"], t1 - t0))
-            seen = {n: (statistics.median(r[0] for r in runs[n]), statistics.median(r[1] for r in runs[n]), runs[n][0][2])
-                    for n in runs}  # fmt: skip
+            seen = {
+                n: (statistics.median(r[0] for r in runs[n]), statistics.median(r[1] for r in runs[n]), runs[n][0][2])
+                for n in runs
+            }
             assert all(r[2] == seen[n][2] for n in runs for r in runs[n]), f"{topo}: model calls differ between runs"
             d_calls = seen[big][2] - seen[small][2]
             harness = (seen[big][0] - seen[small][0]) / d_calls * 1000
             server = (seen[big][1] - seen[small][1]) / d_calls * 1000
             per_problem = (seen[big][0] - seen[small][0]) / (big - small) * 1000  # the judge's share is per problem
             opens = statistics.median(r[3] for r in runs[big]) / seen[big][2]
-            rows.append({"topology": topo, "calls": [seen[small][2], seen[big][2]], "harness_ms": harness, "gold_ms": server,
-                         "harness_ms_per_problem": per_problem, "tcp_opens_per_call": opens})  # fmt: skip
+            rows.append(
+                {
+                    "topology": topo,
+                    "calls": [seen[small][2], seen[big][2]],
+                    "harness_ms": harness,
+                    "gold_ms": server,
+                    "harness_ms_per_problem": per_problem,
+                    "tcp_opens_per_call": opens,
+                }
+            )
             print(
                 f"{topo:<24}{seen[small][2]:>5} -> {seen[big][2]:<5}{harness:>14.1f}{server:>14.1f}{per_problem:>20.0f}"
                 f"{opens:>16.2f}",

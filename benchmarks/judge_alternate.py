@@ -43,12 +43,23 @@ def run_once(tree: Path, rows: Path) -> tuple[float, float, float]:
     with `tree` on PYTHONPATH."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     own_r, own_w = os.pipe()
-    cmd = [sys.executable, "-c", _COMMAND.format(fd=own_w), str(rows), "--gold", "--max-tests-per-row", "0", "--split", "train",
-           "--no-progress", "--out", os.devnull]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        _COMMAND.format(fd=own_w),
+        str(rows),
+        "--gold",
+        "--max-tests-per-row",
+        "0",
+        "--split",
+        "train",
+        "--no-progress",
+        "--out",
+        os.devnull,
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = perf_counter()
-    proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True,
-                          pass_fds=(own_w,))
+    proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, pass_fds=(own_w,))
     wall = perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     os.close(own_w)
@@ -68,8 +79,10 @@ def main() -> int:
     trees = [t.resolve() for t in args.trees]
     missing = [str(t) for t in trees if not (t / "apps_bench" / "judge" / "cli.py").is_file()]
     if missing or not args.rows.is_file():
-        print(f"error: {', '.join(missing) or args.rows}: not a source tree with apps_bench/judge "
-              "(or the rows file is missing)", file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {', '.join(missing) or args.rows}: not a source tree with apps_bench/judge (or the rows file is missing)",
+            file=sys.stderr,
+        )
         return 2
     runs: dict[Path, list[tuple[float, float, float]]] = {t: [] for t in trees}
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -79,9 +92,11 @@ def main() -> int:
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for tree, got in runs.items():
         walls = sorted(w for w, _, _ in got)
-        print(f"{str(tree):<40} wall median {statistics.median(walls):.2f} s (min {walls[0]:.2f}, max {walls[-1]:.2f}); "
-              f"CPU median {statistics.median(c for _, c, _ in got):.3f} s (command {statistics.median(o for *_, o in got):.3f}, "
-              f"workers {statistics.median(c - o for _, c, o in got):.3f}); runs {', '.join(f'{w:.2f}' for w, _, _ in got)}")
+        print(
+            f"{str(tree):<40} wall median {statistics.median(walls):.2f} s (min {walls[0]:.2f}, max {walls[-1]:.2f}); "
+            f"CPU median {statistics.median(c for _, c, _ in got):.3f} s (command {statistics.median(o for *_, o in got):.3f}, "
+            f"workers {statistics.median(c - o for _, c, o in got):.3f}); runs {', '.join(f'{w:.2f}' for w, _, _ in got)}"
+        )
     return 0
 
 

@@ -102,7 +102,7 @@ def _record_cpu(stderr: bytes) -> None:
     k = stderr.rfind(b"@@CPU@@")
     if k >= 0:
         try:
-            CPU_SPENT.append(float(stderr[k + 7:].split()[0]))
+            CPU_SPENT.append(float(stderr[k + 7 :].split()[0]))
         except (ValueError, IndexError):
             pass
 
@@ -114,14 +114,22 @@ def run_test(problem, code_path: Path, drivers: dict[str, Path], i: int, timeout
     try:
         if tests.mode == "stdin":
             proc = subprocess.run(
-                [sys.executable, str(drivers["stdin"]), str(code_path)], input=tests.inputs[i].encode(),
-                capture_output=True, timeout=timeout_s, env=CHILD_ENV, cwd=code_path.parent,
+                [sys.executable, str(drivers["stdin"]), str(code_path)],
+                input=tests.inputs[i].encode(),
+                capture_output=True,
+                timeout=timeout_s,
+                env=CHILD_ENV,
+                cwd=code_path.parent,
             )
         else:
             spec = json.dumps({"code": str(code_path), "fn": tests.fn_name, "args": tests.inputs[i]})
             proc = subprocess.run(
-                [sys.executable, str(drivers["call"])], input=spec.encode(), capture_output=True,
-                timeout=timeout_s, env=CHILD_ENV, cwd=code_path.parent,
+                [sys.executable, str(drivers["call"])],
+                input=spec.encode(),
+                capture_output=True,
+                timeout=timeout_s,
+                env=CHILD_ENV,
+                cwd=code_path.parent,
             )
     except subprocess.TimeoutExpired:
         CPU_SPENT.append(timeout_s)
@@ -138,7 +146,7 @@ def run_test(problem, code_path: Path, drivers: dict[str, Path], i: int, timeout
         marker = out.rfind("@@RESULT@@")
         if marker < 0:
             return False, secs, "no result"
-        ok, rule = compare_call(json.loads(out[marker + len("@@RESULT@@"):]), tests.outputs[i])
+        ok, rule = compare_call(json.loads(out[marker + len("@@RESULT@@") :]), tests.outputs[i])
     return ok, secs, rule
 
 
@@ -164,8 +172,13 @@ def baseline(problems, timeout_s: float, prelude: bool = False) -> dict[str, dic
                 if not ok:
                     passed, why = False, f"test {i}: {rule}"
                     break
-            out[p.id] = {"passed": passed, "why": why, "max_seconds": max(times), "tests_run": n_run,
-                         "cpu": sum(CPU_SPENT[cpu_before:])}
+            out[p.id] = {
+                "passed": passed,
+                "why": why,
+                "max_seconds": max(times),
+                "tests_run": n_run,
+                "cpu": sum(CPU_SPENT[cpu_before:]),
+            }
     return out
 
 
@@ -184,9 +197,25 @@ def every_test_cost(rows: Path, args: argparse.Namespace) -> int:
     for _ in range(max(1, args.repeat)):
         for stop in ("true", "false"):
             out = Path(tmp.name) / f"verdicts-{stop}.jsonl"
-            cmd = [sys.executable, "-m", "apps_bench.judge", str(rows), "--predictions", str(pred), "--split", "train",
-                   "--max-tests-per-row", "0", "--out", str(out), "--no-progress", "--timeout-s", str(args.timeout_s),
-                   "--set", f"stop_on_first_failure={stop}"]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "apps_bench.judge",
+                str(rows),
+                "--predictions",
+                str(pred),
+                "--split",
+                "train",
+                "--max-tests-per-row",
+                "0",
+                "--out",
+                str(out),
+                "--no-progress",
+                "--timeout-s",
+                str(args.timeout_s),
+                "--set",
+                f"stop_on_first_failure={stop}",
+            ]
             if args.workers is not None:
                 cmd += ["--workers", str(args.workers)]
             t0 = time.perf_counter()
@@ -201,8 +230,10 @@ def every_test_cost(rows: Path, args: argparse.Namespace) -> int:
     print(f"load average  : {' '.join(f'{x:.2f}' for x in os.getloadavg())} (other work on the machine slows both sides)")
     for stop, name in (("true", "first failure"), ("false", "every test   ")):
         n, passed, run = counts[stop]
-        print(f"{name}: {statistics.median(times[stop]):7.2f} s  ({n} programs, {passed} pass, {run} tests run; "
-              f"median of {', '.join(f'{x:.2f}' for x in times[stop])})")
+        print(
+            f"{name}: {statistics.median(times[stop]):7.2f} s  ({n} programs, {passed} pass, {run} tests run; "
+            f"median of {', '.join(f'{x:.2f}' for x in times[stop])})"
+        )
     ratio = statistics.median(times["false"]) / statistics.median(times["true"])
     print(f"every test costs {ratio:.1f}x the judge time on failing programs (a passing program runs every test either way)")
     return 0
@@ -213,9 +244,14 @@ def main() -> int:
     ap.add_argument("rows", nargs="?", default=str(REPO / "tests/fixtures/apps/train_mini150.jsonl"))
     ap.add_argument("--timeout-s", type=float, default=4.0)
     ap.add_argument("--workers", type=int, default=None, help="passed to the judge command (default: its config)")
-    ap.add_argument("--repeat", type=int, default=4, help="judge command runs (half before, half after the baseline); the median counts")
-    ap.add_argument("--every-test-cost", action="store_true",
-                    help="time failing programs judged with every test against stopping at the first failure (no baseline)")
+    ap.add_argument(
+        "--repeat", type=int, default=4, help="judge command runs (half before, half after the baseline); the median counts"
+    )
+    ap.add_argument(
+        "--every-test-cost",
+        action="store_true",
+        help="time failing programs judged with every test against stopping at the first failure (no baseline)",
+    )
     args = ap.parse_args()
     rows = Path(args.rows).resolve()
     if not rows.is_file():
@@ -227,15 +263,31 @@ def main() -> int:
     dataset = typed(DatasetConfig, OmegaConf.merge(apps, {"source": "file", "path": str(rows), "split": "train"}))
     problems = load_problems(dataset, max_tests_per_row=0).problems
     n_tests = sum(len(p.tests) for p in problems)
-    print(f"{len(problems)} problems, {n_tests} tests from {rows}; cpus={os.cpu_count()}; "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(
+        f"{len(problems)} problems, {n_tests} tests from {rows}; cpus={os.cpu_count()}; "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
 
     # (a) the project's judge command, whole command timed; runs before and after the baseline,
     # so a change in the machine's load during the run weighs on both sides alike
     tmp = tempfile.TemporaryDirectory(prefix="judge-speed-")
     verdicts_path = Path(tmp.name) / "verdicts.jsonl"
-    cmd = [sys.executable, "-m", "apps_bench.judge", str(rows), "--gold", "--max-tests-per-row", "0",
-           "--split", "train", "--out", str(verdicts_path), "--no-progress", "--timeout-s", str(args.timeout_s)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "apps_bench.judge",
+        str(rows),
+        "--gold",
+        "--max-tests-per-row",
+        "0",
+        "--split",
+        "train",
+        "--out",
+        str(verdicts_path),
+        "--no-progress",
+        "--timeout-s",
+        str(args.timeout_s),
+    ]
     if args.workers is not None:
         cmd += ["--workers", str(args.workers)]
     judge_runs: list[float] = []
@@ -284,28 +336,40 @@ def main() -> int:
             else:
                 explained[pid] = "UNEXPLAINED"
     print()
-    print(f"verdicts: judge passed {sum(v['passed'] for v in verdicts.values())}/{len(verdicts)}, "
-          f"baseline passed {sum(b['passed'] for b in base.values())}/{len(base)}; "
-          f"{len(disagree)} disagreement(s)")
+    print(
+        f"verdicts: judge passed {sum(v['passed'] for v in verdicts.values())}/{len(verdicts)}, "
+        f"baseline passed {sum(b['passed'] for b in base.values())}/{len(base)}; "
+        f"{len(disagree)} disagreement(s)"
+    )
     for pid in disagree:
         v, b = verdicts[pid], base[pid]
         first_fail = next((r for r in v["results"] if r["outcome"] != "pass"), None)
         jwhy = f"{first_fail['outcome']} at test {first_fail['index']}" if first_fail else "all pass"
-        print(f"  {pid}: judge={'pass' if v['passed'] else 'fail'} ({jwhy}), "
-              f"baseline={'pass' if b['passed'] else 'fail'} ({b['why'] or 'all pass'}) -> {explained[pid]}")
+        print(
+            f"  {pid}: judge={'pass' if v['passed'] else 'fail'} ({jwhy}), "
+            f"baseline={'pass' if b['passed'] else 'fail'} ({b['why'] or 'all pass'}) -> {explained[pid]}"
+        )
     print()
     print(f"load average  : {' '.join(f'{x:.2f}' for x in os.getloadavg())} (other work on the machine slows both sides)")
-    print(f"judge command : {judge_s:7.2f} s  (whole command, {len(verdicts)} problems, {n_tests} tests; "
-          f"median of {', '.join(f'{x:.2f}' for x in judge_runs)})")
+    print(
+        f"judge command : {judge_s:7.2f} s  (whole command, {len(verdicts)} problems, {n_tests} tests; "
+        f"median of {', '.join(f'{x:.2f}' for x in judge_runs)})"
+    )
     print(f"baseline      : {base_s:7.2f} s  ({base_tests} fresh python processes, one after another)")
     print(f"ratio         : {base_s / judge_s:7.1f}x  (target >= 22x)")
-    print(f"compute floor : {floor_s:7.2f} s CPU  (the programs' own CPU time inside the baseline's children; "
-          f"the children's rusage incl. interpreter start-up: {base_cpu:.2f} s CPU)")
-    print(f"                {floor_s / (os.cpu_count() or 1):7.2f} s on {os.cpu_count()} cores; the judge command is "
-          f"{judge_s / max(floor_s / (os.cpu_count() or 1), 1e-9):.1f}x that")
+    print(
+        f"compute floor : {floor_s:7.2f} s CPU  (the programs' own CPU time inside the baseline's children; "
+        f"the children's rusage incl. interpreter start-up: {base_cpu:.2f} s CPU)"
+    )
+    print(
+        f"                {floor_s / (os.cpu_count() or 1):7.2f} s on {os.cpu_count()} cores; the judge command is "
+        f"{judge_s / max(floor_s / (os.cpu_count() or 1), 1e-9):.1f}x that"
+    )
     heavy = sorted(base.items(), key=lambda kv: -kv[1]["cpu"])[:3]
-    print("                heaviest problems (their tests run one after another in one child): "
-          + ", ".join(f"{pid} {b['cpu']:.2f} s" for pid, b in heavy))
+    print(
+        "                heaviest problems (their tests run one after another in one child): "
+        + ", ".join(f"{pid} {b['cpu']:.2f} s" for pid, b in heavy)
+    )
     unexplained = [pid for pid, why in explained.items() if why == "UNEXPLAINED"]
     return 1 if unexplained else 0
 

@@ -46,15 +46,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 GEN_TOKENS = 128
 N_BATCH = 512  # llama-cpp-python's server's n_batch and n_ubatch (model=local leaves them), flash-attn off
-TASK = ("Read n and a list of n integers from standard input and print the length of the longest "
-        "strictly increasing contiguous run. Constraints: 1 <= n <= 100000. ") * 27  # fmt: skip
+TASK = (
+    "Read n and a list of n integers from standard input and print the length of the longest "
+    "strictly increasing contiguous run. Constraints: 1 <= n <= 100000. "
+) * 27
 ASK = "\nWrite a long essay about this problem and how to solve it in Python."  # a reply that runs to max_tokens
 
 
 def messages(tag: str) -> list[dict[str, str]]:
     """~1,100 prompt tokens; `tag` makes the first tokens differ, so nothing is reused."""
-    return [{"role": "system", "content": f"{tag}: You are a careful Python programmer."},
-            {"role": "user", "content": TASK + ASK}]  # fmt: skip
+    return [
+        {"role": "system", "content": f"{tag}: You are a careful Python programmer."},
+        {"role": "user", "content": TASK + ASK},
+    ]
 
 
 def pair(complete, tag: str) -> tuple[int, float, int, float]:
@@ -79,9 +83,19 @@ def server_rates(server, cfg, reps: int) -> tuple[tuple[int, float, float, int],
     import httpx
 
     def complete(msgs, max_tokens):
-        r = httpx.post(f"{server.base_url}/chat/completions", timeout=900, trust_env=False, json={
-            "model": server.model_id, "messages": msgs, "max_tokens": max_tokens,
-            "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": 0})  # fmt: skip
+        r = httpx.post(
+            f"{server.base_url}/chat/completions",
+            timeout=900,
+            trust_env=False,
+            json={
+                "model": server.model_id,
+                "messages": msgs,
+                "max_tokens": max_tokens,
+                "temperature": cfg.temperature,
+                "top_p": cfg.top_p,
+                "seed": 0,
+            },
+        )
         r.raise_for_status()
         return r.json()["usage"]
 
@@ -111,13 +125,21 @@ def in_process_rates(server, model: Path, cfg, reps: int) -> tuple[int, float, f
 
     install()  # the server's chat handler, so the prompt is token for token the server's
     llm = llama_cpp.Llama(
-        model_path=str(model), n_ctx=server.n_ctx, n_threads=server.n_threads,
-        n_threads_batch=server.n_threads, n_batch=N_BATCH, n_ubatch=N_BATCH, chat_format=server.chat_format, logits_all=False, verbose=False,
-    )  # fmt: skip
+        model_path=str(model),
+        n_ctx=server.n_ctx,
+        n_threads=server.n_threads,
+        n_threads_batch=server.n_threads,
+        n_batch=N_BATCH,
+        n_ubatch=N_BATCH,
+        chat_format=server.chat_format,
+        logits_all=False,
+        verbose=False,
+    )
 
     def complete(msgs, max_tokens):
-        out = llm.create_chat_completion(messages=msgs, max_tokens=max_tokens, temperature=cfg.temperature,
-                                         top_p=cfg.top_p, seed=0)  # fmt: skip
+        out = llm.create_chat_completion(
+            messages=msgs, max_tokens=max_tokens, temperature=cfg.temperature, top_p=cfg.top_p, seed=0
+        )
         return out["usage"]
 
     complete(messages("warm-up"), 4)
@@ -130,11 +152,28 @@ def llama_bench_rates(path: str, server, model: Path, prompt_tokens: int, reps: 
 
     lib = Path(llama_cpp.__file__).parent / "lib"
     env = {**os.environ, "LD_LIBRARY_PATH": f"{lib}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
-    common = [path, "-m", str(model), "-t", str(server.n_threads), "-b", str(N_BATCH),
-              "-ub", str(N_BATCH), "-fa", "1" if False else "0", "-r", str(reps), "-o", "json"]  # fmt: skip
+    common = [
+        path,
+        "-m",
+        str(model),
+        "-t",
+        str(server.n_threads),
+        "-b",
+        str(N_BATCH),
+        "-ub",
+        str(N_BATCH),
+        "-fa",
+        "1" if False else "0",
+        "-r",
+        str(reps),
+        "-o",
+        "json",
+    ]
     out = {}
-    for name, args in (("pp", ["-p", str(prompt_tokens), "-n", "0"]),
-                       ("tg", ["-p", "0", "-n", str(GEN_TOKENS), "-d", str(prompt_tokens)])):  # fmt: skip
+    for name, args in (
+        ("pp", ["-p", str(prompt_tokens), "-n", "0"]),
+        ("tg", ["-p", "0", "-n", str(GEN_TOKENS), "-d", str(prompt_tokens)]),
+    ):
         proc = subprocess.run(common + args, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise SystemExit(f"llama-bench failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -148,16 +187,20 @@ def main() -> None:
     from apps_bench.models.local import server_for
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--llama-bench", default=os.environ.get("LLAMA_BENCH"),
-                    help="path of llama-bench built from the same source and flags (see this file's docstring)")  # fmt: skip
+    ap.add_argument(
+        "--llama-bench",
+        default=os.environ.get("LLAMA_BENCH"),
+        help="path of llama-bench built from the same source and flags (see this file's docstring)",
+    )
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-in-process", action="store_true", help="skip the in-process column")
     ap.add_argument("overrides", nargs="*", help="conf/model/local.yaml settings, e.g. n_threads=2")
     args = ap.parse_args()
     if not args.llama_bench or not Path(args.llama_bench).is_file():
         ap.error("give --llama-bench PATH (or env LLAMA_BENCH): llama-bench built as this file's docstring says")
-    cfg = OmegaConf.merge(OmegaConf.load(ROOT / "apps_bench" / "conf" / "model" / "local.yaml"),
-                          OmegaConf.from_dotlist(args.overrides))  # fmt: skip
+    cfg = OmegaConf.merge(
+        OmegaConf.load(ROOT / "apps_bench" / "conf" / "model" / "local.yaml"), OmegaConf.from_dotlist(args.overrides)
+    )
     server = server_for(cfg)
     (p, s_pp, s_tg, n), (o_pp, o_tg) = server_rates(server, cfg, args.reps)
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,8 +213,10 @@ def main() -> None:
         i_pp, i_tg = (None, None) if args.no_in_process else in_process_rates(server, model, cfg, args.reps)[1:3]
         b_pp, b_tg = llama_bench_rates(args.llama_bench, server, model, p, args.reps)
 
-    print(f"{server.model_path.name} served as {server.requantize or 'shipped'}, threads {server.n_threads}, batch {N_BATCH}/{N_BATCH}, "
-          f"flash-attn off; prompt {p} tokens, {n}-{GEN_TOKENS} generated; median of {args.reps}")  # fmt: skip
+    print(
+        f"{server.model_path.name} served as {server.requantize or 'shipped'}, threads {server.n_threads}, batch {N_BATCH}/{N_BATCH}, "
+        f"flash-attn off; prompt {p} tokens, {n}-{GEN_TOKENS} generated; median of {args.reps}"
+    )
     print(f"{'tokens/s':<12}{'llama-bench':>12}{'server':>10}{'its timings':>13}{'in-process':>12}{'server/bench':>14}")
     for name, b, s, o, i in (("prompt eval", b_pp, s_pp, o_pp, i_pp), ("generation", b_tg, s_tg, o_tg, i_tg)):
         print(f"{name:<12}{b:12.1f}{s:10.1f}{o:13.1f}{'-' if i is None else f'{i:.1f}':>12}{s / b:14.2f}")

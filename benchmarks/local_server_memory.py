@@ -25,10 +25,14 @@ AGENTS = {
     "coder": "You are the programmer. Write the complete Python 3 program you are asked for.",
     "tester": "You are the tester. Run the program on the examples and report every failure.",
 }
-TASK = ("Read n and a list of n integers from standard input and print the length of the longest "
-        "strictly increasing contiguous run. Constraints: 1 <= n <= 100000. ") * 4  # fmt: skip
-STEP = ("Here is what happened next: the program was run on the first example and printed 3; the "
-        "expected output was 3. Then on the second example it printed 1 and 1 was expected. ") * 5  # fmt: skip
+TASK = (
+    "Read n and a list of n integers from standard input and print the length of the longest "
+    "strictly increasing contiguous run. Constraints: 1 <= n <= 100000. "
+) * 4
+STEP = (
+    "Here is what happened next: the program was run on the first example and printed 3; the "
+    "expected output was 3. Then on the second example it printed 1 and 1 was expected. "
+) * 5
 
 
 def rss_mb(pid: int) -> float:
@@ -48,11 +52,17 @@ def run(server, turns: int) -> tuple[list[float], float]:
     try:
         for turn in range(turns):
             agent = list(AGENTS)[turn % len(AGENTS)]
-            r = httpx.post(f"{server.base_url}/chat/completions", timeout=600, trust_env=False, json={
-                "model": server.model_id, "messages": convs[agent], "max_tokens": 16, "temperature": 0, "seed": 0})  # fmt: skip
+            r = httpx.post(
+                f"{server.base_url}/chat/completions",
+                timeout=600,
+                trust_env=False,
+                json={"model": server.model_id, "messages": convs[agent], "max_tokens": 16, "temperature": 0, "seed": 0},
+            )
             r.raise_for_status()
-            convs[agent] += [{"role": "assistant", "content": r.json()["choices"][0]["message"]["content"] or "ok"},
-                             {"role": "user", "content": STEP}]  # fmt: skip
+            convs[agent] += [
+                {"role": "assistant", "content": r.json()["choices"][0]["message"]["content"] or "ok"},
+                {"role": "user", "content": STEP},
+            ]
             rss.append(rss_mb(server.proc.pid))
     finally:
         server.stop()
@@ -68,7 +78,7 @@ def stock(server):
             cmd = super().command()
             cmd[cmd.index("apps_bench.models.local_server")] = "llama_cpp.server"
             i = cmd.index("--logits_all")
-            return cmd[:i] + cmd[i + 2:]
+            return cmd[:i] + cmd[i + 2 :]
 
     return Stock(**{f.name: getattr(server, f.name) for f in dataclasses.fields(server) if f.init})
 
@@ -88,8 +98,10 @@ def main() -> None:
     print("turn  RSS MB, llama_cpp.server  RSS MB, model=local's server")
     for i, (a, b) in enumerate(zip(every, last), start=1):
         print(f"{i:4d}  {a:22.0f}  {b:26.0f}")
-    print(f"peak: {max(every):.0f} MB vs {max(last):.0f} MB (ratio {max(every) / max(last):.2f}); "
-          f"s per turn: {every_s:.2f} vs {last_s:.2f} (ratio {every_s / last_s:.2f})")  # fmt: skip
+    print(
+        f"peak: {max(every):.0f} MB vs {max(last):.0f} MB (ratio {max(every) / max(last):.2f}); "
+        f"s per turn: {every_s:.2f} vs {last_s:.2f} (ratio {every_s / last_s:.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -19,17 +19,32 @@ import time
 from pathlib import Path
 
 TOPOLOGIES = (
-    "single", "independent", "sequential_langgraph", "sequential_crewai",
-    "centralized_langgraph", "centralized_autogen", "decentralized_langgraph", "decentralized_openai",
-)  # fmt: skip
+    "single",
+    "independent",
+    "sequential_langgraph",
+    "sequential_crewai",
+    "centralized_langgraph",
+    "centralized_autogen",
+    "decentralized_langgraph",
+    "decentralized_openai",
+)
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(topology: str, rows: Path, limit: int, work: Path) -> dict:
     cwd = work / topology
     cwd.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "apps_bench", "model=local", f"topology={topology}", "dataset=apps",
-           f"dataset.path={rows}", f"limit={limit}", "progress=false"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "apps_bench",
+        "model=local",
+        f"topology={topology}",
+        "dataset=apps",
+        f"dataset.path={rows}",
+        f"limit={limit}",
+        "progress=false",
+    ]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
@@ -55,7 +70,9 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     work = Path(tempfile.mkdtemp(prefix="apps-bench-local-"))
-    print("| topology | exit | wall s | model calls | tokens (prompt + completion) | tool calls | requests with `tools` | finish reasons | errors | pass@1 |")
+    print(
+        "| topology | exit | wall s | model calls | tokens (prompt + completion) | tool calls | requests with `tools` | finish reasons | errors | pass@1 |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for t in args.only:
         r = run(t, args.rows.resolve(), args.limit, work)

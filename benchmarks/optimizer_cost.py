@@ -65,15 +65,23 @@ def main() -> int:
     rows = []
     for method in args.methods.split(","):
         over = [
-            "allow_any_cell=true", "topology=sequential_langgraph", "model=gold", f"model.gold.latency_ms={args.latency_ms}",
-            f"optimizer={method}", "dataset=apps", f"dataset.path={DATA / 'test_0-49_partial.jsonl'}",
-            "concurrency=8", "judge.workers=2",
-        ]  # fmt: skip
+            "allow_any_cell=true",
+            "topology=sequential_langgraph",
+            "model=gold",
+            f"model.gold.latency_ms={args.latency_ms}",
+            f"optimizer={method}",
+            "dataset=apps",
+            f"dataset.path={DATA / 'test_0-49_partial.jsonl'}",
+            "concurrency=8",
+            "judge.workers=2",
+        ]
         if method != "none":
             over += [
-                f"optimizer.params.pool.path={DATA / 'train_mini150.jsonl'}", f"optimizer.params.pool.train_size={args.train}",
-                f"optimizer.params.pool.val_size={args.val}", f"optimizer.params.budget.rollouts={args.budget}",
-            ]  # fmt: skip
+                f"optimizer.params.pool.path={DATA / 'train_mini150.jsonl'}",
+                f"optimizer.params.pool.train_size={args.train}",
+                f"optimizer.params.pool.val_size={args.val}",
+                f"optimizer.params.budget.rollouts={args.budget}",
+            ]
         if method == "maspo":
             over += ["optimizer.params.minibatch=3"]
         if method == "none":  # optimizer=none has no params of its own: give it the same pool
@@ -89,26 +97,56 @@ def main() -> int:
         # problem dominates a small run, so the median batch time is the fairer speed figure)
         events = [json.loads(line) for line in (out_root / method / "events.jsonl").read_text().splitlines()]
         batch_s = [round(e["t"] - p["t"], 3) for p, e in zip(events, events[1:]) if e["kind"] == "evaluation" and e["fresh"]]
-        rows.append({
-            "method": method, "wall_s": round(wall, 2),
-            "rollouts": b["rollouts"], "budget": b["max_rollouts"] if method != "none" else "-",
-            "overshoot": b["overshoot"]["rollouts"], "fresh_rollouts": b["fresh_rollouts"],
-            "task_tokens": b["task_tokens"], "replayed_task_tokens": b.get("replayed_task_tokens", 0),
-            "optimizer_calls": b["optimizer_calls"], "optimizer_tokens": b["optimizer_tokens"],
-            "val_rollouts": res.val_rescoring["rollouts"], "val_task_tokens": res.val_rescoring["task_tokens"],
-            "seed_val": res.seed_val.strict, "chosen_val": res.chosen_val.strict, "stopped": res.stopped,
-            "median_batch_s": round(statistics.median(batch_s), 2) if batch_s else None,
-            "max_batch_s": max(batch_s) if batch_s else None,
-            "replay_hits": res.details.get("replay", {}).get("hits"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "method": method,
+                "wall_s": round(wall, 2),
+                "rollouts": b["rollouts"],
+                "budget": b["max_rollouts"] if method != "none" else "-",
+                "overshoot": b["overshoot"]["rollouts"],
+                "fresh_rollouts": b["fresh_rollouts"],
+                "task_tokens": b["task_tokens"],
+                "replayed_task_tokens": b.get("replayed_task_tokens", 0),
+                "optimizer_calls": b["optimizer_calls"],
+                "optimizer_tokens": b["optimizer_tokens"],
+                "val_rollouts": res.val_rescoring["rollouts"],
+                "val_task_tokens": res.val_rescoring["task_tokens"],
+                "seed_val": res.seed_val.strict,
+                "chosen_val": res.chosen_val.strict,
+                "stopped": res.stopped,
+                "median_batch_s": round(statistics.median(batch_s), 2) if batch_s else None,
+                "max_batch_s": max(batch_s) if batch_s else None,
+                "replay_hits": res.details.get("replay", {}).get("hits"),
+            }
+        )
     base = next((r["wall_s"] for r in rows if r["method"] == "none"), None)
-    cols = ["method", "rollouts", "budget", "overshoot", "fresh_rollouts", "task_tokens", "replayed_task_tokens",
-            "optimizer_calls", "optimizer_tokens", "val_rollouts", "val_task_tokens", "wall_s", "x_none",
-            "median_batch_s", "max_batch_s", "replay_hits", "seed_val", "chosen_val", "stopped"]  # fmt: skip
+    cols = [
+        "method",
+        "rollouts",
+        "budget",
+        "overshoot",
+        "fresh_rollouts",
+        "task_tokens",
+        "replayed_task_tokens",
+        "optimizer_calls",
+        "optimizer_tokens",
+        "val_rollouts",
+        "val_task_tokens",
+        "wall_s",
+        "x_none",
+        "median_batch_s",
+        "max_batch_s",
+        "replay_hits",
+        "seed_val",
+        "chosen_val",
+        "stopped",
+    ]
     for r in rows:
         r["x_none"] = round(r["wall_s"] / base, 2) if base else None
-    print(f"optimizer cost at a budget of {args.budget} rollouts, sequential_langgraph, gold model, latency {args.latency_ms} ms, "
-          f"train {args.train} / val {args.val}")
+    print(
+        f"optimizer cost at a budget of {args.budget} rollouts, sequential_langgraph, gold model, latency {args.latency_ms} ms, "
+        f"train {args.train} / val {args.val}"
+    )
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:

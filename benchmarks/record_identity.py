@@ -52,8 +52,15 @@ CODE = {"cell.json": ("git_sha", "git_dirty"), "summary.json": ("git_sha", "git_
 MASK = "<masked>"
 
 # the sweep both trees run: settings as the base spells them (--rename for the candidate's spelling)
-SWEEP = ["model=gold", "dataset=apps", "dataset.split=train", "model.wrong_fraction=0.3", "allow_any_cell=true",
-         "progress=false", "tracking.experiment=identity"]  # fmt: skip
+SWEEP = [
+    "model=gold",
+    "dataset=apps",
+    "dataset.split=train",
+    "model.wrong_fraction=0.3",
+    "allow_any_cell=true",
+    "progress=false",
+    "tracking.experiment=identity",
+]
 
 
 @dataclass
@@ -74,12 +81,21 @@ def run_sweep(tree: Path, work: Path, rows: Path, topologies: list[str], limit: 
     args = [renames.get(a.split("=", 1)[0], a.split("=", 1)[0]) + "=" + a.split("=", 1)[1] for a in args]
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "APPS_BENCH_PARENT_RUN_ID")}
     env.update(PYTHONPATH=str(tree), MLFLOW_DISABLE_TELEMETRY="true", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    proc = subprocess.run([sys.executable, "-m", "apps_bench", "-m", *args], cwd=work, env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "apps_bench", "-m", *args],
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
     (work / "sweep.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
     if proc.returncode != 0:
-        print(f"record_identity: the sweep with {tree} failed (exit {proc.returncode}), see {work / 'sweep.log'}:\n"
-              f"{proc.stderr[-2000:]}", file=sys.stderr)  # fmt: skip
+        print(
+            f"record_identity: the sweep with {tree} failed (exit {proc.returncode}), see {work / 'sweep.log'}:\n"
+            f"{proc.stderr[-2000:]}",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     return work
 
@@ -255,10 +271,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("candidate", type=Path, help="the tree to check")
     ap.add_argument("--limit", type=int, default=4, help="problems per runner (default 4)")
     ap.add_argument("--keep", type=Path, help="run in this new folder and keep it (default: a temporary one, removed)")
-    ap.add_argument("--reuse", type=Path, metavar="DIR",
-                    help="compare the two sweeps a --keep DIR run left there again, without running them")  # fmt: skip
-    ap.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
-                    help="the candidate spells setting OLD as NEW (repeatable)")  # fmt: skip
+    ap.add_argument(
+        "--reuse", type=Path, metavar="DIR", help="compare the two sweeps a --keep DIR run left there again, without running them"
+    )
+    ap.add_argument(
+        "--rename", action="append", default=[], metavar="OLD=NEW", help="the candidate spells setting OLD as NEW (repeatable)"
+    )
     args = ap.parse_args(argv)
     trees = [args.base.resolve(), args.candidate.resolve()]
     for tree in trees:
@@ -270,8 +288,10 @@ def main(argv: list[str]) -> int:
         return 2
     bad = [r for r in args.rename if r.count("=") != 1 or not all(r.split("="))]
     if bad:
-        print(f"record_identity: --rename {bad[0]}: give OLD=NEW, e.g. model.wrong_fraction=model.gold.wrong_fraction",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"record_identity: --rename {bad[0]}: give OLD=NEW, e.g. model.wrong_fraction=model.gold.wrong_fraction",
+            file=sys.stderr,
+        )
         return 2
     if args.reuse is not None and not all((args.reuse / side / "outputs" / "cells").is_dir() for side in ("base", "candidate")):
         print(f"record_identity: --reuse {args.reuse}: no sweeps there (give a folder a --keep run filled)", file=sys.stderr)
@@ -314,9 +334,11 @@ def report(outcomes: list[Outcome]) -> int:
         else:
             print(f"{o.runner:<{width}}  SAME ({', '.join(o.compared)})")
     n_diff = sum(bool(o.differences) for o in outcomes)
-    print(f"{'all SAME' if not n_diff else f'{n_diff} runner(s) DIFFERENT'}; masked: timing {', '.join(TIMING)}; "
-          f"scheduling {', '.join(SCHEDULING)} and the order concurrent agents finish in; counts.json's file stamp; "
-          "provenance's git_sha, git_dirty")  # fmt: skip
+    print(
+        f"{'all SAME' if not n_diff else f'{n_diff} runner(s) DIFFERENT'}; masked: timing {', '.join(TIMING)}; "
+        f"scheduling {', '.join(SCHEDULING)} and the order concurrent agents finish in; counts.json's file stamp; "
+        "provenance's git_sha, git_dirty"
+    )
     return 1 if n_diff else 0
 
 

@@ -52,21 +52,44 @@ def gold_side_by_side(ref_judge: Path, max_tests: int, repeat: int, tmp: Path) -
         ref_out, ours_out = tmp / f"{name}.ref.jsonl", tmp / f"{name}.ours.jsonl"
         t_ref, t_ours = [], []
         for _ in range(repeat):  # alternated, so load changes hit both sides alike
-            t_ref.append(timed([sys.executable, str(ref_judge), str(rows), "--gold", "--max-tests", str(max_tests),
-                                "--out", str(ref_out)]))
-            t_ours.append(timed([sys.executable, "-m", "apps_bench.judge", str(rows), "--gold", "--profile", "reference",
-                                 "--split", split, "--max-tests-per-row", str(max_tests), "--out", str(ours_out), "--no-progress"]))
+            t_ref.append(
+                timed([sys.executable, str(ref_judge), str(rows), "--gold", "--max-tests", str(max_tests), "--out", str(ref_out)])
+            )
+            t_ours.append(
+                timed(
+                    [
+                        sys.executable,
+                        "-m",
+                        "apps_bench.judge",
+                        str(rows),
+                        "--gold",
+                        "--profile",
+                        "reference",
+                        "--split",
+                        split,
+                        "--max-tests-per-row",
+                        str(max_tests),
+                        "--out",
+                        str(ours_out),
+                        "--no-progress",
+                    ]
+                )
+            )
         ref, ours = read(ref_out), read(ours_out)
         with_program = [k for k in ref if k in ours and ours[k]["extracted"]]
-        out.append({
-            "set": name, "programs": len(with_program),
-            "verdicts_agree": sum(ref[k]["passed"] == ours[k]["passed"] for k in with_program),
-            "lists_agree": sum(ref[k]["results"] == ours[k]["reference_results"] for k in with_program),
-            "passed_original": sum(ref[k]["passed"] for k in with_program),
-            "passed_reference": sum(ours[k]["passed"] for k in with_program),
-            "original_s": statistics.median(t_ref), "reference_s": statistics.median(t_ours),
-            "disagree": [k for k in with_program if ref[k]["passed"] != ours[k]["passed"]],
-        })
+        out.append(
+            {
+                "set": name,
+                "programs": len(with_program),
+                "verdicts_agree": sum(ref[k]["passed"] == ours[k]["passed"] for k in with_program),
+                "lists_agree": sum(ref[k]["results"] == ours[k]["reference_results"] for k in with_program),
+                "passed_original": sum(ref[k]["passed"] for k in with_program),
+                "passed_reference": sum(ours[k]["passed"] for k in with_program),
+                "original_s": statistics.median(t_ref),
+                "reference_s": statistics.median(t_ours),
+                "disagree": [k for k in with_program if ref[k]["passed"] != ours[k]["passed"]],
+            }
+        )
     return out
 
 
@@ -82,9 +105,22 @@ def corpus_side_by_side(ref_judge: Path, max_tests: int, tmp: Path) -> dict:
     programs = corpus.corpus_programs(rows)
     rows_file, prog_file, ref_out = tmp / "rows.jsonl", tmp / "programs.jsonl", tmp / "corpus.ref.jsonl"
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows.values()))
-    prog_file.write_text("".join(json.dumps({"id": p["id"], "problem_id": p["problem"], "code": p["code"]}) + "\n" for p in programs))
-    t_ref = timed([sys.executable, str(ref_judge), str(rows_file), "--programs", str(prog_file),
-                   "--max-tests", str(max_tests), "--out", str(ref_out)])
+    prog_file.write_text(
+        "".join(json.dumps({"id": p["id"], "problem_id": p["problem"], "code": p["code"]}) + "\n" for p in programs)
+    )
+    t_ref = timed(
+        [
+            sys.executable,
+            str(ref_judge),
+            str(rows_file),
+            "--programs",
+            str(prog_file),
+            "--max-tests",
+            str(max_tests),
+            "--out",
+            str(ref_out),
+        ]
+    )
     t0 = time.perf_counter()
     with SandboxPool.from_config(judge_config("seed"), workers=0) as pool:
         judge = Judge.from_config(pool, judge_config("reference"))
@@ -95,11 +131,14 @@ def corpus_side_by_side(ref_judge: Path, max_tests: int, tmp: Path) -> dict:
     t_ours = time.perf_counter() - t0
     ref = read(ref_out)
     return {
-        "set": "parity corpus (gold + probes)", "programs": len(programs),
+        "set": "parity corpus (gold + probes)",
+        "programs": len(programs),
         "verdicts_agree": sum(ref[k]["passed"] == v.passed for k, v in ours.items()),
         "lists_agree": sum(ref[k]["results"] == list(v.reference_results) for k, v in ours.items()),
-        "passed_original": sum(ref[k]["passed"] for k in ours), "passed_reference": sum(v.passed for v in ours.values()),
-        "original_s": t_ref, "reference_s": t_ours,
+        "passed_original": sum(ref[k]["passed"] for k in ours),
+        "passed_reference": sum(v.passed for v in ours.values()),
+        "original_s": t_ref,
+        "reference_s": t_ours,
         "disagree": [k for k, v in ours.items() if ref[k]["passed"] != v.passed],
     }
 
@@ -116,18 +155,46 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         results = gold_side_by_side(args.harness.resolve(), args.max_tests, args.repeat, Path(tmp))
-        total = {k: sum(r[k] for r in results) for k in ("programs", "verdicts_agree", "lists_agree", "passed_original",
-                                                          "passed_reference", "original_s", "reference_s")}
+        total = {
+            k: sum(r[k] for r in results)
+            for k in (
+                "programs",
+                "verdicts_agree",
+                "lists_agree",
+                "passed_original",
+                "passed_reference",
+                "original_s",
+                "reference_s",
+            )
+        }
         results.append({"set": "all reference solutions", **total, "disagree": sum((r["disagree"] for r in results), [])})
         if not args.no_corpus:
             results.append(corpus_side_by_side(args.harness.resolve(), args.max_tests, Path(tmp)))
-    t = Table(title=f"original APPS harness vs judge profile reference (max_tests={args.max_tests}; whole commands, median of {args.repeat})")
-    for col in ("set", "programs", "verdicts agree", "result lists agree", "passed (orig / ref)", "original s", "reference s", "speed-up"):
+    t = Table(
+        title=f"original APPS harness vs judge profile reference (max_tests={args.max_tests}; whole commands, median of {args.repeat})"
+    )
+    for col in (
+        "set",
+        "programs",
+        "verdicts agree",
+        "result lists agree",
+        "passed (orig / ref)",
+        "original s",
+        "reference s",
+        "speed-up",
+    ):
         t.add_column(col, justify="left" if col == "set" else "right")
     for r in results:
-        t.add_row(r["set"], str(r["programs"]), f"{r['verdicts_agree']} ({100 * r['verdicts_agree'] / max(1, r['programs']):.1f}%)",
-                  str(r["lists_agree"]), f"{r['passed_original']} / {r['passed_reference']}", f"{r['original_s']:.2f}",
-                  f"{r['reference_s']:.2f}", f"{r['original_s'] / max(1e-9, r['reference_s']):.1f}x")
+        t.add_row(
+            r["set"],
+            str(r["programs"]),
+            f"{r['verdicts_agree']} ({100 * r['verdicts_agree'] / max(1, r['programs']):.1f}%)",
+            str(r["lists_agree"]),
+            f"{r['passed_original']} / {r['passed_reference']}",
+            f"{r['original_s']:.2f}",
+            f"{r['reference_s']:.2f}",
+            f"{r['original_s'] / max(1e-9, r['reference_s']):.1f}x",
+        )
     Console(width=160).print(t)
     for r in results:
         if r["disagree"]:

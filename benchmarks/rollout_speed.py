@@ -69,13 +69,22 @@ def main() -> int:
 
     out_root = Path(tempfile.mkdtemp(prefix="rollout_speed_"))
     base = [
-        "allow_any_cell=true", f"topology={args.topology}", "model=gold", f"model.gold.latency_ms={args.latency_ms}",
-        f"model.gold.wrong_fraction={args.wrong_fraction}", f"optimizer={args.method}", "dataset=apps", f"dataset.path={DATA / 'test_0-49_partial.jsonl'}",
-        f"concurrency={args.concurrency}", f"seed={args.seed}",
-        f"optimizer.params.pool.path={DATA / 'train_mini150.jsonl'}", f"optimizer.params.pool.train_size={args.train}",
-        f"optimizer.params.pool.val_size={args.val}", f"optimizer.params.budget.rollouts={args.budget}",
+        "allow_any_cell=true",
+        f"topology={args.topology}",
+        "model=gold",
+        f"model.gold.latency_ms={args.latency_ms}",
+        f"model.gold.wrong_fraction={args.wrong_fraction}",
+        f"optimizer={args.method}",
+        "dataset=apps",
+        f"dataset.path={DATA / 'test_0-49_partial.jsonl'}",
+        f"concurrency={args.concurrency}",
+        f"seed={args.seed}",
+        f"optimizer.params.pool.path={DATA / 'train_mini150.jsonl'}",
+        f"optimizer.params.pool.train_size={args.train}",
+        f"optimizer.params.pool.val_size={args.val}",
+        f"optimizer.params.budget.rollouts={args.budget}",
         f"optimizer.params.minibatch={args.minibatch}",
-    ]  # fmt: skip
+    ]
     if args.topology != "single":
         base.append("topology.team_size=2")
     get_topology(compose(base).topology)  # the framework's imports, once, outside the timings
@@ -90,17 +99,29 @@ def main() -> int:
         evals = [e for e in events if e["kind"] == "evaluation"]
         phase = evals[-1]["t"] - evals[0]["t"] if len(evals) > 1 else float("nan")
         fresh = sum(len(e["keys"]) for e in evals[1:] if e.get("fresh"))  # the rollouts run inside the phase
-        rows.append({"processes": setting, "wall_s": wall, "phase_s": phase, "fresh_rollouts": fresh,
-                     "rollouts_per_s": fresh / phase if phase else float("nan"), "chosen": digest(dict(res.chosen)),
-                     "chosen_val": res.chosen_val.strict})  # fmt: skip
+        rows.append(
+            {
+                "processes": setting,
+                "wall_s": wall,
+                "phase_s": phase,
+                "fresh_rollouts": fresh,
+                "rollouts_per_s": fresh / phase if phase else float("nan"),
+                "chosen": digest(dict(res.chosen)),
+                "chosen_val": res.chosen_val.strict,
+            }
+        )
     first = rows[0]["rollouts_per_s"]
-    print(f"\n{args.method} on {args.topology}, gold at {args.latency_ms} ms (wrong {args.wrong_fraction}), "
-          f"budget {args.budget}, seed {args.seed}\n")
+    print(
+        f"\n{args.method} on {args.topology}, gold at {args.latency_ms} ms (wrong {args.wrong_fraction}), "
+        f"budget {args.budget}, seed {args.seed}\n"
+    )
     print("| processes | wall s | rollout phase s | fresh rollouts | rollouts/s | speed-up | chosen prompts | chosen val |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['processes']} | {r['wall_s']:.1f} | {r['phase_s']:.1f} | {r['fresh_rollouts']} | "
-              f"{r['rollouts_per_s']:.2f} | {r['rollouts_per_s'] / first:.2f}x | {r['chosen']} | {r['chosen_val']:.3f} |")  # fmt: skip
+        print(
+            f"| {r['processes']} | {r['wall_s']:.1f} | {r['phase_s']:.1f} | {r['fresh_rollouts']} | "
+            f"{r['rollouts_per_s']:.2f} | {r['rollouts_per_s'] / first:.2f}x | {r['chosen']} | {r['chosen_val']:.3f} |"
+        )
     same = len({r["chosen"] for r in rows}) == 1
     print(f"\nthe same chosen prompts for every setting: {'yes' if same else 'NO'}")
     return 0 if same else 1

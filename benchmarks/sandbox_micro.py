@@ -76,8 +76,7 @@ def bench_fresh(tests: int, prelude: bool) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "MLFLOW", "HF_"))}
     t0 = time.perf_counter()
     for i in range(tests):
-        out = subprocess.run([sys.executable, "-c", code], input=f"{i}\n", capture_output=True, text=True,
-                             timeout=30, env=env)
+        out = subprocess.run([sys.executable, "-c", code], input=f"{i}\n", capture_output=True, text=True, timeout=30, env=env)
         if out.stdout != f"{i + 1}\n":
             raise SystemExit(f"wrong baseline output: {out!r}")
     return (time.perf_counter() - t0) / tests
@@ -102,8 +101,10 @@ def main() -> None:
     fresh = bench_fresh(args.baseline_tests, prelude=False)
     fresh_prelude = bench_fresh(max(5, args.baseline_tests // 4), prelude=True) if args.baseline_prelude else None
 
-    print(f"containment: {'contained (namespaces, uid, cgroup)' if feats.get('contained') else 'WEAK fallback'}; "
-          f"cores: {cores}; load average: {os.getloadavg()[0]:.2f}")
+    print(
+        f"containment: {'contained (namespaces, uid, cgroup)' if feats.get('contained') else 'WEAK fallback'}; "
+        f"cores: {cores}; load average: {os.getloadavg()[0]:.2f}"
+    )
     rows: list[tuple[str, PoolCost | float]] = [
         (f"pool, 1 worker, 1 thread ({args.tests_per_program} tests/program)", single),
         ("pool, 1 worker, 1 thread (1 test/program: fork+sweep cost)", per_prog),
@@ -114,8 +115,10 @@ def main() -> None:
         rows.append(("fresh python per test + APPS prelude, sequential", fresh_prelude))
     for label, cost in rows:
         if isinstance(cost, PoolCost):
-            print(f"  {label:<66} {cost.wall * 1000:8.2f} ms/test  (CPU: sandbox {cost.sandbox_cpu * 1000:.2f}, "
-                  f"caller {cost.caller_cpu * 1000:.2f} ms/test)")
+            print(
+                f"  {label:<66} {cost.wall * 1000:8.2f} ms/test  (CPU: sandbox {cost.sandbox_cpu * 1000:.2f}, "
+                f"caller {cost.caller_cpu * 1000:.2f} ms/test)"
+            )
         else:
             print(f"  {label:<66} {cost * 1000:8.2f} ms/test")
     print(f"ratio fresh-python / pool (1 thread):        {fresh / single.wall:6.1f}x")

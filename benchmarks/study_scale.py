@@ -42,8 +42,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = REPO / "tests" / "fixtures" / "apps" / "train_mini150.jsonl"
-TOPOLOGIES = ("single", "independent", "sequential_langgraph", "sequential_crewai", "centralized_langgraph",
-              "centralized_autogen", "decentralized_langgraph", "decentralized_openai")  # fmt: skip
+TOPOLOGIES = (
+    "single",
+    "independent",
+    "sequential_langgraph",
+    "sequential_crewai",
+    "centralized_langgraph",
+    "centralized_autogen",
+    "decentralized_langgraph",
+    "decentralized_openai",
+)
 TRACE_TABLES = ("spans", "trace_info", "trace_tags", "trace_request_metadata", "assessments", "trace_metrics", "span_metrics")
 
 
@@ -57,8 +65,13 @@ class Measured:
 
 def measure(cmd: list[str], cwd: Path) -> Measured:
     """Run `cmd` (a failure stops the benchmark) and measure it with wait4's usage of that child alone."""
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "HF_HUB_OFFLINE": "1",
-           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}  # fmt: skip
+    env = {
+        **os.environ,
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "HF_HUB_OFFLINE": "1",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
     for name in ("MLFLOW_TRACKING_URI", "APPS_BENCH_PARENT_RUN_ID"):
         env.pop(name, None)
     with tempfile.TemporaryFile() as out:
@@ -86,8 +99,16 @@ def synthetic_rows(dest: Path, n: int) -> None:
 
 
 def cell_args(rows: Path, n: int, topology: str, *extra: str) -> list[str]:
-    return ["model=gold", "dataset=apps", f"dataset.path={rows}", "dataset.split=train", f"limit={n}",
-            f"topology={topology}", "progress=false", *extra]  # fmt: skip
+    return [
+        "model=gold",
+        "dataset=apps",
+        f"dataset.path={rows}",
+        "dataset.split=train",
+        f"limit={n}",
+        f"topology={topology}",
+        "progress=false",
+        *extra,
+    ]
 
 
 def trace_bytes(db: Path) -> int:
@@ -133,8 +154,12 @@ def synthesise_study(seed_cell: Path, cells_dir: Path, cells: int, problems: int
         topology, seed = TOPOLOGIES[c % len(TOPOLOGIES)], c // len(TOPOLOGIES)
         key = hashlib.sha256(f"study_scale/{c}".encode()).hexdigest()[:12]
         cell = {**info, "key": key, "axes": {**info["axes"], "topology": topology, "seed": seed}}
-        cell["identity"] = {**info["identity"], "seed": seed, "limit": problems,
-                            "topology": {**info["identity"]["topology"], "name": topology}}  # fmt: skip
+        cell["identity"] = {
+            **info["identity"],
+            "seed": seed,
+            "limit": problems,
+            "topology": {**info["identity"]["topology"], "name": topology},
+        }
         d = cells_dir / f"apps-{topology}-gold-none-s{seed}-{key}"
         d.mkdir(parents=True)
         (d / "cell.json").write_text(json.dumps(cell, indent=2))
@@ -165,8 +190,9 @@ def mcnemar_time(pairs: int) -> tuple[float, float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)  # fmt: skip
+    ap = argparse.ArgumentParser(
+        description=(__doc__ or "").splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     ap.add_argument("--cells", type=int, default=24, help="cells in the synthetic study (default 24)")
     ap.add_argument("--problems", type=int, default=5000, help="problems per cell, and of the real single cell (default 5000)")
     ap.add_argument("--seed-problems", type=int, default=50, help="problems of the real sequential cell copied (default 50)")
@@ -196,12 +222,21 @@ def run(args: argparse.Namespace, work: Path, code: Path) -> int:
     for d in (seed_cwd, empty_cwd):
         d.mkdir()
     measure(cli("apps_bench", *cell_args(rows, args.seed_problems, "sequential_langgraph", "tracking.traces=true")), seed_cwd)
-    measure([sys.executable, "-c", "import sys; from apps_bench.tracking import mlflow as m; m.client(sys.argv[1])",
-             f"sqlite:///{empty_cwd / 'mlflow.db'}"], empty_cwd)  # fmt: skip
+    measure(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from apps_bench.tracking import mlflow as m; m.client(sys.argv[1])",
+            f"sqlite:///{empty_cwd / 'mlflow.db'}",
+        ],
+        empty_cwd,
+    )
     traced = traces_in(seed_cwd / "outputs" / "mlflow.db")
     per_trace = (trace_bytes(seed_cwd / "outputs" / "mlflow.db") - trace_bytes(empty_cwd / "mlflow.db")) / max(traced, 1)
     artifacts = len(list(seed_cwd.rglob("traces.json")))
-    print(f"  store per trace (sequential_langgraph, {traced} traces)   {per_trace / 1000:9.1f} KB   traces.json artifacts {artifacts}")
+    print(
+        f"  store per trace (sequential_langgraph, {traced} traces)   {per_trace / 1000:9.1f} KB   traces.json artifacts {artifacts}"
+    )
 
     study = work / "study"
     [seed_cell] = [p.parent for p in (seed_cwd / "outputs" / "cells").glob("*/cell.json")]
@@ -210,8 +245,10 @@ def run(args: argparse.Namespace, work: Path, code: Path) -> int:
     print(f"  study: {cells} cells, {records} records, transcripts {tbytes / 1e6:.0f} MB")
 
     rep = measure(cli("apps_bench.report", "--cells-dir", str(study / "outputs" / "cells")), study)
-    print(f"  report from the folders   CPU {rep.cpu_s:7.1f} s ({rep.cpu_s / records * 1000:.3f} ms per record)   "
-          f"peak RSS {rep.peak_rss_mb:6.0f} MB   wall {rep.wall_s:6.1f} s")  # fmt: skip
+    print(
+        f"  report from the folders   CPU {rep.cpu_s:7.1f} s ({rep.cpu_s / records * 1000:.3f} ms per record)   "
+        f"peak RSS {rep.peak_rss_mb:6.0f} MB   wall {rep.wall_s:6.1f} s"
+    )
 
     sweep = ["-m", f"topology={','.join(TOPOLOGIES)}", "seed=0,1,2", *cell_args(rows, n, "single")[:-2]]
     (work / "plan_empty").mkdir()
@@ -226,15 +263,21 @@ def run(args: argparse.Namespace, work: Path, code: Path) -> int:
     single = cell_args(rows, n, "single", "tracking.traces=true")
     first = measure(cli("apps_bench", *single), cell_cwd)
     db = cell_cwd / "outputs" / "mlflow.db"
-    print(f"  single cell, {n} problems, traces on: CPU {first.cpu_s:.1f} s ({first.cpu_s / n * 1000:.1f} ms per problem), "
-          f"peak RSS {first.peak_rss_mb:.0f} MB, wall {first.wall_s:.1f} s")  # fmt: skip
-    print(f"    traces in the store {traces_in(db)} of {n} problems (export workers: {env_workers}); "
-          f"traces.json artifacts {len(list(cell_cwd.rglob('traces.json')))}")  # fmt: skip
+    print(
+        f"  single cell, {n} problems, traces on: CPU {first.cpu_s:.1f} s ({first.cpu_s / n * 1000:.1f} ms per problem), "
+        f"peak RSS {first.peak_rss_mb:.0f} MB, wall {first.wall_s:.1f} s"
+    )
+    print(
+        f"    traces in the store {traces_in(db)} of {n} problems (export workers: {env_workers}); "
+        f"traces.json artifacts {len(list(cell_cwd.rglob('traces.json')))}"
+    )
     before = store_state(cell_cwd)
     again = measure(cli("apps_bench", *single), cell_cwd)
     said = next((x.strip() for x in again.out.splitlines() if "to run" in x or "nothing" in x.lower()), "(no such line)")
     print(f"  rerun of the finished cell: wall {again.wall_s:.2f} s, CPU {again.cpu_s:.2f} s; it said: {said}")
-    print(f"    MLflow store after the rerun: {'unchanged' if store_state(cell_cwd) == before else 'CHANGED (the rerun wrote to it)'}")
+    print(
+        f"    MLflow store after the rerun: {'unchanged' if store_state(cell_cwd) == before else 'CHANGED (the rerun wrote to it)'}"
+    )
 
     secs, p = mcnemar_time(args.pairs)
     print(f"  McNemar exact at {args.pairs} discordant pairs (60/40): {secs * 1000:.3f} ms, p = {p:.3g}")

@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TIMER = '''
+TIMER = """
 import json, os, time
 
 
@@ -65,7 +65,7 @@ try:
     _cb.SweepTracking._close = _timed("sweep_end", _cb.SweepTracking._close)
 except ImportError:
     pass
-'''
+"""
 
 
 def run_sweep(n: int, work: Path, n_jobs: int) -> dict[str, float]:
@@ -84,8 +84,20 @@ def run_sweep(n: int, work: Path, n_jobs: int) -> dict[str, float]:
         NO_PROXY="127.0.0.1,localhost",
     )
     env.pop("APPS_BENCH_PARENT_RUN_ID", None)
-    cmd = [sys.executable, "-m", "apps_bench", "-m", "hydra/launcher=local_parallel", f"hydra.launcher.n_jobs={n_jobs}",
-           f"seed=range(0,{n})", "model=gold", "dataset=demo", "limit=1", "allow_any_cell=true", "progress=false"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "apps_bench",
+        "-m",
+        "hydra/launcher=local_parallel",
+        f"hydra.launcher.n_jobs={n_jobs}",
+        f"seed=range(0,{n})",
+        "model=gold",
+        "dataset=demo",
+        "limit=1",
+        "allow_any_cell=true",
+        "progress=false",
+    ]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -131,12 +143,16 @@ def main() -> int:
         row = run_sweep(n, root / f"n{n}", args.n_jobs)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
-    print("| cells | per cell (s) | open (median s) | finish (median s) | finish (max s) | sweep end (s) | "
-          "worker's first open (median s) | wall (s) |")  # fmt: skip
+    print(
+        "| cells | per cell (s) | open (median s) | finish (median s) | finish (max s) | sweep end (s) | "
+        "worker's first open (median s) | wall (s) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['cells']} | {r['per_cell_s']:.3f} | {r['open_median_s']:.3f} | {r['finish_median_s']:.3f} | "
-              f"{r['finish_max_s']:.3f} | {r['sweep_end_s']:.2f} | {r['first_open_s']:.1f} | {r['wall_s']:.0f} |")  # fmt: skip
+        print(
+            f"| {r['cells']} | {r['per_cell_s']:.3f} | {r['open_median_s']:.3f} | {r['finish_median_s']:.3f} | "
+            f"{r['finish_max_s']:.3f} | {r['sweep_end_s']:.2f} | {r['first_open_s']:.1f} | {r['wall_s']:.0f} |"
+        )
     first, last = rows[0]["per_cell_s"], rows[-1]["per_cell_s"]
     print(f"\nper-cell bookkeeping at {rows[-1]['cells']} cells / at {rows[0]['cells']} cells: {last / first:.2f}x")
     return 0

@@ -108,8 +108,11 @@ def comparable(records: Path) -> list[dict]:
 def differences(a: list[dict], b: list[dict]) -> list[str]:
     """Which problems' records differ, and in which fields (e.g. a test timed out on a loaded machine)."""
     bk = {r["key"]: r for r in b}
-    return [f"{r['key']}: {sorted(k for k in r.keys() | bk.get(r['key'], {}).keys() if r.get(k) != bk.get(r['key'], {}).get(k))}"
-            for r in a if r != bk.get(r["key"])][:10]  # fmt: skip
+    return [
+        f"{r['key']}: {sorted(k for k in r.keys() | bk.get(r['key'], {}).keys() if r.get(k) != bk.get(r['key'], {}).get(k))}"
+        for r in a
+        if r != bk.get(r["key"])
+    ][:10]
 
 
 @contextmanager
@@ -120,8 +123,13 @@ def mlflow_server(root: Path) -> Iterator[tuple[str, int]]:
     env = {**os.environ, "PYTHON": sys.executable, "PORT": str(port), "MLFLOW_SERVER_DIR": str(root)}
     log = root.parent / "mlflow_server.log"
     with open(log, "w") as err:
-        proc = subprocess.Popen(["bash", str(REPO / "launchers" / "mlflow_server.sh")], env=env, stdout=subprocess.DEVNULL,
-                                stderr=err, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            ["bash", str(REPO / "launchers" / "mlflow_server.sh")],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
     try:
         for _ in range(600):
             try:
@@ -172,19 +180,38 @@ def main() -> int:
 
 def measure(args: argparse.Namespace, work: Path, tracking_uri: str, server_pid: int | None) -> int:
     """Both modes, interleaved, into the store at `tracking_uri` (served by `server_pid`, if any); the tables."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_DISABLE_TELEMETRY": "true",
-           "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}  # fmt: skip
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": tracking_uri,
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "HF_HUB_OFFLINE": "1",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
     env.pop("APPS_BENCH_PARENT_RUN_ID", None)
     (work / "where").mkdir(exist_ok=True)
     (work / "where" / "sitecustomize.py").write_text(WHERE)
     where_log = work / "where.jsonl"
-    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(work / "where"), env.get("PYTHONPATH", "")) if p),
-               TRACE_WHERE_LOG=str(where_log))  # fmt: skip
+    env.update(
+        PYTHONPATH=os.pathsep.join(p for p in (str(work / "where"), env.get("PYTHONPATH", "")) if p),
+        TRACE_WHERE_LOG=str(where_log),
+    )
     py = sys.executable
-    subprocess.run([py, "-c", "from apps_bench.tracking import mlflow as m; m.client(m.tracking_uri())"],
-                   cwd=work, env=env, check=True)  # fmt: skip
-    base = [py, "-m", "apps_bench", "model=gold", "dataset=apps", f"dataset.path={args.rows}", "dataset.split=train",
-            f"limit={args.n}", f"topology={args.topology}", "progress=false"]  # fmt: skip
+    subprocess.run(
+        [py, "-c", "from apps_bench.tracking import mlflow as m; m.client(m.tracking_uri())"], cwd=work, env=env, check=True
+    )
+    base = [
+        py,
+        "-m",
+        "apps_bench",
+        "model=gold",
+        "dataset=apps",
+        f"dataset.path={args.rows}",
+        "dataset.split=train",
+        f"limit={args.n}",
+        f"topology={args.topology}",
+        "progress=false",
+    ]
 
     results: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
     served: dict[str, list[float]] = {"off": [], "on": []}  # the server's CPU during each run
@@ -194,8 +221,11 @@ def measure(args: argparse.Namespace, work: Path, tracking_uri: str, server_pid:
     for i in range(args.repeat):
         for mode in ("off", "on"):
             tag = f"{mode}_{i}"
-            cmd = base + [f"tracking.traces={'true' if mode == 'on' else 'false'}", f"out_dir={work / tag}",
-                          f"tracking.experiment=trace_overhead_{tag}"]  # fmt: skip
+            cmd = base + [
+                f"tracking.traces={'true' if mode == 'on' else 'false'}",
+                f"out_dir={work / tag}",
+                f"tracking.experiment=trace_overhead_{tag}",
+            ]
             s0 = tree_cpu(server_pid) if server_pid else 0.0
             wall, cpu = run_timed(cmd, work, env)
             served[mode].append(tree_cpu(server_pid) - s0 if server_pid else 0.0)
@@ -209,8 +239,11 @@ def measure(args: argparse.Namespace, work: Path, tracking_uri: str, server_pid:
             )
             n_traces, n_spans = count_traces(tracking_uri, f"trace_overhead_{tag}")
             server = f"  server cpu {served[mode][-1]:5.1f} s" if server_pid else ""
-            print(f"traces {mode:>3} run {i}: wall {wall:6.1f} s  cpu {cpu:6.1f} s{server}  problems {len(recs)}  "
-                  f"traces {n_traces} ({n_spans} spans)  load {load[-1]:.1f}", flush=True)  # fmt: skip
+            print(
+                f"traces {mode:>3} run {i}: wall {wall:6.1f} s  cpu {cpu:6.1f} s{server}  problems {len(recs)}  "
+                f"traces {n_traces} ({n_spans} spans)  load {load[-1]:.1f}",
+                flush=True,
+            )
             assert n_traces == (len(recs) if mode == "on" else 0)
     same = records["on"] == records["off"]
     if not same:
@@ -218,8 +251,10 @@ def measure(args: argparse.Namespace, work: Path, tracking_uri: str, server_pid:
     med = {m: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for m, v in results.items()}
     print()
     store = f"a real `mlflow server` ({tracking_uri}, SQLite behind it)" if server_pid else "a SQLite file"
-    print(f"trace overhead: {args.n} problems, model=gold, topology={args.topology}, store: {store}, median of {args.repeat} each "
-          f"(load average {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs: rough numbers)")  # fmt: skip
+    print(
+        f"trace overhead: {args.n} problems, model=gold, topology={args.topology}, store: {store}, median of {args.repeat} each "
+        f"(load average {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} CPUs: rough numbers)"
+    )
     print(f"  {'':14}{'wall s':>9}{'CPU s':>9}")
     for mode in ("off", "on"):
         print(f"  traces {mode:<7}{med[mode][0]:9.1f}{med[mode][1]:9.1f}")
@@ -237,9 +272,11 @@ def measure(args: argparse.Namespace, work: Path, tracking_uri: str, server_pid:
     def thread(name: str) -> Callable[[dict], float]:
         return lambda w: w["threads"].get(name, 0.0)
 
-    extra = {"all of tracing (the whole command)": med["on"][1] - med["off"][1],
-             "the cell's process": per("on", lambda w: w["process_s"]) - per("off", lambda w: w["process_s"]),
-             "  trace writer thread (the tree, MLflow's span API)": per("on", lambda w: w["writer_s"])}  # fmt: skip
+    extra = {
+        "all of tracing (the whole command)": med["on"][1] - med["off"][1],
+        "the cell's process": per("on", lambda w: w["process_s"]) - per("off", lambda w: w["process_s"]),
+        "  trace writer thread (the tree, MLflow's span API)": per("on", lambda w: w["writer_s"]),
+    }
     names = sorted({n for m in where.values() for w in m for n in w["threads"]} - {"apps-bench-traces"})
     listed = extra["  trace writer thread (the tree, MLflow's span API)"]
     for n in names:

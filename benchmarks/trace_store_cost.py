@@ -65,14 +65,22 @@ def main() -> int:
     batched = TRACE_EXPORT  # as the cell sets them
     synchronous = {"MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false", "MLFLOW_USE_BATCH_SPAN_PROCESSOR": "false"}
     cases = [("as the cell writes them", batched, k) for k in (0, 3, 13)] + [("synchronous export", synchronous, 13)]
-    print(f"MLflow's CPU per trace on SQLite ({args.n} traces per case, {args.payload}-character messages; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")  # fmt: skip
+    print(
+        f"MLflow's CPU per trace on SQLite ({args.n} traces per case, {args.payload}-character messages; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    )
     print(f"  {'export':<26}{'child spans':>12}{'ms per trace':>14}{'of it building spans':>22}")
     for name, settings, children in cases:
         env = {**os.environ, **settings, "MLFLOW_DISABLE_TELEMETRY": "true"}
         with tempfile.TemporaryDirectory() as cwd:
-            out = subprocess.run([sys.executable, "-c", CASE, str(args.n), str(children), str(args.payload)], env=env,
-                                 cwd=cwd, capture_output=True, text=True, check=True)  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, "-c", CASE, str(args.n), str(children), str(args.payload)],
+                env=env,
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
         r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"  {name:<26}{children:>12}{r['per_trace_ms']:>14.1f}{r['spans_ms']:>22.1f}", flush=True)
     return 0

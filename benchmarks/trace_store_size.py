@@ -29,13 +29,29 @@ DEFAULT_ROWS = REPO / "tests" / "fixtures" / "apps" / "train_mini150.jsonl"  # t
 
 
 def run_cell(cwd: Path, args: argparse.Namespace, traces: bool) -> None:
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "HF_HUB_OFFLINE": "1",
-           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}  # fmt: skip
+    env = {
+        **os.environ,
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "HF_HUB_OFFLINE": "1",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
     for name in ("MLFLOW_TRACKING_URI", "APPS_BENCH_PARENT_RUN_ID"):
         env.pop(name, None)
-    cmd = [sys.executable, "-m", "apps_bench", "model=gold", "dataset=apps", f"dataset.path={args.rows}",
-           "dataset.split=train", f"limit={args.n}", f"topology={args.topology}", "progress=false",
-           f"tracking.traces={'true' if traces else 'false'}", *args.set]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "apps_bench",
+        "model=gold",
+        "dataset=apps",
+        f"dataset.path={args.rows}",
+        "dataset.split=train",
+        f"limit={args.n}",
+        f"topology={args.topology}",
+        "progress=false",
+        f"tracking.traces={'true' if traces else 'false'}",
+        *args.set,
+    ]
     r = subprocess.run(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
@@ -122,19 +138,25 @@ def main() -> int:
         artifact_bytes = sum(p.stat().st_size for p in artifacts)
     if not n:
         raise SystemExit("no trace was written")
-    print(f"trace store size: {args.n} problems, model=gold, topology={args.topology}, {' '.join(args.set) or 'defaults'}; "
-          f"apps_bench from {Path(apps_bench.__file__).parent}")  # fmt: skip
+    print(
+        f"trace store size: {args.n} problems, model=gold, topology={args.topology}, {' '.join(args.set) or 'defaults'}; "
+        f"apps_bench from {Path(apps_bench.__file__).parent}"
+    )
     print(f"  traces {n}, spans {spans} ({spans / n:.0f} per trace)")
     print(f"  store per trace (VACUUMed, traces on - off)   {(sizes['on'] - sizes['off']) / n / 1000:8.1f} KB")
     print(f"    of it the spans' JSON                       {span_json / n / 1000:8.1f} KB")
     print(f"  traces also uploaded as traces.json artifacts {len(artifacts):8d}  ({artifact_bytes / n / 1000:.1f} KB per trace)")
     print(f"  where the bytes go, per trace (pages of {page_size} bytes, on - off):")
-    growth = {k: (v[0] - tables["off"].get(k, (0, 0))[0], v[1] - tables["off"].get(k, (0, 0))[1]) for k, v in tables["on"].items()}
+    growth = {
+        k: (v[0] - tables["off"].get(k, (0, 0))[0], v[1] - tables["off"].get(k, (0, 0))[1]) for k, v in tables["on"].items()
+    }
     for name, (size, unused) in sorted(growth.items(), key=lambda kv: -kv[1][0]):
         if size:
             print(f"    {name:42s} {size / n / 1000:8.2f} KB   (unused in its pages {unused / n / 1000:.2f} KB)")
-    print(f"  the spans' JSON per trace: MLflow's own fields {split[0] / n / 1000:.1f} KB, our inputs and outputs "
-          f"{split[1] / n / 1000:.1f} KB, our attributes {split[2] / n / 1000:.2f} KB")  # fmt: skip
+    print(
+        f"  the spans' JSON per trace: MLflow's own fields {split[0] / n / 1000:.1f} KB, our inputs and outputs "
+        f"{split[1] / n / 1000:.1f} KB, our attributes {split[2] / n / 1000:.2f} KB"
+    )
     return 0
 
 

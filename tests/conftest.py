@@ -53,8 +53,14 @@ def _own_module_fixtures(item: pytest.Item, names: set[str]) -> set[str]:
     """The module-scoped fixtures of the test's own module among those it uses (not conftest's)."""
     module = getattr(item, "module", None)
     defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-    return {n for n in names if module is not None and defs.get(n)
-            and defs[n][-1].scope == "module" and getattr(defs[n][-1].func, "__module__", None) == module.__name__}
+    return {
+        n
+        for n in names
+        if module is not None
+        and defs.get(n)
+        and defs[n][-1].scope == "module"
+        and getattr(defs[n][-1].func, "__module__", None) == module.__name__
+    }
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marker into the worker choice
@@ -214,8 +220,9 @@ def compose_cell(*overrides: str, hydra_cfg: bool = False):
         GlobalHydra.instance().clear()
 
 
-def config_dir_preset(config_dir: Path, name: str = "goldslow", base: str | None = "gold", group: str = "model",
-                      **settings: Any) -> Path:  # fmt: skip
+def config_dir_preset(
+    config_dir: Path, name: str = "goldslow", base: str | None = "gold", group: str = "model", **settings: Any
+) -> Path:
     """A preset of the user's own, as `--config-dir config_dir` finds it: `config_dir/<group>/<name>.yaml` holding
     `defaults: [<base>, _self_]` (None: no defaults, e.g. to overlay a packaged preset with its own full text)
     and `settings` (dotted keys nest); -> config_dir, to pass as `--config-dir`."""
@@ -278,9 +285,26 @@ def problem_record(i: int | str = 0, **over: Any):
     line's JSON form), read as the record store reads a line: the type every reader of records takes."""
     from apps_bench.types import ProblemRecord
 
-    base = dict(key=f"test/{i}", id=str(i), split="test", difficulty="interview", mode="stdio", cell="c", program="print(1)",
-                extracted=True, passed=True, verdict=None, usage={}, tool_calls_by_role={}, latency_s=0.0, solve_s=0.0,
-                judge_s=0.0, solver="main", error=None, stop_reason="done")  # fmt: skip
+    base = dict(
+        key=f"test/{i}",
+        id=str(i),
+        split="test",
+        difficulty="interview",
+        mode="stdio",
+        cell="c",
+        program="print(1)",
+        extracted=True,
+        passed=True,
+        verdict=None,
+        usage={},
+        tool_calls_by_role={},
+        latency_s=0.0,
+        solve_s=0.0,
+        judge_s=0.0,
+        solver="main",
+        error=None,
+        stop_reason="done",
+    )
     return ProblemRecord.from_json({**base, **over})
 
 
@@ -307,8 +331,9 @@ def judge(pool):
 GOLD_SWEEP = ["seed=0,1", "topology=single,sequential_langgraph", "model=gold", "dataset=apps", "limit=5", "progress=false"]
 
 
-def gold_sweep(cwd: Path, data_dir: Path, *extra: str, template: Path | None = None, env: dict[str, str] | None = None,
-               timeout: float = 600) -> str:  # fmt: skip
+def gold_sweep(
+    cwd: Path, data_dir: Path, *extra: str, template: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
+) -> str:
     """The small real sweep (2 topologies × 2 seeds × 5 APPS rows on gold) through the real CLI;
     -> its store's URI: a fresh SQLite store at <cwd>/outputs/mlflow.db copied from `template`, or
     the MLFLOW_TRACKING_URI of `env` (e.g. a server's)."""
@@ -345,8 +370,15 @@ def mlflow_server(root: Path):
     env = {**os.environ, "MLFLOW_SERVER_DIR": str(root), "PORT": str(free_port()), "WORKERS": "1", "PYTHON": sys.executable}
     log_path = root / "server.log"  # a file, not a pipe: a pipe nobody drains blocks the server once full
     log = log_path.open("w")
-    proc = subprocess.Popen([str(REPO / "launchers" / "mlflow_server.sh")], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(REPO / "launchers" / "mlflow_server.sh")],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not log_path.read_text().startswith("MLFLOW_TRACKING_URI="):  # the script's first line
@@ -400,11 +432,30 @@ def plain_mlflow_server(root: Path):
     port = free_port()
     env = {**os.environ, "MLFLOW_SERVER_ALLOWED_HOSTS": f"127.0.0.1:{port}", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     env.pop("MLFLOW_TRACKING_URI", None)
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-                             "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination",
-                             str(root / "artifacts"), "--workers", "1"], cwd=root, env=env, stdin=subprocess.DEVNULL,
-                            stdout=open(root / "access.log", "w"), stderr=open(root / "server.log", "w"),
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--workers",
+            "1",
+        ],
+        cwd=root,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=open(root / "access.log", "w"),
+        stderr=open(root / "server.log", "w"),
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120

@@ -13,8 +13,14 @@ from pathlib import Path
 import pytest
 from conftest import APPS_DATA_DIR, CONF_DIR, cli_env, config_dir_preset, fresh_store, run_cli
 
-ROWS = ["dataset=apps", f"dataset.path={APPS_DATA_DIR / 'train_mini150.jsonl'}", "dataset.split=train", "limit=3",
-        "progress=false", "judge.workers=2"]  # fmt: skip
+ROWS = [
+    "dataset=apps",
+    f"dataset.path={APPS_DATA_DIR / 'train_mini150.jsonl'}",
+    "dataset.split=train",
+    "limit=3",
+    "progress=false",
+    "judge.workers=2",
+]
 
 
 def _cells(cwd: Path) -> dict[str, Path]:
@@ -73,8 +79,11 @@ def test_config_dir_presets_in_a_sweep_plan_and_report(tmp_path: Path, mlflow_te
     assert all(("goldslow" in name) == (model == "goldslow") for name, model in tags.items())
 
     assert [c["state"] for c in _plan(["-m", *sweep], tmp_path)] == ["done", "done"]  # found again, not new
-    report = run_cli(["--cells-dir", str(tmp_path / "outputs" / "cells"), "--model", "goldslow", "--config-dir", str(mine)],
-                     tmp_path, module="apps_bench.report")  # fmt: skip
+    report = run_cli(
+        ["--cells-dir", str(tmp_path / "outputs" / "cells"), "--model", "goldslow", "--config-dir", str(mine)],
+        tmp_path,
+        module="apps_bench.report",
+    )
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
     assert "goldslow" in report.stdout and "0.000" in report.stdout
 
@@ -169,6 +178,11 @@ def test_compose_searches_the_config_dir_first_and_names_the_option_selected(tmp
     mine = config_dir_preset(tmp_path / "my_conf", "goldslow", "gold", **{"gold.latency_ms": 7})
     with config_dirs([str(mine)]):
         cfg = compose(["model=goldslow", "topology=independent"])
-    assert (cfg.model.name, cfg.model.provider, cfg.model.gold.latency_ms, cfg.topology.name) == ("goldslow", "gold", 7, "independent")
+    assert (cfg.model.name, cfg.model.provider, cfg.model.gold.latency_ms, cfg.topology.name) == (
+        "goldslow",
+        "gold",
+        7,
+        "independent",
+    )
     with pytest.raises(MissingConfigException):
         compose(["model=goldslow"])

@@ -90,9 +90,7 @@ def test_study_grid_axes():
 @pytest.mark.parametrize("topology", STUDY_TOPOLOGIES)
 def test_study_cells_are_allowed(topology: str):
     cfg = _compose([f"topology={topology}", "model=qwen_122b", "dataset=apps", "seed=2"])
-    assert guard(cfg).axes() == {
-        "dataset": "apps", "topology": topology, "model": "qwen_122b", "optimizer": "none", "seed": 2
-    }
+    assert guard(cfg).axes() == {"dataset": "apps", "topology": topology, "model": "qwen_122b", "optimizer": "none", "seed": 2}
     data = OmegaConf.to_container(cfg, resolve=True)
     for model in ("qwen", "gold"):
         for seed in (0, 1):
@@ -167,9 +165,19 @@ def _key_with(base: dict, dotted: str) -> str:
 
 @pytest.mark.parametrize(
     "override",
-    ["concurrency=3", "out_dir=/tmp/x", "verbose=true", "progress=false", "tracking.experiment=other",
-     "model.gold.latency_ms=500", "model.gold.fault_fraction=0.5", "model.max_retries=0", "judge.workers=1",
-     "allow_any_cell=true", "model.base_url=http://elsewhere/v1"],
+    [
+        "concurrency=3",
+        "out_dir=/tmp/x",
+        "verbose=true",
+        "progress=false",
+        "tracking.experiment=other",
+        "model.gold.latency_ms=500",
+        "model.gold.fault_fraction=0.5",
+        "model.max_retries=0",
+        "judge.workers=1",
+        "allow_any_cell=true",
+        "model.base_url=http://elsewhere/v1",
+    ],
 )
 def test_run_only_settings_keep_the_cell(base: dict, override: str):
     assert _key_with(base, override) == resolve_cell(base).key
@@ -177,15 +185,37 @@ def test_run_only_settings_keep_the_cell(base: dict, override: str):
 
 @pytest.mark.parametrize(
     "override",
-    ["seed=1", "max_tests_per_row=5", "limit=1", "offset=3", "judge.timeout_s=2", "judge.profile=reference",
-     "model.temperature=0.7", "model.top_p=0.5", "model.model_id=other", "topology.prompts.solver=hello",
-     "topology.max_steps=3", "topology.team_size=2", "tool.timeout_s=5", "model.gold.wrong_fraction=0.5",
-     "dataset.revision=abc", "dataset.path=/data/x.jsonl",
-     # every sandbox limit that can change a verdict
-     "judge.sandbox.output_cap_bytes=1000", "judge.sandbox.pids_max=64", "judge.sandbox.nproc=32",
-     "judge.sandbox.nofile=64", "judge.sandbox.tmp_size=64m", "judge.sandbox.shm_size=16m", "judge.sandbox.grace_s=1",
-     "judge.sandbox.first_test_slack_s=1", "judge.sandbox.cpu_slack_s=5", "judge.sandbox.exec_memory_bytes=1000000",
-     "judge.sandbox.stderr_chars=100", "judge.sandbox.packages=[numpy,sortedcontainers]"],
+    [
+        "seed=1",
+        "max_tests_per_row=5",
+        "limit=1",
+        "offset=3",
+        "judge.timeout_s=2",
+        "judge.profile=reference",
+        "model.temperature=0.7",
+        "model.top_p=0.5",
+        "model.model_id=other",
+        "topology.prompts.solver=hello",
+        "topology.max_steps=3",
+        "topology.team_size=2",
+        "tool.timeout_s=5",
+        "model.gold.wrong_fraction=0.5",
+        "dataset.revision=abc",
+        "dataset.path=/data/x.jsonl",
+        # every sandbox limit that can change a verdict
+        "judge.sandbox.output_cap_bytes=1000",
+        "judge.sandbox.pids_max=64",
+        "judge.sandbox.nproc=32",
+        "judge.sandbox.nofile=64",
+        "judge.sandbox.tmp_size=64m",
+        "judge.sandbox.shm_size=16m",
+        "judge.sandbox.grace_s=1",
+        "judge.sandbox.first_test_slack_s=1",
+        "judge.sandbox.cpu_slack_s=5",
+        "judge.sandbox.exec_memory_bytes=1000000",
+        "judge.sandbox.stderr_chars=100",
+        "judge.sandbox.packages=[numpy,sortedcontainers]",
+    ],
 )
 def test_result_settings_change_the_cell(base: dict, override: str):
     assert _key_with(base, override) != resolve_cell(base).key
@@ -229,10 +259,20 @@ def test_sandbox_limits_are_the_values_the_code_had_before_they_were_config():
     from apps_bench.config.schema import typed
     from apps_bench.sandbox.limits import SandboxLimits
 
-    was = {"output_cap_bytes": 8 << 20, "pids_max": 128, "nproc": 64, "nofile": 256, "tmp_size": "256m",
-           "shm_size": "64m", "grace_s": 0.25, "first_test_slack_s": 0.5, "cpu_slack_s": 2,
-           "exec_memory_bytes": 2 << 30, "stderr_chars": 2000,
-           "packages": ["numpy"]}  # added later: what a program may import (the rules were bumped with it)
+    was = {
+        "output_cap_bytes": 8 << 20,
+        "pids_max": 128,
+        "nproc": 64,
+        "nofile": 256,
+        "tmp_size": "256m",
+        "shm_size": "64m",
+        "grace_s": 0.25,
+        "first_test_slack_s": 0.5,
+        "cpu_slack_s": 2,
+        "exec_memory_bytes": 2 << 30,
+        "stderr_chars": 2000,
+        "packages": ["numpy"],
+    }  # added later: what a program may import (the rules were bumped with it)
     for profile in ("seed", "reference"):
         cfg = _compose([f"judge={profile}"])
         assert typed(SandboxLimits, cfg.judge.sandbox).to_dict() == was, profile
@@ -259,11 +299,18 @@ def test_no_setting_has_a_default_in_code():
 
     assert config.MISSING == omegaconf.MISSING  # the schemas' marker is OmegaConf's "value the YAML must set"
     MISSING = config.MISSING
-    schemas = [c for c in vars(config).values() if isinstance(c, type) and dataclasses.is_dataclass(c)
-               and c.__module__ == config.__name__]  # fmt: skip
+    schemas = [
+        c
+        for c in vars(config).values()
+        if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == config.__name__
+    ]
     assert config.Config in schemas and config.ModelConfig in schemas and len(schemas) >= 12
-    defaulted = [f"{c.__name__}.{f.name}" for c in schemas for f in dataclasses.fields(c)
-                 if f.default is not MISSING or f.default_factory is not dataclasses.MISSING]  # fmt: skip
+    defaulted = [
+        f"{c.__name__}.{f.name}"
+        for c in schemas
+        for f in dataclasses.fields(c)
+        if f.default is not MISSING or f.default_factory is not dataclasses.MISSING
+    ]
     assert defaulted == []
 
 
@@ -332,7 +379,9 @@ def test_an_option_read_from_its_file_honours_the_config_dir_and_overrides(tmp_p
     from apps_bench.config.schema import ConfFileError, config_dirs, read_option
 
     (tmp_path / "dataset").mkdir()  # the packaged file with another split (its `name` key rules out config_dir_preset)
-    (tmp_path / "dataset" / "apps.yaml").write_text((CONF / "dataset" / "apps.yaml").read_text().replace("split: test", "split: valid"))
+    (tmp_path / "dataset" / "apps.yaml").write_text(
+        (CONF / "dataset" / "apps.yaml").read_text().replace("split: test", "split: valid")
+    )
     assert read_option("dataset", "apps").split == "test"
     with config_dirs([str(tmp_path)]):
         assert read_option("dataset", "apps").split == "valid"
@@ -353,7 +402,14 @@ QWEN_OWN = {
     "qwen": {"name", "model_id"},
     "qwen_122b": {"name", "model_id", "request_timeout_s"},
     "qwen_thinking": {
-        "name", "model_id", "temperature", "top_p", "max_tokens", "extra_body", "request_timeout_s", "max_concurrency"
+        "name",
+        "model_id",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "extra_body",
+        "request_timeout_s",
+        "max_concurrency",
     },
 }
 

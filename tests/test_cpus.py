@@ -19,14 +19,17 @@ from apps_bench.cell import cpus
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("env,want", [
-    ({"SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "3", "SLURM_JOB_CPUS_PER_NODE": "8"}, 3),
-    ({"SLURM_JOB_ID": "7", "SLURM_JOB_CPUS_PER_NODE": "4"}, 4),
-    ({"SLURM_JOB_ID": "7", "SLURM_JOB_CPUS_PER_NODE": "2(x3)"}, 2),
-    ({"SLURM_JOB_ID": "7", "SLURM_JOB_CPUS_PER_NODE": "6,2"}, 6),
-    ({"SLURM_JOB_ID": "7"}, None),
-    ({"SLURM_CPUS_PER_TASK": "3"}, None),  # a leftover variable outside a job says nothing
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "env,want",
+    [
+        ({"SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "3", "SLURM_JOB_CPUS_PER_NODE": "8"}, 3),
+        ({"SLURM_JOB_ID": "7", "SLURM_JOB_CPUS_PER_NODE": "4"}, 4),
+        ({"SLURM_JOB_ID": "7", "SLURM_JOB_CPUS_PER_NODE": "2(x3)"}, 2),
+        ({"SLURM_JOB_ID": "7", "SLURM_JOB_CPUS_PER_NODE": "6,2"}, 6),
+        ({"SLURM_JOB_ID": "7"}, None),
+        ({"SLURM_CPUS_PER_TASK": "3"}, None),  # a leftover variable outside a job says nothing
+    ],
+)
 def test_slurm_allocation(env: dict, want: int | None):
     assert cpus.slurm_cpus(env) == want
 
@@ -38,8 +41,15 @@ def test_a_launchers_share():
 
 
 def _child(code: str, env: dict[str, str], preexec=None) -> dict:
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, **env}, capture_output=True,
-                         text=True, timeout=60, preexec_fn=preexec)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=preexec,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -80,6 +90,7 @@ def test_a_ray_tasks_num_cpus(monkeypatch: pytest.MonkeyPatch):
     API shape; the real one is exercised by the Ray cluster test. Never imported when absent."""
     monkeypatch.delitem(sys.modules, "ray", raising=False)
     assert cpus.ray_cpus() is None and "ray" not in sys.modules
+
     def never_called():
         raise AssertionError("get_runtime_context() starts a local Ray when none is running")
 

@@ -55,7 +55,11 @@ def test_the_outside_list_names_real_classes():
 
 def test_the_walk_finds_a_class_that_forgets_the_root(monkeypatch: pytest.MonkeyPatch):
     module = types.ModuleType("apps_bench.forgetful")
-    exec("class Forgot(ValueError):\n    pass\n\nclass Remembered(ValueError, Root):\n    pass\n", {"Root": AppsBenchError, "__name__": module.__name__}, vars(module))
+    exec(
+        "class Forgot(ValueError):\n    pass\n\nclass Remembered(ValueError, Root):\n    pass\n",
+        {"Root": AppsBenchError, "__name__": module.__name__},
+        vars(module),
+    )
     monkeypatch.setitem(sys.modules, module.__name__, module)
     assert exceptions_outside_the_root([module]) == ["apps_bench.forgetful.Forgot"]
 

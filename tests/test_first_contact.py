@@ -105,13 +105,29 @@ def test_ctrl_c_mid_cell_prints_the_one_line_and_the_rerun_finishes(
 
     concurrency = 4
     n = concurrency + 1
-    args = ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "dataset.split=train",
-            f"limit={n}", f"concurrency={concurrency}", f"processes={processes}", f"topology={topology}",
-            "model.gold.latency_ms=200", "progress=false"]  # fmt: skip
+    args = [
+        "dataset=apps",
+        f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+        "dataset.split=train",
+        f"limit={n}",
+        f"concurrency={concurrency}",
+        f"processes={processes}",
+        f"topology={topology}",
+        "model.gold.latency_ms=200",
+        "progress=false",
+    ]
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     env = {**cli_env(tmp_path), kill_at.KILL_AT: "record:1:sigint"}
-    r = subprocess.run([*kill_at.cli(), *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                       capture_output=True, text=True, timeout=300, start_new_session=True)  # fmt: skip
+    r = subprocess.run(
+        [*kill_at.cli(), *args],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
     assert r.returncode == 130, (r.returncode, r.stdout[-3000:], r.stderr[-3000:])
     out = r.stdout + r.stderr
     assert "apps-bench: interrupted. Every problem recorded so far is kept; rerun the same command" in r.stderr

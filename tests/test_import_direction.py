@@ -18,20 +18,53 @@ PKG = Path(__file__).resolve().parents[1] / "apps_bench"
 # longest prefix listed here: tracking's record and trace data sit low, its MLflow runs and sweeps high;
 # the report's arithmetic (pass@1's interval, money) sits at the bottom, for a cell's summary to use too.
 LAYERS: dict[str, int] = {
-    "types": 0, "errors": 0, "cell.cpus": 0, "cell.event_loop": 0, "cell.frameworks": 0, "tracking.capture": 0,
-    "report.stats": 0, "report.money": 0, "report.tiers": 0, "sandbox.limits": 0, "sandbox.packages": 0,
-    "config": 1, "data": 1, "task": 1, "tracking.cell_lock": 1, "tracking.records": 1, "tracking.mlflow_internals": 1,
-    "sandbox": 2, "models": 2,
-    "judge": 3, "topologies": 3, "tracking.summary": 3, "tracking.traces": 3,
-    "cell.solving": 4, "cell.step": 4, "cell.solver_pool": 4, "tracking.provenance": 4, "config.validate": 4,
+    "types": 0,
+    "errors": 0,
+    "cell.cpus": 0,
+    "cell.event_loop": 0,
+    "cell.frameworks": 0,
+    "tracking.capture": 0,
+    "report.stats": 0,
+    "report.money": 0,
+    "report.tiers": 0,
+    "sandbox.limits": 0,
+    "sandbox.packages": 0,
+    "config": 1,
+    "data": 1,
+    "task": 1,
+    "tracking.cell_lock": 1,
+    "tracking.records": 1,
+    "tracking.mlflow_internals": 1,
+    "sandbox": 2,
+    "models": 2,
+    "judge": 3,
+    "topologies": 3,
+    "tracking.summary": 3,
+    "tracking.traces": 3,
+    "cell.solving": 4,
+    "cell.step": 4,
+    "cell.solver_pool": 4,
+    "tracking.provenance": 4,
+    "config.validate": 4,
     "cell": 5,
-    "tracking": 6, "cell.engine": 6, "models.server_gate": 6,
-    "report": 7, "config.overrides": 7,
-    "cell.pipeline": 8, "rescore": 8, "launchers": 8, "tracking.callbacks": 8,
+    "tracking": 6,
+    "cell.engine": 6,
+    "models.server_gate": 6,
+    "report": 7,
+    "config.overrides": 7,
+    "cell.pipeline": 8,
+    "rescore": 8,
+    "launchers": 8,
+    "tracking.callbacks": 8,
     "optimizers": 9,
-    "__main__": 10, "plan": 11, "check": 11, "optimize": 11, "judge.cli": 11, "judge.__main__": 11,
+    "__main__": 10,
+    "plan": 11,
+    "check": 11,
+    "optimize": 11,
+    "judge.cli": 11,
+    "judge.__main__": 11,
     "__init__": 12,
-}  # fmt: skip
+}
 
 # (importing module, imported module): why it still climbs
 CLIMBS: dict[tuple[str, str], str] = {}
@@ -69,8 +102,12 @@ def _graph() -> dict[str, set[str]]:
                 full = [".".join(p for p in (module, a.name) if p) for a in node.names]
                 names = [f"apps_bench.{f if f in mods else module}" for f in full]
             elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "apps_bench":
-                names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}".removeprefix("apps_bench.") in mods
-                         else str(node.module) for a in node.names]  # fmt: skip
+                names = [
+                    f"{node.module}.{a.name}"
+                    if f"{node.module}.{a.name}".removeprefix("apps_bench.") in mods
+                    else str(node.module)
+                    for a in node.names
+                ]
             for name in names:
                 target = resolve(name)
                 if target and target != mod:
@@ -194,13 +231,17 @@ def lazy_own_imports(mods: dict[str, Path], lazy: dict[tuple[str, str], str] | N
                 p = parents.get(id(p))
             if isinstance(chain[-1], ast.If) and "TYPE_CHECKING" in ast.unparse(chain[-1].test):
                 continue
-            if any(isinstance(c, ast.Try) and any(h.type is not None and "ImportError" in ast.unparse(h.type) for h in c.handlers)
-                   for c in chain):  # fmt: skip
+            if any(
+                isinstance(c, ast.Try) and any(h.type is not None and "ImportError" in ast.unparse(h.type) for h in c.handlers)
+                for c in chain
+            ):
                 continue
             name = target.removeprefix("apps_bench").lstrip(".")
             allowed = HEAVY_AT_IMPORT | RUN_AS_MAIN
-            if (mod, name) in (LAZY if lazy is None else lazy) or any(name == h or name.startswith(h + ".") for h in allowed) or any(
-                f"{name}.{a.name}".lstrip(".") in allowed for a in node.names
+            if (
+                (mod, name) in (LAZY if lazy is None else lazy)
+                or any(name == h or name.startswith(h + ".") for h in allowed)
+                or any(f"{name}.{a.name}".lstrip(".") in allowed for a in node.names)
             ):
                 continue
             out.append(f"apps_bench.{mod} line {node.lineno}: from {target} import ...")
@@ -216,7 +257,11 @@ def test_own_modules_are_imported_at_the_top():
 
 def test_the_lazy_list_only_shrinks():
     found = lazy_own_imports(_modules(), lazy={})
-    gone = [pair for pair in LAZY if not any(f"apps_bench.{pair[0]} line" in f and f"from apps_bench.{pair[1]} import" in f for f in found)]
+    gone = [
+        pair
+        for pair in LAZY
+        if not any(f"apps_bench.{pair[0]} line" in f and f"from apps_bench.{pair[1]} import" in f for f in found)
+    ]
     assert not gone, f"these are imported at the top now: remove them from LAZY: {gone}"
 
 

@@ -46,8 +46,18 @@ def test_no_two_modules_share_a_file_name():
 
 def test_the_checks_see_a_stray_module_and_a_shared_name(tmp_path: Path):
     """Both checks are able to fail: a module dropped at the top, a name given to two packages' modules."""
-    for rel in ("__init__.py", "__main__.py", "plan.py", "stray.py", "judge/__init__.py", "judge/core.py",
-                "sandbox/__init__.py", "sandbox/core.py", "cell/__init__.py", "conf/x.py"):  # fmt: skip
+    for rel in (
+        "__init__.py",
+        "__main__.py",
+        "plan.py",
+        "stray.py",
+        "judge/__init__.py",
+        "judge/core.py",
+        "sandbox/__init__.py",
+        "sandbox/core.py",
+        "cell/__init__.py",
+        "conf/x.py",
+    ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("")
     assert top_level_modules(tmp_path) == {"plan", "stray"}

@@ -25,7 +25,9 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("args, env_var", [(["model=qwen"], "VLLM_BASE_URL"), (["model=openai", "allow_any_cell=true"], "OPENAI_BASE_URL")])
+@pytest.mark.parametrize(
+    "args, env_var", [(["model=qwen"], "VLLM_BASE_URL"), (["model=openai", "allow_any_cell=true"], "OPENAI_BASE_URL")]
+)
 def test_an_unreachable_endpoint_leaves_no_cell_folder(tmp_path: Path, args: list[str], env_var: str):
     env = cli_env(tmp_path, **{env_var: f"http://127.0.0.1:{_closed_port()}/v1", "MODEL_ID": "some-model"})
     r = run_cli([*args, "progress=false"], tmp_path, env=env, timeout=120)
@@ -66,8 +68,15 @@ def test_rescoring_a_cell_with_no_records_is_refused_and_logs_nothing(tmp_path: 
     cell = tmp_path / "outputs" / "cells" / "half-made"
     _half_made_cell(cell, tmp_path)
     before = sorted(p.name for p in cell.iterdir())
-    r = subprocess.run([sys.executable, "-m", "apps_bench.rescore", str(cell), "judge=reference"], cwd=tmp_path,
-                       env=cli_env(tmp_path), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "apps_bench.rescore", str(cell), "judge=reference"],
+        cwd=tmp_path,
+        env=cli_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     assert "no recorded problems" in r.stderr and "nothing to re-score" in r.stderr
     assert "pass@1" not in r.stdout

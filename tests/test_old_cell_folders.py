@@ -78,8 +78,15 @@ def test_an_older_cell_is_rescored_with_the_verdicts_the_older_code_gave(case, t
     before = {f.name: f.read_bytes() for f in cell.iterdir()}
     want = RESCORED["cells"][cell.name]
 
-    proc = subprocess.run([sys.executable, "-m", "apps_bench.rescore", str(cell), *RESCORED["args"]], cwd=tmp_path,
-                          env=cli_env(tmp_path), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "apps_bench.rescore", str(cell), *RESCORED["args"]],
+        cwd=tmp_path,
+        env=cli_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == want["exit"] == 3, proc.stderr[-2000:]  # an interrupted cell stays incomplete
     assert {f.name: f.read_bytes() for f in cell.iterdir() if f.is_file()} == before  # never overwritten
     (out,) = (cell / "rescore").iterdir()

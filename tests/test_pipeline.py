@@ -69,8 +69,18 @@ def test_demo_prints_code_and_per_test_results(tmp_path: Path, mlflow_template: 
     [run] = _all_runs(tmp_path / "outputs" / "mlflow.db")
     assert run.info.status == "FINISHED" and run.data.metrics["pass_at_1"] == 1.0
     tags = run.data.tags
-    for k in ("dataset", "topology", "model", "optimizer", "seed", "cell_key", "judge_profile",
-              "dataset_revision", "package_version", "git_sha"):
+    for k in (
+        "dataset",
+        "topology",
+        "model",
+        "optimizer",
+        "seed",
+        "cell_key",
+        "judge_profile",
+        "dataset_revision",
+        "package_version",
+        "git_sha",
+    ):
         assert k in tags, k
     assert tags["cell_key"] in cell.name and tags["topology"] == "single" and tags["model"] == "gold"
     arts = {a.path for a in _mlflow(tmp_path / "outputs" / "mlflow.db").list_artifacts(run.info.run_id)}
@@ -85,7 +95,6 @@ def test_demo_prints_code_and_per_test_results(tmp_path: Path, mlflow_template: 
     assert "is records schema version 2" in again.stderr and "Nothing was changed" in again.stderr
     assert {f.name: f.read_bytes() for f in cell.iterdir() if f.is_file()} == before
     assert len(_all_runs(tmp_path / "outputs" / "mlflow.db")) == 1
-
 
 
 # ------------------------------------------------------------------------------- multirun
@@ -163,8 +172,15 @@ def test_resume_after_kill9(tmp_path: Path, apps_data_dir: Path, mlflow_template
     # the whole cell (CLI, gold server, sandbox workers) SIGKILLed by itself right after its 2nd record, its run open (kill_at.py)
     log = tmp_path / "killed.log"
     with open(log, "w") as out:  # a file, not a pipe: nothing outside the killed group can hold the test up
-        proc = subprocess.Popen([*kill_at.cli(), *args], cwd=tmp_path, env={**env, kill_at.KILL_AT: f"record:{N_BEFORE_KILL}:run"},
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [*kill_at.cli(), *args],
+            cwd=tmp_path,
+            env={**env, kill_at.KILL_AT: f"record:{N_BEFORE_KILL}:run"},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         proc.wait(timeout=240)
     assert proc.returncode == -signal.SIGKILL, "cell ended before it could be killed:\n" + log.read_text()[-3000:]
     [recs_path] = [d / "records.jsonl" for d in _cell_dirs(tmp_path)]
@@ -220,7 +236,6 @@ def test_model_errors_are_recorded_apart_and_retried(tmp_path: Path, apps_data_d
 # ------------------------------------------------------------------------------- failures
 
 
-
 def test_unreachable_endpoint_fails_fast(tmp_path: Path):
     env = cli_env(tmp_path, VLLM_BASE_URL=f"http://127.0.0.1:{free_port()}/v1")
     r = run_cli(["model=qwen"], tmp_path, env=env, timeout=120)
@@ -257,8 +272,9 @@ def test_gold_model_through_langgraph_reaches_gold_pass_rate(tmp_path: Path, app
     mixed = good[:5] + bad[:2] + good[5:] + bad[2:]
     path.write_text("\n".join(json.dumps(r) for r in mixed) + "\n")
 
-    ds = DatasetConfig(name="apps", source="hub", hub_repo="codeparrot/apps", revision="local", split="train",
-                       path=str(path), streaming=False)
+    ds = DatasetConfig(
+        name="apps", source="hub", hub_repo="codeparrot/apps", revision="local", split="train", path=str(path), streaming=False
+    )
     loaded = load_problems(ds, max_tests_per_row=20)
     assert len(loaded.problems) == len(GOLD_IDS) and loaded.n_skipped == 4
     with SandboxPool.from_config(judge_config("seed"), workers=2) as pool:
@@ -284,7 +300,9 @@ def test_gold_model_through_langgraph_reaches_gold_pass_rate(tmp_path: Path, app
     assert run.data.metrics["pass_at_1"] == pytest.approx(s["pass_at_1"])
 
 
-def test_optimizer_cell_optimizes_then_evaluates(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path, optimizer_pool_file: Path):
+def test_optimizer_cell_optimizes_then_evaluates(
+    tmp_path: Path, apps_data_dir: Path, mlflow_template: Path, optimizer_pool_file: Path
+):
     """optimizer=maspo through the CLI, inside a sweep, next to its seed cell (optimizer=none).
 
     MLflow layout: sweep parent -> the optimizer cell's run (step metrics keyed by charged
@@ -292,16 +310,45 @@ def test_optimizer_cell_optimizes_then_evaluates(tmp_path: Path, apps_data_dir: 
     final-eval child run (a normal cell's metrics and table with the chosen prompts). A rerun
     continues both runs; the chosen prompts file loads and runs in a normal cell."""
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    base = ["allow_any_cell=true", "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
-            "judge.workers=2", "concurrency=4", "progress=false"]  # fmt: skip
+    base = [
+        "allow_any_cell=true",
+        "dataset=apps",
+        f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
+        "judge.workers=2",
+        "concurrency=4",
+        "progress=false",
+    ]
     opt = [
-        "optimizer=maspo", f"optimizer.params.pool.path={optimizer_pool_file}", "optimizer.params.pool.train_size=4",
-        "optimizer.params.pool.val_size=2", "optimizer.params.budget.rollouts=12", "optimizer.params.K=1",
-        "optimizer.params.Ksub=1", "optimizer.params.T=1", "optimizer.params.D=1", "optimizer.params.minibatch=2",
-    ]  # fmt: skip
+        "optimizer=maspo",
+        f"optimizer.params.pool.path={optimizer_pool_file}",
+        "optimizer.params.pool.train_size=4",
+        "optimizer.params.pool.val_size=2",
+        "optimizer.params.budget.rollouts=12",
+        "optimizer.params.K=1",
+        "optimizer.params.Ksub=1",
+        "optimizer.params.T=1",
+        "optimizer.params.D=1",
+        "optimizer.params.minibatch=2",
+    ]
     # the seed prompts' cell, run first so the comparison finds it; through the seed's command form
-    seed_r = run_cli(["--method", "none", "--dataset", "apps", "--topology", "single", "--model", "gold", "--seed", "0",
-                      "--allow-any-cell", *base[2:]], tmp_path, module="apps_bench.optimize")  # fmt: skip
+    seed_r = run_cli(
+        [
+            "--method",
+            "none",
+            "--dataset",
+            "apps",
+            "--topology",
+            "single",
+            "--model",
+            "gold",
+            "--seed",
+            "0",
+            "--allow-any-cell",
+            *base[2:],
+        ],
+        tmp_path,
+        module="apps_bench.optimize",
+    )
     assert seed_r.returncode == 0, seed_r.stdout[-3000:] + seed_r.stderr[-3000:]
     r = run_cli(["-m", *base, *opt], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -331,19 +378,31 @@ def test_optimizer_cell_optimizes_then_evaluates(tmp_path: Path, apps_data_dir: 
     assert steps and max(steps) == opt_run.data.metrics["opt/rollouts_charged"] > 0  # step = charged rollouts
     assert "val/chosen_strict" in opt_run.data.metrics and opt_run.data.metrics["opt/rollouts_budget"] == 12
     assert {a.path for a in c.list_artifacts(opt_run.info.run_id, "optimizer")} >= {
-        "optimizer/manifest.json", "optimizer/events.jsonl", "optimizer/prompts.yaml", "optimizer/result.json"}  # fmt: skip
+        "optimizer/manifest.json",
+        "optimizer/events.jsonl",
+        "optimizer/prompts.yaml",
+        "optimizer/result.json",
+    }
     # the final evaluation: a child of the optimizer cell's run, a normal cell's metrics with the chosen prompts
     ft = final.data.tags
     assert ft["mlflow.parentRunId"] == opt_run.info.run_id and final.info.status == "FINISHED"
     assert (ft["optimizer"], ft["topology"], ft["model"], ft["dataset"], ft["seed"]) == ("maspo", "single", "gold", "apps", "0")
-    assert "cell_key" not in ft and ft["final_eval_of"] == opt_run.data.tags["cell_key"] == json.loads((cell / "summary.json").read_text())["cell"]["key"]
+    assert (
+        "cell_key" not in ft
+        and ft["final_eval_of"] == opt_run.data.tags["cell_key"] == json.loads((cell / "summary.json").read_text())["cell"]["key"]
+    )
     assert final.data.metrics["pass_at_1"] == pytest.approx(_summary(cell)["pass_at_1"]) and final.data.metrics["n_problems"] == 3
     assert "opt/rollouts_charged" not in final.data.metrics
     assert {"records.jsonl", "problems.json", "prompts.json"} <= {a.path for a in c.list_artifacts(final.info.run_id)}
     assert opt_run.data.tags["final_eval_run_id"] == final.info.run_id
     assert opt_run.data.metrics["pass_at_1"] == final.data.metrics["pass_at_1"]  # the grid report reads the cell's run
     # next to the seed prompts' cell: linked by key, its pass@1 logged and printed
-    assert ft["seed_cell_key"] == opt_run.data.tags["seed_cell_key"] == seed.data.tags["cell_key"] == _summary(seed_cell)["cell"]["key"]
+    assert (
+        ft["seed_cell_key"]
+        == opt_run.data.tags["seed_cell_key"]
+        == seed.data.tags["cell_key"]
+        == _summary(seed_cell)["cell"]["key"]
+    )
     assert opt_run.data.metrics["seed_cell_pass_at_1"] == seed.data.metrics["pass_at_1"]
     line = next(x for x in r.stdout.splitlines() if x.startswith("optimizer cell pass@1"))
     assert f"vs {seed.data.metrics['pass_at_1']:.4f} seed prompts" in line and seed.data.tags["cell_key"] in line
@@ -361,20 +420,39 @@ def test_optimizer_cell_optimizes_then_evaluates(tmp_path: Path, apps_data_dir: 
     ncell = next(c for c in _cell_dirs(tmp_path) if "-none-" in c.name and c != seed_cell)
     assert json.loads((ncell / "prompts.json").read_text()) == chosen and len(_records(ncell)) == 1
 
-def test_gepa_cell_on_a_chain_through_the_cli(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path, optimizer_pool_file: Path):
+
+def test_gepa_cell_on_a_chain_through_the_cli(
+    tmp_path: Path, apps_data_dir: Path, mlflow_template: Path, optimizer_pool_file: Path
+):
     """optimizer=gepa on a multi-role topology through the CLI: the optimizer cell's run with
     step metrics, a final-eval child run, and a prompt set a normal cell loads and runs."""
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    base = ["allow_any_cell=true", "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
-            "topology=sequential_langgraph", "judge.workers=2", "concurrency=4", "progress=false", "limit=2"]  # fmt: skip
+    base = [
+        "allow_any_cell=true",
+        "dataset=apps",
+        f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
+        "topology=sequential_langgraph",
+        "judge.workers=2",
+        "concurrency=4",
+        "progress=false",
+        "limit=2",
+    ]
     # the optimizer model is a preset of the user's own config dir: composed with the app's search path
     extra = tmp_path / "my_conf"
     (extra / "model").mkdir(parents=True)
     gold = (CONF_DIR / "model" / "gold.yaml").read_text()
     (extra / "model" / "reflector.yaml").write_text(gold.replace("name: gold", "name: reflector"))
-    opt = ["optimizer=gepa", f"optimizer.params.pool.path={optimizer_pool_file}", "optimizer.params.pool.train_size=3",
-           "optimizer.params.pool.val_size=2", "optimizer.params.budget.rollouts=8", "optimizer.params.minibatch=2",
-           "optimizer.params.optimizer_model=reflector", "--config-dir", str(extra)]  # fmt: skip
+    opt = [
+        "optimizer=gepa",
+        f"optimizer.params.pool.path={optimizer_pool_file}",
+        "optimizer.params.pool.train_size=3",
+        "optimizer.params.pool.val_size=2",
+        "optimizer.params.budget.rollouts=8",
+        "optimizer.params.minibatch=2",
+        "optimizer.params.optimizer_model=reflector",
+        "--config-dir",
+        str(extra),
+    ]
     r = run_cli([*base, *opt], tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     [cell] = [c for c in _cell_dirs(tmp_path) if "-gepa-" in c.name]
@@ -404,8 +482,17 @@ def test_problems_in_flight_never_exceed_what_the_server_answers_at_once(tmp_pat
     """`model.max_concurrency=1` (a one-request-at-a-time server): problems run one after another
     whatever `concurrency` says, so no problem's time cap is spent queued behind another's calls.
     With no limit (0) the same two problems overlap."""
-    r = run_cli(["concurrency=8", f"++model.max_concurrency={capacity}", "model.gold.latency_ms=600", "tracking=none",
-                 "processes=1", "progress=false"], tmp_path)  # fmt: skip
+    r = run_cli(
+        [
+            "concurrency=8",
+            f"++model.max_concurrency={capacity}",
+            "model.gold.latency_ms=600",
+            "tracking=none",
+            "processes=1",
+            "progress=false",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     (cell,) = (tmp_path / "outputs" / "cells").iterdir()
     summary = _summary(cell)

@@ -51,8 +51,10 @@ def test_solver_count_rejects_bad_settings(bad):
 
 def test_auto_follows_the_cpus_this_process_may_use():
     """Under SLURM/Ray/taskset a cell is given fewer CPUs than the host has: `auto` counts those."""
-    code = ("import os; os.sched_setaffinity(0, {0}); from apps_bench.cell.solver_pool import solver_count; "
-            "print(solver_count('auto', concurrency=64, n_problems=100))")  # fmt: skip
+    code = (
+        "import os; os.sched_setaffinity(0, {0}); from apps_bench.cell.solver_pool import solver_count; "
+        "print(solver_count('auto', concurrency=64, n_problems=100))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "0"  # one CPU: solved in the cell's own process
@@ -118,8 +120,16 @@ def _transcripts(cell: Path) -> dict[str, list[dict]]:
 
 @pytest.mark.slow
 def test_workers_give_the_records_one_process_gives(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
-    base = ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", "limit=12", "concurrency=4",
-            "model.gold.latency_ms=100", "model.gold.wrong_fraction=0.3", "progress=false"]  # fmt: skip
+    base = [
+        "dataset=apps",
+        _mini(apps_data_dir),
+        "dataset.split=train",
+        "limit=12",
+        "concurrency=4",
+        "model.gold.latency_ms=100",
+        "model.gold.wrong_fraction=0.3",
+        "progress=false",
+    ]
     runs = {}
     # one process; two workers (the cell's process only coordinates, judges and records);
     # a sweep's cell (the same code: workers from the forkserver)
@@ -197,16 +207,28 @@ def _wait_for_workers(cli_pid: int, n: int, timeout: float = 60) -> tuple[int, l
 
 def _two_process_cell(apps_data_dir: Path, n: int) -> list[str]:
     """A cell of `n` real rows solved by two workers."""
-    return ["dataset=apps", _mini(apps_data_dir), "dataset.split=train", f"limit={n}", "concurrency=4",
-            "processes=2", "progress=false"]  # fmt: skip
+    return [
+        "dataset=apps",
+        _mini(apps_data_dir),
+        "dataset.split=train",
+        f"limit={n}",
+        "concurrency=4",
+        "processes=2",
+        "progress=false",
+    ]
 
 
 def _start(args: list[str], cwd: Path) -> subprocess.Popen:
     """The CLI in its own process group (SIGINT as from a terminal: conftest's `_ctrl_c_as_from_a_terminal`)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "apps_bench", *args], cwd=cwd, env=cli_env(cwd), stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "apps_bench", *args],
+        cwd=cwd,
+        env=cli_env(cwd),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _wait_for_records(proc: subprocess.Popen, cwd: Path, n: int, timeout: float = 240) -> None:
@@ -300,7 +322,9 @@ def test_workers_die_with_a_killed_cell(tmp_path: Path, apps_data_dir: Path, mlf
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_the_cell_keeps_its_records_and_the_rerun_resumes(tmp_path: Path, apps_data_dir: Path, mlflow_template: Path):
+def test_ctrl_c_stops_the_cell_keeps_its_records_and_the_rerun_resumes(
+    tmp_path: Path, apps_data_dir: Path, mlflow_template: Path
+):
     n = 12
     args = _two_process_cell(apps_data_dir, n)
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")

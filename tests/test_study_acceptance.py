@@ -51,8 +51,14 @@ EXPERIMENT = "acceptance"
 
 
 def _common(data: Path) -> list[str]:
-    return ["dataset=apps", f"dataset.path={data / 'train_mini150.jsonl'}", f"limit={N_ROWS}", "model.gold.wrong_fraction=0.3",
-            "progress=false", f"tracking.experiment={EXPERIMENT}"]  # fmt: skip
+    return [
+        "dataset=apps",
+        f"dataset.path={data / 'train_mini150.jsonl'}",
+        f"limit={N_ROWS}",
+        "model.gold.wrong_fraction=0.3",
+        "progress=false",
+        f"tracking.experiment={EXPERIMENT}",
+    ]
 
 
 def _cell_dirs(cwd: Path) -> dict[tuple[str, str], Path]:
@@ -81,13 +87,21 @@ def _wait_for(what: str, found: Any, proc: subprocess.Popen, limit_s: float = 60
 
 
 def _popen(args: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "apps_bench", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "apps_bench", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 @pytest.fixture(scope="module", params=["sqlite", "server"])
-def study(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path,
-          apps_data_dir: Path) -> dict[str, Any]:  # fmt: skip
+def study(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_data_dir: Path
+) -> dict[str, Any]:
     cwd = tmp_path_factory.mktemp(f"study-{request.param}")
     with contextlib.ExitStack() as stack:
         if request.param == "sqlite":
@@ -128,9 +142,14 @@ def _run_study(cwd: Path, env: dict[str, str], uri: str, data: Path) -> dict[str
     first_log = cwd / "twice1.log"
     a = _popen(twice, cwd, env, first_log)
     try:
-        _wait_for("the first run's first record",
-                  lambda: ("sequential_langgraph", "1") in _cell_dirs(cwd)
-                  and len(_lines(_cell_dirs(cwd)[("sequential_langgraph", "1")] / "records.jsonl")) >= 1, a)  # fmt: skip
+        _wait_for(
+            "the first run's first record",
+            lambda: (
+                ("sequential_langgraph", "1") in _cell_dirs(cwd)
+                and len(_lines(_cell_dirs(cwd)[("sequential_langgraph", "1")] / "records.jsonl")) >= 1
+            ),
+            a,
+        )
         a.send_signal(signal.SIGSTOP)
         cell = _cell_dirs(cwd)[("sequential_langgraph", "1")]
         n_before = len(_lines(cell / "records.jsonl"))
@@ -168,13 +187,21 @@ def _run_study(cwd: Path, env: dict[str, str], uri: str, data: Path) -> dict[str
     out["parent"] = rerun
     out["client"] = client
     csv_path = cwd / "problems.csv"
-    r = run_cli(["--sweep", rerun.info.run_id, "--compare", "baseline=single", "--export", str(csv_path)],
-                cwd, env=env, module="apps_bench.report")  # fmt: skip
+    r = run_cli(
+        ["--sweep", rerun.info.run_id, "--compare", "baseline=single", "--export", str(csv_path)],
+        cwd,
+        env=env,
+        module="apps_bench.report",
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     out["report_all"] = r.stdout  # both judge profiles, each its own block
     out["csv"] = list(csv.DictReader(csv_path.open()))
-    r = run_cli(["--sweep", rerun.info.run_id, "--compare", "baseline=single", "--judge", "seed"],
-                cwd, env=env, module="apps_bench.report")  # fmt: skip
+    r = run_cli(
+        ["--sweep", rerun.info.run_id, "--compare", "baseline=single", "--judge", "seed"],
+        cwd,
+        env=env,
+        module="apps_bench.report",
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     out["report"] = r.stdout  # the cells' own verdicts: the figures checked below
     out["cells"] = _cell_dirs(cwd)
@@ -268,8 +295,9 @@ def test_no_problem_is_solved_twice(study: dict):
     assert len(keys) == len(set(keys)) == N_ROWS
     for d in study["cells"].values():
         assert len(_records(d)) == N_ROWS, d.name
-    assert re.search(rf"single·gold·none·s0.*: {N_ROWS} problems, {N_ROWS} already recorded, 0 to run", study["interrupted_log"]), (
-        "the cell run alone first was solved again by the sweep")
+    assert re.search(
+        rf"single·gold·none·s0.*: {N_ROWS} problems, {N_ROWS} already recorded, 0 to run", study["interrupted_log"]
+    ), "the cell run alone first was solved again by the sweep"
 
 
 def test_pass_at_1_and_intervals_match_the_records(study: dict):
@@ -282,9 +310,11 @@ def test_pass_at_1_and_intervals_match_the_records(study: dict):
 
 def test_per_seed_pass_at_1_matches_the_records(study: dict):
     client = study["client"]
-    runs = {(r.data.tags.get("topology"), r.data.tags.get("seed")): r for r in
-            client.search_runs([study["parent"].info.experiment_id], "tags.cell_key != ''")
-            if r.data.tags.get("run_kind") not in ("rescore",)}  # fmt: skip
+    runs = {
+        (r.data.tags.get("topology"), r.data.tags.get("seed")): r
+        for r in client.search_runs([study["parent"].info.experiment_id], "tags.cell_key != ''")
+        if r.data.tags.get("run_kind") not in ("rescore",)
+    }
     for (t, s), d in study["cells"].items():
         recs = [r for r in _records(d) if not r["error"]]
         assert runs[(t, s)].data.metrics["pass_at_1"] == pytest.approx(sum(r["passed"] for r in recs) / len(recs))
@@ -371,14 +401,15 @@ SETTING_SWEEPS = {
 PROMPTS = {  # the prompt files the prompt_file sweep selects (role -> text)
     "terse.yaml": "solver: Solve the problem in Python 3 and end with one fenced python block holding the program.\n",
     "plain.yaml": "solver: |\n  You are a careful programmer. Read the problem, write a Python 3 program, and end your\n"
-                  "  reply with exactly one ```python fenced block holding the complete program.\n",
-}  # fmt: skip
+    "  reply with exactly one ```python fenced block holding the complete program.\n",
+}
 SETTING_ROWS = 5
 
 
 @pytest.fixture(scope="module", params=sorted(SETTING_SWEEPS))
-def setting_study(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path,
-                  apps_data_dir: Path) -> dict[str, Any]:  # fmt: skip
+def setting_study(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_data_dir: Path
+) -> dict[str, Any]:
     """The sweep through the CLI (its end-of-sweep comparison printed), then `report --sweep` with the CSV
     export, the same compared along the setting, and `report --metric n_passed` over its experiment."""
     sw = SETTING_SWEEPS[request.param]
@@ -388,9 +419,23 @@ def setting_study(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     db = fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
     env, experiment = cli_env(cwd), f"setting-{request.param}"
     values = [v.format(dir=cwd) for v in sw.values]
-    r = run_cli(["-m", f"topology={sw.topology}", f"{sw.key}={','.join(values)}", f"seed={','.join(SEEDS)}", "dataset=apps",
-                 f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", f"limit={SETTING_ROWS}", "progress=false",
-                 f"tracking.experiment={experiment}", *sw.extra], cwd, env=env, timeout=900)  # fmt: skip
+    r = run_cli(
+        [
+            "-m",
+            f"topology={sw.topology}",
+            f"{sw.key}={','.join(values)}",
+            f"seed={','.join(SEEDS)}",
+            "dataset=apps",
+            f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+            f"limit={SETTING_ROWS}",
+            "progress=false",
+            f"tracking.experiment={experiment}",
+            *sw.extra,
+        ],
+        cwd,
+        env=env,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     out: dict[str, Any] = {"sweep": sw, "sweep_out": r.stdout, "cells": {}, "cwd": cwd, "env": env}
     from mlflow.tracking import MlflowClient
@@ -399,14 +444,16 @@ def setting_study(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     exp = client.get_experiment_by_name(experiment)
     [parent] = [p for p in client.search_runs([exp.experiment_id]) if p.data.tags.get("sweep") == "true"]
     out["parent"] = parent.info.run_id
-    out["parent_table"] = json.loads(Path(client.download_artifacts(parent.info.run_id, "sweep_comparison.json",
-                                                                    str(cwd))).read_text())  # fmt: skip
+    out["parent_table"] = json.loads(
+        Path(client.download_artifacts(parent.info.run_id, "sweep_comparison.json", str(cwd))).read_text()
+    )
     csv_path = cwd / "problems.csv"
     r = run_cli(["--sweep", parent.info.run_id, "--export", str(csv_path)], cwd, env=env, module="apps_bench.report")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     out["report"], out["csv"] = r.stdout, list(csv.DictReader(csv_path.open()))
-    out["compare"] = run_cli(["--sweep", parent.info.run_id, "--compare", f"{sw.shown}={sw.baseline}"], cwd, env=env,
-                             module="apps_bench.report")  # fmt: skip
+    out["compare"] = run_cli(
+        ["--sweep", parent.info.run_id, "--compare", f"{sw.shown}={sw.baseline}"], cwd, env=env, module="apps_bench.report"
+    )
     r = run_cli(["--experiment", experiment, "--metric", "n_passed"], cwd, env=env, module="apps_bench.report")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     out["metric"] = r.stdout
@@ -415,7 +462,9 @@ def setting_study(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         for part in sw.key.split("."):
             node = node[part]
         value = str(node)
-        out["cells"][(Path(value).name if "/" in value else value, str(json.loads((d / "cell.json").read_text())["axes"]["seed"]))] = d
+        out["cells"][
+            (Path(value).name if "/" in value else value, str(json.loads((d / "cell.json").read_text())["axes"]["seed"]))
+        ] = d
     return out
 
 
@@ -500,8 +549,9 @@ def test_a_setting_sweep_s_cost_and_other_metrics_match_the_records(setting_stud
         tokens = sum(r["usage"]["total_tokens"] for r in recs)
         [row] = [x.split() for x in cost if x.split()[:3] == [topology, "gold", v]]
         assert row[3] == str(len(recs)) and row[5] == f"{tokens / len(recs):,.0f}", row
-        passed = [float(sum(bool(r["passed"]) for r in _records(setting_study["cells"][(v, s)]) if not r["error"]))
-                  for s in SEEDS]  # fmt: skip
+        passed = [
+            float(sum(bool(r["passed"]) for r in _records(setting_study["cells"][(v, s)]) if not r["error"])) for s in SEEDS
+        ]
         [line] = [x for x in metric if x.split()[:2] == [topology, v]]
         assert f"{np.mean(passed):.3f} ± {np.std(passed, ddof=1):.3f} ({len(SEEDS)})" in line, line
     for (v, s), d in setting_study["cells"].items():  # the export: each cell's problems under its own key
@@ -546,13 +596,29 @@ def preset_study(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path
     presets = config_dir_preset(cwd / "presets", "goldhalf", **{"gold.wrong_fraction": 0.5})
     fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
     env = cli_env(cwd)
-    r = run_cli(["--config-dir", str(presets), "-m", "model=gold,goldhalf", f"seed={','.join(SEEDS)}", "dataset=apps",
-                 f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", f"limit={SETTING_ROWS}", "progress=false",
-                 "allow_any_cell=true", "tracking.experiment=preset"], cwd, env=env, timeout=900)  # fmt: skip
+    r = run_cli(
+        [
+            "--config-dir",
+            str(presets),
+            "-m",
+            "model=gold,goldhalf",
+            f"seed={','.join(SEEDS)}",
+            "dataset=apps",
+            f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+            f"limit={SETTING_ROWS}",
+            "progress=false",
+            "allow_any_cell=true",
+            "tracking.experiment=preset",
+        ],
+        cwd,
+        env=env,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     out: dict[str, Any] = {"sweep_out": r.stdout, "cells": {}}
-    r = run_cli(["--config-dir", str(presets), "--experiment", "preset", "--model", "goldhalf"], cwd, env=env,
-                module="apps_bench.report")  # fmt: skip
+    r = run_cli(
+        ["--config-dir", str(presets), "--experiment", "preset", "--model", "goldhalf"], cwd, env=env, module="apps_bench.report"
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     out["report_one"] = r.stdout
     r = run_cli(["--experiment", "preset"], cwd, env=env, module="apps_bench.report")

@@ -23,11 +23,28 @@ def _line(out: str, pattern: str) -> re.Match[str]:
 
 
 def test_a_tiny_study_runs_and_its_figures_add_up(tmp_path: Path):
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "study_scale.py"), "--cells", str(CELLS),
-                        "--problems", str(PROBLEMS), "--seed-problems", str(SEED_PROBLEMS), "--pairs", str(PAIRS),
-                        "--keep", str(tmp_path / "work")],
-                       cwd=tmp_path, env=cli_env(tmp_path), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                       timeout=900)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "study_scale.py"),
+            "--cells",
+            str(CELLS),
+            "--problems",
+            str(PROBLEMS),
+            "--seed-problems",
+            str(SEED_PROBLEMS),
+            "--pairs",
+            str(PAIRS),
+            "--keep",
+            str(tmp_path / "work"),
+        ],
+        cwd=tmp_path,
+        env=cli_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
     out = r.stdout
     assert f"apps_bench from {REPO / 'apps_bench'}" in out

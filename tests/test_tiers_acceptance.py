@@ -33,10 +33,24 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_
     cwd = tmp_path_factory.mktemp("tiers")
     db = fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
     env = cli_env(cwd)
-    r = run_cli(["-m", f"topology={','.join(TOPOLOGIES)}", f"seed={','.join(SEEDS)}", "model=gold", "model.gold.wrong_fraction=0.3",
-                 "dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "dataset.split=train",
-                 "judge.stop_on_first_failure=false", "progress=false", f"tracking.experiment={EXPERIMENT}"],
-                cwd, env=env, timeout=1500)  # fmt: skip
+    r = run_cli(
+        [
+            "-m",
+            f"topology={','.join(TOPOLOGIES)}",
+            f"seed={','.join(SEEDS)}",
+            "model=gold",
+            "model.gold.wrong_fraction=0.3",
+            "dataset=apps",
+            f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+            "dataset.split=train",
+            "judge.stop_on_first_failure=false",
+            "progress=false",
+            f"tracking.experiment={EXPERIMENT}",
+        ],
+        cwd,
+        env=env,
+        timeout=1500,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     cells: dict[tuple[str, str], list[dict]] = {}
     for d in (cwd / "outputs" / "cells").iterdir():
@@ -152,7 +166,9 @@ def test_the_whole_report_shows_both_tables_and_the_exports_agree(sweep: dict) -
     assert [(x["model"], x["topology"], x["seeds"]) for x in rows] == [("gold", t, "3") for t in sorted(TOPOLOGIES)]
     for x in rows:
         for tier in TIERS:
-            assert float(x[f"test_case_average_{tier}"]) == pytest.approx(_mean(_pooled(cells, x["topology"], tier, _fraction)), abs=1e-6)
+            assert float(x[f"test_case_average_{tier}"]) == pytest.approx(
+                _mean(_pooled(cells, x["topology"], tier, _fraction)), abs=1e-6
+            )
             want = _mean(_pooled(cells, x["topology"], tier, lambda r: r["passed"]))
             assert float(x[f"strict_accuracy_{tier}"]) == pytest.approx(want, abs=1e-6)
         assert x["test_case_average_is_lower_bound"] == "false"
@@ -161,7 +177,11 @@ def test_the_whole_report_shows_both_tables_and_the_exports_agree(sweep: dict) -
     for x in k_rows:
         assert float(x["pass_at_k_all"]) == pytest.approx(_pass_at_k(cells, x["topology"], "all", int(x["k"]))[0], abs=1e-6)
     md = _report(sweep, "--table", "apps-paper", "--format", "markdown").splitlines()
-    assert md[0].count("|") == 3 + 8 + 1 and "test-case average: competition" in md[0] and len([x for x in md if x.startswith("| gold")]) == 2
+    assert (
+        md[0].count("|") == 3 + 8 + 1
+        and "test-case average: competition" in md[0]
+        and len([x for x in md if x.startswith("| gold")]) == 2
+    )
     tex = _report(sweep, "--table", "apps-paper", "--format", "latex")
     assert tex.startswith("\\begin{tabular}{lllrrrrrrrr}") and "\\end{tabular}" in tex
     single = next(x for x in tex.splitlines() if x.startswith("gold & single"))
@@ -185,23 +205,42 @@ def test_each_cell_run_logs_its_tier_metrics_and_its_table_carries_the_test_coun
             m = run.data.metrics
             assert m[f"test_case_average/{tier}"] == pytest.approx(sum(map(_fraction, mine)) / len(mine))
             assert m[f"strict_accuracy/{tier}"] == pytest.approx(sum(r["passed"] for r in mine) / len(mine))
-        table = json.loads(Path(c.download_artifacts(run.info.run_id, "problems.json", str(sweep["cwd"] / run.info.run_id))).read_text())
+        table = json.loads(
+            Path(c.download_artifacts(run.info.run_id, "problems.json", str(sweep["cwd"] / run.info.run_id))).read_text()
+        )
         got = {(r["split"], r["id"]): r for r in (table_row(dict(zip(table["columns"], x))) for x in table["data"])}
         for rec in records:
             row, v = got[(rec["split"], rec["id"])], rec["verdict"] or {}
             assert (row["tests_passed"], row["tests_run"], row["tests_kept"]) == (v["tests_passed"], v["tests_run"], v["n_tests"])
 
 
-def test_a_judge_that_stops_at_the_first_failure_prints_a_lower_bound(tmp_path: Path, mlflow_template: Path,
-                                                                       apps_data_dir: Path) -> None:  # fmt: skip
+def test_a_judge_that_stops_at_the_first_failure_prints_a_lower_bound(
+    tmp_path: Path, mlflow_template: Path, apps_data_dir: Path
+) -> None:
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    r = run_cli(["topology=single", "model=gold", "model.gold.wrong_fraction=0.5", "dataset=apps", "dataset.split=train",
-                 f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "offset=50", "limit=12", "progress=false"], tmp_path)  # fmt: skip
+    r = run_cli(
+        [
+            "topology=single",
+            "model=gold",
+            "model.gold.wrong_fraction=0.5",
+            "dataset=apps",
+            "dataset.split=train",
+            f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+            "offset=50",
+            "limit=12",
+            "progress=false",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     (cell,) = (tmp_path / "outputs" / "cells").iterdir()
     records = _judged([json.loads(x) for x in (cell / "records.jsonl").read_text().splitlines()])
-    assert any(x["verdict"]["tests_run"] < x["verdict"]["n_tests"] for x in records if not x["passed"])  # the judge cut some short
-    rep = run_cli(["--cells-dir", str(tmp_path / "outputs" / "cells"), "--table", "apps-paper"], tmp_path, module="apps_bench.report")
+    assert any(
+        x["verdict"]["tests_run"] < x["verdict"]["n_tests"] for x in records if not x["passed"]
+    )  # the judge cut some short
+    rep = run_cli(
+        ["--cells-dir", str(tmp_path / "outputs" / "cells"), "--table", "apps-paper"], tmp_path, module="apps_bench.report"
+    )
     assert rep.returncode == 0, rep.stderr
     tca = next(x for x in rep.stdout.splitlines() if re.match(r"single\s+gold\s+test-case average", x))
     strict = next(x for x in rep.stdout.splitlines() if re.match(r"single\s+gold\s+strict accuracy", x))

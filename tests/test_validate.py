@@ -40,15 +40,23 @@ CASES = {
     "ids that match nothing": (["only=[424242]"], ["only=[424242]", "none of these is there", "drop only"]),
     "offset past the end (demo)": (["offset=2"], ["offset=2", "less than the 2 problems", "offset=1 or lower"]),
     "offset past the end (file)": (
-        [*LOCAL, "offset=150"], ["offset=150", "less than the 150 problems", "offset=149 or lower"],
+        [*LOCAL, "offset=150"],
+        ["offset=150", "less than the 150 problems", "offset=149 or lower"],
     ),
     "difficulty without rows": (
-        ["difficulty=competition"], ["difficulty=competition", "none of competition", "difficulty=null"],
+        ["difficulty=competition"],
+        ["difficulty=competition", "none of competition", "difficulty=null"],
     ),
     "difficulty misspelt": (["difficulty=hard"], ["difficulty=hard", "introductory, interview or competition"]),
     "pool path ignored by test_minus_eval": (
-        ["dataset=apps", f"dataset.path={TEST_ROWS}", "optimizer=maspo", "allow_any_cell=true",
-         "optimizer.params.pool.source=test_minus_eval", f"optimizer.params.pool.path={TRAIN}"],
+        [
+            "dataset=apps",
+            f"dataset.path={TEST_ROWS}",
+            "optimizer=maspo",
+            "allow_any_cell=true",
+            "optimizer.params.pool.source=test_minus_eval",
+            f"optimizer.params.pool.path={TRAIN}",
+        ],
         [f"optimizer.params.pool.path={TRAIN}", "would ignore it", "Fix: optimizer.params.pool.path=null"],
     ),
     "zero rollout budget": (
@@ -57,11 +65,23 @@ CASES = {
     ),
     "zero time limit": (["topology.time_limit_s=0"], ["topology.time_limit_s=0", "seconds > 0", "Fix: topology.time_limit_s="]),
     "gold knob on a real model": (
-        ["model=openai", "model.gold.latency_ms=50", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m", "allow_any_cell=true"],
+        [
+            "model=openai",
+            "model.gold.latency_ms=50",
+            "model.base_url=http://127.0.0.1:9/v1",
+            "model.model_id=m",
+            "allow_any_cell=true",
+        ],
         ["model.gold.latency_ms=50", "only model=gold", "would ignore it"],
     ),
     "local-server setting on another model": (
-        ["model=openai", "model.local.n_ctx=4096", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m", "allow_any_cell=true"],
+        [
+            "model=openai",
+            "model.local.n_ctx=4096",
+            "model.base_url=http://127.0.0.1:9/v1",
+            "model.model_id=m",
+            "allow_any_cell=true",
+        ],
         ["model.local.n_ctx=4096", "only model=local", "would ignore it", "Fix: drop model.local.n_ctx, or model=local"],
     ),
     "unknown GGUF type to convert to": (
@@ -71,7 +91,10 @@ CASES = {
     # gold's and the local server's settings moved under their own keys (#44): the old spelling names the new one
     "gold knob in the flat spelling": (
         ["model.wrong_fraction=0.3"],
-        ["model.wrong_fraction=0.3: unknown setting (did you mean model.gold.wrong_fraction)", "Fix: model.gold.wrong_fraction=0.3"],
+        [
+            "model.wrong_fraction=0.3: unknown setting (did you mean model.gold.wrong_fraction)",
+            "Fix: model.gold.wrong_fraction=0.3",
+        ],
     ),
     "local-server setting in the flat spelling": (
         ["model=local", "model.n_ctx=4096"],
@@ -88,23 +111,35 @@ CASES = {
     ),
     "another method's parameter": (
         [*LOCAL, "optimizer=gepa", f"optimizer.params.pool.path={TRAIN}", "optimizer.params.K=2"],
-        ["optimizer.params.K=2", "a setting of optimizer=maspo; optimizer=gepa has none", "Fix: optimizer=maspo optimizer.params.K=2"],
+        [
+            "optimizer.params.K=2",
+            "a setting of optimizer=maspo; optimizer=gepa has none",
+            "Fix: optimizer=maspo optimizer.params.K=2",
+        ],
     ),
     "a parameter without its method": (
-        [*LOCAL, "optimizer.params.hard_cases=2"], ["optimizer.params.hard_cases=2", "optimizer=none has none"],
+        [*LOCAL, "optimizer.params.hard_cases=2"],
+        ["optimizer.params.hard_cases=2", "optimizer=none has none"],
     ),
     "an optimizer's name without its option": (
-        ["optimizer.name=gepa", "allow_any_cell=true"], ["optimizer.name=gepa: comes with the optimizer option", "Fix: optimizer=gepa"],
+        ["optimizer.name=gepa", "allow_any_cell=true"],
+        ["optimizer.name=gepa: comes with the optimizer option", "Fix: optimizer=gepa"],
     ),
     # names come from groups: the label and the runner are the option's (#39)
-    "a misspelt group": (["topolgy=independent"], ["topolgy=independent", "did you mean the group topology", "Fix: topology=independent"]),
+    "a misspelt group": (
+        ["topolgy=independent"],
+        ["topolgy=independent", "did you mean the group topology", "Fix: topology=independent"],
+    ),
     "a topology's name apart from its option": (
-        ["topology.name=independent"], ["topology.name=independent: comes with the topology option", "Fix: topology=independent"],
+        ["topology.name=independent"],
+        ["topology.name=independent: comes with the topology option", "Fix: topology=independent"],
     ),
     "a runner apart from its option": (
         ["topology._target_=apps_bench.topologies.independent.IndependentTopology"],
-        ["topology._target_=apps_bench.topologies.independent.IndependentTopology: comes with the topology option",
-         "Fix: topology=NAME (options: centralized_autogen"],
+        [
+            "topology._target_=apps_bench.topologies.independent.IndependentTopology: comes with the topology option",
+            "Fix: topology=NAME (options: centralized_autogen",
+        ],
     ),
     # the rules class is not in the cell key: set apart from its profile, records would name one profile and
     # judge by another's rules
@@ -112,13 +147,23 @@ CASES = {
         ["judge._target_=apps_bench.judge.rules.ReferenceRules"],
         ["judge._target_=apps_bench.judge.rules.ReferenceRules: comes with the judge option", "Fix: judge=NAME"],
     ),
-    "a model's provider apart from its preset": (["model.provider=openai"], ["model.provider=openai: comes with the model option"]),
+    "a model's provider apart from its preset": (
+        ["model.provider=openai"],
+        ["model.provider=openai: comes with the model option"],
+    ),
     # Hydra's deletions and repeated keys (#43)
-    "deleting an axis": (["~topology"], ["~topology: a cell needs a topology", "Fix: drop ~topology (the default option), or topology=NAME"]),
-    "deleting a setting": (["~limit"], ["~limit: a setting of the schema", "Fix: drop ~limit (its default), or limit=VALUE (null: none)"]),
+    "deleting an axis": (
+        ["~topology"],
+        ["~topology: a cell needs a topology", "Fix: drop ~topology (the default option), or topology=NAME"],
+    ),
+    "deleting a setting": (
+        ["~limit"],
+        ["~limit: a setting of the schema", "Fix: drop ~limit (its default), or limit=VALUE (null: none)"],
+    ),
     "a setting given twice": (["seed=0", "seed=1"], ["seed=1: given twice (seed=0 and seed=1)", "-m seed=A,B"]),
     "a group given twice": (
-        ["topology=single", "topology=independent"], ["given twice (topology=single and topology=independent)"],
+        ["topology=single", "topology=independent"],
+        ["given twice (topology=single and topology=independent)"],
     ),
     "misspelt MASPO weight": (
         [*LOCAL, "optimizer=maspo", f"optimizer.params.pool.path={TRAIN}", "+optimizer.params.reward.lokal=0.1"],
@@ -129,9 +174,10 @@ CASES = {
         ["optimizer.params.acceptance=always", "one of strict_improvement, improvement_or_equal"],
     ),
     "team size without roles": (
-        ["topology=independent", "topology.team_size=3"], ["topology.team_size=3", "2, 4, 8, 10", "Fix: topology.team_size=2"],
+        ["topology=independent", "topology.team_size=3"],
+        ["topology.team_size=3", "2, 4, 8, 10", "Fix: topology.team_size=2"],
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -177,8 +223,16 @@ def _composed(*overrides: str) -> dict:
 def test_every_shipped_option_passes_the_checks():
     from apps_bench.config.validate import check_settings
 
-    for topo in ("single", "independent", "sequential_langgraph", "sequential_crewai", "centralized_langgraph",
-                 "centralized_autogen", "decentralized_langgraph", "decentralized_openai"):  # fmt: skip
+    for topo in (
+        "single",
+        "independent",
+        "sequential_langgraph",
+        "sequential_crewai",
+        "centralized_langgraph",
+        "centralized_autogen",
+        "decentralized_langgraph",
+        "decentralized_openai",
+    ):
         check_settings(_composed(f"topology={topo}"))
     for model in ("gold", "qwen", "qwen_122b", "openai"):
         check_settings(_composed(f"model={model}"))

@@ -22,16 +22,23 @@ def pytest_collection_finish(session):
 def _groups(tmp_path: Path, *files: str) -> dict[str, str]:
     (tmp_path / "groups_plugin.py").write_text(PLUGIN)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                          "-p", "groups_plugin", *files], cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "groups_plugin", *files],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return {parts[1]: parts[2] for line in out.splitlines() if (parts := line.split("\t"))[0] == "GROUP"}
 
 
 def test_tests_sharing_a_module_fixture_share_a_group_per_parameter_and_xdist_reads_it(tmp_path: Path):
     from xdist.scheduler.loadgroup import LoadGroupScheduling
 
-    groups = _groups(tmp_path, "tests/test_study_acceptance.py", "tests/report/test_report_blocks.py",
-                     "tests/judge/test_judge.py")
+    groups = _groups(
+        tmp_path, "tests/test_study_acceptance.py", "tests/report/test_report_blocks.py", "tests/judge/test_judge.py"
+    )
     study = collections.Counter(g for n, g in groups.items() if n.startswith("tests/test_study_acceptance.py::"))
     stores = {g: n for g, n in study.items() if ":study=" in g}
     assert stores == {"tests/test_study_acceptance.py:study=sqlite": 8, "tests/test_study_acceptance.py:study=server": 8}, study
@@ -85,9 +92,29 @@ def test_under_two_workers_a_module_fixture_is_built_once(tmp_path: Path):
     (tmp_path / "test_grouped.py").write_text(GROUPED_MODULE)
     log = tmp_path / "built.log"
     env = {**os.environ, "BUILT_LOG": str(log)}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
-                          "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path)], cwd=tmp_path, env=env,
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "-c",
+            os.devnull,
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "8 passed" in run.stdout, run.stdout
     built = log.read_text().split()

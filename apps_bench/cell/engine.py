@@ -82,7 +82,9 @@ def sandbox_workers(config: Config, left: int | None) -> int:
 class Engine:
     """The endpoint, sandbox pool, judge and solver(s) of a cell; see the module doc."""
 
-    def __init__(self, config: Config, *, endpoint: Endpoint, pool: Sandbox, solver: Solver, solvers: int, concurrency: int) -> None:
+    def __init__(
+        self, config: Config, *, endpoint: Endpoint, pool: Sandbox, solver: Solver, solvers: int, concurrency: int
+    ) -> None:
         """Built by `open`, which types the config and computes `concurrency` (problems_in_flight) once."""
         self.config = config
         self.endpoint = endpoint
@@ -96,9 +98,15 @@ class Engine:
     @classmethod
     @contextlib.contextmanager
     def open(
-        cls, config: Config, problems: Iterable[Problem] = (), *, forked: Forked | None = None, endpoint: Endpoint | None = None,
-        pool: Sandbox | None = None, left: int | None = None,
-    ) -> Iterator[Engine]:  # fmt: skip
+        cls,
+        config: Config,
+        problems: Iterable[Problem] = (),
+        *,
+        forked: Forked | None = None,
+        endpoint: Endpoint | None = None,
+        pool: Sandbox | None = None,
+        left: int | None = None,
+    ) -> Iterator[Engine]:
         """The engine for `config` (a composed node from tests and scripts, or the typed config):
         `endpoint` and `pool` when given (the caller's to close), else the model's endpoint (a
         built-in server gets `problems`' rows) and a new sandbox pool, of no more workers than
@@ -114,8 +122,13 @@ class Engine:
             if pool is None:
                 pool = stack.enter_context(SandboxPool.from_config(config.judge, workers=sandbox_workers(config, left)))
             if forked is not None:
-                workers = SolverPool.start(forked.ctx, forked.workers, cfg=config, threads=solver_threads(concurrency),
-                                           timeout_s=time_cap(config.topology) + 60)  # fmt: skip
+                workers = SolverPool.start(
+                    forked.ctx,
+                    forked.workers,
+                    cfg=config,
+                    threads=solver_threads(concurrency),
+                    timeout_s=time_cap(config.topology) + 60,
+                )
                 stack.callback(workers.close)
                 solver: Solver = workers
             else:
@@ -124,8 +137,14 @@ class Engine:
                 except ImportError as exc:
                     raise CellSetupError(str(exc)) from exc
                 solver = LocalSolver(config, topology)
-            yield cls(config, endpoint=endpoint, pool=pool, solver=solver, solvers=forked.workers if forked else 1,
-                      concurrency=concurrency)  # fmt: skip
+            yield cls(
+                config,
+                endpoint=endpoint,
+                pool=pool,
+                solver=solver,
+                solvers=forked.workers if forked else 1,
+                concurrency=concurrency,
+            )
 
     @property
     def features(self) -> JsonObject:

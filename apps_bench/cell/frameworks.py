@@ -11,8 +11,16 @@ from __future__ import annotations
 FRAMEWORKS: dict[str, tuple[tuple[str, ...], str]] = {
     # everything the LangGraph runners import lazily, so the first problem does not pay for it
     "langgraph": (
-        ("langgraph.graph", "langgraph.types", "langgraph.errors", "langchain_core.messages", "langchain_core.tools",
-         "langchain_openai", "openai.resources", "langchain_core.tracers.stdout"),
+        (
+            "langgraph.graph",
+            "langgraph.types",
+            "langgraph.errors",
+            "langchain_core.messages",
+            "langchain_core.tools",
+            "langchain_openai",
+            "openai.resources",
+            "langchain_core.tracers.stdout",
+        ),
         "pip install apps-bench",
     ),
     "crewai": (("crewai",), "pip install 'apps-bench[crewai]'"),

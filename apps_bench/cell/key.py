@@ -30,8 +30,18 @@ KEY_VERSION = 1  # bump when the identity layout changes
 # Settings that never change a cell's results, by config section ("" = top level).
 RUN_ONLY: dict[str, frozenset[str]] = {
     "": frozenset(
-        {"concurrency", "processes", "allow_any_cell", "out_dir", "verbose", "progress", "tracking", "grid", "hydra",
-         "server_check"}
+        {
+            "concurrency",
+            "processes",
+            "allow_any_cell",
+            "out_dir",
+            "verbose",
+            "progress",
+            "tracking",
+            "grid",
+            "hydra",
+            "server_check",
+        }
     ),
     "model": frozenset(
         {
@@ -79,8 +89,13 @@ class Cell:
         return f"{self.model}:{self.model_id}" if self.model_id else self.model
 
     def axes(self) -> dict[str, str | int]:
-        return {"dataset": self.dataset, "topology": self.topology, "model": self.model, "optimizer": self.optimizer,
-                "seed": self.seed}
+        return {
+            "dataset": self.dataset,
+            "topology": self.topology,
+            "model": self.model,
+            "optimizer": self.optimizer,
+            "seed": self.seed,
+        }
 
     @property
     def name(self) -> str:
@@ -143,8 +158,11 @@ def resolve_cell(cfg: object) -> Cell:
     config = typed_config(cfg)
     ident = identity_of(config)
     return Cell(
-        dataset=config.dataset.name, topology=config.topology.name, model=config.model.name,
-        optimizer=config.optimizer.name, seed=config.seed,
+        dataset=config.dataset.name,
+        topology=config.topology.name,
+        model=config.model.name,
+        optimizer=config.optimizer.name,
+        seed=config.seed,
         key=cell_key(ident),
         identity=ident,
         model_id=_varying_model_id(config.model),
@@ -167,8 +185,13 @@ def _same(a: object, b: object) -> bool:
 
 def axes_of(config: Config) -> dict[str, str | int]:
     """The five axes of a composed cell (as `Cell.axes`): each option's name, and the seed."""
-    return {"dataset": config.dataset.name, "topology": config.topology.name, "model": config.model.name,
-            "optimizer": config.optimizer.name, "seed": config.seed}
+    return {
+        "dataset": config.dataset.name,
+        "topology": config.topology.name,
+        "model": config.model.name,
+        "optimizer": config.optimizer.name,
+        "seed": config.seed,
+    }
 
 
 def grid_refusal(values: Mapping[str, str | int], grid: GridConfig) -> str | None:

@@ -98,7 +98,9 @@ class Prepared:
     n_done: int
     t_start: float
     endpoint: Endpoint | None = None  # a remote model endpoint, probed by prepare (None: a built-in server, started by evaluate)
-    server: JsonObject | None = None  # what the server check found for this cell's tool requests (models/server_gate.py); None: not run
+    server: JsonObject | None = (
+        None  # what the server check found for this cell's tool requests (models/server_gate.py); None: not run
+    )
     checked: Any = None  # what `prepare`'s `check` returned (an optimizer cell: its pool, already checked)
 
     @property
@@ -129,17 +131,27 @@ def prepare(config: Config, check: Callable[[Config, LoadResult], object] | None
     try:
         recorded = {r.key for r in store.records() if not r.error}  # read only, before any check
     except RecordsUnreadable as exc:
-        raise CellSetupError(f"{exc}. Nothing was changed; run this cell with the apps-bench that wrote these "
-                             "records, or give it another out_dir.") from None
+        raise CellSetupError(
+            f"{exc}. Nothing was changed; run this cell with the apps-bench that wrote these records, or give it another out_dir."
+        ) from None
     left = cell.optimizer != "none" or any(record_key(p.split, p.id) not in recorded for p in loaded.problems)
     endpoint = _check_endpoint(config) if left else None  # a cell with nothing to solve needs no model
     server = _check_server(config, endpoint) if left else None
     check_store(config)
     state = _claim(store, config, cell, prompts)
     todo = [p for p in loaded.problems if record_key(p.split, p.id) not in state.done]
-    prep = Prepared(config=config, cell=cell, loaded=loaded, store=store, todo=todo,
-                    n_done=len(loaded.problems) - len(todo), t_start=t_start, endpoint=endpoint, server=server,
-                    checked=checked)  # fmt: skip
+    prep = Prepared(
+        config=config,
+        cell=cell,
+        loaded=loaded,
+        store=store,
+        todo=todo,
+        n_done=len(loaded.problems) - len(todo),
+        t_start=t_start,
+        endpoint=endpoint,
+        server=server,
+        checked=checked,
+    )
     _announce(prep, len(state.retried))
     return prep
 
@@ -189,19 +201,28 @@ def _announce(prep: Prepared, retried: int) -> None:
         file=sys.stderr,
     )
     if loaded.skipped_rows:
-        shown = "; ".join(loaded.skipped_rows[:10]) + (f"; and {len(loaded.skipped_rows) - 10} more" if len(loaded.skipped_rows) > 10 else "")
+        shown = "; ".join(loaded.skipped_rows[:10]) + (
+            f"; and {len(loaded.skipped_rows) - 10} more" if len(loaded.skipped_rows) > 10 else ""
+        )
         print(f"apps-bench: rows skipped (they still count toward limit/offset): {shown}", file=sys.stderr)
     rows_file = config.dataset.path
     named = split_named_by(rows_file) if rows_file else None
     if rows_file and named and named != cell.split:
-        print(f"apps-bench: warning: the rows file {Path(rows_file).name} names the {named} split, but its problems "
-              f"are recorded as split {cell.split} (dataset.split); if they are {named} rows, say dataset.split={named}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"apps-bench: warning: the rows file {Path(rows_file).name} names the {named} split, but its problems "
+            f"are recorded as split {cell.split} (dataset.split); if they are {named} rows, say dataset.split={named}",
+            file=sys.stderr,
+        )
     print_start_notes(config.model, loaded.problems)  # model=gold: what it is, the rows it cannot answer
 
 
-def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: PromptSet | None = None,
-             open_tracker: Callable[[], Tracker] | None = None) -> CellResult:  # fmt: skip
+def evaluate(
+    prep: Prepared,
+    *,
+    engine: Engine | None = None,
+    prompts: PromptSet | None = None,
+    open_tracker: Callable[[], Tracker] | None = None,
+) -> CellResult:
     """Solve, judge and record every problem left, then write the summary and finish the run.
 
     `engine`: an optimizer cell's, already open (default: this cell's, opened here);
@@ -227,8 +248,9 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: PromptSet
                 stack.callback(tx.shutdown, wait=True)
                 tracker_future = tx.submit(open_tracker)  # importing mlflow and reaching the store overlap the engine's start
                 if engine is None:
-                    engine = stack.enter_context(Engine.open(config, prep.problems, forked=forked, endpoint=prep.endpoint,
-                                                             left=len(prep.todo)))  # fmt: skip
+                    engine = stack.enter_context(
+                        Engine.open(config, prep.problems, forked=forked, endpoint=prep.endpoint, left=len(prep.todo))
+                    )
                 progress = Progress(len(prep.problems), prep.n_done, config.progress, cell.name)
                 stack.callback(progress.close)
                 phases["setup_s"] = time.perf_counter() - prep.t_start
@@ -246,23 +268,41 @@ def evaluate(prep: Prepared, *, engine: Engine | None = None, prompts: PromptSet
     finally:
         prep.store.close()
     try:
-        return finish(prep, tracker, phases=phases, solvers=solvers, sandbox=sandbox, server=prep.server or previous.get("server"))
+        return finish(
+            prep, tracker, phases=phases, solvers=solvers, sandbox=sandbox, server=prep.server or previous.get("server")
+        )
     except StoreUnavailable as exc:
         raise _store_lost(prep, exc, finished=True) from None
 
 
-def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], solvers: int, sandbox: JsonObject | None,
-           server: JsonObject | None) -> CellResult:
+def finish(
+    prep: Prepared,
+    tracker: Tracker,
+    *,
+    phases: Mapping[str, float],
+    solvers: int,
+    sandbox: JsonObject | None,
+    server: JsonObject | None,
+) -> CellResult:
     """summary.json, the tracking run's metrics/tags/artifacts, and the printed summary."""
     config, cell, loaded, store = prep.config, prep.cell, prep.loaded, prep.store
     selected = {record_key(p.split, p.id): i for i, p in enumerate(loaded.problems)}
     records = sorted((r for r in store.records() if r.key in selected), key=lambda r: selected[r.key])
-    summary = summarize_cell(records, n_selected=len(selected), skipped=loaded.skipped,
-                             profile=config.judge.profile, stopped_early=config.judge.stop_on_first_failure,
-                             wall_s=time.perf_counter() - prep.t_start)  # fmt: skip
+    summary = summarize_cell(
+        records,
+        n_selected=len(selected),
+        skipped=loaded.skipped,
+        profile=config.judge.profile,
+        stopped_early=config.judge.stop_on_first_failure,
+        wall_s=time.perf_counter() - prep.t_start,
+    )
     summary["phases_s"] = {k: round(v, 3) for k, v in phases.items()}
-    summary["run"] = {"concurrency": config.concurrency, "problems_in_flight": problems_in_flight(config),
-                      "processes": config.processes, "solvers": solvers}
+    summary["run"] = {
+        "concurrency": config.concurrency,
+        "problems_in_flight": problems_in_flight(config),
+        "processes": config.processes,
+        "solvers": solvers,
+    }
     if not prep.todo:  # a rerun that solved nothing keeps the times of the run that did (and logs nothing new)
         earlier = _previous_summary(store.dir)
         summary.update({k: earlier[k] for k in ("wall_s", "phases_s", "run") if k in earlier})
@@ -284,12 +324,16 @@ def finish(prep: Prepared, tracker: Tracker, *, phases: Mapping[str, float], sol
     if config.tracking.log_transcripts:
         files.append(store.dir / TRANSCRIPTS)
     tracker.finish(
-        metrics=metrics_of(summary), rows=table_rows(records), files=files, complete=bool(summary["complete"]),
+        metrics=metrics_of(summary),
+        rows=table_rows(records),
+        files=files,
+        complete=bool(summary["complete"]),
         tags={**summary_tags(summary), **provenance.as_tags(summary["provenance"])},
-    )  # fmt: skip
+    )
     print_summary(summary, cell, store.dir, tracker.run_id, getattr(tracker, "uri", None))
-    return CellResult(cell=cell, dir=store.dir, summary=summary, complete=bool(summary["complete"]),
-                      run_id=tracker.run_id, records=records)  # fmt: skip
+    return CellResult(
+        cell=cell, dir=store.dir, summary=summary, complete=bool(summary["complete"]), run_id=tracker.run_id, records=records
+    )
 
 
 # ----------------------------------------------------------------------------- its steps
@@ -366,10 +410,15 @@ def _store_lost(prep: Prepared, exc: BaseException, *, finished: bool = False) -
     selected = {record_key(p.split, p.id) for p in prep.loaded.problems}
     n = sum(1 for r in prep.store.records() if r.key in selected and not r.error)
     done = finished or n == len(selected)
-    rerun = ("it logs the finished cell to its MLflow run without solving anything again" if n == len(selected)
-             else f"it solves only the {len(selected) - n} problems left, then logs the cell")  # fmt: skip
-    text = (f"{exc}. Nothing computed is lost: {prep.dir} keeps every record ({n} of {len(selected)} problems "
-            f"recorded). Once the store answers again, rerun the same command: {rerun}.")
+    rerun = (
+        "it logs the finished cell to its MLflow run without solving anything again"
+        if n == len(selected)
+        else f"it solves only the {len(selected) - n} problems left, then logs the cell"
+    )
+    text = (
+        f"{exc}. Nothing computed is lost: {prep.dir} keeps every record ({n} of {len(selected)} problems "
+        f"recorded). Once the store answers again, rerun the same command: {rerun}."
+    )
     return LoggingPending(text) if done else StoreUnavailable(text)
 
 

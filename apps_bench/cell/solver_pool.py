@@ -52,8 +52,14 @@ if TYPE_CHECKING:
     from apps_bench.models.endpoint import Endpoint
     from apps_bench.sandbox.api import ExecResult, Sandbox
 
-BASE_PRELOAD = ("apps_bench.cell.solving", "apps_bench.cell.solver_pool", "apps_bench.models", "apps_bench.sandbox.tool",
-                "apps_bench.topologies.context", "omegaconf")  # fmt: skip
+BASE_PRELOAD = (
+    "apps_bench.cell.solving",
+    "apps_bench.cell.solver_pool",
+    "apps_bench.models",
+    "apps_bench.sandbox.tool",
+    "apps_bench.topologies.context",
+    "omegaconf",
+)
 
 
 def preload_modules(topology: TopologyConfig) -> list[str]:
@@ -332,8 +338,7 @@ class SolverPool:
     def start(cls, ctx: ForkServerContext, n: int, *, cfg: Config, threads: int, timeout_s: float) -> SolverPool:
         """`timeout_s`: a safety net above the runner's own time cap; a worker that does not
         answer a problem by then is stuck, and is ended."""
-        pool = cls(ctx, WorkerSpec(cfg=cfg, threads=threads, env=dict(os.environ),
-                                   cwd=os.getcwd(), name=""), timeout_s)  # fmt: skip
+        pool = cls(ctx, WorkerSpec(cfg=cfg, threads=threads, env=dict(os.environ), cwd=os.getcwd(), name=""), timeout_s)
         for _ in range(n):
             pool._spawn()
         pool.restarts_left = n  # a worker that dies is replaced, at most once per worker on average
@@ -373,7 +378,9 @@ class SolverPool:
                 self._serve(w)
 
     def _serve(self, w: Worker) -> None:
-        w.wire = Wire(w.conn, functools.partial(self._on_message, w), functools.partial(self._on_close, w), f"apps-bench-{w.name}")
+        w.wire = Wire(
+            w.conn, functools.partial(self._on_message, w), functools.partial(self._on_close, w), f"apps-bench-{w.name}"
+        )
         w.wire.start()
         w.wire.send(("setup", self._endpoint))
 
@@ -398,8 +405,9 @@ class SolverPool:
         except TimeoutError:
             worker.alive = False
             worker.process.kill()  # its other problems fail when its pipe closes
-            return Solved(attempt=None, error=f"solver process {worker.name} did not answer within {timeout_s:g}s",
-                          solver=worker.name)  # fmt: skip
+            return Solved(
+                attempt=None, error=f"solver process {worker.name} did not answer within {timeout_s:g}s", solver=worker.name
+            )
         except WorkerDied as exc:
             return Solved(attempt=None, error=str(exc), solver=worker.name)
         finally:
@@ -476,4 +484,3 @@ def solver_count(setting: str | int, *, concurrency: int, n_problems: int) -> in
     total = requested_processes(setting) or usable_cpus()
     n = min(total, concurrency, n_problems)
     return n if n > 1 else 0
-

@@ -95,14 +95,23 @@ async def solve_problem(
         models = ModelClients(endpoint, cfg.model, usage, shared=connections, headers=dict(headers or {}) or None)
         tool = PythonExecTool(pool, float(tool_cfg.timeout_s), int(tool_cfg.output_chars), usage)
         ctx = build_context(
-            problem, topo_cfg, models=models, tool=tool, seed=int(cfg.seed if seed is None else seed), usage=usage,
+            problem,
+            topo_cfg,
+            models=models,
+            tool=tool,
+            seed=int(cfg.seed if seed is None else seed),
+            usage=usage,
             prompts=prompts,
-        )  # fmt: skip
+        )
         try:
             attempt = await asyncio.wait_for(topology.solve(ctx), timeout=time_cap(topo_cfg))
         except TimeoutError:
-            attempt = Attempt(program=None, transcript=list(ctx.transcript), stop_reason="time_limit",
-                              error=unanswered_error(usage, time_cap(topo_cfg)))
+            attempt = Attempt(
+                program=None,
+                transcript=list(ctx.transcript),
+                stop_reason="time_limit",
+                error=unanswered_error(usage, time_cap(topo_cfg)),
+            )
         if not attempt.transcript:
             attempt.transcript = list(ctx.transcript)
         attempt.usage = usage
@@ -161,6 +170,15 @@ class LocalSolver:
     async def __call__(self, problem: Problem, job: Job) -> Solved:
         assert self._endpoint is not None, "LocalSolver called outside serving()"
         endpoint = replace(self._endpoint, base_url=job.base_url) if job.base_url else self._endpoint
-        return await solve_problem(problem, cfg=self.cfg, topology=self.topology, endpoint=endpoint, pool=self._pool,
-                                   prompts=job.prompts, connections=self._connections, seed=job.seed, headers=job.headers,
-                                   trace=self.trace if job.trace is None else job.trace)  # fmt: skip
+        return await solve_problem(
+            problem,
+            cfg=self.cfg,
+            topology=self.topology,
+            endpoint=endpoint,
+            pool=self._pool,
+            prompts=job.prompts,
+            connections=self._connections,
+            seed=job.seed,
+            headers=job.headers,
+            trace=self.trace if job.trace is None else job.trace,
+        )

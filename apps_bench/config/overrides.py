@@ -24,8 +24,19 @@ if TYPE_CHECKING:
     from hydra.core.override_parser.types import Override
 
 # Hydra's own command-line options that take a value (the value is not an override)
-_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
-                     "--config-dir", "-cd", "--experimental-rerun"}  # fmt: skip
+_FLAGS_WITH_VALUE = {
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--experimental-rerun",
+}
 _KIND: dict[object, str] = {int: "a whole number", float: "a number", bool: "true or false", str: "text", list: "a list"}
 
 
@@ -145,8 +156,14 @@ def check_overrides(argv: Iterable[str]) -> list[BadSetting]:
         except HydraException as exc:
             reason = str(exc).splitlines()[0]
             key, _, value = raw.partition("=")
-            bad.append(BadSetting(key, value, f"cannot be read as an override ({reason})",
-                                  "key=value; a list as key=[a,b]; a sweep (with -m) as key=a,b"))  # fmt: skip
+            bad.append(
+                BadSetting(
+                    key,
+                    value,
+                    f"cannot be read as an override ({reason})",
+                    "key=value; a list as key=[a,b]; a sweep (with -m) as key=a,b",
+                )
+            )
             continue
         key = ov.key_or_group
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):
@@ -184,8 +201,15 @@ def check_overrides(argv: Iterable[str]) -> list[BadSetting]:
 def _own_presets(searchpath: list[str]) -> set[str]:
     """`group/option` of every preset in the user's folders (`--config-dir`, `hydra.searchpath`)."""
     folders = [*map(Path, overlay_dirs()), *_searchpath_folders(searchpath)]
-    return {f"{d.name}/{f.name[: -len('.yaml')]}" for folder in folders if folder.is_dir()
-            for d in folder.iterdir() if d.is_dir() for f in d.iterdir() if f.name.endswith(".yaml")}  # fmt: skip
+    return {
+        f"{d.name}/{f.name[: -len('.yaml')]}"
+        for folder in folders
+        if folder.is_dir()
+        for d in folder.iterdir()
+        if d.is_dir()
+        for f in d.iterdir()
+        if f.name.endswith(".yaml")
+    }
 
 
 @contextmanager
@@ -206,20 +230,27 @@ def _shadowed(searchpath: list[str]) -> list[BadSetting]:
             continue
         for own in sorted(folder.glob("*/*.yaml")):
             if (Path(CONF_DIR) / own.parent.name / own.name).is_file():
-                bad.append(BadSetting(
-                    "hydra.searchpath", searchpath[-1].partition("=")[2],
-                    f"{own} has the name of the packaged {own.parent.name}={own.stem}, which Hydra finds first "
-                    "(hydra.searchpath is searched after the package's conf/), so it would never be used",
-                    f"--config-dir {folder} (searched first), or rename {own.name}",
-                ))  # fmt: skip
+                bad.append(
+                    BadSetting(
+                        "hydra.searchpath",
+                        searchpath[-1].partition("=")[2],
+                        f"{own} has the name of the packaged {own.parent.name}={own.stem}, which Hydra finds first "
+                        "(hydra.searchpath is searched after the package's conf/), so it would never be used",
+                        f"--config-dir {folder} (searched first), or rename {own.name}",
+                    )
+                )
     return bad
 
 
 def _twice(key: str, first: str, second: str) -> BadSetting:
     """Hydra keeps the last of two values of a setting without a word (and stops with a traceback for a group)."""
     said = second.partition("=")[0] if second.startswith("~") else key  # a deletion is said without a value
-    return BadSetting(said, second.partition("=")[2], f"given twice ({first} and {second}); a cell has one value",
-                      f"give it once (e.g. {second.lstrip('+')}); to run both values: -m {key}=A,B")  # fmt: skip
+    return BadSetting(
+        said,
+        second.partition("=")[2],
+        f"given twice ({first} and {second}); a cell has one value",
+        f"give it once (e.g. {second.lstrip('+')}); to run both values: -m {key}=A,B",
+    )
 
 
 def _deletion(key: str, options: dict[str, list[str]]) -> list[BadSetting]:
@@ -229,14 +260,26 @@ def _deletion(key: str, options: dict[str, list[str]]) -> list[BadSetting]:
     if key in OPTIONAL_GROUPS:
         return []
     if key in options:
-        return [BadSetting(f"~{key}", "", f"a cell needs a {key} (options: {', '.join(options[key])})",
-                           f"drop ~{key} (the default option), or {key}=NAME")]  # fmt: skip
+        return [
+            BadSetting(
+                f"~{key}",
+                "",
+                f"a cell needs a {key} (options: {', '.join(options[key])})",
+                f"drop ~{key} (the default option), or {key}=NAME",
+            )
+        ]
     if not _walk(key.split("."))[0]:
         return _setting_problems(key, [""], options)
     if not _is_schema_node(key):
         return []  # a key of a free-form mapping (model.extra_body.x): deleted as Hydra documents
-    return [BadSetting(f"~{key}", "", "a setting of the schema, which every cell has (it cannot be deleted)",
-                       f"drop ~{key} (its default), or {key}=VALUE{' (null: none)' if _nullable(key) else ''}")]  # fmt: skip
+    return [
+        BadSetting(
+            f"~{key}",
+            "",
+            "a setting of the schema, which every cell has (it cannot be deleted)",
+            f"drop ~{key} (its default), or {key}=VALUE{' (null: none)' if _nullable(key) else ''}",
+        )
+    ]
 
 
 def _is_schema_node(key: str) -> bool:
@@ -273,10 +316,17 @@ def _comes_with_option(key: str, value: object, options: dict[str, list[str]]) -
         fix = f"{group}={value}"
     else:
         guess = closest(str(value), choices) if leaf == "name" else None
-        fix = (f"{group}={guess or 'NAME'} (options: {', '.join(choices)}), or a preset of your own: "
-               f"--config-dir DIR with DIR/{group}/{value if leaf == 'name' else 'NAME'}.yaml")  # fmt: skip
-    return BadSetting(key, value, f"comes with the {group} option: the option names the cell and decides what runs, "
-                      f"so {group}.{leaf} is not set apart from it", fix)  # fmt: skip
+        fix = (
+            f"{group}={guess or 'NAME'} (options: {', '.join(choices)}), or a preset of your own: "
+            f"--config-dir DIR with DIR/{group}/{value if leaf == 'name' else 'NAME'}.yaml"
+        )
+    return BadSetting(
+        key,
+        value,
+        f"comes with the {group} option: the option names the cell and decides what runs, "
+        f"so {group}.{leaf} is not set apart from it",
+        fix,
+    )
 
 
 def _unloadable(loader: ConfigLoader, group: str, option: str, searchpath: list[str]) -> list[BadSetting]:
@@ -332,7 +382,6 @@ def _params_problems(key: str, values: list[object], methods: list[str]) -> list
     """An `optimizer.params.*` override checked against the chosen methods' params schemas (config/schema.py)."""
     import typing
 
-
     schemas = {m: typing.get_type_hints(s)["params"] for m, s in OPTIMIZER_SCHEMAS.items()}
     parts = key.split(".")[2:]
     chosen = [m for m in methods if m in schemas]  # an unknown method is its own override's problem
@@ -343,16 +392,27 @@ def _params_problems(key: str, values: list[object], methods: list[str]) -> list
         return [_wrong_type(key, v, typ) for v in values if not _fits(typ, v)]
     owners = [m for m in schemas if _walk(parts, schemas[m])[0]]
     if owners:
-        return [BadSetting(key, shown, f"a setting of optimizer={' or '.join(owners)}; optimizer={', '.join(lacking)} has none",
-                           f"optimizer={owners[0]} {key}={_shown(shown)}, or drop {key}")]  # fmt: skip
+        return [
+            BadSetting(
+                key,
+                shown,
+                f"a setting of optimizer={' or '.join(owners)}; optimizer={', '.join(lacking)} has none",
+                f"optimizer={owners[0]} {key}={_shown(shown)}, or drop {key}",
+            )
+        ]
     guess = closest(key, [f"optimizer.params.{k}" for m in lacking for k in _leaf_keys(schemas[m])])
-    return [BadSetting(key, shown, f"no setting of optimizer={', '.join(lacking)}{f' (did you mean {guess})' if guess else ''}",
-                       f"{guess}={_shown(shown)}" if guess else f"drop {key} (see conf/optimizer/{lacking[0]}.yaml)")]  # fmt: skip
+    return [
+        BadSetting(
+            key,
+            shown,
+            f"no setting of optimizer={', '.join(lacking)}{f' (did you mean {guess})' if guess else ''}",
+            f"{guess}={_shown(shown)}" if guess else f"drop {key} (see conf/optimizer/{lacking[0]}.yaml)",
+        )
+    ]
 
 
 def _composed_optimizer(overrides: list[str]) -> str:
     from hydra import compose
-
 
     try:
         with hydra_on(CONF_DIR):
@@ -426,8 +486,7 @@ def closest(word: str, choices: Iterable[str]) -> str | None:
 def _no_option(group: str, value: object, choices: list[str]) -> BadSetting:
     guess = closest(str(value), choices)
     hint = f", did you mean {guess}" if guess else ""
-    return BadSetting(group, value, f"no such {group}{hint} (options: {', '.join(choices)})",
-                      f"{group}={guess or choices[0]}")  # fmt: skip
+    return BadSetting(group, value, f"no such {group}{hint} (options: {', '.join(choices)})", f"{group}={guess or choices[0]}")
 
 
 def _field_type(cls: object, name: str) -> tuple[bool, object]:
@@ -450,7 +509,6 @@ def _walk(parts: list[str], root: object = None) -> tuple[bool, object]:
     import dataclasses
     import typing
 
-
     typ: object = root or Config
     for part in parts:
         if typ is dict or typing.get_origin(typ) is dict or typ is Any:
@@ -463,7 +521,6 @@ def _walk(parts: list[str], root: object = None) -> tuple[bool, object]:
 
 def _leaf_keys(cls: object = None, prefix: str = "") -> list[str]:
     import dataclasses
-
 
     cls = cls or Config
     assert dataclasses.is_dataclass(cls), cls
@@ -509,19 +566,30 @@ def _setting_problems(key: str, values: list[object], options: dict[str, list[st
     if not known and group:
         choices = options[group]
         picked = [str(v) for v in values if str(v) in choices] or [closest(str(shown), choices) or choices[0]]
-        return [BadSetting(key, shown, f"no such group or setting (did you mean the group {group}; options: {', '.join(choices)})",
-                           f"{group}={','.join(picked) if len(values) > 1 else picked[0]}")]  # fmt: skip
+        return [
+            BadSetting(
+                key,
+                shown,
+                f"no such group or setting (did you mean the group {group}; options: {', '.join(choices)})",
+                f"{group}={','.join(picked) if len(values) > 1 else picked[0]}",
+            )
+        ]
     if not known:
         settable = [k for k in _leaf_keys() if k.partition(".")[2] not in OPTION_KEYS.get(k.partition(".")[0], ())]
         guess = closest(key, settable)
-        return [BadSetting(key, shown, f"unknown setting{f' (did you mean {guess})' if guess else ''}",
-                           f"{guess}={_shown(shown)}" if guess else "python -m apps_bench --help lists the settings")]  # fmt: skip
+        return [
+            BadSetting(
+                key,
+                shown,
+                f"unknown setting{f' (did you mean {guess})' if guess else ''}",
+                f"{guess}={_shown(shown)}" if guess else "python -m apps_bench --help lists the settings",
+            )
+        ]
     return [_wrong_type(key, v, typ) for v in values if not _fits(typ, v)]
 
 
 def _wrong_type(key: str, value: object, typ: object) -> BadSetting:
     import typing
-
 
     parent, _, leaf = key.rpartition(".")
     for section, name, _ok, allowed, fix in RULES:  # the settings check's own words where it has them
@@ -545,7 +613,6 @@ def with_range_problems(bad: list[BadSetting], argv: Iterable[str]) -> list[BadS
     """`bad` plus what the settings check (config/validate.py) finds in the cell the other overrides compose,
     so one message lists every bad setting (a sweep's choices are left to the sweep's own check)."""
     from hydra import compose
-
 
     named = {b.key for b in bad}
     rest = [a for a in override_args(argv) if a.lstrip("+~").split("=", 1)[0] not in named]

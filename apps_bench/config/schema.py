@@ -25,7 +25,11 @@ if TYPE_CHECKING:
 MISSING: Any = "???"
 
 POOL_SOURCES = ("train", "test_minus_eval")  # optimizer.params.pool.source: optimizers/protocol.build_pool
-REQUANTIZE_TYPES = ("q8_0", "q4_0", "f16")  # model.local.gguf_requantize: the llama.cpp file types models/local_server.py converts to
+REQUANTIZE_TYPES = (
+    "q8_0",
+    "q4_0",
+    "f16",
+)  # model.local.gguf_requantize: the llama.cpp file types models/local_server.py converts to
 
 
 @dataclass
@@ -103,8 +107,17 @@ class ModelConfig:
 # and model.local were top-level keys, set to these by every other preset): the cell key hashes the model
 # section in that flat layout (flat_model), so every recorded cell keeps its key.
 _FLAT_OFF: dict[str, dict[str, Any]] = {
-    "local": {"gguf_package": None, "gguf_file": None, "gguf_path": None, "gguf_requantize": None, "chat_format": None,
-              "n_ctx": 0, "n_threads": 0, "start_timeout_s": 0.0, "prompt_cache_mb": 0},
+    "local": {
+        "gguf_package": None,
+        "gguf_file": None,
+        "gguf_path": None,
+        "gguf_requantize": None,
+        "chat_format": None,
+        "n_ctx": 0,
+        "n_threads": 0,
+        "start_timeout_s": 0.0,
+        "prompt_cache_mb": 0,
+    },
     "gold": {"latency_ms": 0, "wrong_fraction": 0.0, "fault_fraction": 0.0},
 }
 
@@ -190,7 +203,9 @@ class MaspoParams(OptimizerParams):
     Ksub: int = MISSING  # variations asked per beam node and step
     T: int = MISSING  # steps per agent per round
     D: int = MISSING  # rounds of coordinate ascent
-    reward: dict[str, float] = MISSING  # local, lookahead, global (`global` is a keyword: a mapping, its keys checked by config/validate.py)  # fmt: skip
+    reward: dict[str, float] = (
+        MISSING  # local, lookahead, global (`global` is a keyword: a mapping, its keys checked by config/validate.py)
+    )
     refresh: dict[str, float] = MISSING  # local, global
     hard_cases: int = MISSING  # misaligned cases kept per agent
 
@@ -364,8 +379,9 @@ def config_dirs(dirs: Sequence[str]) -> Iterator[None]:
     found = [str(Path(d).expanduser().resolve()) for d in dirs]
     missing = [d for d, f in zip(dirs, found) if not Path(f).is_dir()]
     if missing:
-        raise ConfigDirMissing(f"--config-dir {missing[0]}: no such folder; give a folder of presets laid out like "
-                               "conf/ (e.g. DIR/model/NAME.yaml)")  # fmt: skip
+        raise ConfigDirMissing(
+            f"--config-dir {missing[0]}: no such folder; give a folder of presets laid out like conf/ (e.g. DIR/model/NAME.yaml)"
+        )
     before = list(_CONFIG_DIRS)
     _CONFIG_DIRS[:] = found
     try:
@@ -460,8 +476,10 @@ def read_option(group: str, option: str, overrides: Sequence[str] = ()) -> Any:
     node = OmegaConf.create(text)
     header = itertools.takewhile(lambda line: line.startswith("#"), text.splitlines())  # where Hydra reads @package
     if any("@package" in line for line in header) or "defaults" in node:
-        raise ConfFileError(f"{path} composes other config files (a defaults list or a @package line): "
-                            f"read {group}={option} through config.compose")  # fmt: skip
+        raise ConfFileError(
+            f"{path} composes other config files (a defaults list or a @package line): "
+            f"read {group}={option} through config.compose"
+        )
     if group in NAMED_BY_CHOICE:
         node.name = option
     node = OmegaConf.merge(node, OmegaConf.from_dotlist(list(overrides)))

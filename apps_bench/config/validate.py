@@ -144,21 +144,53 @@ RULES: tuple[Rule, ...] = (
     ("model.gold", "wrong_fraction", _fraction, "a fraction from 0 to 1", "model.gold.wrong_fraction=0"),
     ("model.gold", "fault_fraction", _fraction, "a fraction from 0 to 1", "model.gold.fault_fraction=0"),
     ("model.local", "prompt_cache_mb", _int_min(0), "a whole number of MiB >= 0 (0 = off)", "model.local.prompt_cache_mb=1024"),
-    ("model.local", "gguf_requantize", lambda v: v is None or v in REQUANTIZE_TYPES, f"one of {', '.join(REQUANTIZE_TYPES)}, or null (the GGUF as shipped)", "model.local.gguf_requantize=q8_0"),  # fmt: skip
-    ("model.price", "input_per_mtok", _opt_price, "USD per million tokens >= 0, or null (no price)", "model.price.input_per_mtok=3.7 (your vendor's price)"),  # fmt: skip
-    ("model.price", "output_per_mtok", _opt_price, "USD per million tokens >= 0, or null (no price)", "model.price.output_per_mtok=11.3 (your vendor's price)"),  # fmt: skip
+    (
+        "model.local",
+        "gguf_requantize",
+        lambda v: v is None or v in REQUANTIZE_TYPES,
+        f"one of {', '.join(REQUANTIZE_TYPES)}, or null (the GGUF as shipped)",
+        "model.local.gguf_requantize=q8_0",
+    ),
+    (
+        "model.price",
+        "input_per_mtok",
+        _opt_price,
+        "USD per million tokens >= 0, or null (no price)",
+        "model.price.input_per_mtok=3.7 (your vendor's price)",
+    ),
+    (
+        "model.price",
+        "output_per_mtok",
+        _opt_price,
+        "USD per million tokens >= 0, or null (no price)",
+        "model.price.output_per_mtok=11.3 (your vendor's price)",
+    ),
     ("topology", "team_size", _int_min(1), "a whole number >= 1", "topology.team_size=4"),
     ("topology", "rounds", _int_min(1), "a whole number >= 1", "topology.rounds=2"),
     ("topology", "max_steps", _int_min(1), "a whole number >= 1 (model calls per agent's tool loop)", "topology.max_steps=8"),
     ("topology", "max_turns", _int_min(1), "a whole number >= 1", "topology.max_turns=12"),
     ("topology", "time_limit_s", _positive, "seconds > 0 (per problem)", "topology.time_limit_s=600"),
-    ("tracking", "trace_problems", lambda v: v in ("all", "failed", "errors"),
-     "all, failed (not passed, errors included) or errors (infrastructure errors only)", "tracking.trace_problems=failed"),
-    ("tracking", "trace_sample", lambda v: v is None or (_is_int(v) and v >= 1) or (isinstance(v, float) and 0 < v < 1),
-     "null (every problem), a fraction between 0 and 1, or a whole number N >= 1 (N of the cell's problems)",
-     "tracking.trace_sample=0.1, or tracking.trace_sample=100, or tracking.trace_sample=null"),
-    ("tracking", "trace_text_chars", _int_min(100), "a whole number >= 100 (characters kept of each text in a span)",
-     "tracking.trace_text_chars=500"),
+    (
+        "tracking",
+        "trace_problems",
+        lambda v: v in ("all", "failed", "errors"),
+        "all, failed (not passed, errors included) or errors (infrastructure errors only)",
+        "tracking.trace_problems=failed",
+    ),
+    (
+        "tracking",
+        "trace_sample",
+        lambda v: v is None or (_is_int(v) and v >= 1) or (isinstance(v, float) and 0 < v < 1),
+        "null (every problem), a fraction between 0 and 1, or a whole number N >= 1 (N of the cell's problems)",
+        "tracking.trace_sample=0.1, or tracking.trace_sample=100, or tracking.trace_sample=null",
+    ),
+    (
+        "tracking",
+        "trace_text_chars",
+        _int_min(100),
+        "a whole number >= 100 (characters kept of each text in a span)",
+        "tracking.trace_text_chars=500",
+    ),
 )
 
 GEPA_COMPONENT_SELECTION = ("round_robin", "all")
@@ -183,7 +215,13 @@ def _weights(names: tuple[str, ...], total: float | None = None) -> Callable[[ob
 OPTIMIZER_RULES: tuple[Rule, ...] = (
     ("budget", "rollouts", _opt_int_min(1), "a whole number >= 1, or null (no cap)", "optimizer.params.budget.rollouts=200"),
     ("budget", "tokens", _opt_int_min(1), "a whole number >= 1, or null (no cap)", "optimizer.params.budget.tokens=null"),
-    ("budget", "optimizer_tokens", _opt_int_min(1), "a whole number >= 1, or null (no cap)", "optimizer.params.budget.optimizer_tokens=null"),
+    (
+        "budget",
+        "optimizer_tokens",
+        _opt_int_min(1),
+        "a whole number >= 1, or null (no cap)",
+        "optimizer.params.budget.optimizer_tokens=null",
+    ),
     ("pool", "train_size", _int_min(1), "a whole number >= 1", "optimizer.params.pool.train_size=50"),
     ("pool", "val_size", _int_min(1), "a whole number >= 1", "optimizer.params.pool.val_size=30"),
     ("pool", "difficulty", _difficulty, f"{_DIFFICULTIES}, or null (all)", "optimizer.params.pool.difficulty=interview"),
@@ -198,11 +236,41 @@ OPTIMIZER_RULES: tuple[Rule, ...] = (
     ("", "T", _int_min(1), "a whole number >= 1", "optimizer.params.T=3"),
     ("", "D", _int_min(1), "a whole number >= 1", "optimizer.params.D=3"),
     ("", "seed", _int_min(0), "a whole number >= 0", "optimizer.params.seed=0"),
-    ("", "reward", _weights(("local", "lookahead", "global"), total=1.0), "weights local, lookahead and global (numbers >= 0) summing to 1 (the win threshold is 0.5)", "optimizer.params.reward={local:0.4,lookahead:0.4,global:0.2}"),  # fmt: skip
-    ("", "refresh", _weights(("local", "global")), "weights local and global (numbers >= 0)", "optimizer.params.refresh={local:0.7,global:0.3}"),  # fmt: skip
-    ("", "component_selection", lambda v: v in GEPA_COMPONENT_SELECTION, f"one of {', '.join(GEPA_COMPONENT_SELECTION)}", "optimizer.params.component_selection=round_robin"),  # fmt: skip
-    ("", "candidate_selection", lambda v: v in GEPA_CANDIDATE_SELECTION, f"one of {', '.join(GEPA_CANDIDATE_SELECTION)}", "optimizer.params.candidate_selection=pareto"),  # fmt: skip
-    ("", "acceptance", lambda v: v in GEPA_ACCEPTANCE, f"one of {', '.join(GEPA_ACCEPTANCE)}", "optimizer.params.acceptance=strict_improvement"),  # fmt: skip
+    (
+        "",
+        "reward",
+        _weights(("local", "lookahead", "global"), total=1.0),
+        "weights local, lookahead and global (numbers >= 0) summing to 1 (the win threshold is 0.5)",
+        "optimizer.params.reward={local:0.4,lookahead:0.4,global:0.2}",
+    ),
+    (
+        "",
+        "refresh",
+        _weights(("local", "global")),
+        "weights local and global (numbers >= 0)",
+        "optimizer.params.refresh={local:0.7,global:0.3}",
+    ),
+    (
+        "",
+        "component_selection",
+        lambda v: v in GEPA_COMPONENT_SELECTION,
+        f"one of {', '.join(GEPA_COMPONENT_SELECTION)}",
+        "optimizer.params.component_selection=round_robin",
+    ),
+    (
+        "",
+        "candidate_selection",
+        lambda v: v in GEPA_CANDIDATE_SELECTION,
+        f"one of {', '.join(GEPA_CANDIDATE_SELECTION)}",
+        "optimizer.params.candidate_selection=pareto",
+    ),
+    (
+        "",
+        "acceptance",
+        lambda v: v in GEPA_ACCEPTANCE,
+        f"one of {', '.join(GEPA_ACCEPTANCE)}",
+        "optimizer.params.acceptance=strict_improvement",
+    ),
 )
 
 
@@ -244,11 +312,23 @@ def _foreign_params(opt: Mapping[str, object]) -> list[BadSetting]:
     except ConfigKeyError as exc:
         key = f"optimizer.{exc.full_key}"
         parent = _plain_section(opt, ".".join(str(exc.full_key).split(".")[:-1])) or {}
-        return [BadSetting(key, parent.get(str(exc.key)), f"no setting of optimizer={opt['name']}",
-                           f"drop {key} (conf/optimizer/{opt['name']}.yaml lists the settings)")]  # fmt: skip
+        return [
+            BadSetting(
+                key,
+                parent.get(str(exc.key)),
+                f"no setting of optimizer={opt['name']}",
+                f"drop {key} (conf/optimizer/{opt['name']}.yaml lists the settings)",
+            )
+        ]
     except OmegaConfBaseException as exc:  # e.g. `optimizer.name=gepa`: a name without its option's settings
-        return [BadSetting(f"optimizer.{exc.full_key}", None, f"a setting of optimizer={opt['name']}, missing here",
-                           f"optimizer={opt['name']} (an option's settings come with it), not optimizer.name=...")]  # fmt: skip
+        return [
+            BadSetting(
+                f"optimizer.{exc.full_key}",
+                None,
+                f"a setting of optimizer={opt['name']}, missing here",
+                f"optimizer={opt['name']} (an option's settings come with it), not optimizer.name=...",
+            )
+        ]
     return []
 
 
@@ -274,16 +354,23 @@ def _sandbox_refusal(exc: Exception, data: Mapping[str, object]) -> BadSetting |
         return None
     sandbox = _plain_section(data, "judge.sandbox") or {}
     key = next((f"judge.sandbox.{k}" for k in sandbox if f"judge.sandbox.{k} " in str(exc)), "judge.sandbox")
-    return BadSetting(key, sandbox.get(key.rsplit(".", 1)[-1]) if key != "judge.sandbox" else "...", str(exc),
-                      "see conf/judge/seed.yaml's sandbox: block for each limit's meaning and value")
+    return BadSetting(
+        key,
+        sandbox.get(key.rsplit(".", 1)[-1]) if key != "judge.sandbox" else "...",
+        str(exc),
+        "see conf/judge/seed.yaml's sandbox: block for each limit's meaning and value",
+    )
 
 
 def schema_refusal(exc: Exception) -> BadSetting:
     """A value the schema refuses after the rules passed, as a bad setting: OmegaConf's error names the key."""
     key = str(getattr(exc, "full_key", "") or "the config")
-    return BadSetting(key, None, f"the schema (config/schema.py) refuses it: {str(exc).splitlines()[0]}",
-                      "choose options with group=name (an option's settings come with it, e.g. optimizer=gepa), "
-                      "then change single settings")  # fmt: skip
+    return BadSetting(
+        key,
+        None,
+        f"the schema (config/schema.py) refuses it: {str(exc).splitlines()[0]}",
+        "choose options with group=name (an option's settings come with it, e.g. optimizer=gepa), then change single settings",
+    )
 
 
 def typed_cell(cfg: object) -> Config:
@@ -310,7 +397,7 @@ def typed_cell(cfg: object) -> Config:
 PROVIDER_ONLY = {
     "gold": "gold (the built-in self-check server)",
     "local": "local (the llama-cpp-python server this project starts)",
-}  # fmt: skip
+}
 
 
 def _ignored(config: Config) -> list[BadSetting]:
@@ -323,25 +410,34 @@ def _ignored(config: Config) -> list[BadSetting]:
             continue
         for knob, value in asdict(section).items():
             if value is not None:
-                bad.append(BadSetting(
-                    f"model.{provider}.{knob}", value,
-                    f"only model={preset} uses it; model={model.name} would ignore it",
-                    f"drop model.{provider}.{knob}, or model={preset}",
-                ))  # fmt: skip
+                bad.append(
+                    BadSetting(
+                        f"model.{provider}.{knob}",
+                        value,
+                        f"only model={preset} uses it; model={model.name} would ignore it",
+                        f"drop model.{provider}.{knob}, or model={preset}",
+                    )
+                )
     topo = config.topology
     if topo.flow != "decentralized" and _is_int(topo.rounds) and topo.rounds != 1:
-        bad.append(BadSetting(
-            "topology.rounds", topo.rounds,
-            f"only the decentralized (debate) flow has rounds; topology={topo.name} ({topo.flow}) would ignore it",
-            "topology.rounds=1, or topology=decentralized_langgraph / decentralized_openai",
-        ))  # fmt: skip
+        bad.append(
+            BadSetting(
+                "topology.rounds",
+                topo.rounds,
+                f"only the decentralized (debate) flow has rounds; topology={topo.name} ({topo.flow}) would ignore it",
+                "topology.rounds=1, or topology=decentralized_langgraph / decentralized_openai",
+            )
+        )
     dataset = config.dataset
     if dataset.source == "demo" and dataset.path:
-        bad.append(BadSetting(
-            "dataset.path", dataset.path,
-            f"dataset={dataset.name} is the built-in problems and reads no file; dataset=apps reads a local file",
-            f"dataset=apps dataset.path={dataset.path}",
-        ))  # fmt: skip
+        bad.append(
+            BadSetting(
+                "dataset.path",
+                dataset.path,
+                f"dataset={dataset.name} is the built-in problems and reads no file; dataset=apps reads a local file",
+                f"dataset=apps dataset.path={dataset.path}",
+            )
+        )
     bad.extend(_half_price(model.price))
     pool = getattr(config.optimizer.params, "pool", None)
     if config.optimizer.name != "none" and isinstance(pool, PoolParams):
@@ -356,37 +452,55 @@ def _half_price(price: PriceConfig) -> list[BadSetting]:
     if all(v is None for v in given.values()) or all(v not in (None, "") for v in given.values()):
         return []
     unset = [k for k, v in given.items() if v in (None, "")]
-    return [BadSetting(
-        f"model.price.{k}", None, "a price needs both token prices and the date they were read (as_of)",
-        "model.price.input_per_mtok=X model.price.output_per_mtok=Y model.price.as_of=YYYY-MM-DD, or none of them",
-    ) for k in unset]  # fmt: skip
+    return [
+        BadSetting(
+            f"model.price.{k}",
+            None,
+            "a price needs both token prices and the date they were read (as_of)",
+            "model.price.input_per_mtok=X model.price.output_per_mtok=Y model.price.as_of=YYYY-MM-DD, or none of them",
+        )
+        for k in unset
+    ]
 
 
 def pool_problems(dataset: DatasetConfig, pool: PoolParams) -> list[BadSetting]:
     """Why the optimizer pool cannot be drawn as configured (optimizers.entry.pool_dataset_config asks too)."""
     source = pool.source
     if source not in POOL_SOURCES:
-        return [BadSetting("optimizer.params.pool.source", source, f"{' or '.join(POOL_SOURCES)}",
-                           "optimizer.params.pool.source=train")]  # fmt: skip
+        return [
+            BadSetting(
+                "optimizer.params.pool.source", source, f"{' or '.join(POOL_SOURCES)}", "optimizer.params.pool.source=train"
+            )
+        ]
     if source == "test_minus_eval" and pool.path:
-        return [BadSetting(
-            "optimizer.params.pool.path", pool.path,
-            "a train file is read only with pool.source=train; pool.source=test_minus_eval draws from the cell's own "
-            "test-split dataset and would ignore it",
-            "optimizer.params.pool.path=null, or optimizer.params.pool.source=train",
-        )]  # fmt: skip
+        return [
+            BadSetting(
+                "optimizer.params.pool.path",
+                pool.path,
+                "a train file is read only with pool.source=train; pool.source=test_minus_eval draws from the cell's own "
+                "test-split dataset and would ignore it",
+                "optimizer.params.pool.path=null, or optimizer.params.pool.source=train",
+            )
+        ]
     if source == "train" and not pool.path:
         if dataset.path:
-            return [BadSetting(
-                "optimizer.params.pool.path", None,
-                "the cell's dataset is a local file (dataset.path), so the train pool needs a local train file too",
-                "optimizer.params.pool.path=<train.jsonl>, or optimizer.params.pool.source=test_minus_eval",
-            )]  # fmt: skip
+            return [
+                BadSetting(
+                    "optimizer.params.pool.path",
+                    None,
+                    "the cell's dataset is a local file (dataset.path), so the train pool needs a local train file too",
+                    "optimizer.params.pool.path=<train.jsonl>, or optimizer.params.pool.source=test_minus_eval",
+                )
+            ]
         if dataset.source == "demo":
-            return [BadSetting(
-                "optimizer.params.pool.path", None, "the demo dataset has no train split to draw the pool from",
-                "dataset=apps, or optimizer.params.pool.path=<train.jsonl>",
-            )]  # fmt: skip
+            return [
+                BadSetting(
+                    "optimizer.params.pool.path",
+                    None,
+                    "the demo dataset has no train split to draw the pool from",
+                    "dataset=apps, or optimizer.params.pool.path=<train.jsonl>",
+                )
+            ]
     return []
 
 
@@ -403,17 +517,26 @@ def _roles_and_prompts(config: Config) -> list[BadSetting]:
         roles_for(topo)
     except TopologyConfigError:
         sizes = sizes_of(topo)
-        return [BadSetting(
-            "topology.team_size", size,
-            f"a team size topology={topo.name} has a role list for: {', '.join(map(str, sizes)) or 'none'}",
-            f"topology.team_size={sizes[0] if sizes else 1}, or add a role list for {size} under topology.roles_by_size",
-        )]  # fmt: skip
+        return [
+            BadSetting(
+                "topology.team_size",
+                size,
+                f"a team size topology={topo.name} has a role list for: {', '.join(map(str, sizes)) or 'none'}",
+                f"topology.team_size={sizes[0] if sizes else 1}, or add a role list for {size} under topology.roles_by_size",
+            )
+        ]
     try:
         load_prompts(topo)
     except (TopologyConfigError, OSError, ValueError) as exc:
         key = "topology.prompt_file" if topo.prompt_file else "topology.prompts"
-        return [BadSetting(key, topo.prompt_file or "...", str(exc),
-                           "point it at a YAML/JSON file with a prompt for every role of the team and no other")]  # fmt: skip
+        return [
+            BadSetting(
+                key,
+                topo.prompt_file or "...",
+                str(exc),
+                "point it at a YAML/JSON file with a prompt for every role of the team and no other",
+            )
+        ]
     return []
 
 
@@ -425,8 +548,14 @@ def check_settings(cfg: object) -> None:
         bad += _apply(OPTIMIZER_RULES, config.optimizer.params, "optimizer.params")
         bad += _method_apart(config)
     if config.tracking.backend not in TRACKING_BACKENDS:
-        bad.append(BadSetting("tracking.backend", config.tracking.backend, f"one of {', '.join(TRACKING_BACKENDS)}",
-                              "tracking=mlflow, or tracking=none"))  # fmt: skip
+        bad.append(
+            BadSetting(
+                "tracking.backend",
+                config.tracking.backend,
+                f"one of {', '.join(TRACKING_BACKENDS)}",
+                "tracking=mlflow, or tracking=none",
+            )
+        )
     bad += _ignored(config)
     if not any(b.key.startswith("topology.") for b in bad):
         bad += _roles_and_prompts(config)
@@ -449,24 +578,31 @@ def empty_selection(loaded: LoadResult, config: Config) -> BadSetting | None:
     if loaded.rows_selected:
         reasons = ", ".join(f"{n} {r}" for r, n in sorted(loaded.skipped.items()))
         return BadSetting(
-            "dataset.path" if ds.path else "dataset", ds.path or ds.name,
+            "dataset.path" if ds.path else "dataset",
+            ds.path or ds.name,
             f"rows with usable tests; all {loaded.rows_selected} selected rows of {where} were skipped ({reasons})",
             "select other rows (only=, offset=, difficulty=), or fix the file",
-        )  # fmt: skip
+        )
     if only and len(loaded.missing_ids) == len(only):
         return BadSetting(
-            "only", only, f"problem IDs that {where} holds; none of these is there",
+            "only",
+            only,
+            f"problem IDs that {where} holds; none of these is there",
             "only=[...] with IDs of that dataset, or drop only",
-        )  # fmt: skip
+        )
     if difficulty and matched == 0:
         among = f" among only={_show(only)}" if only else ""
         return BadSetting(
-            "difficulty", difficulty, f"a difficulty that {where} has rows of{among}; it has none of {difficulty}",
+            "difficulty",
+            difficulty,
+            f"a difficulty that {where} has rows of{among}; it has none of {difficulty}",
             "difficulty=null, or another of introductory, interview, competition",
-        )  # fmt: skip
+        )
     if matched and offset >= matched:
         return BadSetting(
-            "offset", offset, f"less than the {matched} problems the selection matches in {where}",
+            "offset",
+            offset,
+            f"less than the {matched} problems the selection matches in {where}",
             f"offset={max(0, matched - 1)} or lower, e.g. offset=0",
-        )  # fmt: skip
+        )
     return BadSetting("dataset", ds.name, f"a dataset with rows; {where} has none", "check the file, or pick another dataset")

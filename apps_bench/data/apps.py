@@ -70,7 +70,10 @@ class _Tally:
 
 
 def _select(
-    items: Iterable[_Item], key: Callable[[_Item], tuple[str | None, str]], sel: _Selection, tally: _Tally,
+    items: Iterable[_Item],
+    key: Callable[[_Item], tuple[str | None, str]],
+    sel: _Selection,
+    tally: _Tally,
 ) -> Iterator[_Item]:
     """Filter by `only` and `difficulty`, then skip `offset` and keep `limit`; stop reading as soon as done."""
     wanted = {str(i) for i in sel.only}
@@ -146,7 +149,7 @@ def _iter_jsonl(path: Path) -> Iterator[Located]:
                 kind = "a JSON array" if line.lstrip()[:1] == "[" else "one pretty-printed JSON document"
                 raise NotJsonLines(
                     f"dataset file {path} is not JSON Lines (one JSON object per line): it holds {kind}. Write one row "
-                    "per line, e.g. python -c \"import json,sys; [print(json.dumps(r)) for r in json.load(open(sys.argv[1]))]\" "
+                    'per line, e.g. python -c "import json,sys; [print(json.dumps(r)) for r in json.load(open(sys.argv[1]))]" '
                     f"{path} > rows.jsonl"
                 )
             first = False
@@ -175,7 +178,9 @@ def _iter_local(path: Path) -> Iterator[Located]:
     if path.is_dir():
         raise IsADirectoryError(f"dataset.path={path} is a directory; give one codeparrot-schema .jsonl or .parquet file in it")
     if not path.is_file():
-        raise FileNotFoundError(f"dataset file {path} not found (dataset.path must be a codeparrot-schema .jsonl or .parquet file)")
+        raise FileNotFoundError(
+            f"dataset file {path} not found (dataset.path must be a codeparrot-schema .jsonl or .parquet file)"
+        )
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
     if suffix == ".parquet":
         return _numbered(_iter_parquet(path))
@@ -306,13 +311,23 @@ def load_selection(config: Config) -> LoadResult:
 
 
 def _result(
-    problems: list[Problem], skipped: Counter[str], source: str, revision: str, only: Sequence[str],
-    tally: _Tally, n: int, which: Sequence[str] = (),
-) -> LoadResult:  # fmt: skip
+    problems: list[Problem],
+    skipped: Counter[str],
+    source: str,
+    revision: str,
+    only: Sequence[str],
+    tally: _Tally,
+    n: int,
+    which: Sequence[str] = (),
+) -> LoadResult:
     missing = tuple(i for i in only if i not in tally.found)
     return LoadResult(
-        problems=problems, skipped=dict(skipped), source=source, revision=revision, missing_ids=missing,
-        rows_selected=n, rows_matched=tally.matched, skipped_rows=tuple(which),
-    )  # fmt: skip
-
-
+        problems=problems,
+        skipped=dict(skipped),
+        source=source,
+        revision=revision,
+        missing_ids=missing,
+        rows_selected=n,
+        rows_matched=tally.matched,
+        skipped_rows=tuple(which),
+    )

@@ -138,8 +138,14 @@ def parse_row(row: JsonObject, *, split: str = "test", max_tests_per_row: int = 
     return Problem(
         id=pid,
         question=question,
-        tests=TestSuite(inputs=ins, outputs=outs, fn_name=fn_name, n_available=n_available,
-                        raw_inputs=tuple(inputs), raw_outputs=tuple(outputs)),
+        tests=TestSuite(
+            inputs=ins,
+            outputs=outs,
+            fn_name=fn_name,
+            n_available=n_available,
+            raw_inputs=tuple(inputs),
+            raw_outputs=tuple(outputs),
+        ),
         starter_code=row.get("starter_code") or "",
         difficulty=row.get("difficulty") or "",
         url=row.get("url") or "",

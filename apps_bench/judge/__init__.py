@@ -15,9 +15,15 @@ if TYPE_CHECKING:  # pragma: no cover
 # command runs, and the command starts the sandbox workers first thing (they then warm
 # up on the other core while the data and comparison modules are imported).
 _WHERE = {
-    "compare_call": "compare", "compare_stdin": "compare",
-    "Judge": "core", "has_sandbox_error": "core", "ReferenceRules": "rules", "SeedRules": "rules",
-    "Summary": "pass_at_1", "TierStats": "pass_at_1", "summarize": "pass_at_1",
+    "compare_call": "compare",
+    "compare_stdin": "compare",
+    "Judge": "core",
+    "has_sandbox_error": "core",
+    "ReferenceRules": "rules",
+    "SeedRules": "rules",
+    "Summary": "pass_at_1",
+    "TierStats": "pass_at_1",
+    "summarize": "pass_at_1",
 }
 
 
@@ -25,6 +31,7 @@ def __getattr__(name: str) -> object:
     if name in _WHERE:
         return getattr(importlib.import_module(f"apps_bench.judge.{_WHERE[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Judge",

@@ -41,24 +41,44 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         prog="python -m apps_bench.judge",
         description="Judge APPS predictions (or the reference solutions with --gold) on the sandbox.",
     )
-    p.add_argument("rows", nargs="?", help="codeparrot-schema .jsonl/.parquet file (default: the hub split of conf/dataset/apps.yaml)")
-    p.add_argument("--predictions", help='JSONL lines {"id": "<problem_id>", "code": "<program>"} ("code": null = no program; '
-                   'or "reply": a raw model reply, extracted with the APPS rule)')
+    p.add_argument(
+        "rows", nargs="?", help="codeparrot-schema .jsonl/.parquet file (default: the hub split of conf/dataset/apps.yaml)"
+    )
+    p.add_argument(
+        "--predictions",
+        help='JSONL lines {"id": "<problem_id>", "code": "<program>"} ("code": null = no program; '
+        'or "reply": a raw model reply, extracted with the APPS rule)',
+    )
     p.add_argument("--gold", action="store_true", help="judge each problem's first reference solution (harness self-check)")
     p.add_argument("--out", help="write one verdict per problem here (JSONL, in problem order)")
     p.add_argument("--summary", help="write the summary here (JSON: pass@1 by tier, the judge settings, the sandbox's features)")
-    p.add_argument("--max-tests-per-row", type=int, default=None, help="keep the first N tests per problem; <= 0 keeps all (default: conf/config.yaml)")
+    p.add_argument(
+        "--max-tests-per-row",
+        type=int,
+        default=None,
+        help="keep the first N tests per problem; <= 0 keeps all (default: conf/config.yaml)",
+    )
     p.add_argument("--only", action="append", default=[], help="problem IDs, comma-separated; repeatable")
     p.add_argument("--limit", type=int, default=None, help="first N problems (after --offset)")
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--difficulty", choices=("introductory", "interview", "competition"))
     p.add_argument("--split", default=None, help="split name recorded for a ROWS file (default: the dataset config's)")
-    p.add_argument("--workers", type=int, default=None,
-                   help="sandbox workers; 0 = one per CPU this process may use (default: conf/judge/<profile>.yaml)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="sandbox workers; 0 = one per CPU this process may use (default: conf/judge/<profile>.yaml)",
+    )
     p.add_argument("--profile", default="seed", help="judge profile: conf/judge/<profile>.yaml (default: seed)")
     p.add_argument("--timeout-s", type=float, default=None, help="per-test limit (default: the profile's)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                   help="a setting of the judge profile, e.g. --set sandbox.output_cap_bytes=1000000; repeatable")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="a setting of the judge profile, e.g. --set sandbox.output_cap_bytes=1000000; repeatable",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return p.parse_args(argv)
 
@@ -75,7 +95,7 @@ def read_predictions(path: str) -> dict[str, str | None]:
             try:
                 rec = json.loads(line)
             except ValueError as e:
-                raise UsageError(f"{p}:{n}: not JSON ({e}); expected {{\"id\": ..., \"code\": ...}}") from None
+                raise UsageError(f'{p}:{n}: not JSON ({e}); expected {{"id": ..., "code": ...}}') from None
             if not isinstance(rec, dict) or "id" not in rec or ("code" not in rec and "reply" not in rec):
                 raise UsageError(f'{p}:{n}: each line needs "id" and "code" keys (or "reply": raw model text to extract from)')
             if "code" in rec:
@@ -173,18 +193,32 @@ def _run(args: argparse.Namespace, t0: float) -> int:
         return _judge_all(args, pool, jcfg, ds, t0, max_tests=max_tests, only=only, preds=preds)
 
 
-def _judge_all(args: argparse.Namespace, pool: SandboxPool, jcfg: JudgeConfig, ds: DatasetConfig, t0: float, *, max_tests: int, only: list[str],
-               preds: dict[str, str | None]) -> int:
+def _judge_all(
+    args: argparse.Namespace,
+    pool: SandboxPool,
+    jcfg: JudgeConfig,
+    ds: DatasetConfig,
+    t0: float,
+    *,
+    max_tests: int,
+    only: list[str],
+    preds: dict[str, str | None],
+) -> int:
     if preds and not only and args.limit is None:
         only = list(preds)  # judge what was predicted
     try:
-        loaded = load_problems(ds, limit=args.limit, offset=args.offset, only=only, difficulty=args.difficulty, max_tests_per_row=max_tests)
+        loaded = load_problems(
+            ds, limit=args.limit, offset=args.offset, only=only, difficulty=args.difficulty, max_tests_per_row=max_tests
+        )
     except (OSError, ValueError) as e:  # missing file, bad schema, hub unreachable (DatasetUnavailableError)
         raise UsageError(str(e)) from None
     problems = loaded.problems
     err = sys.stderr
-    print(f"{len(problems)} problems from {loaded.source} (revision {loaded.revision}); "
-          f"max_tests_per_row={max_tests}; skipped rows: {loaded.skipped or 0}", file=err)
+    print(
+        f"{len(problems)} problems from {loaded.source} (revision {loaded.revision}); "
+        f"max_tests_per_row={max_tests}; skipped rows: {loaded.skipped or 0}",
+        file=err,
+    )
     if loaded.missing_ids:
         print(f"warning: {len(loaded.missing_ids)} requested id(s) in no row: {', '.join(loaded.missing_ids[:20])}", file=err)
     if preds:
@@ -231,7 +265,9 @@ def _judge_all(args: argparse.Namespace, pool: SandboxPool, jcfg: JudgeConfig, d
         bar.close()
         writer.close()
     seconds = time.perf_counter() - t0
-    summary = summarize([pairs[i] for i in sorted(pairs)], skipped=loaded.skipped, profile=judge.profile, seconds=seconds, sandbox=pool.features)
+    summary = summarize(
+        [pairs[i] for i in sorted(pairs)], skipped=loaded.skipped, profile=judge.profile, seconds=seconds, sandbox=pool.features
+    )
     summary.print()
 
     print(f"sandbox: {sandbox_summary(summary.sandbox)}; workers: {pool.workers}")

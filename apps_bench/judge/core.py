@@ -56,8 +56,9 @@ def profile_rules(judge_cfg: JudgeConfig) -> ProfileRules:
     except TargetError as e:
         raise ValueError(f"judge profile {judge_cfg.profile!r}: {e}; {where}") from None
     if not isinstance(target, type) or not callable(getattr(target, "run", None)) or not callable(getattr(target, "check", None)):
-        raise ValueError(f"judge profile {judge_cfg.profile!r}: {judge_cfg._target_} is not a profile's rules class "
-                         f"(judge/rules.py); {where}")
+        raise ValueError(
+            f"judge profile {judge_cfg.profile!r}: {judge_cfg._target_} is not a profile's rules class (judge/rules.py); {where}"
+        )
     rules: ProfileRules = target()
     return rules
 
@@ -110,8 +111,9 @@ class Judge:
         """Strict accuracy of `program` on `problem` (None = no program extracted: fails, not run)."""
         n = len(problem.tests)
         if program is None or not program.strip():
-            return Verdict(problem.id, False, n, 0, 0, (), self.profile, extracted=False,
-                           reference_results=self.rules.no_program_results)
+            return Verdict(
+                problem.id, False, n, 0, 0, (), self.profile, extracted=False, reference_results=self.rules.no_program_results
+            )
         start = time.perf_counter()
         results, values = self.rules.run(self, problem, program)
         for _ in range(self.sandbox_retries):
@@ -121,7 +123,6 @@ class Judge:
         passed_n = sum(r.outcome is Outcome.PASS for r in results)
         passed = n > 0 and passed_n == n and len(results) == n
         if values is not None:  # the original's strict rule on its own list
-
             passed = n > 0 and len(values) == n and all(passes(v) for v in values)
         return Verdict(
             problem_id=problem.id,

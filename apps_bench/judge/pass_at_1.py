@@ -85,8 +85,9 @@ class Summary:
         notes.append("rows skipped: " + (", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "0"))
         if self.seconds is not None:
             notes.append(f"{self.seconds:.2f} s")
-        return pass_table(self.to_dict(), title=f"APPS strict accuracy (judge profile {self.profile or '?'})",
-                          caption="; ".join(notes))  # fmt: skip
+        return pass_table(
+            self.to_dict(), title=f"APPS strict accuracy (judge profile {self.profile or '?'})", caption="; ".join(notes)
+        )
 
     def print(self, console: Console | None = None) -> None:
         from rich.console import Console
@@ -103,7 +104,9 @@ def pass_table(summary: Mapping[str, Any], *, title: str, caption: str) -> Table
     for col in ("set", "problems", "passed", "pass@1"):
         t.add_column(col, justify="left" if col == "set" else "right")
     t.add_row("all", str(summary["n_problems"]), str(summary["n_passed"]), f"{summary['pass_at_1']:.4f}")
-    t.add_row("extracted", str(summary["n_extracted"]), str(summary["n_passed_extracted"]), f"{summary['pass_at_1_extracted']:.4f}")
+    t.add_row(
+        "extracted", str(summary["n_extracted"]), str(summary["n_passed_extracted"]), f"{summary['pass_at_1_extracted']:.4f}"
+    )
     for tier, s in (summary.get("by_difficulty") or {}).items():
         t.add_row(tier or "(none)", str(s["n"]), str(s["passed"]), f"{s['pass_at_1']:.4f}")
     return t
@@ -132,20 +135,28 @@ def _unpack(item: SummaryItem) -> tuple[str, bool, bool, bool]:
     if isinstance(item, Mapping):
         results = item.get("results") or ()
         sandbox = bool(item.get("sandbox_error")) or any(
-            (r.get("outcome") if isinstance(r, Mapping) else getattr(r, "outcome", None)) in ("sandbox_error", Outcome.SANDBOX_ERROR)
+            (r.get("outcome") if isinstance(r, Mapping) else getattr(r, "outcome", None))
+            in ("sandbox_error", Outcome.SANDBOX_ERROR)
             for r in results
         )
         return str(item.get("difficulty") or ""), bool(item.get("passed")), bool(item.get("extracted", True)), sandbox
     raise TypeError(f"summarize() takes (Problem, Verdict) pairs or verdict records (dicts), got {type(item).__name__}")
 
 
-def summarize(items: Iterable[SummaryItem], *, skipped: Mapping[str, int] | None = None, profile: str = "", seconds: float | None = None,
-              sandbox: JsonObject | None = None) -> Summary:
+def summarize(
+    items: Iterable[SummaryItem],
+    *,
+    skipped: Mapping[str, int] | None = None,
+    profile: str = "",
+    seconds: float | None = None,
+    sandbox: JsonObject | None = None,
+) -> Summary:
     """Aggregate verdicts. Items: (Problem, Verdict) or (difficulty, Verdict) pairs, or records with
     `passed`, `extracted`, `difficulty` and optionally `results`/`sandbox_error` (e.g. VERDICTS.jsonl lines).
     `sandbox`: the pool's features, recorded with the summary."""
-    s = Summary(skipped=dict(skipped or {}), profile=profile, seconds=seconds,
-                sandbox=dict(sandbox) if sandbox is not None else None)
+    s = Summary(
+        skipped=dict(skipped or {}), profile=profile, seconds=seconds, sandbox=dict(sandbox) if sandbox is not None else None
+    )
     tiers: dict[str, TierStats] = {}
     for item in items:
         if not profile and isinstance(item, tuple) and isinstance(item[1], Verdict):

@@ -31,7 +31,8 @@ def judge_config(profile: str, overrides: Sequence[str] = ()) -> JudgeConfig:
 
     if profile not in available_profiles():
         raise JudgeConfigError(
-            f"no judge profile {profile!r} (conf/judge/{profile}.yaml); available: {', '.join(available_profiles())}")
+            f"no judge profile {profile!r} (conf/judge/{profile}.yaml); available: {', '.join(available_profiles())}"
+        )
     for item in overrides:
         if "=" not in item or not item.split("=", 1)[0].strip():
             raise JudgeConfigError(f"bad judge override {item!r}: use key=value, e.g. sandbox.output_cap_bytes=1000000")

@@ -114,8 +114,14 @@ class SeedRules:
 
     def run(self, judge: JudgeSettings, problem: Problem, program: str) -> Run:
         tests = problem.tests
-        req = RunRequest(code=program, mode=tests.mode, inputs=list(tests.inputs), fn_name=tests.fn_name,
-                         timeout_s=judge.timeout_s, memory_bytes=_memory(judge, problem))
+        req = RunRequest(
+            code=program,
+            mode=tests.mode,
+            inputs=list(tests.inputs),
+            fn_name=tests.fn_name,
+            timeout_s=judge.timeout_s,
+            memory_bytes=_memory(judge, problem),
+        )
         results: dict[int, TestResult] = {}
 
         def keep_going(raw: RawRun) -> bool:
@@ -156,9 +162,16 @@ class ReferenceRules:
     def run(self, judge: JudgeSettings, problem: Problem, program: str) -> Run:
         tests = problem.tests
         assert judge.program_timeout_s is not None  # check() refuses a reference judge without one
-        req = RunRequest(code=program, mode=tests.mode, inputs=list(tests.raw_inputs or tests.inputs),
-                         fn_name=tests.fn_name, timeout_s=judge.program_timeout_s, alarm_s=judge.timeout_s,
-                         reference=True, memory_bytes=_memory(judge, problem))
+        req = RunRequest(
+            code=program,
+            mode=tests.mode,
+            inputs=list(tests.raw_inputs or tests.inputs),
+            fn_name=tests.fn_name,
+            timeout_s=judge.program_timeout_s,
+            alarm_s=judge.timeout_s,
+            reference=True,
+            memory_bytes=_memory(judge, problem),
+        )
         results: list[TestResult] = []
         values: list[object] = []
         lost: list[str] = []
@@ -168,8 +181,9 @@ class ReferenceRules:
                 r, value = judge_test(problem, raw, clip)
             except HarnessCrash as e:
                 outcome = Outcome.TIMEOUT if raw.status == "timeout" else Outcome.RUNTIME_ERROR
-                results.append(TestResult(raw.index, outcome, float(raw.seconds or 0.0),
-                                          clip(f"{e}; the original reports [-1] * 21")))
+                results.append(
+                    TestResult(raw.index, outcome, float(raw.seconds or 0.0), clip(f"{e}; the original reports [-1] * 21"))
+                )
                 lost.append(str(e))
                 return False
             results.append(r)

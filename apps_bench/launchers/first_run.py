@@ -17,8 +17,15 @@ from pathlib import Path
 from apps_bench.types import JsonObject
 
 # the runners whose teams get tools through the API (CrewAI describes them in the prompt)
-API_TOOLS = {"single", "independent", "sequential_langgraph", "centralized_langgraph", "centralized_autogen",
-             "decentralized_langgraph", "decentralized_openai"}  # fmt: skip
+API_TOOLS = {
+    "single",
+    "independent",
+    "sequential_langgraph",
+    "centralized_langgraph",
+    "centralized_autogen",
+    "decentralized_langgraph",
+    "decentralized_openai",
+}
 
 
 @dataclass
@@ -76,11 +83,15 @@ def problems_with(check: object, runners: list[Runner], out: Path) -> list[str]:
         elif r.rc != 0 or not r.summary:
             reasons.append(f"{r.topology}: exit {r.rc}: {r.log_tail} ({log})")
         elif r.summary.get("n_errors"):
-            reasons.append(f"{r.topology}: {r.summary['n_errors']} problem(s) ended in an infrastructure error "
-                           f"(timeouts, server errors): see {log} and {out / 'server.log'}")  # fmt: skip
+            reasons.append(
+                f"{r.topology}: {r.summary['n_errors']} problem(s) ended in an infrastructure error "
+                f"(timeouts, server errors): see {log} and {out / 'server.log'}"
+            )
         elif r.topology in API_TOOLS and not r.tool_calls:
-            reasons.append(f"{r.topology}: no tool call in {r.problems} problems: the team ran without its tools "
-                           "(the check's tools lines say why)")  # fmt: skip
+            reasons.append(
+                f"{r.topology}: no tool call in {r.problems} problems: the team ran without its tools "
+                "(the check's tools lines say why)"
+            )
     return reasons
 
 
@@ -95,21 +106,28 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["", f"first GPU run: {out}"]
     if isinstance(check, dict):
         tools = ", ".join(f"{k}: {v}" for k, v in (check.get("tools") or {}).items())
-        lines.append(f"server check: {check.get('model_id')} ({check.get('server', {}).get('kind')}), "
-                     f"{check.get('failed', 0)} item(s) failed; tools: {tools}")  # fmt: skip
+        lines.append(
+            f"server check: {check.get('model_id')} ({check.get('server', {}).get('kind')}), "
+            f"{check.get('failed', 0)} item(s) failed; tools: {tools}"
+        )
     lines.append(f"{'runner':<24} {'exit':>4} {'problems':>8} {'pass@1':>7} {'errors':>6} {'tool calls':>10}")
     for r in runners:
         s = r.summary
         p1 = f"{s['pass_at_1']:.3f}" if isinstance(s.get("pass_at_1"), (int, float)) else "-"
-        lines.append(f"{r.topology:<24} {r.rc if r.rc is not None else '-':>4} {r.problems:>8} {p1:>7} "
-                     f"{s.get('n_errors', '-') if s else '-':>6} {r.tool_calls:>10}")  # fmt: skip
+        lines.append(
+            f"{r.topology:<24} {r.rc if r.rc is not None else '-':>4} {r.problems:>8} {p1:>7} "
+            f"{s.get('n_errors', '-') if s else '-':>6} {r.tool_calls:>10}"
+        )
     reasons = problems_with(check, runners, out)
     if reasons:
         lines += ["", f"VERDICT: NOT READY ({len(reasons)} problem(s)); change these, then rerun:"]
         lines += [f"  - {reason}" for reason in reasons]
     else:
-        lines += ["", "VERDICT: READY: the server passes the check, and every runner solved its problems with its tools. "
-                  "Next: launchers/sweep_study.sh (docs/models.md, 'Before your first GPU run')."]  # fmt: skip
+        lines += [
+            "",
+            "VERDICT: READY: the server passes the check, and every runner solved its problems with its tools. "
+            "Next: launchers/sweep_study.sh (docs/models.md, 'Before your first GPU run').",
+        ]
     sys.stdout.write("\n".join(lines) + "\n")
     return 1 if reasons else 0
 

@@ -33,9 +33,12 @@ LAUNCHERS: dict[str, Needs] = {
         "ray_cluster", ("ray",), "pip install 'apps-bench[ray]'"
     ),
     "hydra_plugins.apps_bench_launchers.slurm_launcher.SlurmLauncher": Needs(
-        "slurm", ("submitit", "hydra_plugins.hydra_submitit_launcher"), _LAUNCHERS_EXTRA,
-        ("sbatch", "srun", "squeue"), _SLURM_TOOLS,
-    ),  # fmt: skip
+        "slurm",
+        ("submitit", "hydra_plugins.hydra_submitit_launcher"),
+        _LAUNCHERS_EXTRA,
+        ("sbatch", "srun", "squeue"),
+        _SLURM_TOOLS,
+    ),
     "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher": Needs(
         "slurm_local", ("submitit", "hydra_plugins.hydra_submitit_launcher"), _LAUNCHERS_EXTRA
     ),
@@ -59,10 +62,14 @@ def launcher_problem(target: str) -> str | None:
         return None
     missing = [m for m in needs.modules if not _importable(m)]
     if missing:
-        return (f"hydra/launcher={needs.option} needs {', '.join(missing)}, which is not installed here; "
-                f"nothing was run. Install it: {needs.pip}")  # fmt: skip
+        return (
+            f"hydra/launcher={needs.option} needs {', '.join(missing)}, which is not installed here; "
+            f"nothing was run. Install it: {needs.pip}"
+        )
     absent = [c for c in needs.commands if shutil.which(c) is None]
     if absent:
-        return (f"hydra/launcher={needs.option} needs {', '.join(absent)} on PATH, not found on this host; "
-                f"nothing was run. {needs.without_commands}")  # fmt: skip
+        return (
+            f"hydra/launcher={needs.option} needs {', '.join(absent)} on PATH, not found on this host; "
+            f"nothing was run. {needs.without_commands}"
+        )
     return None

@@ -95,8 +95,11 @@ def infeasible(need: Mapping[str, float], nodes: Sequence[Node]) -> str | None:
     if "CPU" in need and need["CPU"] > biggest.resources.get("CPU", 0.0):
         fix.append(f"hydra.launcher.ray.remote.num_cpus={max(1, int(biggest.resources.get('CPU', 0.0)))} (or fewer)")
     if "GPU" in need and need["GPU"] > biggest.resources.get("GPU", 0.0):
-        fix.append("hydra.launcher.ray.remote.num_gpus=0" if not biggest.resources.get("GPU") else
-                   f"hydra.launcher.ray.remote.num_gpus={biggest.resources['GPU']:g}")
+        fix.append(
+            "hydra.launcher.ray.remote.num_gpus=0"
+            if not biggest.resources.get("GPU")
+            else f"hydra.launcher.ray.remote.num_gpus={biggest.resources['GPU']:g}"
+        )
     fix.append("or add a node that large to the cluster")
     return (
         f"no node of the Ray cluster can run a cell: each cell asks {_fmt(need, keys)} "
@@ -108,8 +111,9 @@ def infeasible(need: Mapping[str, float], nodes: Sequence[Node]) -> str | None:
 # ----------------------------------------------------------------------------- the worker side
 
 
-def run_cell_task(hydra_context: HydraContext, sweep_config: DictConfig, task_function: TaskFunction,
-                  singleton_state: object) -> JobReturn | SweepStopped:
+def run_cell_task(
+    hydra_context: HydraContext, sweep_config: DictConfig, task_function: TaskFunction, singleton_state: object
+) -> JobReturn | SweepStopped:
     """Run one cell as a Hydra job inside a Ray worker, in the driver's working directory."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.singleton import Singleton
@@ -137,8 +141,10 @@ def enter_driver_cwd(cwd: str) -> None:
     path = Path(cwd)
     if not path.is_dir():
         path.mkdir(parents=True, exist_ok=True)
-        _say(f"{cwd} (the sweep's working directory) did not exist on this node; the cell's outputs/ stay here, "
-             "on this node's disk. Run the sweep from a shared filesystem to gather them.")
+        _say(
+            f"{cwd} (the sweep's working directory) did not exist on this node; the cell's outputs/ stay here, "
+            "on this node's disk. Run the sweep from a shared filesystem to gather them."
+        )
     os.chdir(path)
 
 
@@ -159,9 +165,11 @@ def _init_kwargs(init: JsonObject) -> JsonObject:
 def _warn_local_store(nodes: Sequence[Node]) -> None:
     uri = os.environ.get("MLFLOW_TRACKING_URI", "")
     if len(nodes) > 1 and (not uri or uri.startswith("sqlite:")):
-        _say(f"WARNING: the cluster has {len(nodes)} nodes and cells log to a local SQLite store ({uri or 'the default'}): "
-             "cells on other nodes would each write their own file. Start one tracking server "
-             "(launchers/mlflow_server.sh) and export MLFLOW_TRACKING_URI before the sweep.")
+        _say(
+            f"WARNING: the cluster has {len(nodes)} nodes and cells log to a local SQLite store ({uri or 'the default'}): "
+            "cells on other nodes would each write their own file. Start one tracking server "
+            "(launchers/mlflow_server.sh) and export MLFLOW_TRACKING_URI before the sweep."
+        )
 
 
 def launch(
@@ -180,7 +188,6 @@ def launch(
     from hydra.core.utils import configure_log, filter_overrides, setup_globals
     from omegaconf import open_dict
 
-
     setup_globals()
     configure_log(config.hydra.hydra_logging, config.hydra.verbose)
     Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
@@ -189,9 +196,11 @@ def launch(
         try:
             ray.init(**_init_kwargs(init))
         except ConnectionError as exc:
-            _say(f"cannot reach the Ray cluster at {init.get('address')!r}: {exc} Fix: start it (`ray start --head`) and "
-                 "export RAY_ADDRESS=<the address `ray start` printed>, or unset RAY_ADDRESS to start a local Ray "
-                 "for this sweep. Nothing was run.")
+            _say(
+                f"cannot reach the Ray cluster at {init.get('address')!r}: {exc} Fix: start it (`ray start --head`) and "
+                "export RAY_ADDRESS=<the address `ray start` printed>, or unset RAY_ADDRESS to start a local Ray "
+                "for this sweep. Nothing was run."
+            )
             raise SystemExit(2) from None
     need = demand(remote)
     nodes = alive_nodes(ray.nodes())
@@ -221,8 +230,14 @@ def launch(
         raise
 
 
-def _wait(ray: ModuleType, refs: list[object], labels: list[str], job_overrides: Sequence[Sequence[str]],
-          need: Mapping[str, float], report_every_s: float) -> list[JobReturn]:
+def _wait(
+    ray: ModuleType,
+    refs: list[object],
+    labels: list[str],
+    job_overrides: Sequence[Sequence[str]],
+    need: Mapping[str, float],
+    report_every_s: float,
+) -> list[JobReturn]:
     """Collect the cells as they finish; say what is still waiting every `report_every_s`, and stop
     with a message when no live node can run the remaining cells any more (a node left)."""
     index = {ref: i for i, ref in enumerate(refs)}
@@ -241,8 +256,10 @@ def _wait(ray: ModuleType, refs: list[object], labels: list[str], job_overrides:
             _say(f"{len(pending)} cell(s) can no longer be scheduled: {why}")
             raise SystemExit(2)
         free = ray.available_resources()
-        _say(f"{len(refs) - len(pending)} of {len(refs)} cells done after {time.monotonic() - t0:.0f}s; "
-             f"{len(pending)} running or queued (free now: {_fmt(free, list(need))})")
+        _say(
+            f"{len(refs) - len(pending)} of {len(refs)} cells done after {time.monotonic() - t0:.0f}s; "
+            f"{len(pending)} running or queued (free now: {_fmt(free, list(need))})"
+        )
     return [results[i] for i in range(len(refs))]
 
 
@@ -256,8 +273,10 @@ def _result(ray: ModuleType, ref: object, overrides: Sequence[str], label: str) 
         result = ray.get(ref)
     except ray.exceptions.RayError as exc:
         _say(f"cell {label} ended without a result: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}")
-        err = RuntimeError(f"Ray task of cell {label} ended without a result ({type(exc).__name__}); "
-                           "rerun the sweep: finished cells are skipped, this one resumes from its records")
+        err = RuntimeError(
+            f"Ray task of cell {label} ended without a result ({type(exc).__name__}); "
+            "rerun the sweep: finished cells are skipped, this one resumes from its records"
+        )
         return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=err)
     if isinstance(result, SweepStopped):  # the cell's surroundings failed: the sweep stops (its other cells cancelled)
         print(f"apps-bench: {result.line}", file=sys.stderr, flush=True)  # Ray forwards the cell's own output late, if at all

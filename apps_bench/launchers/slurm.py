@@ -180,9 +180,13 @@ def watched_launch(
 
 
 def stopping_launch(
-    launch: Launch, submitit_folder: str, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, *,
+    launch: Launch,
+    submitit_folder: str,
+    job_overrides: Sequence[Sequence[str]],
+    initial_job_idx: int,
+    *,
     disks: Sequence[str],
-) -> Sequence[JobReturn]:  # fmt: skip
+) -> Sequence[JobReturn]:
     """Run submitit's `launch`; a cell whose surroundings failed stops the sweep: the launching process says
     its line and raises its `faults.SweepStopped` (`__main__._run` ends the parent run by it). The job hands
     it back as its result (the launcher's `__call__`); a job on a full disk may have written neither its

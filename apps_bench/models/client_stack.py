@@ -167,5 +167,8 @@ def metered_client(
     if asynchronous:
         transport = AsyncMeteredTransport(mod, AsyncRetryingTransport(mod, pool, policy, usage), usage, role)
         return mod.AsyncClient(transport=transport, timeout=timeout, headers=headers)
-    return mod.Client(transport=MeteredTransport(mod, RetryingTransport(mod, pool, policy, usage), usage, role), timeout=timeout, headers=headers)
-
+    return mod.Client(
+        transport=MeteredTransport(mod, RetryingTransport(mod, pool, policy, usage), usage, role),
+        timeout=timeout,
+        headers=headers,
+    )

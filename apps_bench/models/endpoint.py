@@ -131,7 +131,10 @@ def resolve_remote(model_cfg: ModelConfig) -> Endpoint:
         if is_loopback(base_url) or "vllm" in owners:
             log.warning(
                 "%s is not set: using the placeholder key %r, which vLLM and loopback servers accept. "
-                "Set %s if this endpoint checks keys.", key_env, PLACEHOLDER_KEY, key_env,
+                "Set %s if this endpoint checks keys.",
+                key_env,
+                PLACEHOLDER_KEY,
+                key_env,
             )
             key = PLACEHOLDER_KEY
         else:

@@ -244,7 +244,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
         path = self.path.split("?")[0].rstrip("/")
         if path == "/v1/models":
-            self._json(200, {"object": "list", "data": [{"id": self.gold.model_id, "object": "model", "created": 0, "owned_by": "apps-bench-gold"}]})
+            self._json(
+                200,
+                {
+                    "object": "list",
+                    "data": [{"id": self.gold.model_id, "object": "model", "created": 0, "owned_by": "apps-bench-gold"}],
+                },
+            )
         elif path in ("/health", "/v1/health", ""):
             self._json(200, {"status": "ok", "model": self.gold.model_id, "note": SELF_CHECK})
         else:
@@ -320,7 +326,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.gold.pause(self.gold.stall_s)  # the client's timeout fires first
             self.close_connection = True
         else:  # malformed
-            body = b'data: {"choices": [{"delta": {"content": "gold: injected malformed' if stream else b'{"id": "gold-malformed", "choices": [ {'
+            body = (
+                b'data: {"choices": [{"delta": {"content": "gold: injected malformed'
+                if stream
+                else b'{"id": "gold-malformed", "choices": [ {'
+            )
             self._send(200, body, "text/event-stream" if stream else "application/json")
 
     # ------------------------------------------------------------ bodies
@@ -355,7 +365,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _sse(self, request: JsonObject, reply: Reply, usage: dict[str, int]) -> bytes:
         cid, created = self._ids(request)
-        base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": self.gold.model_id, "system_fingerprint": "gold-self-check"}
+        base = {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": self.gold.model_id,
+            "system_fingerprint": "gold-self-check",
+        }
 
         def chunk(delta: JsonObject, finish: str | None = None) -> JsonObject:
             return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
@@ -364,7 +380,12 @@ class _Handler(BaseHTTPRequestHandler):
         events += [chunk({"content": piece}) for piece in _chunks(reply.content or "")]
         calls = self._tool_calls(reply, request)
         for i, call in enumerate(calls):
-            head = {"index": i, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": ""}}
+            head = {
+                "index": i,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }
             events.append(chunk({"tool_calls": [head]}))
             for piece in _chunks(call["function"]["arguments"], 2):
                 events.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
@@ -403,8 +424,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not problems:
         problems = [GoldProblem.from_problem(p) for p in DEMO_PROBLEMS]
     server = GoldServer(
-        problems, host=args.host, port=args.port, latency_ms=args.latency_ms, wrong_fraction=args.wrong_fraction,
-        fault_fraction=args.fault_fraction, stall_s=args.stall_s,
+        problems,
+        host=args.host,
+        port=args.port,
+        latency_ms=args.latency_ms,
+        wrong_fraction=args.wrong_fraction,
+        fault_fraction=args.fault_fraction,
+        stall_s=args.stall_s,
     ).start()
     print(f"gold ({SELF_CHECK}): {len(server.index)} problems at {server.base_url}  model id: {server.model_id}", flush=True)
     print(f"use: python -m apps_bench model=gold model.base_url={server.base_url}   (Ctrl-C stops)", flush=True)

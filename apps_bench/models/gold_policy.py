@@ -133,11 +133,7 @@ class GoldProblem:
         marker = "gold-deliberately-wrong-answer"
         if self.fn_name:
             if "class Solution" in self.starter_code:
-                return (
-                    "class Solution:\n"
-                    f"    def {self.fn_name}(self, *args):\n"
-                    f"        return {marker!r}\n"
-                )
+                return f"class Solution:\n    def {self.fn_name}(self, *args):\n        return {marker!r}\n"
             return f"def {self.fn_name}(*args):\n    return {marker!r}\n"
         return f"print({marker!r})\n"
 
@@ -366,9 +362,7 @@ def _exec_args(problem: GoldProblem, seed: int, wrong_fraction: float, schema: J
     return args
 
 
-def _crewai_reply(
-    messages: Sequence[JsonObject], problem: GoldProblem, seed: int, wrong_fraction: float
-) -> Reply | None:
+def _crewai_reply(messages: Sequence[JsonObject], problem: GoldProblem, seed: int, wrong_fraction: float) -> Reply | None:
     prompts = "\n".join(message_text(m) for m in messages if m.get("role") in ("system", "user"))
     if not (re.search(r"^Final Answer:", prompts, re.MULTILINE) and "Thought:" in prompts):
         return None
@@ -378,13 +372,14 @@ def _crewai_reply(
     if "python_exec" in names and not observed and problem.solution is not None:
         args = _exec_args(problem, seed, wrong_fraction, None)
         return Reply(
-            f"Thought: {SELF_CHECK}. I run the reference program first.\n"
-            f"Action: python_exec\nAction Input: {json.dumps(args)}",
+            f"Thought: {SELF_CHECK}. I run the reference program first.\nAction: python_exec\nAction Input: {json.dumps(args)}",
             kind="crewai_action",
             problem=problem.key,
         )
     final = _final(problem, seed, wrong_fraction)
-    return Reply(f"Thought: I now can give a great answer\nFinal Answer: {final.content}", kind="crewai_final", problem=problem.key)
+    return Reply(
+        f"Thought: I now can give a great answer\nFinal Answer: {final.content}", kind="crewai_final", problem=problem.key
+    )
 
 
 def respond(request: JsonObject, index: ProblemIndex, *, wrong_fraction: float = 0.0) -> Reply:
@@ -419,7 +414,7 @@ def respond(request: JsonObject, index: ProblemIndex, *, wrong_fraction: float =
                 problem=problem.key,
             )
         if "delegate" in tools:
-            props = ((tools["delegate"].get("parameters") or {}).get("properties") or {})
+            props = (tools["delegate"].get("parameters") or {}).get("properties") or {}
             workers = list((props.get("worker") or {}).get("enum") or [])
             done = set()
             for m in messages:
@@ -432,7 +427,15 @@ def respond(request: JsonObject, index: ProblemIndex, *, wrong_fraction: float =
                 worker = todo[0]
                 return Reply(
                     f"{SELF_CHECK}. Delegating to {worker}.",
-                    [ToolCall("delegate", {"worker": worker, "instruction": f"As the {worker}, work on the problem and report back to the manager."})],
+                    [
+                        ToolCall(
+                            "delegate",
+                            {
+                                "worker": worker,
+                                "instruction": f"As the {worker}, work on the problem and report back to the manager.",
+                            },
+                        )
+                    ],
                     kind="delegate",
                     problem=problem.key,
                 )
@@ -449,11 +452,17 @@ def print_start_notes(model_cfg: ModelConfig, problems: Sequence[Problem]) -> No
     what that does to the score (a cell on rows without solutions scores 0 by construction)."""
     if model_cfg.provider != "gold":
         return
-    print("apps-bench: model=gold is the built-in harness self-check server: it answers with reference "
-          "solutions; it is not an LLM and its scores measure the harness, not a model.", file=sys.stderr)
+    print(
+        "apps-bench: model=gold is the built-in harness self-check server: it answers with reference "
+        "solutions; it is not an LLM and its scores measure the harness, not a model.",
+        file=sys.stderr,
+    )
     missing, n = len(without_solution(problems)), len(problems)
     if missing:
-        print(f"apps-bench: model=gold: {missing} of {n} selected problems have no reference solution in their rows; "
-              f"gold gives no program for them, so they score 0 and this cell's pass@1 is at most {n - missing}/{n} = "
-              f"{(n - missing) / n:.4f} (and its agents call no tools on them). To check the harness, select rows with "
-              "solutions (e.g. the shared train_mini150.jsonl).", file=sys.stderr)
+        print(
+            f"apps-bench: model=gold: {missing} of {n} selected problems have no reference solution in their rows; "
+            f"gold gives no program for them, so they score 0 and this cell's pass@1 is at most {n - missing}/{n} = "
+            f"{(n - missing) / n:.4f} (and its agents call no tools on them). To check the harness, select rows with "
+            "solutions (e.g. the shared train_mini150.jsonl).",
+            file=sys.stderr,
+        )

@@ -114,13 +114,28 @@ class LocalServer:
 
     def command(self) -> list[str]:
         cmd = [
-            sys.executable, "-m", "apps_bench.models.local_server", "--model", str(self.model_path), "--model_alias", self.model_id,
-            "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
-            "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads),
+            sys.executable,
+            "-m",
+            "apps_bench.models.local_server",
+            "--model",
+            str(self.model_path),
+            "--model_alias",
+            self.model_id,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            str(self.n_ctx),
+            "--n_threads",
+            str(self.n_threads),
+            "--n_threads_batch",
+            str(self.n_threads),
             # logits of the last token only (no request asks for logprobs): with every token's, the
             # server's default, each prompt state the RAM cache keeps holds 192 KiB per token
-            "--logits_all", "false",
-        ]  # fmt: skip
+            "--logits_all",
+            "false",
+        ]
         if self.chat_format:
             cmd += ["--chat_format", self.chat_format]
         if self.prompt_cache_mb:
@@ -139,10 +154,14 @@ class LocalServer:
         env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
         with os.fdopen(fd, "wb") as out:
             self.proc = subprocess.Popen(
-                self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                self.command(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
                 start_new_session=True,  # Ctrl-C is ours to handle; stop() ends it
                 preexec_fn=_die_with_parent,  # a cell killed with -9 leaves no server behind
-            )  # fmt: skip
+            )
         try:
             self._wait_ready()
         except BaseException:
@@ -163,7 +182,9 @@ class LocalServer:
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise LocalModelError(f"the local model server exited ({self.proc.returncode}) while starting:\n{self.log_tail()}")
+                raise LocalModelError(
+                    f"the local model server exited ({self.proc.returncode}) while starting:\n{self.log_tail()}"
+                )
             try:
                 r = httpx.get(f"{self.base_url}/models", timeout=2.0, trust_env=False)
                 if r.status_code == 200:

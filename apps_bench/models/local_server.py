@@ -86,10 +86,13 @@ class _Capped:
 def _empty_completion(model: str) -> JsonObject:
     """What a completion with no tokens left returns: nothing, stopped at the cap."""
     return {
-        "id": "cmpl-capped", "object": "text_completion", "created": int(time.time()), "model": model,
+        "id": "cmpl-capped",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
         "choices": [{"text": "", "index": 0, "logprobs": None, "finish_reason": "length"}],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-    }  # fmt: skip
+    }
 
 
 def _text(content: Any) -> str:
@@ -170,8 +173,7 @@ def install() -> None:
     llama_cpp.LlamaRAMCache = counted_ram_cache()  # type: ignore[misc]
 
     registry = fmt.LlamaChatCompletionHandlerRegistry()
-    registry.register_chat_completion_handler(CHAT_FORMAT, bounded(fmt.get_chat_completion_handler(CHAT_FORMAT)),
-                                              overwrite=True)  # fmt: skip
+    registry.register_chat_completion_handler(CHAT_FORMAT, bounded(fmt.get_chat_completion_handler(CHAT_FORMAT)), overwrite=True)
 
 
 def _option(argv: list[str], name: str) -> str | None:

@@ -130,9 +130,12 @@ def record(
             reason = finish_reason or "unknown"
             usage.finish_reasons[reason] = usage.finish_reasons.get(reason, 0) + 1
             call = {
-                "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "finish_reason": reason,
-                "retries": retries, "tools": has_tools,
-            }  # fmt: skip
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "finish_reason": reason,
+                "retries": retries,
+                "tools": has_tools,
+            }
             if role:
                 call["role"] = role
             usage.calls.append(call)
@@ -190,15 +193,31 @@ class _Counter:
             return
         ok, p, c = parse_usage(body, self.content_type)
         reason = finish_reason(body, self.content_type) if ok else ""
-        record(self.usage, ok=ok, prompt_tokens=p, completion_tokens=c, finish_reason=reason,
-               retries=self.retries, has_tools=self.info.has_tools, role=self.role)
+        record(
+            self.usage,
+            ok=ok,
+            prompt_tokens=p,
+            completion_tokens=c,
+            finish_reason=reason,
+            retries=self.retries,
+            has_tools=self.info.has_tools,
+            role=self.role,
+        )
         self._trace(body, ok=ok, prompt_tokens=p, completion_tokens=c, finish_reason=reason or "unknown")
         self.chunks = []
 
     def _trace(self, body: bytes, **fields: Any) -> None:
         if self.sent is not None:
-            trace_call(self.usage, self.role, self.sent, reply=body, content_type=self.content_type,
-                       status=self.status, retries=self.retries, **fields)  # fmt: skip
+            trace_call(
+                self.usage,
+                self.role,
+                self.sent,
+                reply=body,
+                content_type=self.content_type,
+                status=self.status,
+                retries=self.retries,
+                **fields,
+            )
 
 
 def _sent_at(usage: Usage, request: Any) -> tuple[int, int, bytes] | None:
@@ -206,7 +225,6 @@ def _sent_at(usage: Usage, request: Any) -> tuple[int, int, bytes] | None:
     if getattr(usage, "trace", None) is None:
         return None
     import time
-
 
     try:
         body = bytes(request.content)
@@ -218,7 +236,6 @@ def _sent_at(usage: Usage, request: Any) -> tuple[int, int, bytes] | None:
 def trace_call(usage: Usage, role: str, sent: tuple[int, int, bytes], **fields: Any) -> None:
     """Add one model call (its bodies and times, never its headers) to the problem's TraceLog."""
     import time
-
 
     start_ns, turn, body = sent
     usage.trace.add_call(ModelCall(role=role, start_ns=start_ns, end_ns=time.time_ns(), turn=turn, request=body, **fields))
@@ -238,7 +255,10 @@ def _rewrite(mod: ModuleType, request: Any) -> tuple[Any, RequestInfo]:
     headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() not in drop]
     headers.append(("Accept-Encoding", "identity"))
     return mod.Request(
-        request.method, request.url, headers=headers, content=new if new is not None else content,
+        request.method,
+        request.url,
+        headers=headers,
+        content=new if new is not None else content,
         extensions=request.extensions,
     ), info
 
@@ -320,9 +340,7 @@ class _Metered:
             trace_call(self.usage, self.role, sent, reply=b"", ok=False, status=0)
 
     def _metered(self, response: Any, stream: Any) -> Any:
-        return self.mod.Response(
-            response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
-        )
+        return self.mod.Response(response.status_code, headers=response.headers, stream=stream, extensions=response.extensions)
 
 
 class MeteredTransport(_Metered):

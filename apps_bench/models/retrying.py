@@ -66,17 +66,29 @@ def _rebuild(mod: ModuleType, response: Any, body: bytes, attempt: int) -> Any:
     """The response handed up, its body read whole (and in the one wire form when it is a success)."""
     body = normalize_reply(body, response.headers.get("content-type", "")) if response.status_code < 300 else body
     headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() != "content-length"]
-    return mod.Response(response.status_code, headers=headers, content=body,
-                        extensions={**response.extensions, RETRIES_KEY: attempt})
+    return mod.Response(
+        response.status_code, headers=headers, content=body, extensions={**response.extensions, RETRIES_KEY: attempt}
+    )
 
 
 def _broken(mod: ModuleType, response: Any, attempt: int) -> Any:
     """A 2xx whose body does not parse, out of retries: a 502, so every SDK raises its API error
     (each would otherwise fail in its own JSON parser, outside its error types)."""
-    body = json.dumps({"error": {"message": "malformed response body from the model server (after retries)",
-                                 "type": "bad_gateway", "code": 502}}).encode()
-    return mod.Response(502, headers=[("content-type", "application/json")], content=body,
-                        extensions={**response.extensions, RETRIES_KEY: attempt})
+    body = json.dumps(
+        {
+            "error": {
+                "message": "malformed response body from the model server (after retries)",
+                "type": "bad_gateway",
+                "code": 502,
+            }
+        }
+    ).encode()
+    return mod.Response(
+        502,
+        headers=[("content-type", "application/json")],
+        content=body,
+        extensions={**response.extensions, RETRIES_KEY: attempt},
+    )
 
 
 def _reason(response: Any, body: bytes, path: str) -> str | None:
@@ -98,7 +110,9 @@ class _Retrying:
         self.mod, self.inner, self.policy, self.usage = mod, inner, policy, usage
 
     def _gives_up(self, attempt: int, exc: BaseException) -> bool:
-        return attempt >= self.policy.max_retries or (isinstance(exc, self.mod.TimeoutException) and not self.policy.retry_timeouts)
+        return attempt >= self.policy.max_retries or (
+            isinstance(exc, self.mod.TimeoutException) and not self.policy.retry_timeouts
+        )
 
     def _answer(self, response: Any, body: bytes, attempt: int, reason: str | None) -> Any:
         """The response to hand up (a re-send is needed when it is None)."""

@@ -120,22 +120,42 @@ def describe_server(endpoint: Endpoint, model_cfg: ModelConfig) -> Server:
     listing, version = _remote_listing(endpoint)
     entry = next((m for m in listing if m.get("id") == endpoint.model_id), {})
     owners = {str(m.get("owned_by", "")).lower() for m in listing}
-    kind = ("gold" if "apps-bench-gold" in owners else "vllm" if "vllm" in owners or version
-            else "llama.cpp" if "llamacpp" in owners else "openai-compatible")  # fmt: skip
+    kind = (
+        "gold"
+        if "apps-bench-gold" in owners
+        else "vllm"
+        if "vllm" in owners or version
+        else "llama.cpp"
+        if "llamacpp" in owners
+        else "openai-compatible"
+    )
     stable = {k: v for k, v in entry.items() if k not in ("created", "permission")}
-    return Server(kind, {"provider": "openai", "base_url": endpoint.base_url, "model": stable, "version": version},
-                  context_len=int(entry.get("max_model_len") or 0))  # fmt: skip
+    return Server(
+        kind,
+        {"provider": "openai", "base_url": endpoint.base_url, "model": stable, "version": version},
+        context_len=int(entry.get("max_model_len") or 0),
+    )
 
 
 def local_server_identity(server: LocalServer, model_id: str) -> Server:
     """A `local.LocalServer`'s identity, known before it starts (what it serves, and how)."""
     path = Path(str(server.model_path))
     stat = path.stat()
-    return Server("llama.cpp", {
-        "provider": "local", "model_id": model_id, "gguf": str(path), "size": stat.st_size,
-        "mtime": int(stat.st_mtime), "chat_format": server.chat_format, "n_ctx": server.n_ctx,
-        "llama_cpp": _version("llama_cpp_python"), "code": _digest_of("local_server.py"),
-    }, context_len=int(server.n_ctx))  # fmt: skip
+    return Server(
+        "llama.cpp",
+        {
+            "provider": "local",
+            "model_id": model_id,
+            "gguf": str(path),
+            "size": stat.st_size,
+            "mtime": int(stat.st_mtime),
+            "chat_format": server.chat_format,
+            "n_ctx": server.n_ctx,
+            "llama_cpp": _version("llama_cpp_python"),
+            "code": _digest_of("local_server.py"),
+        },
+        context_len=int(server.n_ctx),
+    )
 
 
 def _digest_of(*names: str) -> str:
@@ -159,7 +179,6 @@ def _remote_listing(endpoint: Endpoint) -> tuple[list[JsonObject], str]:
     """GET /v1/models (the entries) and vLLM's GET /version ("" elsewhere)."""
     import httpx
 
-
     headers = {"Authorization": f"Bearer {endpoint.api_key}"}
     root = endpoint.base_url[: -len("/v1")] if endpoint.base_url.endswith("/v1") else endpoint.base_url
     with httpx.Client(timeout=5.0, trust_env=False, proxy=proxy_for(endpoint.base_url)) as client:
@@ -178,7 +197,9 @@ def _remote_listing(endpoint: Endpoint) -> tuple[list[JsonObject], str]:
 # ----------------------------------------------------------------------------- one request per framework
 
 
-def _clients(endpoint: Endpoint, model_cfg: ModelConfig, usage: Usage, *, max_tokens: int, temperature: float | None) -> ModelClients:
+def _clients(
+    endpoint: Endpoint, model_cfg: ModelConfig, usage: Usage, *, max_tokens: int, temperature: float | None
+) -> ModelClients:
     """ModelClients for the check: the model's own settings (its retries of 429/5xx too), with the token cap
     (and the temperature, when given) overridden, and no client-side slots (the sweep measures what the
     server runs at once)."""
@@ -187,9 +208,17 @@ def _clients(endpoint: Endpoint, model_cfg: ModelConfig, usage: Usage, *, max_to
 
 
 async def send(
-    framework: str, endpoint: Endpoint, model_cfg: ModelConfig, text: str, *, max_tokens: int, tools: bool = False,
-    tool_choice: str | None = None, stream: bool = False, temperature: float | None = None,
-) -> Sent:  # fmt: skip
+    framework: str,
+    endpoint: Endpoint,
+    model_cfg: ModelConfig,
+    text: str,
+    *,
+    max_tokens: int,
+    tools: bool = False,
+    tool_choice: str | None = None,
+    stream: bool = False,
+    temperature: float | None = None,
+) -> Sent:
     """One request as `framework`'s runners send it (their client, their defaults), `tool_choice`
     added only when given; what came back, with the usage the metered transport counted."""
     usage = Usage()
@@ -210,7 +239,9 @@ async def send(
     return out
 
 
-async def _ask(framework: str, mc: ModelClients, text: str, tools: bool, choice: str | None, stream: bool) -> tuple[list[str], str]:
+async def _ask(
+    framework: str, mc: ModelClients, text: str, tools: bool, choice: str | None, stream: bool
+) -> tuple[list[str], str]:
     messages = [{"role": "user", "content": text}]
     if framework == "langgraph":
         chat = mc.langchain_chat(0)
@@ -231,8 +262,15 @@ async def _ask(framework: str, mc: ModelClients, text: str, tools: bool, choice:
 
         client = mc.autogen_client(0)
         try:
-            schema = [ToolSchema(name="python_exec", description=TOOL["function"]["description"],
-                                 parameters=TOOL["function"]["parameters"])] if tools else []  # fmt: skip
+            schema = (
+                [
+                    ToolSchema(
+                        name="python_exec", description=TOOL["function"]["description"], parameters=TOOL["function"]["parameters"]
+                    )
+                ]
+                if tools
+                else []
+            )
             create_args = {"tool_choice": choice} if (tools and choice) else {}
             with warnings.catch_warnings():  # a call cut by the check's small cap: AutoGen warns, the finding says it
                 warnings.filterwarnings("ignore", message="Finish reason mismatch")
@@ -253,8 +291,9 @@ async def _ask(framework: str, mc: ModelClients, text: str, tools: bool, choice:
         if stream:
             parts: list[str] = []
             called: list[str] = []
-            async for chunk in await client.chat.completions.create(model=mc.model_id, messages=messages, stream=True,
-                                                                    **extra, **mc.request_params(0)):  # fmt: skip
+            async for chunk in await client.chat.completions.create(
+                model=mc.model_id, messages=messages, stream=True, **extra, **mc.request_params(0)
+            ):
                 for choice_ in chunk.choices or ():
                     parts.append(choice_.delta.content or "")
                     called += [t.function.name for t in choice_.delta.tool_calls or [] if t.function and t.function.name]
@@ -302,8 +341,10 @@ def _tool_verdict(sent: Sent, plain: Sent | None) -> tuple[str, str]:
     if any(mark in sent.text for mark in TEXT_CALL_MARKS):
         return AS_TEXT, f"the call came back as text: {sent.text[:80]!r}"
     if plain is not None and not plain.error and plain.prompt_tokens and plain.prompt_tokens >= sent.prompt_tokens:
-        return DROPPED, (f"no call, and the tools never reached the prompt ({sent.prompt_tokens} prompt tokens with "
-                         f"tools, {plain.prompt_tokens} without)")  # fmt: skip
+        return DROPPED, (
+            f"no call, and the tools never reached the prompt ({sent.prompt_tokens} prompt tokens with "
+            f"tools, {plain.prompt_tokens} without)"
+        )
     return (
         NO_CALL,
         f"the model answered in text ({sent.prompt_tokens} prompt tokens; the tools reached the prompt): {sent.text[:60]!r}",
@@ -343,7 +384,9 @@ async def quick_findings(
         if status == OK:
             fix = ""
         elif verdict == NO_CALL:
-            fix = "the tools reached the model but it answered in text: a model too small to call tools, or a prompt that needs one"
+            fix = (
+                "the tools reached the model but it answered in text: a model too small to call tools, or a prompt that needs one"
+            )
         else:
             fix = tool_fix(server, verdict)
         out.append(Finding(fw, TOOLS_ITEM, status, f"[{verdict}] {detail}", fix))
@@ -363,8 +406,17 @@ def tools_verdict(findings: Sequence[Finding], framework: str) -> str:
 # ----------------------------------------------------------------------------- the full check
 
 
-async def full_findings(endpoint: Endpoint, model_cfg: ModelConfig, server: Server, frameworks: Sequence[str], settings: ServerCheckConfig,
-                        *, in_flight: int, team_size: int, concurrency: int) -> list[Finding]:  # fmt: skip
+async def full_findings(
+    endpoint: Endpoint,
+    model_cfg: ModelConfig,
+    server: Server,
+    frameworks: Sequence[str],
+    settings: ServerCheckConfig,
+    *,
+    in_flight: int,
+    team_size: int,
+    concurrency: int,
+) -> list[Finding]:
     """The quick part, then per framework the token cap, `stop` and usage, then server-level items:
     usage streamed, thinking, a context overflow, and the concurrency sweep."""
     max_tokens = int(settings.max_tokens)
@@ -375,9 +427,15 @@ async def full_findings(endpoint: Endpoint, model_cfg: ModelConfig, server: Serv
         out.append(_cap_finding(fw, sent, gold))
         if not sent.error:
             reported = sent.prompt_tokens > 0 and sent.completion_tokens > 0
-            out.append(Finding(fw, "usage", OK if reported else FAIL,
-                               f"{sent.prompt_tokens} prompt + {sent.completion_tokens} completion tokens",
-                               "" if reported else "the server reports no usage: tokens per cell would read 0"))  # fmt: skip
+            out.append(
+                Finding(
+                    fw,
+                    "usage",
+                    OK if reported else FAIL,
+                    f"{sent.prompt_tokens} prompt + {sent.completion_tokens} completion tokens",
+                    "" if reported else "the server reports no usage: tokens per cell would read 0",
+                )
+            )
         if fw == "crewai":
             out.append(await _stop_finding(endpoint, model_cfg, gold))
         else:
@@ -490,7 +548,14 @@ async def _overflow(endpoint: Endpoint, model_cfg: ModelConfig, server: Server) 
 
 
 async def _sweep(
-    endpoint: Endpoint, model_cfg: ModelConfig, settings: ServerCheckConfig, *, gold: bool, in_flight: int, team_size: int, concurrency: int
+    endpoint: Endpoint,
+    model_cfg: ModelConfig,
+    settings: ServerCheckConfig,
+    *,
+    gold: bool,
+    in_flight: int,
+    team_size: int,
+    concurrency: int,
 ) -> Finding:
     """Throughput at 1, 2, 4, ... requests at once until it stops rising, against what the cell puts in flight."""
     if gold:
@@ -505,8 +570,13 @@ async def _sweep(
         wall = time.perf_counter() - t0
         errors = [s.error for s in sents if s.error]
         if errors:
-            return Finding("server", "concurrency", FAIL, f"{len(errors)} of {n} requests at once failed: {errors[0][:120]}",
-                           "the server fails under load: lower concurrency or model.max_concurrency")  # fmt: skip
+            return Finding(
+                "server",
+                "concurrency",
+                FAIL,
+                f"{len(errors)} of {n} requests at once failed: {errors[0][:120]}",
+                "the server fails under load: lower concurrency or model.max_concurrency",
+            )
         rate = sum(s.completion_tokens for s in sents) / wall if wall > 0 else 0.0
         seen.append((n, rate))
         if len(seen) > 1 and rate < seen[-2][1] * (1 + min_gain):
@@ -517,8 +587,10 @@ async def _sweep(
     cap = int(model_cfg.max_concurrency)
     asked = concurrency * team_size
     limit = f"still rising at {best_n}" if rising else f"stops rising after {best_n}"
-    detail = (f"tokens/s at N requests at once: {curve} ({limit}). The cell: concurrency {concurrency} x team {team_size} "
-              f"= {asked} requests, {in_flight} problems in flight, model.max_concurrency {cap or 'unset'}")  # fmt: skip
+    detail = (
+        f"tokens/s at N requests at once: {curve} ({limit}). The cell: concurrency {concurrency} x team {team_size} "
+        f"= {asked} requests, {in_flight} problems in flight, model.max_concurrency {cap or 'unset'}"
+    )
     if asked <= best_n or rising or (0 < cap <= max(best_n, 1) * 2):
         return Finding("server", "concurrency", OK, detail)
     return Finding(

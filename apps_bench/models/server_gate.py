@@ -63,10 +63,16 @@ def cell_check(config: Config, endpoint: Endpoint | None) -> JsonObject:
         if entry is None:
             if endpoint is None:
                 endpoint = stack.enter_context(open_endpoint(config.model, ()))
-            findings = asyncio.run(sc.quick_findings(endpoint, config.model, server, [framework],
-                                                     max_tokens=config.server_check.max_tokens))  # fmt: skip
-            entry = {"tools": sc.tools_verdict(findings, framework), "kind": server.kind, "server_key": server.key,
-                     "checked_at": time.time(), "findings": sc.as_json(findings)}  # fmt: skip
+            findings = asyncio.run(
+                sc.quick_findings(endpoint, config.model, server, [framework], max_tokens=config.server_check.max_tokens)
+            )
+            entry = {
+                "tools": sc.tools_verdict(findings, framework),
+                "kind": server.kind,
+                "server_key": server.key,
+                "checked_at": time.time(),
+                "findings": sc.as_json(findings),
+            }
             if entry["tools"] != "error":  # an error may pass (a server still loading): asked again next time
                 sc.cache_write(path, key, entry)
     result = {**base, **entry, "cached": cached}

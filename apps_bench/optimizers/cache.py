@@ -101,9 +101,7 @@ class RolloutCache:
         """Store `value` unless the key is already there (then the first value stays). True if stored."""
         text = json.dumps(value, ensure_ascii=False, sort_keys=True)
         with self._lock:
-            cur = self._db.execute(
-                "INSERT OR IGNORE INTO entries(kind, key, value) VALUES (?, ?, ?)", (kind, key, text)
-            )
+            cur = self._db.execute("INSERT OR IGNORE INTO entries(kind, key, value) VALUES (?, ?, ?)", (kind, key, text))
             return cur.rowcount == 1
 
     def __contains__(self, key: str) -> bool:

@@ -36,8 +36,16 @@ from apps_bench.tracking import mlflow as mlf
 from apps_bench.tracking.run import NoRun, Tracker, cell_tags
 from apps_bench.types import JsonObject
 
-HEADLINE = ("pass_at_1", "pass_at_1_ci_low", "pass_at_1_ci_high", "pass_at_1_extracted", "n_problems", "n_passed",
-            "n_errors", "complete")  # fmt: skip
+HEADLINE = (
+    "pass_at_1",
+    "pass_at_1_ci_low",
+    "pass_at_1_ci_high",
+    "pass_at_1_extracted",
+    "n_problems",
+    "n_passed",
+    "n_errors",
+    "complete",
+)
 
 
 def seed_cell_of(data: JsonObject) -> Cell:
@@ -76,8 +84,13 @@ def link_tags(cell: Cell, seed: Cell) -> dict[str, str]:
 def final_eval_tags(cell_tags: Mapping[str, str], cell: Cell, seed: Cell, optimizer_run_id: str) -> dict[str, str]:
     """The final-eval child's tags: the cell's (axes, framework, revision...) minus `cell_key`."""
     tags = {k: v for k, v in cell_tags.items() if k != "cell_key"}
-    return {**tags, **link_tags(cell, seed), "run_kind": "final_eval", "final_eval_of": cell.key,
-            "optimizer_run_id": optimizer_run_id}  # fmt: skip
+    return {
+        **tags,
+        **link_tags(cell, seed),
+        "run_kind": "final_eval",
+        "final_eval_of": cell.key,
+        "optimizer_run_id": optimizer_run_id,
+    }
 
 
 def open_final_eval_run(config: Config, cell: Cell, loaded: LoadResult, optimizer_run: Tracker) -> Tracker:
@@ -91,9 +104,14 @@ def open_final_eval_run(config: Config, cell: Cell, loaded: LoadResult, optimize
         raise TypeError(f"the optimizer cell's run has no id under tracking.backend={config.tracking.backend}")
     tags = final_eval_tags(cell_tags(config, cell, loaded), cell, seed_cell_of(config_data(config)), parent)
     return mlf.CellRun.open(
-        experiment=config.tracking.experiment, cell_key=cell.key, run_name=f"{cell.name}·final_eval",
-        params=dict(cell.identity), tags=tags, key_tag="final_eval_of", parent_run_id=parent,
-    )  # fmt: skip
+        experiment=config.tracking.experiment,
+        cell_key=cell.key,
+        run_name=f"{cell.name}·final_eval",
+        params=dict(cell.identity),
+        tags=tags,
+        key_tag="final_eval_of",
+        parent_run_id=parent,
+    )
 
 
 def optimizer_metrics(result: OptimizeResult) -> dict[str, float]:
@@ -147,8 +165,9 @@ class StepMetricsSink:
     events before it is open are buffered. A store that failed to open stops the run at the
     next event, as a cell stops at its next problem."""
 
-    def __init__(self, run_future: Future[Tracker],
-                 to_metrics: Callable[[str, JsonObject], tuple[int, dict[str, float]] | None]) -> None:
+    def __init__(
+        self, run_future: Future[Tracker], to_metrics: Callable[[str, JsonObject], tuple[int, dict[str, float]] | None]
+    ) -> None:
         self.future = run_future
         self.to_metrics = to_metrics  # run.step_metrics: (kind, payload) -> (step, metrics) | None
         self.pending: list[tuple[int, dict[str, float]]] = []

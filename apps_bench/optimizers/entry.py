@@ -58,8 +58,9 @@ def pool_dataset_config(dataset_cfg: DatasetConfig, pool: PoolParams) -> Dataset
     if pool.source == "test_minus_eval":
         return dataclasses.replace(dataset_cfg, split="test", streaming=False)  # the whole split is needed
     if pool.path:
-        return dataclasses.replace(dataset_cfg, split="train", name=f"{dataset_cfg.name}_train", path=pool.path,
-                                   source="file", streaming=False)  # fmt: skip
+        return dataclasses.replace(
+            dataset_cfg, split="train", name=f"{dataset_cfg.name}_train", path=pool.path, source="file", streaming=False
+        )
     return dataclasses.replace(dataset_cfg, split="train", name=f"{dataset_cfg.name}_train", streaming=False)
 
 
@@ -110,8 +111,14 @@ def load_pool(cfg: Config) -> OptimizerPool:
     return OptimizerPool(loaded=loaded, eval_rows=list(eval_rows))
 
 
-def run_optimizer(cfg: Config | DictConfig, *, out_dir: Path | str, hook: EventHook | None = None,
-                  engine: Engine | None = None, pool: OptimizerPool | None = None) -> OptimizeResult:  # fmt: skip
+def run_optimizer(
+    cfg: Config | DictConfig,
+    *,
+    out_dir: Path | str,
+    hook: EventHook | None = None,
+    engine: Engine | None = None,
+    pool: OptimizerPool | None = None,
+) -> OptimizeResult:
     """Optimize `cfg`'s prompts on its pool, on `engine` (the cell's; default: one opened here for the pool)."""
     cfg = typed_config(cfg)
     pool = pool or load_pool(cfg)
@@ -126,8 +133,9 @@ def _engine_for(cfg: Config, pool: OptimizerPool, engine: Engine | None) -> Abst
     return Engine.open(cfg, pool.problems, forked=fork_solvers(cfg, len(pool.problems)))
 
 
-def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: Path | str,
-                 hook: EventHook | None) -> OptimizeResult:  # fmt: skip
+def _optimize_on(
+    engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: Path | str, hook: EventHook | None
+) -> OptimizeResult:
     """`run_optimizer`'s work, on an open engine."""
     method = cfg.optimizer.name
     params = cfg.optimizer.params
@@ -135,7 +143,6 @@ def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: P
     with ExitStack() as stack:
         proxy, replay_url = None, None
         if params.replay:  # partial re-runs: identical model requests are answered from the run's cache
-
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             replay_cache = stack.enter_context(RolloutCache(Path(out_dir) / "cache.sqlite"))
             proxy = ReplayProxy(engine.endpoint.base_url, replay_cache, timeout_s=cfg.model.request_timeout_s + 5)
@@ -145,8 +152,9 @@ def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: P
             opt_ep = engine.endpoint  # the task model's endpoint (one gold server, one vLLM connection)
         else:
             opt_ep = stack.enter_context(open_endpoint(opt_cfg, pool.problems))
-        runner = PipelineRunner(engine, problems=problems, replay_url=replay_url,
-                                replayed=proxy.pop_replayed if proxy is not None else None)  # fmt: skip
+        runner = PipelineRunner(
+            engine, problems=problems, replay_url=replay_url, replayed=proxy.pop_replayed if proxy is not None else None
+        )
         chat = EndpointChat(opt_ep, opt_cfg) if method != "none" else None
         try:
             res = optimize(
@@ -164,8 +172,11 @@ def _optimize_on(engine: Engine, cfg: Config, pool: OptimizerPool, *, out_dir: P
                 settings=runner.settings(),
                 out_dir=out_dir,
                 chat=chat,
-                optimizer_model={"name": str(opt_cfg.name), "model_id": str(opt_cfg.model_id),
-                                 "temperature": float(opt_cfg.temperature)},  # fmt: skip
+                optimizer_model={
+                    "name": str(opt_cfg.name),
+                    "model_id": str(opt_cfg.model_id),
+                    "temperature": float(opt_cfg.temperature),
+                },
                 score_program=runner.score_program,
                 hook=hook,
             )

@@ -46,9 +46,15 @@ ReflectFn = Callable[[list[Message], int], ChatReply]  # the optimizer model (e.
 
 # conf/optimizer/gepa.yaml's choices, as the literals gepa.optimize takes (config validation refuses any other)
 CANDIDATE_SELECTIONS: dict[str, Literal["pareto", "current_best", "epsilon_greedy", "top_k_pareto"]] = {
-    "pareto": "pareto", "current_best": "current_best", "epsilon_greedy": "epsilon_greedy", "top_k_pareto": "top_k_pareto"}
+    "pareto": "pareto",
+    "current_best": "current_best",
+    "epsilon_greedy": "epsilon_greedy",
+    "top_k_pareto": "top_k_pareto",
+}
 ACCEPTANCES: dict[str, Literal["strict_improvement", "improvement_or_equal"]] = {
-    "strict_improvement": "strict_improvement", "improvement_or_equal": "improvement_or_equal"}
+    "strict_improvement": "strict_improvement",
+    "improvement_or_equal": "improvement_or_equal",
+}
 
 
 class PipelineAdapter(GEPAAdapter):
@@ -179,8 +185,7 @@ class PipelineAdapter(GEPAAdapter):
             else:
                 new[role] = child
             if self.on_proposal is not None:
-                self.on_proposal({"role": role, "parent": candidate, "reply": reply.text, "parsed": ok,
-                                  "child_text": child})  # fmt: skip
+                self.on_proposal({"role": role, "parent": candidate, "reply": reply.text, "parsed": ok, "child_text": child})
         return new
 
     # -- GEPA run_dir persistence (optional hooks GEPA calls by duck typing)
@@ -226,8 +231,9 @@ class _EventBridge:
     """GEPA callbacks -> the run's event log: every candidate (parents, changed roles,
     texts, val scores by problem key) and every iteration's outcome."""
 
-    def __init__(self, emit: EventHook, val: Sequence[ProblemKey], budget: Budget,
-                 checkpoints: Checkpoints | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, emit: EventHook, val: Sequence[ProblemKey], budget: Budget, checkpoints: Checkpoints | None = None
+    ) -> None:
         self.emit = emit
         self.val = list(val)
         self.budget = budget
@@ -240,25 +246,40 @@ class _EventBridge:
         self.seen[idx] = cand
         parents = [p for p in event.get("parent_ids") or () if p is not None]
         base = self.seen.get(parents[0], {}) if parents else {}
-        self.emit("gepa_candidate", {
-            "idx": idx, "parents": parents, "iteration": event.get("iteration"),
-            "changed_roles": sorted(r for r in cand if base and base.get(r) != cand[r]),
-            "texts": cand, "average": event.get("average_score"),
-            "scores": {f"{self.val[int(i)][0]}/{self.val[int(i)][1]}": s for i, s in event["scores_by_val_id"].items()},
-            "rollouts_charged": self.budget.rollouts,
-        })  # fmt: skip
+        self.emit(
+            "gepa_candidate",
+            {
+                "idx": idx,
+                "parents": parents,
+                "iteration": event.get("iteration"),
+                "changed_roles": sorted(r for r in cand if base and base.get(r) != cand[r]),
+                "texts": cand,
+                "average": event.get("average_score"),
+                "scores": {f"{self.val[int(i)][0]}/{self.val[int(i)][1]}": s for i, s in event["scores_by_val_id"].items()},
+                "rollouts_charged": self.budget.rollouts,
+            },
+        )
 
     def on_iteration_end(self, event: JsonObject) -> None:
-        self.emit("gepa_iteration", {"iteration": event.get("iteration"), "accepted": event.get("proposal_accepted"),
-                                     "rollouts_charged": self.budget.rollouts})  # fmt: skip
+        self.emit(
+            "gepa_iteration",
+            {
+                "iteration": event.get("iteration"),
+                "accepted": event.get("proposal_accepted"),
+                "rollouts_charged": self.budget.rollouts,
+            },
+        )
         state = event.get("state")
         if self.checkpoints is not None and state is not None:
-            self.checkpoints.save(int(event.get("iteration") or 0), {
-                "candidates": [dict(c) for c in state.program_candidates],
-                "parents": [list(p) for p in state.parent_program_for_candidate],
-                "val_scores": [float(x) for x in state.program_full_scores_val_set],
-                "budget": self.budget.to_json(),
-            })  # fmt: skip
+            self.checkpoints.save(
+                int(event.get("iteration") or 0),
+                {
+                    "candidates": [dict(c) for c in state.program_candidates],
+                    "parents": [list(p) for p in state.parent_program_for_candidate],
+                    "val_scores": [float(x) for x in state.program_full_scores_val_set],
+                    "budget": self.budget.to_json(),
+                },
+            )
 
 
 class _ListLogger:
@@ -307,10 +328,15 @@ def run_gepa(
     train = [make_key(*k) for k in train_keys]
     val = [make_key(*k) for k in val_keys]
     adapter = PipelineAdapter(
-        evaluator, reflect, budget=budget, question_of=question_of, n_traces=cfg.n_traces, seed=cfg.seed,
+        evaluator,
+        reflect,
+        budget=budget,
+        question_of=question_of,
+        n_traces=cfg.n_traces,
+        seed=cfg.seed,
         base_prompts=base_prompts,
         on_proposal=(lambda p: on_event("gepa_proposal", p)) if on_event else None,
-    )  # fmt: skip
+    )
     bridge = _EventBridge(on_event or (lambda k, p: None), val, budget, checkpoints) if (on_event or checkpoints) else None
     stopper = BudgetStopper(budget, adapter, cfg.stall_iterations)
     logger = _ListLogger()

@@ -205,9 +205,20 @@ class MaspoConfig:
 
     @classmethod
     def of(cls, p: MaspoParams) -> MaspoConfig:
-        out = cls(K=p.K, Ksub=p.Ksub, T=p.T, D=p.D, minibatch=p.minibatch,
-                  w_local=p.reward["local"], w_lookahead=p.reward["lookahead"], w_global=p.reward["global"],
-                  refresh_local=p.refresh["local"], refresh_global=p.refresh["global"], hard_cases=p.hard_cases, seed=p.seed)  # fmt: skip
+        out = cls(
+            K=p.K,
+            Ksub=p.Ksub,
+            T=p.T,
+            D=p.D,
+            minibatch=p.minibatch,
+            w_local=p.reward["local"],
+            w_lookahead=p.reward["lookahead"],
+            w_global=p.reward["global"],
+            refresh_local=p.refresh["local"],
+            refresh_global=p.refresh["global"],
+            hard_cases=p.hard_cases,
+            seed=p.seed,
+        )
         out.validate()
         return out
 
@@ -398,9 +409,20 @@ class Maspo:
                 won = reward > 0.5
                 mined = cmp.misaligned()
                 self._mine(agent, mined)
-                self._emit(kind="child", agent=agent, parent=node.text, child=text, keys=list(keys),
-                           local=cmp.local, lookahead=cmp.lookahead, global_=cmp.global_,
-                           reward=reward, score=score, won=won, mined=mined)  # fmt: skip
+                self._emit(
+                    kind="child",
+                    agent=agent,
+                    parent=node.text,
+                    child=text,
+                    keys=list(keys),
+                    local=cmp.local,
+                    lookahead=cmp.lookahead,
+                    global_=cmp.global_,
+                    reward=reward,
+                    score=score,
+                    won=won,
+                    mined=mined,
+                )
                 if won:
                     candidates.append(Node(text, score))
                     if score > self.best_score[agent]:
@@ -421,8 +443,9 @@ class Maspo:
                 cmp = self.system.compare(agent, dict(self.prompts), self._with(agent, n.text), keys, best_rollouts)
                 s = c.refresh_local * cmp.local + c.refresh_global * cmp.global_ - 0.5
                 rescored.append(Node(n.text, s))
-                self._emit(kind="refresh", agent=agent, text=n.text, keys=list(keys), local=cmp.local,
-                           global_=cmp.global_, score=s)  # fmt: skip
+                self._emit(
+                    kind="refresh", agent=agent, text=n.text, keys=list(keys), local=cmp.local, global_=cmp.global_, score=s
+                )
         self.beams[agent] = top_k(rescored, c.K)
         top = self.beams[agent][0]
         self.best_score[agent] = top.score
@@ -456,8 +479,13 @@ class Maspo:
             self.visits.append(item)
             self.steps_done += 1
             self._checkpoint(item)
-            self._emit(kind="step_done", step=self.steps_done, item=list(item), best_scores=dict(self.best_score),
-                       rollouts_charged=self.budget.rollouts if self.budget else 0)  # fmt: skip
+            self._emit(
+                kind="step_done",
+                step=self.steps_done,
+                item=list(item),
+                best_scores=dict(self.best_score),
+                rollouts_charged=self.budget.rollouts if self.budget else 0,
+            )
         return MaspoResult(
             prompts=dict(self.prompts),
             best_scores=dict(self.best_score),

@@ -87,8 +87,9 @@ class EvaluatorSystem:
     def run(self, prompts: Mapping[str, str], keys: Sequence[ProblemKey]) -> list[Rollout]:
         return list(self.evaluator.evaluate(PromptSet(dict(prompts)), list(keys), capture_traces=True))
 
-    def _run_child(self, agent: str, child: Mapping[str, str], keys: Sequence[ProblemKey],
-                   parent_rollouts: Sequence[Rollout]) -> list[Rollout]:  # fmt: skip
+    def _run_child(
+        self, agent: str, child: Mapping[str, str], keys: Sequence[ProblemKey], parent_rollouts: Sequence[Rollout]
+    ) -> list[Rollout]:
         partial = getattr(self.evaluator, "evaluate_from", None)
         if self.graph.partial_rerun and callable(partial):
             return list(partial(PromptSet(dict(child)), list(keys), agent, list(parent_rollouts)))

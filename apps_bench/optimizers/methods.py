@@ -76,24 +76,46 @@ def run_maspo(run: MethodRun) -> MethodResult:
     extract = run.extract_program or extract_program
     cfg = MaspoConfig.of(params)
     graph = graph_for(run.flow, run.roles)
-    system = EvaluatorSystem(run.evaluator, graph, judge_program=_judge_program(run.pool.problems, run.score_program),
-                             extract_program=extract, text_judge=ModelTextJudge(chat, cfg.seed),
-                             question_of=run.question_of)  # fmt: skip
+    system = EvaluatorSystem(
+        run.evaluator,
+        graph,
+        judge_program=_judge_program(run.pool.problems, run.score_program),
+        extract_program=extract,
+        text_judge=ModelTextJudge(chat, cfg.seed),
+        question_of=run.question_of,
+    )
     proposer = ModelProposer(chat, ksub=cfg.Ksub, n_traces=params.n_traces, question_of=run.question_of, seed=cfg.seed)
 
     def on_event(ev: JsonObject) -> None:
         run.log(f"maspo_{ev.get('kind')}", ev)
 
-    m = Maspo(graph, run.seed_texts, system, proposer, list(run.splits.train), cfg, budget=run.budget,
-              checkpoints=Checkpoints(run.out / "checkpoints"), on_event=on_event)  # fmt: skip
+    m = Maspo(
+        graph,
+        run.seed_texts,
+        system,
+        proposer,
+        list(run.splits.train),
+        cfg,
+        budget=run.budget,
+        checkpoints=Checkpoints(run.out / "checkpoints"),
+        on_event=on_event,
+    )
     res = m.run()
-    return MethodResult(res.prompts, res.stopped, {
-        "plan": asdict(res.plan),
-        "steps": res.steps_done,
-        "best_scores": res.best_scores,
-        "hard_cases": {a: [key_str(k) for k in h] for a, h in res.hard_cases.items()},
-        "graph": {"agents": list(graph.agents), "edges": [list(e) for e in graph.edges], "partial_rerun": graph.partial_rerun},
-    })  # fmt: skip
+    return MethodResult(
+        res.prompts,
+        res.stopped,
+        {
+            "plan": asdict(res.plan),
+            "steps": res.steps_done,
+            "best_scores": res.best_scores,
+            "hard_cases": {a: [key_str(k) for k in h] for a, h in res.hard_cases.items()},
+            "graph": {
+                "agents": list(graph.agents),
+                "edges": [list(e) for e in graph.edges],
+                "partial_rerun": graph.partial_rerun,
+            },
+        },
+    )
 
 
 def run_gepa(run: MethodRun) -> MethodResult:
@@ -105,21 +127,37 @@ def run_gepa(run: MethodRun) -> MethodResult:
     except ImportError as exc:
         if "gepa" not in str(exc):
             raise
-        raise ImportError(f"optimizer=gepa needs the `gepa` package ({exc}); install it with: pip install 'apps-bench[optimizers]'") from exc
+        raise ImportError(
+            f"optimizer=gepa needs the `gepa` package ({exc}); install it with: pip install 'apps-bench[optimizers]'"
+        ) from exc
 
     seed = run.seed_texts
-    res = gepa({r: seed[r] for r in run.roles}, run.splits.train, run.splits.val, run.evaluator, chat, budget=run.budget,
-               cfg=params, question_of=run.question_of, base_prompts=seed, on_event=run.log,
-               checkpoints=Checkpoints(run.out / "checkpoints"))  # fmt: skip
-    return MethodResult({**seed, **res.best}, res.stopped, {
-        "candidates": len(res.candidates),
-        "best_idx": res.best_idx,
-        "val_aggregate": res.val_aggregate,
-        "parents": res.parents,
-        "proposals": res.proposals,
-        "unparsable": res.unparsable,
-        "placeholder_evals": res.placeholder_evals,
-    })  # fmt: skip
+    res = gepa(
+        {r: seed[r] for r in run.roles},
+        run.splits.train,
+        run.splits.val,
+        run.evaluator,
+        chat,
+        budget=run.budget,
+        cfg=params,
+        question_of=run.question_of,
+        base_prompts=seed,
+        on_event=run.log,
+        checkpoints=Checkpoints(run.out / "checkpoints"),
+    )
+    return MethodResult(
+        {**seed, **res.best},
+        res.stopped,
+        {
+            "candidates": len(res.candidates),
+            "best_idx": res.best_idx,
+            "val_aggregate": res.val_aggregate,
+            "parents": res.parents,
+            "proposals": res.proposals,
+            "unparsable": res.unparsable,
+            "placeholder_evals": res.placeholder_evals,
+        },
+    )
 
 
 def _judge_program(problems: Mapping[ProblemKey, Problem], score: Callable[[Problem, str | None], Verdict]):
@@ -139,6 +177,7 @@ def method_of(target: str, name: str) -> Method:
     except TargetError as e:
         raise ValueError(f"optimizer {name!r}: {e}; check optimizer._target_ (conf/optimizer/{name}.yaml)") from None
     if not callable(fn):
-        raise ValueError(f"optimizer {name!r}: {target!r} is not a function; check optimizer._target_ (conf/optimizer/{name}.yaml)")
+        raise ValueError(
+            f"optimizer {name!r}: {target!r} is not a function; check optimizer._target_ (conf/optimizer/{name}.yaml)"
+        )
     return fn  # type: ignore[no-any-return]
-

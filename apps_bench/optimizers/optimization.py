@@ -119,8 +119,9 @@ def write_prompt_set(path: Path, texts: Mapping[str, str]) -> Path:
     return path
 
 
-def pool_and_splits(problems: Sequence[Problem], eval_set: EvalSet, eval_problems: Sequence[Problem],
-                    pool_p: PoolParams) -> tuple[EvalSet, Pool, Splits]:  # fmt: skip
+def pool_and_splits(
+    problems: Sequence[Problem], eval_set: EvalSet, eval_problems: Sequence[Problem], pool_p: PoolParams
+) -> tuple[EvalSet, Pool, Splits]:
     """The eval set with the questions of the eval rows among `problems` and `eval_problems`, the pool drawn
     from `problems` without them, and its train/val splits (ValueError, with the fix, when the pool is too small)."""
     eval_set = eval_set.with_questions([*problems, *eval_problems])
@@ -170,22 +171,42 @@ def optimize(
         log("evaluation", {**asdict(rec), "keys": [key_str(k) for k in rec.keys], "rollouts_charged": budget.rollouts})
 
     retries = params.infra_retries
-    evaluator = ProtocolEvaluator(runner, cache, budget, gate, run_seed, dict(model), dict(settings), on_evaluate=on_eval,
-                                  infra_retries=retries)  # fmt: skip
+    evaluator = ProtocolEvaluator(
+        runner, cache, budget, gate, run_seed, dict(model), dict(settings), on_evaluate=on_eval, infra_retries=retries
+    )
     question_of = lambda key: pool.problems[tuple(key)].question  # noqa: E731 - statements only, never solutions
     cchat = None
     if chat is not None:
-        cchat = CachedChat(chat, cache, dict(optimizer_model or model), budget,
-                           on_call=lambda c: log("optimizer_call", c))  # fmt: skip
+        cchat = CachedChat(chat, cache, dict(optimizer_model or model), budget, on_call=lambda c: log("optimizer_call", c))
 
     seed_texts = dict(seed_prompts.texts)
     optimized_roles = list(dict.fromkeys(roles))
-    details: JsonObject = {"train": len(splits.train), "val": len(splits.val), "pool": len(pool.problems),
-                               "dropped": dict(pool.dropped), "roles": optimized_roles,
-                               "optimizer_model": dict(optimizer_model or model)}  # fmt: skip
-    outcome = run_method(MethodRun(params=params, flow=flow, roles=optimized_roles, seed_texts=seed_texts, splits=splits,
-                                   pool=pool, evaluator=evaluator, chat=cchat, budget=budget, question_of=question_of,
-                                   score_program=score_program, extract_program=extract_program, out=out, log=log))  # fmt: skip
+    details: JsonObject = {
+        "train": len(splits.train),
+        "val": len(splits.val),
+        "pool": len(pool.problems),
+        "dropped": dict(pool.dropped),
+        "roles": optimized_roles,
+        "optimizer_model": dict(optimizer_model or model),
+    }
+    outcome = run_method(
+        MethodRun(
+            params=params,
+            flow=flow,
+            roles=optimized_roles,
+            seed_texts=seed_texts,
+            splits=splits,
+            pool=pool,
+            evaluator=evaluator,
+            chat=cchat,
+            budget=budget,
+            question_of=question_of,
+            score_program=score_program,
+            extract_program=extract_program,
+            out=out,
+            log=log,
+        )
+    )
     chosen, stopped = outcome.chosen, outcome.stopped
     details.update(outcome.details)
 
@@ -199,12 +220,20 @@ def optimize(
     seed_val = objective([r for r in seed_rs if r.key not in failed])
     chosen_val = objective([r for r in chosen_rs if r.key not in failed])
     details["val_infra_errors"] = sorted(key_str(k) for k in failed)
-    log("val", {"seed": seed_val._asdict(), "chosen": chosen_val._asdict(), "rollouts_charged": budget.rollouts,
-                "infra_errors": details["val_infra_errors"]})  # fmt: skip
+    log(
+        "val",
+        {
+            "seed": seed_val._asdict(),
+            "chosen": chosen_val._asdict(),
+            "rollouts_charged": budget.rollouts,
+            "infra_errors": details["val_infra_errors"],
+        },
+    )
 
     write_prompt_set(out / "prompts.yaml", chosen)
-    result = OptimizeResult(method, dict(chosen), seed_val, chosen_val, budget.to_json(), val_budget.to_json(),
-                            stopped, details, str(out))  # fmt: skip
+    result = OptimizeResult(
+        method, dict(chosen), seed_val, chosen_val, budget.to_json(), val_budget.to_json(), stopped, details, str(out)
+    )
     (out / "result.json").write_text(json.dumps(result.to_json(), indent=2, default=_jsonable) + "\n", encoding="utf-8")
     log("done", {"stopped": stopped, "budget": budget.to_json()})
     cache.close()
@@ -217,15 +246,21 @@ def step_metrics(kind: str, payload: JsonObject) -> tuple[int, dict[str, float]]
     Use as `hook=lambda k, p: (m := step_metrics(k, p)) and mlflow.log_metrics(m[1], step=m[0])`."""
     step = int(payload.get("rollouts_charged", 0) or 0)
     if kind == "evaluation":
-        return step, {"opt/eval_strict": float(payload["strict"]), "opt/eval_fraction": float(payload["fraction"]),
-                      "opt/rollouts_charged": float(step)}  # fmt: skip
+        return step, {
+            "opt/eval_strict": float(payload["strict"]),
+            "opt/eval_fraction": float(payload["fraction"]),
+            "opt/rollouts_charged": float(step),
+        }
     if kind == "maspo_step_done":
         m = {f"opt/best_score/{a}": float(s) for a, s in dict(payload.get("best_scores", {})).items()}
         return step, {**m, "opt/steps": float(payload.get("step", 0))}
     if kind == "gepa_candidate" and payload.get("average") is not None:
         return step, {"opt/candidate_val": float(payload["average"]), "opt/candidates": float(payload["idx"]) + 1}
     if kind == "val":
-        return step, {"val/seed_strict": float(payload["seed"]["strict"]), "val/chosen_strict": float(payload["chosen"]["strict"]),
-                      "val/seed_fraction": float(payload["seed"]["fraction"]),
-                      "val/chosen_fraction": float(payload["chosen"]["fraction"])}  # fmt: skip
+        return step, {
+            "val/seed_strict": float(payload["seed"]["strict"]),
+            "val/chosen_strict": float(payload["chosen"]["strict"]),
+            "val/seed_fraction": float(payload["seed"]["fraction"]),
+            "val/chosen_fraction": float(payload["chosen"]["fraction"]),
+        }
     return None

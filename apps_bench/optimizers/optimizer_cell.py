@@ -42,7 +42,9 @@ def check_optimizer_cell(config: Config, loaded: LoadResult) -> OptimizerPool:
     try:
         from apps_bench.optimizers.entry import load_pool, optimizer_model_config
     except ImportError as exc:
-        raise CellSetupError(f"optimizer={name} needs the optimizers extra: pip install 'apps-bench[optimizers]' ({exc})") from exc
+        raise CellSetupError(
+            f"optimizer={name} needs the optimizers extra: pip install 'apps-bench[optimizers]' ({exc})"
+        ) from exc
     try:
         pool = load_pool(config)
         pool_and_splits(pool.problems, load_eval_set(), pool.eval_rows, config.optimizer.params.pool)

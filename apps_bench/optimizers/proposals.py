@@ -145,8 +145,14 @@ class CachedChat:
     without a model call. Tokens are charged once per distinct call per run, like rollouts.
     """
 
-    def __init__(self, chat: ChatFn, cache: RolloutCache, model: JsonObject, budget: Budget | None = None,
-                 on_call: Callable[[JsonObject], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        chat: ChatFn,
+        cache: RolloutCache,
+        model: JsonObject,
+        budget: Budget | None = None,
+        on_call: Callable[[JsonObject], None] | None = None,
+    ) -> None:
         self.chat = chat
         self.cache = cache
         self.model = dict(model)
@@ -170,8 +176,16 @@ class CachedChat:
             if self.budget is not None:
                 self.budget.charge_optimizer(reply.tokens, fresh=fresh)
         if self.on_call is not None:
-            self.on_call({"key": key[:12], "seed": int(seed), "fresh": fresh, "tokens": reply.tokens,
-                          "messages": messages, "reply": reply.text})  # fmt: skip
+            self.on_call(
+                {
+                    "key": key[:12],
+                    "seed": int(seed),
+                    "fresh": fresh,
+                    "tokens": reply.tokens,
+                    "messages": messages,
+                    "reply": reply.text,
+                }
+            )
         return reply
 
 
@@ -183,8 +197,15 @@ class ModelProposer:
     current prompt (or to an earlier variation) is dropped, so fewer than Ksub may return.
     """
 
-    def __init__(self, chat: Callable[[list[Message], int], ChatReply], *, ksub: int = 2, n_traces: int = 5,
-                 question_of: Callable[[ProblemKey], str] | None = None, seed: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        chat: Callable[[list[Message], int], ChatReply],
+        *,
+        ksub: int = 2,
+        n_traces: int = 5,
+        question_of: Callable[[ProblemKey], str] | None = None,
+        seed: int = 0,
+    ) -> None:
         self.chat = chat
         self.ksub = ksub
         self.n_traces = n_traces

@@ -177,10 +177,7 @@ def make_splits(pool: Pool, *, train_size: int, val_size: int, split_seed: int) 
 
 def manifest_dict(splits: Splits, pool: Pool, *, dataset_revision: str, eval_set: EvalSet) -> JsonObject:
     def rows(keys: Sequence[ProblemKey]) -> list[dict[str, str]]:
-        return [
-            {"split": k[0], "problem_id": k[1], "question_sha256": question_hash(pool.problems[k].question)}
-            for k in keys
-        ]
+        return [{"split": k[0], "problem_id": k[1], "question_sha256": question_hash(pool.problems[k].question)} for k in keys]
 
     return {
         "version": MANIFEST_VERSION,
@@ -272,9 +269,7 @@ class ScoringGate:
         if self._allowed is not None:
             stray = sorted({k for k in keys if k not in self._allowed}, key=_sort_key)
             if stray:
-                raise EvalKeyError(
-                    f"refusing to score {[key_str(k) for k in stray[:10]]}: not in this run's train/val manifest"
-                )
+                raise EvalKeyError(f"refusing to score {[key_str(k) for k in stray[:10]]}: not in this run's train/val manifest")
 
 
 # --------------------------------------------------------------------------- budgets
@@ -371,10 +366,20 @@ class Budget:
         }
 
     _FIELDS = (
-        "max_rollouts", "max_task_tokens", "max_optimizer_tokens", "rollouts", "task_tokens",
-        "optimizer_tokens", "optimizer_calls", "replayed_task_tokens", "fresh_rollouts", "fresh_task_tokens",
-        "fresh_optimizer_tokens", "batches", "largest_batch",
-    )  # fmt: skip
+        "max_rollouts",
+        "max_task_tokens",
+        "max_optimizer_tokens",
+        "rollouts",
+        "task_tokens",
+        "optimizer_tokens",
+        "optimizer_calls",
+        "replayed_task_tokens",
+        "fresh_rollouts",
+        "fresh_task_tokens",
+        "fresh_optimizer_tokens",
+        "batches",
+        "largest_batch",
+    )
 
     def to_json(self) -> JsonObject:
         d = {k: getattr(self, k) for k in self._FIELDS}

@@ -32,8 +32,14 @@ class PipelineRunner:
     `replay.ReplayProxy` in front of the engine's model, and `replayed` its `pop_replayed` (each
     rollout's requests then carry the rollout's tag, and its replayed tokens are booked apart)."""
 
-    def __init__(self, engine: Engine, *, problems: Mapping[ProblemKey, Problem], replay_url: str | None = None,
-                 replayed: Callable[[str], int] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        problems: Mapping[ProblemKey, Problem],
+        replay_url: str | None = None,
+        replayed: Callable[[str], int] | None = None,
+    ) -> None:
         self.engine = engine
         self.cfg = engine.config
         self.problems = dict(problems)
@@ -51,8 +57,9 @@ class PipelineRunner:
         tag = None
         if self.replayed is not None:
             tag = stable_hash({"roles": dict(prompt_set.texts), "problem": list(key), "seed": seed})[:20]
-        job = Job(prompts=prompt_set, seed=seed, headers={ROLLOUT_HEADER: tag} if tag else None,
-                  base_url=self.replay_url, trace=False)  # fmt: skip
+        job = Job(
+            prompts=prompt_set, seed=seed, headers={ROLLOUT_HEADER: tag} if tag else None, base_url=self.replay_url, trace=False
+        )
         async with self.engine.slot():
             outcome = await self.engine.step(self.problems[key], job)
         solved = outcome.solved
@@ -74,8 +81,12 @@ class PipelineRunner:
         """What goes into the rollout cache key besides prompts: everything that changes a run."""
         topo = {k: v for k, v in dataclasses.asdict(self.cfg.topology).items() if k not in ("prompts", "prompt_file", "_target_")}
         judge = {k: v for k, v in dataclasses.asdict(self.cfg.judge).items() if k != "workers"}
-        return {"topology": topo, "judge": judge, "tool": dataclasses.asdict(self.cfg.tool),
-                "max_tests_per_row": self.cfg.max_tests_per_row}  # fmt: skip
+        return {
+            "topology": topo,
+            "judge": judge,
+            "tool": dataclasses.asdict(self.cfg.tool),
+            "max_tests_per_row": self.cfg.max_tests_per_row,
+        }
 
     def model_identity(self) -> JsonObject:
         m = flat_model(dataclasses.asdict(self.cfg.model))  # the cache's keys were made from the flat layout

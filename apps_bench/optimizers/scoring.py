@@ -265,8 +265,9 @@ class ProtocolEvaluator:
             )
         return out
 
-    def _run(self, prompt_set: PromptSet, keys: list[ProblemKey], ckeys: Mapping[ProblemKey, str],
-             found: dict[ProblemKey, Rollout]) -> None:  # fmt: skip
+    def _run(
+        self, prompt_set: PromptSet, keys: list[ProblemKey], ckeys: Mapping[ProblemKey, str], found: dict[ProblemKey, Rollout]
+    ) -> None:
         results = self.runner.run_batch(prompt_set, [(k, self.seed_for(k)) for k in keys])
         if len(results) != len(keys):
             raise RuntimeError(f"runner returned {len(results)} rollouts for {len(keys)} jobs")
@@ -318,10 +319,16 @@ def traces_from_transcript(events: Iterable[TranscriptEvent]) -> tuple[RoleTrace
         elif ev.kind in ("tool_call", "tool_result"):
             a["tools"].append(f"{ev.kind}: {ev.content}")
     return tuple(
-        RoleTrace(agent=k[0], role=acc[k]["role"], input="\n\n".join(acc[k]["inputs"]), output=acc[k]["output"],
-                  tool_calls=tuple(acc[k]["tools"]), round=k[1])
+        RoleTrace(
+            agent=k[0],
+            role=acc[k]["role"],
+            input="\n\n".join(acc[k]["inputs"]),
+            output=acc[k]["output"],
+            tool_calls=tuple(acc[k]["tools"]),
+            round=k[1],
+        )
         for k in order
-    )  # fmt: skip
+    )
 
 
 def _clip(value: object) -> str:

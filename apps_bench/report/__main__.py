@@ -41,28 +41,50 @@ def _parser() -> argparse.ArgumentParser:
     sel.add_argument("--dataset", help="only cells of this dataset (e.g. apps)")
     sel.add_argument("--optimizer", help="only cells of this optimizer (e.g. none)")
     sel.add_argument("--model", help="only cells of this model (e.g. qwen)")
-    sel.add_argument("--config-dir", metavar="DIR", help="the --config-dir the cells ran with: its presets are names --model etc. accept")
+    sel.add_argument(
+        "--config-dir", metavar="DIR", help="the --config-dir the cells ran with: its presets are names --model etc. accept"
+    )
     sel.add_argument("--seeds", metavar="S,S", help="only these seeds (e.g. 0 to compare single cells)")
     sel.add_argument("--judge", metavar="PROFILE", help="only verdicts of this judge profile (profiles are never pooled)")
-    sel.add_argument("--include-incomplete", action="store_true",
-                     help="also count cells marked incomplete (with --sweep: show the cells there are, naming the missing ones)")
+    sel.add_argument(
+        "--include-incomplete",
+        action="store_true",
+        help="also count cells marked incomplete (with --sweep: show the cells there are, naming the missing ones)",
+    )
     out = ap.add_argument_group("what to produce")
-    out.add_argument("--compare", metavar="baseline=TOPOLOGY|SETTING=VALUE", nargs="?", const="baseline=single",
-                     help="paired comparison of every topology against the baseline, per model (default baseline: single); "
-                          "or of every cell against the one that differs from it only in SETTING, set to VALUE "
-                          "(e.g. model.temperature=0)")
+    out.add_argument(
+        "--compare",
+        metavar="baseline=TOPOLOGY|SETTING=VALUE",
+        nargs="?",
+        const="baseline=single",
+        help="paired comparison of every topology against the baseline, per model (default baseline: single); "
+        "or of every cell against the one that differs from it only in SETTING, set to VALUE "
+        "(e.g. model.temperature=0)",
+    )
     out.add_argument("--forest", metavar="FILE.png", help=f"forest plot of --compare (default: {DEFAULT_FOREST})")
     out.add_argument("--plot", metavar="FILE.png", help="pass@1 bars with their 95%% intervals")
     out.add_argument("--pareto", metavar="FILE.png", help="pass@1 against tokens per problem, with the Pareto front")
     out.add_argument("--plots", metavar="DIR", help="all charts into DIR: pass_at_1.png, pareto.png, forest.png")
-    out.add_argument("--export", metavar="FILE", action="append", default=[], help="tidy per-problem table (.csv or .parquet; repeatable)")
-    out.add_argument("--publish", action="store_true",
-                     help="with --sweep: write the sweep's comparison on its parent run (for cells started by hand under it)")
-    out.add_argument("--table", choices=paper.TABLES,
-                     help="only this table: apps-paper (test-case average and strict accuracy per difficulty tier, "
-                          "APPS Table 2's layout) or pass-at-k (pass@1..n, the seeds as n samples)")
-    out.add_argument("--format", choices=paper.FORMATS, default="text",
-                     help="--table's format: text (default), csv, latex or markdown (for a paper), printed to stdout")
+    out.add_argument(
+        "--export", metavar="FILE", action="append", default=[], help="tidy per-problem table (.csv or .parquet; repeatable)"
+    )
+    out.add_argument(
+        "--publish",
+        action="store_true",
+        help="with --sweep: write the sweep's comparison on its parent run (for cells started by hand under it)",
+    )
+    out.add_argument(
+        "--table",
+        choices=paper.TABLES,
+        help="only this table: apps-paper (test-case average and strict accuracy per difficulty tier, "
+        "APPS Table 2's layout) or pass-at-k (pass@1..n, the seeds as n samples)",
+    )
+    out.add_argument(
+        "--format",
+        choices=paper.FORMATS,
+        default="text",
+        help="--table's format: text (default), csv, latex or markdown (for a paper), printed to stdout",
+    )
     out.add_argument("--metric", default="pass_at_1", help="another MLflow metric: mean ± std over seeds of the cells' runs")
     ap.add_argument("--debug", action="store_true", help="a failure of the store, the disk or an interrupt: its traceback too")
     return ap
@@ -136,8 +158,10 @@ def _found(args: argparse.Namespace) -> tuple[list[cellmod.CellData], str]:
         if missing:  # never a smaller table that looks whole
             if not args.include_incomplete:
                 raise SweepIncomplete(args.sweep, missing)
-            print(f"warning: sweep {args.sweep}: {len(missing)} member cell(s) missing from these figures:\n  "
-                  + "\n  ".join(missing))  # fmt: skip
+            print(
+                f"warning: sweep {args.sweep}: {len(missing)} member cell(s) missing from these figures:\n  "
+                + "\n  ".join(missing)
+            )
         return found, f"sweep {args.sweep}"
     return cellmod.from_mlflow(experiment=args.experiment, uri=args.tracking_uri), f"experiment {args.experiment!r}"
 
@@ -145,8 +169,13 @@ def _found(args: argparse.Namespace) -> tuple[list[cellmod.CellData], str]:
 def _chosen(args: argparse.Namespace, found: list[cellmod.CellData], where: str) -> list[cellmod.CellData]:
     """The cells the selection options keep; none is a ReportError saying what was there."""
     chosen = cellmod.select(
-        found, dataset=args.dataset, optimizer=args.optimizer, judge=args.judge, include_incomplete=args.include_incomplete,
-        model=args.model, seeds=[x.strip() for x in args.seeds.split(",")] if args.seeds else None,
+        found,
+        dataset=args.dataset,
+        optimizer=args.optimizer,
+        judge=args.judge,
+        include_incomplete=args.include_incomplete,
+        model=args.model,
+        seeds=[x.strip() for x in args.seeds.split(",")] if args.seeds else None,
     )
     if not chosen:
         profiles = sorted({c.judge_profile for c in found})
@@ -165,11 +194,15 @@ def _print_pass(gs: list[groups.Group], tier_rows: list[paper.PaperRow], *, prov
     print()
     print(paper.pass_at_k_text(tier_rows, header=False, compact=True))
     if provenance_warnings:
-        for w in provenance.differences({f"{g.label}·{g.model}{groups.shown(g.settings)}·s{c.seed}": c.provenance for g in gs for c in g.cells}):
+        for w in provenance.differences(
+            {f"{g.label}·{g.model}{groups.shown(g.settings)}·s{c.seed}": c.provenance for g in gs for c in g.cells}
+        ):
             print(render.wrap(f"warning: provenance: {w}"))
 
 
-def _print_comparisons(gs: list[groups.Group], baseline: groups.Baseline, names: dict[tuple[str, ...], str]) -> list[groups.Comparison]:
+def _print_comparisons(
+    gs: list[groups.Group], baseline: groups.Baseline, names: dict[tuple[str, ...], str]
+) -> list[groups.Comparison]:
     """--compare's table, and per comparison what differs between its cells besides what it compares along."""
     comps = groups.compare_to_baseline(gs, baseline)
     print()
@@ -180,8 +213,11 @@ def _print_comparisons(gs: list[groups.Group], baseline: groups.Baseline, names:
         for w in provenance.differences({f"{g.label}{groups.shown(g.settings)}·s{x.seed}": x.provenance for g, x in used}):
             print(render.wrap(f"warning: {where}: provenance: {w}"))
         if c.pair is not None:
-            diff = [d for d in cellmod.setting_differences(c.pair[0].cells[0], c.pair[1].cells[0])
-                    if not d.startswith(f"{baseline.key}: ")]  # what --compare SETTING=VALUE compares along
+            diff = [
+                d
+                for d in cellmod.setting_differences(c.pair[0].cells[0], c.pair[1].cells[0])
+                if not d.startswith(f"{baseline.key}: ")
+            ]  # what --compare SETTING=VALUE compares along
             if diff:
                 print(render.wrap(f"note: {where}: settings differ ({c.label} vs {c.baseline}): " + "; ".join(diff)))
     return comps
@@ -196,14 +232,19 @@ def _print_costs(gs: list[groups.Group], names: dict[tuple[str, ...], str]) -> l
     print(render.money_table(costs, names))
     roles = cost.role_rows(gs)
     print()
-    print(render.role_table(roles, names) if roles else "cost per agent role: these cells recorded neither the role of each call nor transcripts")
+    print(
+        render.role_table(roles, names)
+        if roles
+        else "cost per agent role: these cells recorded neither the role of each call nor transcripts"
+    )
     print()
     print(render.framework_table(cost.framework_rows(gs, costs, roles), names))
     return costs
 
 
-def _write_charts(args: argparse.Namespace, gs: list[groups.Group], comps: list[groups.Comparison],
-                  costs: list[cost.CostRow]) -> None:
+def _write_charts(
+    args: argparse.Namespace, gs: list[groups.Group], comps: list[groups.Comparison], costs: list[cost.CostRow]
+) -> None:
     charts = _chart_paths(args, compared=bool(comps))
     if "plot" in charts:
         plots.pass_plot(gs, charts["plot"])
@@ -275,9 +316,15 @@ def _chart_paths(args: argparse.Namespace, *, compared: bool) -> dict[str, str]:
 def _metric_table(args: argparse.Namespace) -> int:
     """Any other run metric: mean ± std over seeds (no per-problem data behind it, so no interval)."""
     runs = metric_table.collect(
-        experiment=args.experiment, sweep=args.sweep, uri=args.tracking_uri, metric=args.metric,
-        dataset=args.dataset, optimizer=args.optimizer, include_incomplete=args.include_incomplete, judge=args.judge,
-    )  # fmt: skip
+        experiment=args.experiment,
+        sweep=args.sweep,
+        uri=args.tracking_uri,
+        metric=args.metric,
+        dataset=args.dataset,
+        optimizer=args.optimizer,
+        include_incomplete=args.include_incomplete,
+        judge=args.judge,
+    )
     table = metric_table.pivot(runs, metric=args.metric)
     print(metric_table.render(table, metric=args.metric, runs=runs))
     if args.plot:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 class ReportError(AppsBenchError):
     """Nothing to report, or a store/experiment/run that does not exist: says what to check."""
 
+
 # identity params that define which problems a cell is judged on
 SELECTION_PARAMS = ("dataset.name", "dataset.revision", "dataset.path", "dataset.split", "limit", "offset", "only", "difficulty")
 
@@ -105,8 +106,13 @@ class CellData:
 
     @property
     def comparability(self) -> tuple[str, str, str, str, str]:
-        return (self.dataset, json.dumps(self.selection, sort_keys=True), self.max_tests_per_row, self.judge_profile,
-                self.judge_rules)  # fmt: skip
+        return (
+            self.dataset,
+            json.dumps(self.selection, sort_keys=True),
+            self.max_tests_per_row,
+            self.judge_profile,
+            self.judge_rules,
+        )
 
     def judged(self) -> list[ProblemRow]:
         """Problems with a verdict (an infrastructure error is not a wrong answer: left out)."""
@@ -130,8 +136,11 @@ def setting_differences(a: CellData, b: CellData) -> list[str]:
     """Model, judge and tool settings two compared cells differ in (e.g. a model's sampling,
     a judge timeout): allowed, since the axes say what is compared, but worth saying."""
     keys = sorted(set(a.settings) | set(b.settings))
-    return [f"{k}: {a.settings.get(k, '(unset)')} vs {b.settings.get(k, '(unset)')}" for k in keys
-            if a.settings.get(k) != b.settings.get(k)]  # fmt: skip
+    return [
+        f"{k}: {a.settings.get(k, '(unset)')} vs {b.settings.get(k, '(unset)')}"
+        for k in keys
+        if a.settings.get(k) != b.settings.get(k)
+    ]
 
 
 UNSET = "(unset)"  # a setting one cell's identity has and another's has not
@@ -151,9 +160,11 @@ def setting_columns(members: Sequence[tuple[Hashable, Mapping[str, str]]]) -> li
                 keys.add(k)
     digests = {k for k in keys if k.endswith("_sha256") and k.removesuffix("_sha256") in keys}
     fewer = sorted(keys - digests)
-    if all(len({tuple(i.get(k, UNSET) for k in fewer) for i in idents}) == len({tuple(i.get(k, UNSET) for k in keys)
-                                                                                for i in idents})
-           for idents in by_axes.values()):  # fmt: skip
+    if all(
+        len({tuple(i.get(k, UNSET) for k in fewer) for i in idents})
+        == len({tuple(i.get(k, UNSET) for k in keys) for i in idents})
+        for idents in by_axes.values()
+    ):
         return fewer
     return sorted(keys)
 
@@ -197,8 +208,11 @@ def comparability_label(c: CellData) -> str:
         data += f" split {split}"
     cap = c.max_tests_per_row
     tests = "all tests" if cap.lstrip("-").isdigit() and int(cap) <= 0 else f"cap {cap} tests"
-    picked = [f"{k} {v}" for k, v in sel.items()
-              if k in ("limit", "offset", "only", "difficulty") and v not in ("", "None", "[]", "0", "null")]  # fmt: skip
+    picked = [
+        f"{k} {v}"
+        for k, v in sel.items()
+        if k in ("limit", "offset", "only", "difficulty") and v not in ("", "None", "[]", "0", "null")
+    ]
     return " · ".join([data, f"judge {c.judge_profile} (rules {c.judge_rules})", tests, *picked])
 
 
@@ -223,8 +237,12 @@ def incomparable_reason(a: CellData, b: CellData) -> str | None:
             "verdicts changed between the two; re-score the older cell under the current rules (python -m apps_bench.rescore CELL judge=PROFILE)"
         )
     if a.max_tests_per_row != b.max_tests_per_row:
-        return f"different test caps (max_tests_per_row {a.max_tests_per_row} vs {b.max_tests_per_row}): the cap changes the score"
-    diff = [f"{k}: {a.selection.get(k)} vs {b.selection.get(k)}" for k in SELECTION_PARAMS if a.selection.get(k) != b.selection.get(k)]
+        return (
+            f"different test caps (max_tests_per_row {a.max_tests_per_row} vs {b.max_tests_per_row}): the cap changes the score"
+        )
+    diff = [
+        f"{k}: {a.selection.get(k)} vs {b.selection.get(k)}" for k in SELECTION_PARAMS if a.selection.get(k) != b.selection.get(k)
+    ]
     if diff:
         return "different problem selections (" + "; ".join(diff) + ")"
     # what each server did with the cell's tool requests (models/server_gate.py); prompt_text (CrewAI) and not_checked pair with any
@@ -253,8 +271,17 @@ TEST_COUNTS = ("tests_passed", "tests_run", "tests_kept")
 
 def problem_row(rec: ProblemRecord) -> ProblemRow:
     """A record (a records.jsonl line) -> the report's per-problem row."""
-    return _row(rec.key, rec.id, rec.split, rec.difficulty, rec.passed, rec.error, rec.usage,
-                (rec.latency_s, rec.solve_s, rec.judge_s), counted_tests(rec.verdict))  # fmt: skip
+    return _row(
+        rec.key,
+        rec.id,
+        rec.split,
+        rec.difficulty,
+        rec.passed,
+        rec.error,
+        rec.usage,
+        (rec.latency_s, rec.solve_s, rec.judge_s),
+        counted_tests(rec.verdict),
+    )
 
 
 def table_row(row: JsonObject) -> ProblemRow:
@@ -264,8 +291,17 @@ def table_row(row: JsonObject) -> ProblemRow:
     times = tuple(float(row.get(k, 0.0) or 0.0) for k in ("latency_s", "solve_s", "judge_s"))
     tests = {k: int(row.get(k, 0) or 0) for k in TEST_COUNTS}
     tests["tests_kept"] = tests["tests_kept"] or int(row.get("n_tests", 0) or 0)  # tables logged before tests_kept
-    return _row(f"{split}/{pid}", pid, split, str(row.get("difficulty") or ""), bool(row.get("passed")), row.get("error"),
-                table_usage(row), (times[0], times[1], times[2]), tests)  # fmt: skip
+    return _row(
+        f"{split}/{pid}",
+        pid,
+        split,
+        str(row.get("difficulty") or ""),
+        bool(row.get("passed")),
+        row.get("error"),
+        table_usage(row),
+        (times[0], times[1], times[2]),
+        tests,
+    )
 
 
 def table_usage(row: JsonObject) -> UsageRecord:
@@ -274,13 +310,28 @@ def table_usage(row: JsonObject) -> UsageRecord:
     def n(k: str) -> int:
         return int(row.get(k, 0) or 0)
 
-    return UsageRecord(prompt_tokens=n("prompt_tokens"), completion_tokens=n("completion_tokens"), model_calls=n("model_calls"),
-                       tool_calls=n("tool_calls"), retried_prompt_tokens=n("retried_prompt_tokens"),
-                       retried_completion_tokens=n("retried_completion_tokens"), tool_s=float(row.get("tool_s", 0.0) or 0.0))
+    return UsageRecord(
+        prompt_tokens=n("prompt_tokens"),
+        completion_tokens=n("completion_tokens"),
+        model_calls=n("model_calls"),
+        tool_calls=n("tool_calls"),
+        retried_prompt_tokens=n("retried_prompt_tokens"),
+        retried_completion_tokens=n("retried_completion_tokens"),
+        tool_s=float(row.get("tool_s", 0.0) or 0.0),
+    )
 
 
-def _row(key: str, pid: str, split: str, difficulty: str, passed: bool, error: str | None, u: UsageRecord,
-         times: tuple[float, float, float], tests: Mapping[str, int]) -> ProblemRow:  # fmt: skip
+def _row(
+    key: str,
+    pid: str,
+    split: str,
+    difficulty: str,
+    passed: bool,
+    error: str | None,
+    u: UsageRecord,
+    times: tuple[float, float, float],
+    tests: Mapping[str, int],
+) -> ProblemRow:
     prompt, completion = u.prompt_tokens, u.completion_tokens
     billed_in, billed_out = u.billed_tokens
     n_calls = u.model_calls
@@ -357,16 +408,25 @@ def cell_heads(root: Path | str) -> list[CellData]:
         axes = info.get("axes") or {}
         prov = summary.get("provenance") or info.get("provenance") or {}
         cell = CellData(
-            dataset=str(axes.get("dataset", "?")), topology=str(axes.get("topology", "?")), model=str(axes.get("model", "?")),
-            optimizer=str(axes.get("optimizer", "?")), seed=str(axes.get("seed", "?")), key=str(info.get("key", "")),
-            judge_profile=ident.get("judge.profile", "?"), max_tests_per_row=ident.get("max_tests_per_row", "?"),
+            dataset=str(axes.get("dataset", "?")),
+            topology=str(axes.get("topology", "?")),
+            model=str(axes.get("model", "?")),
+            optimizer=str(axes.get("optimizer", "?")),
+            seed=str(axes.get("seed", "?")),
+            key=str(info.get("key", "")),
+            judge_profile=ident.get("judge.profile", "?"),
+            max_tests_per_row=ident.get("max_tests_per_row", "?"),
             judge_rules=ident.get("judge.rules", "?"),
-            selection=_selection(ident.get), complete=bool(summary.get("complete")),
+            selection=_selection(ident.get),
+            complete=bool(summary.get("complete")),
             price=(summary.get("cost") or {}).get("price"),
-            settings=_settings(ident), identity=ident,
-            source=str(d), framework=ident.get("topology.framework", ""), flow=ident.get("topology.flow", ""),
+            settings=_settings(ident),
+            identity=ident,
+            source=str(d),
+            framework=ident.get("topology.framework", ""),
+            flow=ident.get("topology.flow", ""),
             provenance=provenance.comparable(prov) if prov else {},
-        )  # fmt: skip
+        )
         cells.append(cell)
     return cells
 
@@ -408,7 +468,9 @@ def _sweep_runs(c: MlflowClient, uri: str, sweep: str) -> tuple[list[Run], list[
     missing = [f"{m.describe()}: no run with its cell key {m.key} in {uri}" for m in members or [] if m.key not in by_key]
     runs = list(by_key.values())
     ids = {r.info.run_id for r in runs}
-    rescored = [r for r in _search(c, [parent.info.experiment_id], "tags.run_kind = 'rescore'") if r.data.tags.get("rescore_of") in ids]
+    rescored = [
+        r for r in _search(c, [parent.info.experiment_id], "tags.run_kind = 'rescore'") if r.data.tags.get("rescore_of") in ids
+    ]
     return runs + rescored, missing
 
 
@@ -493,7 +555,6 @@ def _read(*, experiment: str, sweep: str | None, uri: str | None, with_roles: bo
 
     from tqdm import tqdm
 
-
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar of ours, not one per file
     uri = mlf.tracking_uri() if uri is None else uri
     c = mlf.client(uri)
@@ -533,18 +594,28 @@ def _cell_of_run(c: MlflowClient, r: Run, by_id: Mapping[str, Run], dst: Path, w
         p = by_id[t["rescore_of"]].data.params
     data_run = t.get("final_eval_run_id") or r.info.run_id  # an optimizer cell's problems: its final eval
     cell = CellData(
-        dataset=t.get("dataset", "?"), topology=t.get("topology", "?"), model=t.get("model", "?"),
-        optimizer=t.get("optimizer", "?"), seed=t.get("seed", "?"), key=t.get("cell_key", ""),
+        dataset=t.get("dataset", "?"),
+        topology=t.get("topology", "?"),
+        model=t.get("model", "?"),
+        optimizer=t.get("optimizer", "?"),
+        seed=t.get("seed", "?"),
+        key=t.get("cell_key", ""),
         judge_profile=t.get("judge_profile") or p.get("judge.profile", "?"),
         max_tests_per_row=t.get("max_tests_per_row") or p.get("max_tests_per_row", "?"),
         judge_rules=t.get("judge_rules") or p.get("judge.rules", "?"),
-        selection=_selection(p.get), complete=t.get("complete") == "true",
-        price={k: t.get(f"price_{k}") for k in ("input_per_mtok", "output_per_mtok", "as_of")} if t.get("price_input_per_mtok") else None,
-        settings=_settings(p), identity=dict(p),
-        source=r.info.run_id, framework=t.get("framework") or p.get("topology.framework", ""),
-        flow=p.get("topology.flow", ""), run_kind=t.get("run_kind", "cell"),
+        selection=_selection(p.get),
+        complete=t.get("complete") == "true",
+        price={k: t.get(f"price_{k}") for k in ("input_per_mtok", "output_per_mtok", "as_of")}
+        if t.get("price_input_per_mtok")
+        else None,
+        settings=_settings(p),
+        identity=dict(p),
+        source=r.info.run_id,
+        framework=t.get("framework") or p.get("topology.framework", ""),
+        flow=p.get("topology.flow", ""),
+        run_kind=t.get("run_kind", "cell"),
         provenance=provenance.from_tags(t),
-    )  # fmt: skip
+    )
     sizes = {f.path: f.file_size for f in c.list_artifacts(data_run)}
     tally = Tally()
     cell.problems = _problems_of_run(c, data_run, dst, sizes, tally)

@@ -101,16 +101,23 @@ def cost_rows(groups: list[Group]) -> list[CostRow]:
         tokens = sum(p["total_tokens"] for p in probs)
         out.append(
             CostRow(
-                label=g.label, model=g.model, n_problems=n, n_solved=solved,
+                label=g.label,
+                model=g.model,
+                n_problems=n,
+                n_solved=solved,
                 pass_at_1=g.interval.estimate if g.interval else float("nan"),
-                tokens_per_problem=_avg(tokens, n), calls_per_problem=_avg(sum(p["model_calls"] for p in probs), n),
+                tokens_per_problem=_avg(tokens, n),
+                calls_per_problem=_avg(sum(p["model_calls"] for p in probs), n),
                 tool_calls_per_problem=_avg(sum(p["tool_calls"] for p in probs), n),
                 tokens_per_solved=_avg(tokens, solved),
-                solve_s=_avg(sum(p["solve_s"] for p in probs), n), tool_s=_avg(sum(p["tool_s"] for p in probs), n),
-                judge_s=_avg(sum(p["judge_s"] for p in probs), n), comparability=g.comparability, n_cells=len(g.cells),
+                solve_s=_avg(sum(p["solve_s"] for p in probs), n),
+                tool_s=_avg(sum(p["tool_s"] for p in probs), n),
+                judge_s=_avg(sum(p["judge_s"] for p in probs), n),
+                comparability=g.comparability,
+                n_cells=len(g.cells),
                 settings=g.settings,
                 **_money(g),
-            )  # fmt: skip
+            )
         )
     return out
 
@@ -120,8 +127,11 @@ def _money(g: Group) -> dict:
     prices = [money.price_of(c.price) for c in g.cells]
     if not prices or any(p is None for p in prices):
         return {"usd": None, "price": money.NO_PRICE}
-    usd = sum(p.usd(sum(x["billed_input_tokens"] for x in c.problems), sum(x["billed_output_tokens"] for x in c.problems))
-              for p, c in zip(prices, g.cells) if p is not None)  # fmt: skip
+    usd = sum(
+        p.usd(sum(x["billed_input_tokens"] for x in c.problems), sum(x["billed_output_tokens"] for x in c.problems))
+        for p, c in zip(prices, g.cells)
+        if p is not None
+    )
     shown = {(p.input_per_mtok, p.output_per_mtok, p.as_of) for p in prices if p is not None}
     if len(shown) > 1:
         return {"usd": usd, "price": "mixed (seeds ran at different prices)"}
@@ -165,12 +175,20 @@ def _measured(g: Group, counts: list[CellCounts], n: int) -> list[RoleRow]:
     group_tokens = sum(p["total_tokens"] for c in g.cells for p in c.problems)
     return [
         RoleRow(
-            label=g.label, model=g.model, settings=g.settings, role=role, problems=max(t.transcripts, t.called_in),
-            turns=_avg(t.turns, covered), replies=_avg(t.replies, covered), tool_calls=_avg(t.tool_calls, covered),
-            tokens=_avg(t.tokens, n), calls=_avg(t.calls, n),
-            token_share=t.tokens / group_tokens if group_tokens else float("nan"), measured=True,
+            label=g.label,
+            model=g.model,
+            settings=g.settings,
+            role=role,
+            problems=max(t.transcripts, t.called_in),
+            turns=_avg(t.turns, covered),
+            replies=_avg(t.replies, covered),
+            tool_calls=_avg(t.tool_calls, covered),
+            tokens=_avg(t.tokens, n),
+            calls=_avg(t.calls, n),
+            token_share=t.tokens / group_tokens if group_tokens else float("nan"),
+            measured=True,
             comparability=g.comparability,
-        )  # fmt: skip
+        )
         for role, t in roles.items()
     ]
 
@@ -180,13 +198,22 @@ def _estimated(g: Group, counts: list[CellCounts]) -> list[RoleRow]:
     roles, covered, group_tokens = _summed(counts)
     return [
         RoleRow(
-            label=g.label, model=g.model, settings=g.settings, role=role, problems=t.transcripts,
-            turns=_avg(t.turns, covered), replies=_avg(t.replies, covered), tool_calls=_avg(t.tool_calls, covered),
-            tokens=_avg(t.est_tokens, covered), calls=_avg(t.est_calls, covered),
-            token_share=t.est_tokens / group_tokens if group_tokens else float("nan"), measured=False,
+            label=g.label,
+            model=g.model,
+            settings=g.settings,
+            role=role,
+            problems=t.transcripts,
+            turns=_avg(t.turns, covered),
+            replies=_avg(t.replies, covered),
+            tool_calls=_avg(t.tool_calls, covered),
+            tokens=_avg(t.est_tokens, covered),
+            calls=_avg(t.est_calls, covered),
+            token_share=t.est_tokens / group_tokens if group_tokens else float("nan"),
+            measured=False,
             comparability=g.comparability,
-        )  # fmt: skip
-        for role, t in roles.items() if t.transcripts
+        )
+        for role, t in roles.items()
+        if t.transcripts
     ]
 
 
@@ -216,12 +243,19 @@ def framework_rows(groups: list[Group], costs: list[CostRow], roles: list[RoleRo
             both = bool(ra and rb) and all(r.measured for r in ra + rb)
             out.append(
                 FrameworkRow(
-                    flow=flow, model=model, base=base.cells[0].framework, other=other.cells[0].framework,
-                    base_label=base.label, other_label=other.label,
-                    tokens=(a.tokens_per_problem, b.tokens_per_problem), calls=(a.calls_per_problem, b.calls_per_problem),
-                    pass_at_1=(a.pass_at_1, b.pass_at_1), roles=_role_pairs(ra, rb) if both else (), comparability=cls,
+                    flow=flow,
+                    model=model,
+                    base=base.cells[0].framework,
+                    other=other.cells[0].framework,
+                    base_label=base.label,
+                    other_label=other.label,
+                    tokens=(a.tokens_per_problem, b.tokens_per_problem),
+                    calls=(a.calls_per_problem, b.calls_per_problem),
+                    pass_at_1=(a.pass_at_1, b.pass_at_1),
+                    roles=_role_pairs(ra, rb) if both else (),
+                    comparability=cls,
                     settings=settings,
-                )  # fmt: skip
+                )
             )
     return out
 

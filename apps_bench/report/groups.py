@@ -202,8 +202,9 @@ def pair(a: Group, b: Group) -> tuple[stats.PairedResult | None, list[str], str 
     return stats.paired_bootstrap(a.outcomes(common), b.outcomes(common)), common, None
 
 
-def compare_to_baseline(groups: list[Group], baseline: str | Baseline, *,
-                        all_groups: list[Group] | None = None) -> list[Comparison]:  # fmt: skip
+def compare_to_baseline(
+    groups: list[Group], baseline: str | Baseline, *, all_groups: list[Group] | None = None
+) -> list[Comparison]:
     """Every group against its baseline, paired; Holm over each model's family of comparisons.
     The baseline of a group is, for a topology label, that label's group of the same model (of the same
     settings where the label has several); for a setting's value, the group identical to it but in that
@@ -216,8 +217,15 @@ def compare_to_baseline(groups: list[Group], baseline: str | Baseline, *,
     for g in groups:
         if base.holds(g):
             continue
-        cmp = Comparison(model=g.model, label=g.label, baseline=base.label, cls=labels[g.comparability], seeds=[],
-                         comparability=g.comparability, settings=g.settings)  # fmt: skip
+        cmp = Comparison(
+            model=g.model,
+            label=g.label,
+            baseline=base.label,
+            cls=labels[g.comparability],
+            seeds=[],
+            comparability=g.comparability,
+            settings=g.settings,
+        )
         bases = _bases(g, base, everyone)
         same = [b for b in bases if b.comparability == g.comparability]
         if len(same) == 1:

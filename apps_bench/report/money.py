@@ -54,8 +54,13 @@ def cell_cost(records: Iterable[ProblemRecord], price: Price | None) -> JsonObje
         i, o = r.usage.billed_tokens
         tin, tout = tin + i, tout + o
     solved = sum(1 for r in recs if r.passed and not r.error)
-    out: JsonObject = {"input_tokens": tin, "output_tokens": tout, "problems": len(recs), "solved": solved,
-                           "price": price.as_dict() if price else None}  # fmt: skip
+    out: JsonObject = {
+        "input_tokens": tin,
+        "output_tokens": tout,
+        "problems": len(recs),
+        "solved": solved,
+        "price": price.as_dict() if price else None,
+    }
     usd = price.usd(tin, tout) if price else None
     out.update(
         usd=usd,
@@ -81,11 +86,15 @@ def cost_line(cost: JsonObject | None, model: str) -> str:
     tokens = f"{cost['input_tokens']:,} input + {cost['output_tokens']:,} output tokens, retried attempts' included"
     price = price_of(cost.get("price"))
     if price is None:
-        return (f"cost: {NO_PRICE} for model {model} (set model.price.input_per_mtok, .output_per_mtok and .as_of "
-                f"to see it in USD); {tokens}")  # fmt: skip
+        return (
+            f"cost: {NO_PRICE} for model {model} (set model.price.input_per_mtok, .output_per_mtok and .as_of "
+            f"to see it in USD); {tokens}"
+        )
     per_solved = dollars(cost["usd_per_solved"]) if cost.get("usd_per_solved") is not None else "- (none solved)"
-    return (f"cost: {dollars(cost['usd'])} for the cell, {dollars(cost['usd_per_problem'])}/problem, "
-            f"{per_solved}/solved at {price.describe()}; {tokens}")  # fmt: skip
+    return (
+        f"cost: {dollars(cost['usd'])} for the cell, {dollars(cost['usd_per_problem'])}/problem, "
+        f"{per_solved}/solved at {price.describe()}; {tokens}"
+    )
 
 
 def metrics(cost: JsonObject | None) -> dict[str, float]:
@@ -104,5 +113,8 @@ def tags(cost: JsonObject | None) -> dict[str, str]:
     price = price_of((cost or {}).get("price"))
     if price is None:
         return {"price_input_per_mtok": "", "price_output_per_mtok": "", "price_as_of": ""}
-    return {"price_input_per_mtok": repr(price.input_per_mtok), "price_output_per_mtok": repr(price.output_per_mtok),
-            "price_as_of": price.as_of}  # fmt: skip
+    return {
+        "price_input_per_mtok": repr(price.input_per_mtok),
+        "price_output_per_mtok": repr(price.output_per_mtok),
+        "price_as_of": price.as_of,
+    }

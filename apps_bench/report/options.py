@@ -43,8 +43,10 @@ def baseline_of(spec: str) -> Baseline:
     """`baseline=TOPOLOGY`, or `SETTING=VALUE` for a setting the cells vary (model.temperature=0)."""
     key, sep, value = (x.strip() for x in spec.partition("="))
     if not sep or not value or not SETTING.match(key):
-        raise ReportError(f"--compare {spec!r}: write --compare baseline=TOPOLOGY (e.g. --compare baseline=single), "
-                          "or --compare SETTING=VALUE for a setting the cells vary (e.g. --compare model.temperature=0)")
+        raise ReportError(
+            f"--compare {spec!r}: write --compare baseline=TOPOLOGY (e.g. --compare baseline=single), "
+            "or --compare SETTING=VALUE for a setting the cells vary (e.g. --compare model.temperature=0)"
+        )
     return Baseline("baseline" if key == "topology" else key, value)
 
 
@@ -67,10 +69,15 @@ def check(args: argparse.Namespace) -> Baseline | None:
             if not baseline.on_setting and baseline.value not in labels:
                 guess = closest(baseline.value, labels)
                 hint = f"; did you mean --compare baseline={guess}?" if guess else ""
-                bad.append(f"--compare {baseline}: no such topology{hint} (topologies: {', '.join(options.get('topology', []))}; "
-                           "with an optimizer: TOPOLOGY+OPTIMIZER, e.g. single+maspo)")  # fmt: skip
-    for option, value, group in (("--judge", args.judge, "judge"), ("--dataset", args.dataset, "dataset"),
-                                 ("--optimizer", args.optimizer, "optimizer")):  # fmt: skip
+                bad.append(
+                    f"--compare {baseline}: no such topology{hint} (topologies: {', '.join(options.get('topology', []))}; "
+                    "with an optimizer: TOPOLOGY+OPTIMIZER, e.g. single+maspo)"
+                )
+    for option, value, group in (
+        ("--judge", args.judge, "judge"),
+        ("--dataset", args.dataset, "dataset"),
+        ("--optimizer", args.optimizer, "optimizer"),
+    ):
         if value:
             why = _name(option, value, options.get(group, []), f"{group} profile" if group == "judge" else group)
             if why:
@@ -93,8 +100,10 @@ def check(args: argparse.Namespace) -> Baseline | None:
     for option in ("plot", "pareto", "forest"):
         path = getattr(args, option)
         if path and Path(path).suffix not in CHART_SUFFIXES:
-            bad.append(f"--{option} {path}: charts are written as {', '.join(CHART_SUFFIXES)}; "
-                       f"e.g. --{option} {Path(path).with_suffix('.png')}")  # fmt: skip
+            bad.append(
+                f"--{option} {path}: charts are written as {', '.join(CHART_SUFFIXES)}; "
+                f"e.g. --{option} {Path(path).with_suffix('.png')}"
+            )
     if args.forest and not args.compare:
         bad.append(f"--forest {args.forest}: the forest plot draws --compare's differences; add --compare baseline=TOPOLOGY")
     if args.cells_dir and not Path(args.cells_dir).is_dir():
@@ -104,19 +113,43 @@ def check(args: argparse.Namespace) -> Baseline | None:
     if args.format != "text" and not args.table:
         bad.append(f"--format {args.format}: formats one table; add --table apps-paper (or --table pass-at-k)")
     if args.table:
-        others = [o for o, v in (("--compare", args.compare), ("--export", args.export), ("--plots", args.plots),
-                                 ("--plot", args.plot), ("--pareto", args.pareto), ("--forest", args.forest),
-                                 ("--publish", args.publish)) if v]  # fmt: skip
+        others = [
+            o
+            for o, v in (
+                ("--compare", args.compare),
+                ("--export", args.export),
+                ("--plots", args.plots),
+                ("--plot", args.plot),
+                ("--pareto", args.pareto),
+                ("--forest", args.forest),
+                ("--publish", args.publish),
+            )
+            if v
+        ]
         if others:
-            bad.append(f"--table {args.table} prints that table alone; {', '.join(others)} belong to the whole report: "
-                       "drop --table, or run the report twice")
+            bad.append(
+                f"--table {args.table} prints that table alone; {', '.join(others)} belong to the whole report: "
+                "drop --table, or run the report twice"
+            )
     if args.metric != "pass_at_1":
-        ignored = [o for o, v in (("--compare", args.compare), ("--export", args.export), ("--plots", args.plots),
-                                  ("--pareto", args.pareto), ("--forest", args.forest), ("--cells-dir", args.cells_dir),
-                                  ("--table", args.table)) if v]  # fmt: skip
+        ignored = [
+            o
+            for o, v in (
+                ("--compare", args.compare),
+                ("--export", args.export),
+                ("--plots", args.plots),
+                ("--pareto", args.pareto),
+                ("--forest", args.forest),
+                ("--cells-dir", args.cells_dir),
+                ("--table", args.table),
+            )
+            if v
+        ]
         if ignored:
-            bad.append(f"--metric {args.metric}: another metric is one table of means over seeds (and --plot); "
-                       f"{', '.join(ignored)} need the per-problem records of pass@1: drop --metric or them")  # fmt: skip
+            bad.append(
+                f"--metric {args.metric}: another metric is one table of means over seeds (and --plot); "
+                f"{', '.join(ignored)} need the per-problem records of pass@1: drop --metric or them"
+            )
     if bad:
         raise ReportError("bad option" + ("s" if len(bad) > 1 else "") + ", nothing was read or written:\n  " + "\n  ".join(bad))
     return baseline

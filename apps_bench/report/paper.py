@@ -42,8 +42,13 @@ def rows_of(groups: Sequence[Group]) -> list[PaperRow]:
     for g in groups:
         samples = [c.problems for c in g.cells]
         early = any(tiers.stops_early(c.identity) for c in g.cells)
-        out.append(PaperRow(g, tiers.apps_figures(samples, stopped_early=early),
-                            tiers.pass_at_k_figures(samples) if len(samples) > 1 else None))  # fmt: skip
+        out.append(
+            PaperRow(
+                g,
+                tiers.apps_figures(samples, stopped_early=early),
+                tiers.pass_at_k_figures(samples) if len(samples) > 1 else None,
+            )
+        )
     return out
 
 
@@ -112,11 +117,26 @@ def pass_at_k_text(rows: Sequence[PaperRow], *, header: bool = True, compact: bo
         p = r.pass_at_k
         assert p is not None
         for k in range(1, p.n + 1):
-            cells = [(_iv(p.by_tier[t][k - 1]) if not compact or t == tiers.ALL else _est(p.by_tier[t][k - 1]))
-                     if t in p.by_tier else "-" for t in COLUMNS]  # fmt: skip
-            lines.append((r.group.comparability, [r.group.label, r.group.model, *setting_values(r.group.settings), f"pass@{k}",
-                                                  f"{p.n}", f"{p.n_problems}" + (f" (-{p.left_out})" if p.left_out else ""),
-                                                  *cells]))  # fmt: skip
+            cells = [
+                (_iv(p.by_tier[t][k - 1]) if not compact or t == tiers.ALL else _est(p.by_tier[t][k - 1]))
+                if t in p.by_tier
+                else "-"
+                for t in COLUMNS
+            ]
+            lines.append(
+                (
+                    r.group.comparability,
+                    [
+                        r.group.label,
+                        r.group.model,
+                        *setting_values(r.group.settings),
+                        f"pass@{k}",
+                        f"{p.n}",
+                        f"{p.n_problems}" + (f" (-{p.left_out})" if p.left_out else ""),
+                        *cells,
+                    ],
+                )
+            )
     caption = (
         "pass@k = 1 - C(n-c, k) / C(n, k) per problem (Chen et al. 2021), n = the group's seed cells as samples, c = the "
         "seeds that solved it; mean over the problems judged in all n (problems, with (-m) those judged in fewer, "
@@ -150,13 +170,23 @@ def _lines(rows: Sequence[PaperRow], table: str) -> tuple[list[str], list[str], 
     heads = ["model", "topology", *setting_keys(groups), *(["block"] if several else [])]
     out = []
     for r in rows:
-        base = [r.group.model, r.group.label, *setting_values(r.group.settings), *([names[r.group.comparability]] if several else [])]
+        base = [
+            r.group.model,
+            r.group.label,
+            *setting_values(r.group.settings),
+            *([names[r.group.comparability]] if several else []),
+        ]
         if table == "apps-paper":
             out.append(_Line([*base, str(len(r.group.seeds))], [_fig(r, m, t) for m, _ in METRICS for t in COLUMNS]))
         elif r.pass_at_k is not None:
             p = r.pass_at_k
-            out += [_Line([*base, str(k + 1), str(p.n), str(p.n_problems), str(p.left_out)],
-                          [(p.by_tier[t][k] if t in p.by_tier else None, False) for t in COLUMNS]) for k in range(p.n)]  # fmt: skip
+            out += [
+                _Line(
+                    [*base, str(k + 1), str(p.n), str(p.n_problems), str(p.left_out)],
+                    [(p.by_tier[t][k] if t in p.by_tier else None, False) for t in COLUMNS],
+                )
+                for k in range(p.n)
+            ]
     if table == "apps-paper":
         return [*heads, "seeds"], [f"{name}: {t}" for _, name in METRICS for t in COLUMNS], out
     return [*heads, "k", "n", "problems", "left out"], [f"pass@k: {t}" for t in COLUMNS], out
@@ -171,11 +201,16 @@ def export(rows: Sequence[PaperRow], table: str, fmt: str) -> str:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         names = [_snake(h) for h in metric_heads]
-        w.writerow([*map(_snake, heads), *(f"{n}{x}" for n in names for x in ("", "_low", "_high"))]
-                   + (["test_case_average_is_lower_bound"] if table == "apps-paper" else []))  # fmt: skip
+        w.writerow(
+            [*map(_snake, heads), *(f"{n}{x}" for n in names for x in ("", "_low", "_high"))]
+            + (["test_case_average_is_lower_bound"] if table == "apps-paper" else [])
+        )
         for line in lines:
-            flat = [x for iv, _ in line.values for x in (("", "", "") if iv is None else
-                                                          (f"{iv.estimate:.6f}", f"{iv.low:.6f}", f"{iv.high:.6f}"))]  # fmt: skip
+            flat = [
+                x
+                for iv, _ in line.values
+                for x in (("", "", "") if iv is None else (f"{iv.estimate:.6f}", f"{iv.low:.6f}", f"{iv.high:.6f}"))
+            ]
             lower = ["true" if any(b for _, b in line.values) else "false"] if table == "apps-paper" else []
             w.writerow([*line.labels, *flat, *lower])
         return buf.getvalue()
@@ -205,9 +240,13 @@ def _tex(s: str) -> str:
 def _latex(heads: list[str], table: str, cells: list[list[str]], note: str) -> str:
     """A booktabs tabular: the label columns, then one column group per metric over the tiers."""
     groups = ["Test-case average (\\%)", "Strict accuracy (\\%)"] if table == "apps-paper" else ["pass@$k$ (\\%)"]
-    lines = [r"\begin{tabular}{" + "l" * len(heads) + "r" * (len(COLUMNS) * len(groups)) + "}", r"\toprule",
-             " & " * len(heads) + " & ".join(rf"\multicolumn{{{len(COLUMNS)}}}{{c}}{{{g}}}" for g in groups) + r" \\",
-             " & ".join([*map(_tex, heads), *(t.capitalize() for _ in groups for t in COLUMNS)]) + r" \\", r"\midrule"]  # fmt: skip
+    lines = [
+        r"\begin{tabular}{" + "l" * len(heads) + "r" * (len(COLUMNS) * len(groups)) + "}",
+        r"\toprule",
+        " & " * len(heads) + " & ".join(rf"\multicolumn{{{len(COLUMNS)}}}{{c}}{{{g}}}" for g in groups) + r" \\",
+        " & ".join([*map(_tex, heads), *(t.capitalize() for _ in groups for t in COLUMNS)]) + r" \\",
+        r"\midrule",
+    ]
     lines += [" & ".join(map(_tex, c)) + r" \\" for c in cells]
     lines += [r"\bottomrule", r"\end{tabular}", "% " + note.replace("\n", " ")]
     return "\n".join(lines) + "\n"

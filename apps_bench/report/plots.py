@@ -160,8 +160,15 @@ def pareto_plot(costs: list[CostRow], path: str, groups: list[Group]) -> None:
         mine = [c for c in rows if c.model == m]
         ax.scatter([c.tokens_per_problem for c in mine], [c.pass_at_1 for c in mine], s=50, label=m, zorder=3)
     ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "--", color="grey", zorder=2)
-    ax.scatter([pts[i][0] for i in front], [pts[i][1] for i in front], s=170, facecolors="none", edgecolors="black",
-               zorder=4, label="Pareto front")  # fmt: skip
+    ax.scatter(
+        [pts[i][0] for i in front],
+        [pts[i][1] for i in front],
+        s=170,
+        facecolors="none",
+        edgecolors="black",
+        zorder=4,
+        label="Pareto front",
+    )
     ax.set_xlabel("tokens per problem")
     ax.set_ylabel("pass@1")
     ax.set_ylim(min(0.0, min(p[1] for p in pts)), 1.05)
@@ -198,8 +205,10 @@ def _place_labels(fig: Figure, ax: Axes, notes: list[tuple[str, float, float]], 
     path: NDArray[np.float64] | list[tuple[float, float]] = ax.transData.transform(line) if len(line) > 1 else []
     for (x0, y0), (x1, y1) in zip(path[:-1], path[1:]):  # the line as small boxes, one every 3 pixels
         steps = max(1, int(math.hypot(x1 - x0, y1 - y0) / 3))
-        taken += [Bbox.from_extents(x - 1, y - 1, x + 1, y + 1)
-                  for x, y in ((x0 + (x1 - x0) * k / steps, y0 + (y1 - y0) * k / steps) for k in range(steps + 1))]  # fmt: skip
+        taken += [
+            Bbox.from_extents(x - 1, y - 1, x + 1, y + 1)
+            for x, y in ((x0 + (x1 - x0) * k / steps, y0 + (y1 - y0) * k / steps) for k in range(steps + 1))
+        ]
 
     def clash(a: Bbox, b: Bbox) -> float:
         w = min(a.x1, b.x1) - max(a.x0, b.x0)
@@ -209,8 +218,15 @@ def _place_labels(fig: Figure, ax: Axes, notes: list[tuple[str, float, float]], 
     for i, (text, x, y) in enumerate(notes):
         best: tuple[float, tuple[int, int]] | None = None
         for dx, dy in _OFFSETS:
-            probe = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=LABEL_PT,
-                                ha="left" if dx > 0 else "right", va="bottom" if dy > 0 else "top")  # fmt: skip
+            probe = ax.annotate(
+                text,
+                (x, y),
+                xytext=(dx, dy),
+                textcoords="offset points",
+                fontsize=LABEL_PT,
+                ha="left" if dx > 0 else "right",
+                va="bottom" if dy > 0 else "top",
+            )
             probe.update_positions(renderer)
             box = Text.get_window_extent(probe, renderer).padded(pad)  # the text alone, not the line to its point
             probe.remove()
@@ -223,9 +239,16 @@ def _place_labels(fig: Figure, ax: Axes, notes: list[tuple[str, float, float]], 
         assert best is not None
         dx, dy = best[1]
         far = abs(dy) > 3
-        ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=LABEL_PT,
-                          ha="left" if dx > 0 else "right", va="bottom" if dy > 0 else "top",
-                          arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.6, "shrinkA": 0, "shrinkB": 5} if far else None)  # fmt: skip
+        ann = ax.annotate(
+            text,
+            (x, y),
+            xytext=(dx, dy),
+            textcoords="offset points",
+            fontsize=LABEL_PT,
+            ha="left" if dx > 0 else "right",
+            va="bottom" if dy > 0 else "top",
+            arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.6, "shrinkA": 0, "shrinkB": 5} if far else None,
+        )
         ann.set_in_layout(False)
         ann.update_positions(renderer)
         taken.append(Text.get_window_extent(ann, renderer).padded(pad))

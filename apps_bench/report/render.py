@@ -52,8 +52,9 @@ def block_header(groups: list[Group]) -> str:
     return "\n".join(lines)
 
 
-def sections(title: str, head: Sequence[str], rows: Sequence[tuple[tuple[str, ...], list[str]]], names: Blocks | None,
-              caption: str = "") -> str:  # fmt: skip
+def sections(
+    title: str, head: Sequence[str], rows: Sequence[tuple[tuple[str, ...], list[str]]], names: Blocks | None, caption: str = ""
+) -> str:
     """One text table per block (in block order), titled `<title> · block X`; the caption once, at the end.
     Without `names` the blocks are lettered in the rows' order (the order groups.blocks gives them)."""
     if names is None:
@@ -105,14 +106,22 @@ def pass_rows(groups: list[Group]) -> list[JsonObject]:
     rows = []
     for g in groups:
         iv = g.interval
-        rows.append({
-            "topology": g.label, "model": g.model, "settings": "; ".join(f"{k}={v}" for k, v in g.settings),
-            "pass_at_1": None if iv is None or math.isnan(iv.estimate) else iv.estimate,
-            "ci_low": None if iv is None or math.isnan(iv.low) else iv.low,
-            "ci_high": None if iv is None or math.isnan(iv.high) else iv.high,
-            "seeds": ",".join(g.seeds), "n_seeds": len(g.seeds), "n_problems": iv.n_problems if iv else 0,
-            "per_seed": _per_seed(g), "block": letters[g.comparability], "comparability": names[g.comparability],
-        })  # fmt: skip
+        rows.append(
+            {
+                "topology": g.label,
+                "model": g.model,
+                "settings": "; ".join(f"{k}={v}" for k, v in g.settings),
+                "pass_at_1": None if iv is None or math.isnan(iv.estimate) else iv.estimate,
+                "ci_low": None if iv is None or math.isnan(iv.low) else iv.low,
+                "ci_high": None if iv is None or math.isnan(iv.high) else iv.high,
+                "seeds": ",".join(g.seeds),
+                "n_seeds": len(g.seeds),
+                "n_problems": iv.n_problems if iv else 0,
+                "per_seed": _per_seed(g),
+                "block": letters[g.comparability],
+                "comparability": names[g.comparability],
+            }
+        )
     return rows
 
 
@@ -121,8 +130,11 @@ def pass_table(groups: list[Group], *, header: bool = True) -> str:
     names = blocks(groups)
     rows = []
     for g, r in zip(groups, pass_rows(groups)):
-        cell = "-" if r["pass_at_1"] is None else (
-            f"{r['pass_at_1']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] ({r['n_seeds']}s × {r['n_problems']}p)")
+        cell = (
+            "-"
+            if r["pass_at_1"] is None
+            else (f"{r['pass_at_1']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] ({r['n_seeds']}s × {r['n_problems']}p)")
+        )
         rows.append((g.comparability, [r["topology"], r["model"], *setting_values(g.settings), cell, r["per_seed"]]))
     caption = (
         f"pass@1 over every (problem, seed) of the pooled seeds [{stats.METHOD_CELL.format(b=stats.N_BOOT)}]; "
@@ -143,17 +155,46 @@ def compare_table(comps: list[Comparison], names: Blocks | None = None) -> str:
             refused.append(f"  {c.name} [block {(names or {}).get(c.comparability, '?')}]: refused, not compared — {c.refused}")
             continue
         r = c.result
-        rows.append((c.comparability, [
-            c.model, c.label, *setting_values(c.settings), c.baseline, f"{r.diff:+.3f}", f"[{r.low:+.3f}, {r.high:+.3f}]",
-            f"{r.a_only}/{r.b_only}", stats.format_p(r.p_value), stats.format_p(c.p_holm), ",".join(c.seeds), str(r.n_problems),
-        ]))  # fmt: skip
+        rows.append(
+            (
+                c.comparability,
+                [
+                    c.model,
+                    c.label,
+                    *setting_values(c.settings),
+                    c.baseline,
+                    f"{r.diff:+.3f}",
+                    f"[{r.low:+.3f}, {r.high:+.3f}]",
+                    f"{r.a_only}/{r.b_only}",
+                    stats.format_p(r.p_value),
+                    stats.format_p(c.p_holm),
+                    ",".join(c.seeds),
+                    str(r.n_problems),
+                ],
+            )
+        )
     caption = (
         f"Δ = pass@1(topology) − pass@1(baseline) on the same problems and seeds; {stats.METHOD_PAIRED.format(b=stats.N_BOOT)}; "
         "wins/losses = (problem, seed) pairs solved by one side only"
     )
-    head = ["model", "topology", *setting_keys(comps), "baseline", "Δ pass@1", "95% CI", "wins/losses", "McNemar p", "Holm p", "seeds", "problems"]
-    text = sections("paired comparison against the baseline", head, rows, names, caption) if rows else (
-        "paired comparison against the baseline: no comparison could be drawn")  # fmt: skip
+    head = [
+        "model",
+        "topology",
+        *setting_keys(comps),
+        "baseline",
+        "Δ pass@1",
+        "95% CI",
+        "wins/losses",
+        "McNemar p",
+        "Holm p",
+        "seeds",
+        "problems",
+    ]
+    text = (
+        sections("paired comparison against the baseline", head, rows, names, caption)
+        if rows
+        else ("paired comparison against the baseline: no comparison could be drawn")
+    )
     if refused:
         text += "\nnot comparable:\n" + "\n".join(wrap(x, "    ") for x in refused)
     return text
@@ -161,13 +202,39 @@ def compare_table(comps: list[Comparison], names: Blocks | None = None) -> str:
 
 def cost_table(costs: list[CostRow], names: Blocks | None = None) -> str:
     rows = [
-        (c.comparability, [c.label, c.model, *setting_values(c.settings), f"{c.n_problems}", _f(c.pass_at_1), _n(c.tokens_per_problem),
-         _n(c.tokens_per_solved), _f(c.calls_per_problem, 2), _f(c.tool_calls_per_problem, 2), _f(c.solve_s, 2),
-         _f(c.tool_s, 2), _f(c.judge_s, 2)])
+        (
+            c.comparability,
+            [
+                c.label,
+                c.model,
+                *setting_values(c.settings),
+                f"{c.n_problems}",
+                _f(c.pass_at_1),
+                _n(c.tokens_per_problem),
+                _n(c.tokens_per_solved),
+                _f(c.calls_per_problem, 2),
+                _f(c.tool_calls_per_problem, 2),
+                _f(c.solve_s, 2),
+                _f(c.tool_s, 2),
+                _f(c.judge_s, 2),
+            ],
+        )
         for c in costs
-    ]  # fmt: skip
-    head = ["topology", "model", *setting_keys(costs), "probs", "pass@1", "tok/prob", "tok/solved", "calls/prob",
-            "tools/prob", "solve s", "tool s", "judge s"]  # fmt: skip
+    ]
+    head = [
+        "topology",
+        "model",
+        *setting_keys(costs),
+        "probs",
+        "pass@1",
+        "tok/prob",
+        "tok/solved",
+        "calls/prob",
+        "tools/prob",
+        "solve s",
+        "tool s",
+        "judge s",
+    ]
     caption = (
         "per recorded problem (probs) over the pooled seeds (errors included: their tokens were spent); tok = tokens; tokens and calls "
         "counted at the HTTP transport; tools = python_exec calls; solve s = the agents' wall time, tool s = inside "
@@ -183,15 +250,32 @@ def money_table(costs: list[CostRow], names: Blocks | None = None) -> str:
             rows.append((c.comparability, [c.label, c.model, *setting_values(c.settings), money.NO_PRICE, "-", "-", "-"]))
             continue
         per_solved = money.dollars(c.usd_per_solved) if c.n_solved else "- (none solved)"
-        rows.append((c.comparability, [c.label, c.model, *setting_values(c.settings), c.price, money.dollars(c.usd_per_cell),
-                                       money.dollars(c.usd_per_problem), per_solved]))  # fmt: skip
+        rows.append(
+            (
+                c.comparability,
+                [
+                    c.label,
+                    c.model,
+                    *setting_values(c.settings),
+                    c.price,
+                    money.dollars(c.usd_per_cell),
+                    money.dollars(c.usd_per_problem),
+                    per_solved,
+                ],
+            )
+        )
     caption = (
         "USD at the price each cell recorded (model.price, per million input / output tokens, as of the date shown); "
         "every billed token counts, retried attempts' included; per cell = mean over the pooled seeds' cells; "
         "no price = the model preset has none (model.price.input_per_mtok / output_per_mtok / as_of)"
     )
-    return sections("cost in money", ["topology", "model", *setting_keys(costs), "price in / out per Mtok", "$/cell", "$/problem", "$/solved"],
-                     rows, names, caption)  # fmt: skip
+    return sections(
+        "cost in money",
+        ["topology", "model", *setting_keys(costs), "price in / out per Mtok", "$/cell", "$/problem", "$/solved"],
+        rows,
+        names,
+        caption,
+    )
 
 
 def role_table(rows_in: list[RoleRow], names: Blocks | None = None) -> str:
@@ -199,11 +283,35 @@ def role_table(rows_in: list[RoleRow], names: Blocks | None = None) -> str:
         return text if r.measured else f"≈{text}"
 
     rows = [
-        (r.comparability, [r.label, r.model, *setting_values(r.settings), r.role, _f(r.turns, 2), _f(r.replies, 2), _f(r.tool_calls, 2),
-         est(r, _n(r.tokens)), est(r, _f(r.calls, 2)), f"{100 * r.token_share:.0f}%" if not math.isnan(r.token_share) else "-"])
+        (
+            r.comparability,
+            [
+                r.label,
+                r.model,
+                *setting_values(r.settings),
+                r.role,
+                _f(r.turns, 2),
+                _f(r.replies, 2),
+                _f(r.tool_calls, 2),
+                est(r, _n(r.tokens)),
+                est(r, _f(r.calls, 2)),
+                f"{100 * r.token_share:.0f}%" if not math.isnan(r.token_share) else "-",
+            ],
+        )
         for r in rows_in
-    ]  # fmt: skip
-    head = ["topology", "model", *setting_keys(rows_in), "role", "turns", "replies", "tool calls", "tokens", "calls", "token share"]
+    ]
+    head = [
+        "topology",
+        "model",
+        *setting_keys(rows_in),
+        "role",
+        "turns",
+        "replies",
+        "tool calls",
+        "tokens",
+        "calls",
+        "token share",
+    ]
     caption = (
         "per problem; tokens and calls counted at the HTTP transport per role (each agent's client names its role; "
         "selector = AutoGen's speaker-selection calls, made by no agent); turns, replies, tool calls counted from the "
@@ -225,21 +333,65 @@ def framework_table(rows_in: list[FrameworkRow], names: Blocks | None = None) ->
     for r in rows_in:
         dt, dc = r.tokens[1] - r.tokens[0], r.calls[1] - r.calls[0]
         rel = f" ({100 * dt / r.tokens[0]:+.0f}%)" if r.tokens[0] else ""
-        rows.append((r.comparability, [
-            r.flow, r.model, *setting_values(r.settings), f"{r.other} vs {r.base}", f"{_n(r.tokens[1])} vs {_n(r.tokens[0])}",
-            f"{dt:+,.0f}{rel}", f"{_f(r.calls[1], 2)} vs {_f(r.calls[0], 2)}", f"{dc:+.2f}",
-            f"{_f(r.pass_at_1[1])} vs {_f(r.pass_at_1[0])}",
-        ]))  # fmt: skip
-    head = ["flow", "model", *setting_keys(rows_in), "frameworks", "tokens/problem", "Δ tokens", "calls/problem", "Δ calls", "pass@1"]
+        rows.append(
+            (
+                r.comparability,
+                [
+                    r.flow,
+                    r.model,
+                    *setting_values(r.settings),
+                    f"{r.other} vs {r.base}",
+                    f"{_n(r.tokens[1])} vs {_n(r.tokens[0])}",
+                    f"{dt:+,.0f}{rel}",
+                    f"{_f(r.calls[1], 2)} vs {_f(r.calls[0], 2)}",
+                    f"{dc:+.2f}",
+                    f"{_f(r.pass_at_1[1])} vs {_f(r.pass_at_1[0])}",
+                ],
+            )
+        )
+    head = [
+        "flow",
+        "model",
+        *setting_keys(rows_in),
+        "frameworks",
+        "tokens/problem",
+        "Δ tokens",
+        "calls/problem",
+        "Δ calls",
+        "pass@1",
+    ]
     caption = "same flow, roles, prompts and limits on two frameworks: the difference is what the framework itself adds"
     text = sections("framework overhead (sibling runners)", head, rows, names, caption)
     per_role = [
-        (r.comparability, [r.flow, r.model, *setting_values(r.settings), f"{r.other} vs {r.base}", role, f"{_n(t[1])} vs {_n(t[0])}",
-         f"{t[1] - t[0]:+,.0f}", f"{_f(c[1], 2)} vs {_f(c[0], 2)}", f"{c[1] - c[0]:+.2f}"])
-        for r in rows_in for role, t, c in r.roles
-    ]  # fmt: skip
+        (
+            r.comparability,
+            [
+                r.flow,
+                r.model,
+                *setting_values(r.settings),
+                f"{r.other} vs {r.base}",
+                role,
+                f"{_n(t[1])} vs {_n(t[0])}",
+                f"{t[1] - t[0]:+,.0f}",
+                f"{_f(c[1], 2)} vs {_f(c[0], 2)}",
+                f"{c[1] - c[0]:+.2f}",
+            ],
+        )
+        for r in rows_in
+        for role, t, c in r.roles
+    ]
     if per_role:
-        head = ["flow", "model", *setting_keys(rows_in), "frameworks", "role", "tokens/problem", "Δ tokens", "calls/problem", "Δ calls"]
+        head = [
+            "flow",
+            "model",
+            *setting_keys(rows_in),
+            "frameworks",
+            "role",
+            "tokens/problem",
+            "Δ tokens",
+            "calls/problem",
+            "Δ calls",
+        ]
         caption = "per problem, counted per role on both sides; a role only one framework has (selector) is 0 on the other"
         text += "\n\n" + sections("framework overhead per role", head, per_role, names, caption)
     return text

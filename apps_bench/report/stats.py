@@ -120,9 +120,15 @@ def paired_bootstrap(a: Outcomes, b: Outcomes, *, n_boot: int = N_BOOT, rng_seed
             a_only += bool(x) and not bool(y)
             b_only += bool(y) and not bool(x)
     return PairedResult(
-        diff=float(d.mean()), low=lo, high=hi, n_problems=len(keys), n_pairs=pairs,
-        a_only=a_only, b_only=b_only, p_value=mcnemar_exact(a_only, b_only),
-    )  # fmt: skip
+        diff=float(d.mean()),
+        low=lo,
+        high=hi,
+        n_problems=len(keys),
+        n_pairs=pairs,
+        a_only=a_only,
+        b_only=b_only,
+        p_value=mcnemar_exact(a_only, b_only),
+    )
 
 
 def _mean(xs: Sequence[float]) -> float:

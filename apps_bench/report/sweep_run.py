@@ -33,11 +33,32 @@ from apps_bench.types import JsonObject
 TABLE = "sweep_comparison.json"
 TEXT = "sweep_comparison.txt"
 FIGURE = "sweep_pass_at_1.png"
-PASS_COLUMNS = ["topology", "model", "settings", "pass_at_1", "ci_low", "ci_high", "seeds", "n_seeds", "n_problems", "per_seed",
-                "block", "comparability"]  # fmt: skip
+PASS_COLUMNS = [
+    "topology",
+    "model",
+    "settings",
+    "pass_at_1",
+    "ci_low",
+    "ci_high",
+    "seeds",
+    "n_seeds",
+    "n_problems",
+    "per_seed",
+    "block",
+    "comparability",
+]
 # each row against its baseline (groups.compare_to_baseline): empty on the baseline's own rows and on refused ones
-DIFF_COLUMNS = ["baseline", "delta_pass_at_1", "delta_ci_low", "delta_ci_high", "wins", "losses", "mcnemar_p", "holm_p",
-                "not_compared"]  # fmt: skip
+DIFF_COLUMNS = [
+    "baseline",
+    "delta_pass_at_1",
+    "delta_ci_low",
+    "delta_ci_high",
+    "wins",
+    "losses",
+    "mcnemar_p",
+    "holm_p",
+    "not_compared",
+]
 # the APPS paper's figures per difficulty tier (report/tiers.py, seeds pooled); the test-case average is a lower
 # bound when the judge stopped failing programs at their first failing test
 TIER_COLUMNS = [f"{m}_{t}" for m, _ in paper.METRICS for t in paper.COLUMNS] + ["test_case_average_lower_bound"]
@@ -68,8 +89,14 @@ def leader(rows: list[JsonObject]) -> str:
     first = scored[0]["comparability"]
     same = [r for r in scored if r["comparability"] == first]
     best = max(r["pass_at_1"] for r in same)
-    return " = ".join(f"{r['topology']} · {r['model']}" + (f" · {r['settings']}" if r["settings"] else "")
-                      for r in same if r["pass_at_1"] == best) + f" ({best:.3f})"  # fmt: skip
+    return (
+        " = ".join(
+            f"{r['topology']} · {r['model']}" + (f" · {r['settings']}" if r["settings"] else "")
+            for r in same
+            if r["pass_at_1"] == best
+        )
+        + f" ({best:.3f})"
+    )
 
 
 def baseline_of(rows: list[JsonObject]) -> groups.Baseline | None:
@@ -86,8 +113,9 @@ def baseline_of(rows: list[JsonObject]) -> groups.Baseline | None:
     return None
 
 
-def comparison_rows(gs: list[groups.Group], comps: list[groups.Comparison], base: groups.Baseline | None,
-                    tier_rows: list[paper.PaperRow]) -> list[JsonObject]:  # fmt: skip
+def comparison_rows(
+    gs: list[groups.Group], comps: list[groups.Comparison], base: groups.Baseline | None, tier_rows: list[paper.PaperRow]
+) -> list[JsonObject]:
     """The parent's table: the report's pass@1 rows (`render.pass_rows`), each with its paired comparison
     against `base` (the comparison table's figures; empty where the row is the baseline, and the reason
     where the comparison was refused) and its APPS figures per tier (`tier_rows`: paper.rows_of(gs))."""
@@ -96,12 +124,21 @@ def comparison_rows(gs: list[groups.Group], comps: list[groups.Comparison], base
     for g, row, tier in zip(gs, render.pass_rows(gs), tier_rows):
         cmp = by_group.get((g.label, g.model, g.settings, g.comparability))
         r = cmp.result if cmp is not None else None
-        out.append({
-            **row, **_tier_figures(tier), "baseline": base.label if base is not None else None,
-            "delta_pass_at_1": r.diff if r else None, "delta_ci_low": r.low if r else None, "delta_ci_high": r.high if r else None,
-            "wins": r.a_only if r else None, "losses": r.b_only if r else None, "mcnemar_p": r.p_value if r else None,
-            "holm_p": cmp.p_holm if cmp is not None else None, "not_compared": cmp.refused if cmp is not None else None,
-        })  # fmt: skip
+        out.append(
+            {
+                **row,
+                **_tier_figures(tier),
+                "baseline": base.label if base is not None else None,
+                "delta_pass_at_1": r.diff if r else None,
+                "delta_ci_low": r.low if r else None,
+                "delta_ci_high": r.high if r else None,
+                "wins": r.a_only if r else None,
+                "losses": r.b_only if r else None,
+                "mcnemar_p": r.p_value if r else None,
+                "holm_p": cmp.p_holm if cmp is not None else None,
+                "not_compared": cmp.refused if cmp is not None else None,
+            }
+        )
     return out
 
 
@@ -137,9 +174,16 @@ def metrics_of(rows: list[JsonObject]) -> dict[str, float]:
     for r in rows:
         name = row_name(r, many)
         vs = "_vs_" + re.sub(r"[^\w.\-]", "_", str(r["baseline"]), flags=re.ASCII)
-        for metric, col in (("pass_at_1", "pass_at_1"), ("pass_at_1_ci_low", "ci_low"), ("pass_at_1_ci_high", "ci_high"),
-                            ("delta" + vs, "delta_pass_at_1"), ("delta_ci_low" + vs, "delta_ci_low"),
-                            ("delta_ci_high" + vs, "delta_ci_high"), ("mcnemar_p" + vs, "mcnemar_p"), ("holm_p" + vs, "holm_p")):  # fmt: skip
+        for metric, col in (
+            ("pass_at_1", "pass_at_1"),
+            ("pass_at_1_ci_low", "ci_low"),
+            ("pass_at_1_ci_high", "ci_high"),
+            ("delta" + vs, "delta_pass_at_1"),
+            ("delta_ci_low" + vs, "delta_ci_low"),
+            ("delta_ci_high" + vs, "delta_ci_high"),
+            ("mcnemar_p" + vs, "mcnemar_p"),
+            ("holm_p" + vs, "holm_p"),
+        ):
             if r.get(col) is not None:
                 out[f"{metric}/{name}"] = float(r[col])
     return out
@@ -201,11 +245,13 @@ def where_next(uri: str, parent_run_id: str, rows: list[JsonObject]) -> str:
     they share one topology), and the MLflow UI on its store."""
     base = baseline_of(rows)
     compare = f" --compare {base}" if base is not None else ""
-    return "\n".join([
-        f"full report (comparison, cost, charts): python -m apps_bench.report --sweep {parent_run_id} --tracking-uri {uri}"
-        + compare,
-        mlflow_ui(uri) + f"   (the sweep's parent run: {parent_run_id})",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"full report (comparison, cost, charts): python -m apps_bench.report --sweep {parent_run_id} --tracking-uri {uri}"
+            + compare,
+            mlflow_ui(uri) + f"   (the sweep's parent run: {parent_run_id})",
+        ]
+    )
 
 
 def publish_or_say(uri: str, parent_run_id: str) -> list[str] | None:
@@ -229,7 +275,6 @@ def publish_or_say(uri: str, parent_run_id: str) -> list[str] | None:
 def read(uri: str, parent_run_id: str) -> list[JsonObject]:
     """The rows of the parent run's comparison table as logged (for checks and scripts)."""
     import json
-
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(mlf.client(uri).download_artifacts(parent_run_id, TABLE, tmp))

@@ -95,8 +95,13 @@ def collect(
             )
         )
         p = r.data.params
-        classes.add((t.get("judge_profile", "?"), t.get("judge_rules") or p.get("judge.rules", "?"),
-                     t.get("max_tests_per_row") or p.get("max_tests_per_row", "?")))  # fmt: skip
+        classes.add(
+            (
+                t.get("judge_profile", "?"),
+                t.get("judge_rules") or p.get("judge.rules", "?"),
+                t.get("max_tests_per_row") or p.get("max_tests_per_row", "?"),
+            )
+        )
     if len(classes) > 1:
         shown = ", ".join(f"judge={j} rules={v} cap={c}" for j, v, c in sorted(classes))
         raise ReportError(
@@ -126,8 +131,9 @@ def pivot(points: list[RunPoint], metric: str = "pass_at_1") -> Pivot:
     idents = [dict(ident) for _, _, ident in groups]
     keys = setting_columns([((label, model), i) for (label, model, _), i in zip(groups, idents)])
     rows: dict[tuple[str, ...], dict[str, Stat]] = {}
-    for ((label, model, _), by_seed), shown in sorted(zip(groups.items(), setting_values(idents, keys)),
-                                                     key=lambda x: (x[0][0][0], x[1], x[0][0][1])):  # fmt: skip
+    for ((label, model, _), by_seed), shown in sorted(
+        zip(groups.items(), setting_values(idents, keys)), key=lambda x: (x[0][0][0], x[1], x[0][0][1])
+    ):
         vals = [by_seed[s].value for s in sorted(by_seed)]
         rows.setdefault((label, *shown), {})[model] = Stat(
             mean=statistics.fmean(vals),

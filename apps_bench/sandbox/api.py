@@ -16,9 +16,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Protocol, Sequence
 if TYPE_CHECKING:  # pragma: no cover
     from apps_bench.types import JsonObject
 
-RawStatus = Literal[
-    "ok", "timeout", "runtime_error", "compile_error", "output_limit", "memory_limit", "sandbox_error"
-]
+RawStatus = Literal["ok", "timeout", "runtime_error", "compile_error", "output_limit", "memory_limit", "sandbox_error"]
 RAW_STATUSES: frozenset[str] = frozenset(
     ("ok", "timeout", "runtime_error", "compile_error", "output_limit", "memory_limit", "sandbox_error")
 )

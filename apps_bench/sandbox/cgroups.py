@@ -57,8 +57,12 @@ def pids_parent(root: Path | None = None, proc_cgroup: Path = Path("/proc/self/c
     if "pids" not in enabled:
         if "pids" not in available:
             return PidsParent(None, "", f"cgroup v2: the pids controller is not available in {own}")
-        return PidsParent(None, "", f"cgroup v2: the pids controller is not enabled for the children of {own} "
-                                    f"(cgroup.subtree_control; delegate it, e.g. systemd Delegate=yes)")  # fmt: skip
+        return PidsParent(
+            None,
+            "",
+            f"cgroup v2: the pids controller is not enabled for the children of {own} "
+            f"(cgroup.subtree_control; delegate it, e.g. systemd Delegate=yes)",
+        )
     return PidsParent(own / GROUP, "v2")
 
 

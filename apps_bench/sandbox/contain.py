@@ -70,7 +70,10 @@ def _check(ret: int, what: str) -> None:
 def mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     _check(
         _libc.mount(
-            src.encode() if src else None, dst.encode(), fstype.encode() if fstype else None, flags,
+            src.encode() if src else None,
+            dst.encode(),
+            fstype.encode() if fstype else None,
+            flags,
             data.encode() if data else None,
         ),
         f"mount {src} on {dst}",
@@ -94,8 +97,12 @@ def prctl(option: int, arg: int) -> None:
 
 
 class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 def remount_readonly_recursive(path: str = "/") -> None:
@@ -103,8 +110,12 @@ def remount_readonly_recursive(path: str = "/") -> None:
     attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
     syscall = _libc.syscall
     ret = syscall(
-        ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_long(AT_FDCWD), ctypes.c_char_p(path.encode()),
-        ctypes.c_long(AT_RECURSIVE), ctypes.byref(attr), ctypes.c_long(ctypes.sizeof(attr)),
+        ctypes.c_long(SYS_MOUNT_SETATTR),
+        ctypes.c_long(AT_FDCWD),
+        ctypes.c_char_p(path.encode()),
+        ctypes.c_long(AT_RECURSIVE),
+        ctypes.byref(attr),
+        ctypes.c_long(ctypes.sizeof(attr)),
     )
     if ret == 0:
         return

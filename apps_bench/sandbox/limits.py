@@ -44,8 +44,10 @@ class SandboxLimits:
                 raise ValueError(f"judge.sandbox.{f.name} must be >= 0, got {v!r}")
         for name in ("tmp_size", "shm_size"):
             if not re.fullmatch(r"[1-9][0-9]*[kmg]?", getattr(self, name)):
-                raise ValueError(f"judge.sandbox.{name} must be a tmpfs size such as 256m (digits, then k, m or g), "
-                                 f"got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"judge.sandbox.{name} must be a tmpfs size such as 256m (digits, then k, m or g), "
+                    f"got {getattr(self, name)!r}"
+                )
         for name in ("output_cap_bytes", "pids_max", "nproc", "nofile", "stderr_chars"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"judge.sandbox.{name} must be > 0, got {getattr(self, name)!r}")
@@ -55,4 +57,3 @@ class SandboxLimits:
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
-

@@ -48,24 +48,31 @@ def check_declared(names: Iterable[object]) -> tuple[str, ...]:
     out: list[str] = []
     for name in names:
         if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"judge.sandbox.packages lists {name!r}: each entry is the top-level module a program "
-                             "imports (e.g. numpy), one per entry")
+            raise ValueError(
+                f"judge.sandbox.packages lists {name!r}: each entry is the top-level module a program "
+                "imports (e.g. numpy), one per entry"
+            )
         if _always(name):
-            raise ValueError(f"judge.sandbox.packages lists {name!r}, which is part of the standard library (always "
-                             "importable): list only third-party packages")
+            raise ValueError(
+                f"judge.sandbox.packages lists {name!r}, which is part of the standard library (always "
+                "importable): list only third-party packages"
+            )
         if name in out:
             raise ValueError(f"judge.sandbox.packages lists {name!r} twice")
         out.append(name)
     missing_prelude = [p for p in PRELUDE_PACKAGES if p not in out]
     if missing_prelude:
-        raise ValueError(f"judge.sandbox.packages must include {', '.join(missing_prelude)}: the APPS prelude every "
-                         "program runs with imports it (conf/judge/seed.yaml declares it)")
+        raise ValueError(
+            f"judge.sandbox.packages must include {', '.join(missing_prelude)}: the APPS prelude every "
+            "program runs with imports it (conf/judge/seed.yaml declares it)"
+        )
     absent = [n for n in out if importlib.util.find_spec(n) is None]
     if absent:
         raise ValueError(
             f"judge.sandbox.packages declares {', '.join(absent)}, not installed for {sys.executable}: judged programs "
             f"may import it, so verdicts would differ from a machine that has it. Install it (`{sys.executable} -m pip "
-            f"install {' '.join(absent)}`) or use a judge profile that does not declare it")
+            f"install {' '.join(absent)}`) or use a judge profile that does not declare it"
+        )
     return tuple(out)
 
 
@@ -88,7 +95,9 @@ class DeclaredOnly:
             return None
         raise ModuleNotFoundError(
             f"No module named {fullname!r} (judged programs may import the standard library and "
-            f"{', '.join(sorted(self.packages))} only: the judge profile's sandbox.packages)", name=fullname)
+            f"{', '.join(sorted(self.packages))} only: the judge profile's sandbox.packages)",
+            name=fullname,
+        )
 
     def invalidate_caches(self) -> None:
         pass

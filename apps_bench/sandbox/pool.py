@@ -68,9 +68,7 @@ _WORKER_BOOT = (
     "    import os; os.dup2(int(sys.argv[6]), 2); os.close(int(sys.argv[6]))\n"
     "from apps_bench.sandbox.worker import main; main()"
 )
-_SITE_DIRS = ":".join(
-    p for p in sys.path if p and ":" not in p and p.rstrip("/").endswith(("site-packages", "dist-packages"))
-)
+_SITE_DIRS = ":".join(p for p in sys.path if p and ":" not in p and p.rstrip("/").endswith(("site-packages", "dist-packages")))
 _POOL_SERIAL = itertools.count()
 READY_TIMEOUT_S = 120.0
 MESSAGE_SLACK_S = 30.0
@@ -84,8 +82,11 @@ def _warn_pids_off(reason: str) -> None:
             return
         _PIDS_OFF_WARNED = True
     if os.geteuid() == 0:  # without root there never is one: the user-namespace mode says so already
-        log.warning("sandbox: no pids cgroup for the workers (%s); the process count per program is capped "
-                    "by RLIMIT_NPROC only, and the sandbox features record pids_cgroup=false", reason)
+        log.warning(
+            "sandbox: no pids cgroup for the workers (%s); the process count per program is capped "
+            "by RLIMIT_NPROC only, and the sandbox features record pids_cgroup=false",
+            reason,
+        )
 
 
 def _warn_weak(reason: str) -> None:
@@ -97,7 +98,8 @@ def _warn_weak(reason: str) -> None:
     log.warning(
         "SANDBOX CONTAINMENT IS WEAK (%s): programs run with fork + rlimits only; they can read files "
         "this user can read and signal this user's processes. For the contained sandbox, run on Linux "
-        "with the `unshare` command (util-linux) and either root or unprivileged user namespaces.", reason,
+        "with the `unshare` command (util-linux) and either root or unprivileged user namespaces.",
+        reason,
     )
 
 
@@ -181,14 +183,38 @@ class _Worker:
         }
 
         env = dict(CLEAN_ENV, HOME="/tmp")
-        cmd = [sys.executable, "-S", "-s", "-c", _WORKER_BOOT, json.dumps(cfg), _PACKAGE_ROOT, _SITE_DIRS,
-               sys.prefix, sys.exec_prefix]
+        cmd = [
+            sys.executable,
+            "-S",
+            "-s",
+            "-c",
+            _WORKER_BOOT,
+            json.dumps(cfg),
+            _PACKAGE_ROOT,
+            _SITE_DIRS,
+            sys.prefix,
+            sys.exec_prefix,
+        ]
         if self.contained:
             # Without root, a user namespace (mapping this user to root inside) makes the
             # same namespaces possible; there is then no pids cgroup and no uid switch.
             userns = ["--user", "--map-root-user"] if os.geteuid() != 0 else []
-            cmd = ["unshare", *userns, "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc",
-                   "--uts", "--mount", "--propagation", "private", "--", *cmd]
+            cmd = [
+                "unshare",
+                *userns,
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                "--net",
+                "--ipc",
+                "--uts",
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                *cmd,
+            ]
         # The launcher's own stderr is a pipe, read only to say why a worker did not start; the
         # worker gets this process's stderr under another number. A kill that reaches the worker
         # before its launcher (a process-tree kill going deepest first) makes util-linux's unshare
@@ -196,9 +222,15 @@ class _Worker:
         caller_err = os.dup(2) if self.contained else None
         try:
             self.proc = subprocess.Popen(
-                cmd + ([str(caller_err)] if caller_err is not None else []), stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE if caller_err is not None else None, env=env,
-                close_fds=True, pass_fds=() if caller_err is None else (caller_err,), start_new_session=True, cwd="/",
+                cmd + ([str(caller_err)] if caller_err is not None else []),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE if caller_err is not None else None,
+                env=env,
+                close_fds=True,
+                pass_fds=() if caller_err is None else (caller_err,),
+                start_new_session=True,
+                cwd="/",
             )
         finally:
             if caller_err is not None:
@@ -220,9 +252,12 @@ class _Worker:
         self.features = msg.get("features", {})
         self.ready = True
         if self.features.get("uid_switch_skipped"):
-            log.warning("sandbox worker %d cannot give programs their own uid (%s); they run as the "
-                        "worker's user%s", self.index, self.features["uid_switch_skipped"],
-                        " (root)" if os.geteuid() == 0 else "")
+            log.warning(
+                "sandbox worker %d cannot give programs their own uid (%s); they run as the worker's user%s",
+                self.index,
+                self.features["uid_switch_skipped"],
+                " (root)" if os.geteuid() == 0 else "",
+            )
 
     def _launcher_said(self) -> str:
         """What the `unshare` launcher wrote on its stderr so far, on one line."""
@@ -316,8 +351,7 @@ class SandboxPool:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
             raise ValueError(f"workers must be an integer >= 0 (0 = one per usable CPU), got {workers!r}")
         if not isinstance(limits, SandboxLimits):
-            raise TypeError(f"SandboxPool needs SandboxLimits (a typed JudgeConfig's `sandbox`), "
-                            f"got {type(limits).__name__}")
+            raise TypeError(f"SandboxPool needs SandboxLimits (a typed JudgeConfig's `sandbox`), got {type(limits).__name__}")
         self.workers = workers or usable_cpus()
         self.limits = limits
         possible, why = namespaces_possible()
@@ -424,8 +458,9 @@ class SandboxPool:
         return out
 
     # -- running --------------------------------------------------------------------
-    def run(self, req: RunRequest, keep_going: Callable[[RawRun], bool] | None = None,
-            *, stderr_chars: int | None = None) -> list[RawRun]:
+    def run(
+        self, req: RunRequest, keep_going: Callable[[RawRun], bool] | None = None, *, stderr_chars: int | None = None
+    ) -> list[RawRun]:
         """Run `req`'s tests in order in one contained child; see module docstring."""
         if not isinstance(req, RunRequest):
             raise TypeError(f"SandboxPool.run needs a RunRequest, got {type(req).__name__}")
@@ -433,10 +468,15 @@ class SandboxPool:
         if n == 0:
             return []
         job: Job = {
-            "code": req.code, "mode": req.mode, "fn_name": req.fn_name, "inputs": list(req.inputs),
-            "timeout_s": float(req.timeout_s), "memory_bytes": int(req.memory_bytes),
+            "code": req.code,
+            "mode": req.mode,
+            "fn_name": req.fn_name,
+            "inputs": list(req.inputs),
+            "timeout_s": float(req.timeout_s),
+            "memory_bytes": int(req.memory_bytes),
             "stderr_chars": int(stderr_chars if stderr_chars is not None else self.limits.stderr_chars),
-            "reference": bool(req.reference), "alarm_s": float(req.alarm_s),
+            "reference": bool(req.reference),
+            "alarm_s": float(req.alarm_s),
         }
         w = self._acquire()
         try:
@@ -444,8 +484,7 @@ class SandboxPool:
         finally:
             self._release(w)
 
-    def _run_on(self, w: _Worker, job: Job, n: int,
-                keep_going: Callable[[RawRun], bool] | None) -> list[RawRun]:
+    def _run_on(self, w: _Worker, job: Job, n: int, keep_going: Callable[[RawRun], bool] | None) -> list[RawRun]:
         """Drive one job. The worker's child runs ahead; every result but the last (and a
         compile error) gets a C(ontinue)/S(top) reply, also results that arrive after a
         stop (they are discarded), so the worker can account for every reply."""
@@ -456,8 +495,7 @@ class SandboxPool:
         except WorkerBroken as e:
             self._broke(w, e)
             if st.go and len(st.results) < n:  # (every result already in: the job stands as it is)
-                st.results.append(RawRun(index=len(st.results), status="sandbox_error",
-                                         detail=f"sandbox worker broke: {e}"))
+                st.results.append(RawRun(index=len(st.results), status="sandbox_error", detail=f"sandbox worker broke: {e}"))
             if st.pending is not None:
                 raise st.pending from e
             return st.results
@@ -504,8 +542,7 @@ class SandboxPool:
             raise TypeError("python_exec: code must be a string")
         if not isinstance(stdin, str):
             raise TypeError("python_exec: stdin must be a string")
-        req = RunRequest(code=code, mode="stdin", inputs=[stdin], timeout_s=timeout_s,
-                         memory_bytes=self.limits.exec_memory_bytes)
+        req = RunRequest(code=code, mode="stdin", inputs=[stdin], timeout_s=timeout_s, memory_bytes=self.limits.exec_memory_bytes)
         (raw,) = self.run(req, stderr_chars=output_chars)[:1]
         stdout = raw.stdout
         if len(stdout) > output_chars:
@@ -522,8 +559,14 @@ class SandboxPool:
         timed_out = raw.status == "timeout"
         if timed_out:
             stderr = (stderr + f"\n[killed: time limit of {timeout_s:g}s exceeded]").lstrip("\n")
-        return ExecResult(stdout=stdout, stderr=stderr, exit_code=None if timed_out else raw.exit_code,
-                          timed_out=timed_out, seconds=raw.seconds, status=raw.status)
+        return ExecResult(
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=None if timed_out else raw.exit_code,
+            timed_out=timed_out,
+            seconds=raw.seconds,
+            status=raw.status,
+        )
 
     # -- lifetime ---------------------------------------------------------------------
     @staticmethod
@@ -604,8 +647,14 @@ def _raw_from_msg(msg: JsonObject, expected: int) -> RawRun:
     ec = msg.get("exit_code")
     secs = msg.get("seconds")
     return RawRun(
-        index=index, status=status, stdout=s("stdout"), value_json=vj if isinstance(vj, str) else None,
-        stderr=s("stderr"), exit_code=ec if type(ec) is int else None,
-        seconds=float(secs) if isinstance(secs, (int, float)) and not isinstance(secs, bool) else 0.0, detail=s("detail"),
-        fatal=msg.get("fatal") is True, late=msg.get("late") is True,
+        index=index,
+        status=status,
+        stdout=s("stdout"),
+        value_json=vj if isinstance(vj, str) else None,
+        stderr=s("stderr"),
+        exit_code=ec if type(ec) is int else None,
+        seconds=float(secs) if isinstance(secs, (int, float)) and not isinstance(secs, bool) else 0.0,
+        detail=s("detail"),
+        fatal=msg.get("fatal") is True,
+        late=msg.get("late") is True,
     )

@@ -170,7 +170,21 @@ def _np_kinds() -> tuple[dict, Any]:
     np = sys.modules.get("numpy")
     if np is None:
         return {}, None
-    names = ("bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64", "longdouble")
+    names = (
+        "bool_",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "longdouble",
+    )
     return {getattr(np, n): np.dtype(getattr(np, n)).str for n in names if hasattr(np, n)}, np.ndarray
 
 
@@ -255,8 +269,9 @@ class ReferenceRunner(Runner):
         resource.setrlimit(resource.RLIMIT_FSIZE, (s.output_cap + 1, s.fsize_hard))
         self.real_stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
         self.real_stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
-        err = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
-                               errors="backslashreplace", line_buffering=True)
+        err = io.TextIOWrapper(
+            io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True
+        )
         # the original's process had these as its interpreter's own streams (typeshed marks them Final)
         sys.stdin = sys.__stdin__ = self.real_stdin  # type: ignore[misc]
         sys.stdout = sys.__stdout__ = self.real_stdout  # type: ignore[misc]
@@ -329,8 +344,13 @@ class ReferenceRunner(Runner):
         except (NotPlainData, RecursionError, ValueError, TypeError) as e:
             value_json = _encode({"x": _clip(_str(e), 80)})
         if _len(value_json) > self.spec.output_cap:
-            return {"i": index, "status": "output_limit", "exit_code": None, "seconds": secs,
-                    "detail": f"return value larger than {self.spec.output_cap} bytes"}
+            return {
+                "i": index,
+                "status": "output_limit",
+                "exit_code": None,
+                "seconds": secs,
+                "detail": f"return value larger than {self.spec.output_cap} bytes",
+            }
         return {"i": index, "status": "ok", "exit_code": 0, "seconds": secs, "value_json": value_json}
 
     def _patched_input(self, text: str) -> _Patches:
@@ -430,5 +450,3 @@ def child_main(spec: ChildSpec) -> None:
     except BaseException:  # noqa: BLE001 - the child never returns, whatever the program did: its exit code says it
         pass
     _exit(4)
-
-

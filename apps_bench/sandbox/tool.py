@@ -80,8 +80,10 @@ class PythonExecTool:
 
     def openai_schema(self) -> JsonObject:
         """The tool in OpenAI chat-completions `tools=[...]` form."""
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
 
     def run(self, code: object, stdin: object = "") -> ExecResult | str:
         """`code` and `stdin` as the model sent them: anything but strings is refused with a message."""

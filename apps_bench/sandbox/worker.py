@@ -135,9 +135,15 @@ class _Plan:
             max_in = max((4 * len(x) if type(x) is str else len(stdin_bytes(x)) for x in inputs), default=0)
         one_process = bool(job["reference"])
         timeout = float(job["timeout_s"])
-        return cls(inputs=inputs, n=len(inputs), fsize_hard=max(output_cap, max_in) + 1, timeout=timeout,
-                   limit=float(job["alarm_s"]) if one_process else timeout, one_process=one_process,
-                   raw_stdin=job["mode"] != "call" and not one_process)
+        return cls(
+            inputs=inputs,
+            n=len(inputs),
+            fsize_hard=max(output_cap, max_in) + 1,
+            timeout=timeout,
+            limit=float(job["alarm_s"]) if one_process else timeout,
+            one_process=one_process,
+            raw_stdin=job["mode"] != "call" and not one_process,
+        )
 
     def data(self, k: int) -> bytes:
         """Test k's input as the child takes it."""
@@ -229,8 +235,14 @@ class Worker:
         hidden = contain.setup_worker_namespace(keep, "/tmp/run", self.tmp_size, self.shm_size)
         self.root = "/tmp"
         self.features.update(
-            contained=True, pid_namespace=True, net_namespace=True, ipc_namespace=True, uts_namespace=True,
-            mount_namespace=True, user_namespace=bool(self.cfg["user_namespace"]), readonly_root=True,
+            contained=True,
+            pid_namespace=True,
+            net_namespace=True,
+            ipc_namespace=True,
+            uts_namespace=True,
+            mount_namespace=True,
+            user_namespace=bool(self.cfg["user_namespace"]),
+            readonly_root=True,
             hidden=hidden,
         )
 
@@ -313,12 +325,25 @@ class Worker:
         # Built before the fork (a child's every allocation dirties copy-on-write pages);
         # keep_only_fds numbers the kept fds 3, 4, 5, 6, 7 in the child.
         spec = ChildSpec(
-            code=job["code"], mode=job["mode"], fn_name=job.get("fn_name"), n_tests=len(job["inputs"]),
-            timeout_s=float(job["timeout_s"]), output_cap=self.output_cap, fsize_hard=fsize_hard,
-            res_fd=3, in_fd=4, out_fd=5, err_fd=6, ctl_fd=7,
-            guard=job["mode"] == "call", nonce=nonce, start=start,
-            stderr_chars=int(job["stderr_chars"]), cpu_slack_s=self.cpu_slack_s,
-            reference=bool(job["reference"]), alarm_s=float(job["alarm_s"]),
+            code=job["code"],
+            mode=job["mode"],
+            fn_name=job.get("fn_name"),
+            n_tests=len(job["inputs"]),
+            timeout_s=float(job["timeout_s"]),
+            output_cap=self.output_cap,
+            fsize_hard=fsize_hard,
+            res_fd=3,
+            in_fd=4,
+            out_fd=5,
+            err_fd=6,
+            ctl_fd=7,
+            guard=job["mode"] == "call",
+            nonce=nonce,
+            start=start,
+            stderr_chars=int(job["stderr_chars"]),
+            cpu_slack_s=self.cpu_slack_s,
+            reference=bool(job["reference"]),
+            alarm_s=float(job["alarm_s"]),
         )
         main = reference_child_main if spec.reference else child_main
         pid = os.fork()
@@ -334,8 +359,11 @@ class Worker:
                 contain.set_rlimits(
                     memory_bytes=int(job["memory_bytes"]),
                     # reference: timeout_s is the whole program's limit, not a test's
-                    cpu_s=(int(job["timeout_s"]) + self.cpu_slack_s if spec.reference
-                           else int(n_left * (job["timeout_s"] + self.cpu_slack_s)) + self.cpu_slack_s),
+                    cpu_s=(
+                        int(job["timeout_s"]) + self.cpu_slack_s
+                        if spec.reference
+                        else int(n_left * (job["timeout_s"] + self.cpu_slack_s)) + self.cpu_slack_s
+                    ),
                     fsize=fsize_hard,
                     nofile=self.nofile,
                     nproc=self.nproc,
@@ -353,8 +381,7 @@ class Worker:
         os.close(res_w)
         os.close(ctl_r)
         max_frame = 2 * self.output_cap + 4 * max(1024, int(job["stderr_chars"])) + (1 << 20)
-        return Child(pid, _pidfd(pid), res_r, FrameReader(res_r, max_frame=max_frame),
-                     in_fd, out_fd, err_fd, ctl_w, nonce)
+        return Child(pid, _pidfd(pid), res_r, FrameReader(res_r, max_frame=max_frame), in_fd, out_fd, err_fd, ctl_w, nonce)
 
     def kill_child(self, c: Child) -> int | None:
         """SIGKILL the child's process group and reap the child; returns its wait status."""
@@ -443,8 +470,9 @@ class Worker:
             meta = json.loads(payload[4 : 4 + mlen])
         except (ValueError, RecursionError):
             return None
-        if not (isinstance(meta, dict) and meta.get("n") == c.nonce and meta.get("i") == i
-                and meta.get("status") in CHILD_STATUSES):
+        if not (
+            isinstance(meta, dict) and meta.get("n") == c.nonce and meta.get("i") == i and meta.get("status") in CHILD_STATUSES
+        ):
             return None
         ol, el = meta.get("out_len"), meta.get("err_len")
         if type(ol) is not int or type(el) is not int or ol < 0 or el < 0 or 4 + mlen + ol + el != len(payload):
@@ -476,16 +504,33 @@ class Worker:
         except ChannelCorrupt:
             return None, "corrupt"
 
-    def collect(self, c: Child, i: int, job: dict[str, Any], t0: float, wall: float, deadline: float,
-                parsed: tuple[dict[str, Any], bytes, bytes] | None, reason: str,
-                limit: float) -> tuple[dict[str, Any], bool]:
+    def collect(
+        self,
+        c: Child,
+        i: int,
+        job: dict[str, Any],
+        t0: float,
+        wall: float,
+        deadline: float,
+        parsed: tuple[dict[str, Any], bytes, bytes] | None,
+        reason: str,
+        limit: float,
+    ) -> tuple[dict[str, Any], bool]:
         """Test i's result from child c's parsed frame (or its death), timed here: `wall` runs from just
         before this process made the input available (t0) to the frame's arrival; over `limit` it is a
         timeout, whatever the program's process says. Returns (raw, child usable)."""
         stderr_chars = int(job["stderr_chars"])
-        raw: dict[str, Any] = {"index": i, "status": "runtime_error", "stdout": "", "value_json": None,
-                               "stderr": "", "exit_code": None, "seconds": round(wall, 6), "detail": "",
-                               "fatal": parsed is None}
+        raw: dict[str, Any] = {
+            "index": i,
+            "status": "runtime_error",
+            "stdout": "",
+            "value_json": None,
+            "stderr": "",
+            "exit_code": None,
+            "seconds": round(wall, 6),
+            "detail": "",
+            "fatal": parsed is None,
+        }
         if parsed is not None:
             out, err = self._as_reported(raw, parsed, wall, limit)
         else:
@@ -494,29 +539,35 @@ class Worker:
         raw["stderr"] = etext[-stderr_chars:] if len(etext) > stderr_chars else etext
         if len(out) > self.output_cap:  # (out is read up to the cap + 1 byte)
             raw.update(status="output_limit", value_json=None, detail=f"output over {self.output_cap} bytes")
-        elif raw["status"] == "runtime_error" and parsed is None and (
-                "MemoryError" in etext or "Cannot allocate memory" in etext):
+        elif (
+            raw["status"] == "runtime_error" and parsed is None and ("MemoryError" in etext or "Cannot allocate memory" in etext)
+        ):
             raw["status"] = "memory_limit"
         raw["stdout"] = out[: self.output_cap].decode("utf-8", "replace")
         return raw, parsed is not None
 
     @staticmethod
-    def _as_reported(raw: dict[str, Any], parsed: tuple[dict[str, Any], bytes, bytes], wall: float,
-                     limit: float) -> tuple[bytes, bytes]:
+    def _as_reported(
+        raw: dict[str, Any], parsed: tuple[dict[str, Any], bytes, bytes], wall: float, limit: float
+    ) -> tuple[bytes, bytes]:
         """A test the child reported: its status and exit code, unless this worker's clock says timeout.
         Returns its stdout and stderr tail."""
         meta, out, err = parsed
         ec = meta.get("exit_code")
         d = meta.get("detail")
-        raw.update(status=meta["status"], exit_code=ec if type(ec) is int else None,
-                   value_json=meta.get("value_json"), detail=d[:300] if isinstance(d, str) else "")
+        raw.update(
+            status=meta["status"],
+            exit_code=ec if type(ec) is int else None,
+            value_json=meta.get("value_json"),
+            detail=d[:300] if isinstance(d, str) else "",
+        )
         if wall > limit and raw["status"] != "compile_error":
-            raw.update(status="timeout", detail=f"took {wall:.2f}s > {limit:g}s", value_json=None,
-                       late=raw["status"] == "ok")
+            raw.update(status="timeout", detail=f"took {wall:.2f}s > {limit:g}s", value_json=None, late=raw["status"] == "ok")
         return out, err
 
-    def _after_death(self, c: Child, raw: dict[str, Any], job: dict[str, Any], t0: float, deadline: float,
-                     reason: str) -> tuple[bytes, bytes]:
+    def _after_death(
+        self, c: Child, raw: dict[str, Any], job: dict[str, Any], t0: float, deadline: float, reason: str
+    ) -> tuple[bytes, bytes]:
         """A test whose child sent no usable frame (`reason`: died, timeout, corrupt): the child is reaped
         or killed, the test classified by why; returns what its stdout and stderr memfds hold."""
         status_word = None
@@ -680,14 +731,23 @@ class Worker:
     def _test_deadline(self, plan: _Plan, clock: _Clock) -> float:
         return clock.program_deadline if plan.one_process else clock.t0 + plan.timeout + self.grace_s
 
-    def _result(self, c: Child, job: dict[str, Any], plan: _Plan, clock: _Clock, i: int, frame: bytes | None,
-                reason: str) -> tuple[dict[str, Any], bool]:
+    def _result(
+        self, c: Child, job: dict[str, Any], plan: _Plan, clock: _Clock, i: int, frame: bytes | None, reason: str
+    ) -> tuple[dict[str, Any], bool]:
         """Test i's result (raw, child usable); the next test's go is sent first when the child goes on."""
         if reason == "slow_load":
             self.kill_child(c)
-            return {"index": i, "status": "compile_error", "stdout": "", "value_json": None, "stderr": "",
-                    "exit_code": None, "seconds": round(time.monotonic() - clock.t0, 6), "fatal": True,
-                    "detail": f"loading took more than {plan.limit:g}s"}, False
+            return {
+                "index": i,
+                "status": "compile_error",
+                "stdout": "",
+                "value_json": None,
+                "stderr": "",
+                "exit_code": None,
+                "seconds": round(time.monotonic() - clock.t0, 6),
+                "fatal": True,
+                "detail": f"loading took more than {plan.limit:g}s",
+            }, False
         wall = time.monotonic() - clock.t0  # the result is here: the test is over
         parsed = self._parse_frame(c, i, frame) if frame is not None else None
         if frame is not None and parsed is None:
@@ -705,9 +765,20 @@ class Worker:
     def _fail_left(self, i: int, n: int, pending: int) -> int:
         """Tests i..n-1 of a program that damaged its sandbox fail; returns the replies then owed."""
         while i < n:
-            self.send({"t": "raw", "index": i, "status": "runtime_error", "stdout": "", "value_json": None,
-                       "stderr": "", "exit_code": None, "seconds": 0.0, "fatal": True,
-                       "detail": f"the program damaged its sandbox: {self.damaged}"})
+            self.send(
+                {
+                    "t": "raw",
+                    "index": i,
+                    "status": "runtime_error",
+                    "stdout": "",
+                    "value_json": None,
+                    "stderr": "",
+                    "exit_code": None,
+                    "seconds": 0.0,
+                    "fatal": True,
+                    "detail": f"the program damaged its sandbox: {self.damaged}",
+                }
+            )
             i += 1
             pending += i < n
         return pending

@@ -40,7 +40,7 @@ def strip_thinking(reply: str) -> str:
     text = _THINK_BLOCK.sub("", reply)
     closes = list(_THINK_CLOSE.finditer(text))
     if closes:  # chat templates often drop the opening tag: everything before it was thinking
-        text = text[closes[-1].end():]
+        text = text[closes[-1].end() :]
     m = _THINK_OPEN.search(text)
     if m:  # thinking that never ended is not an answer
         text = text[: m.start()]

@@ -90,9 +90,16 @@ async def run_agent(
     steps_cap = int(max_steps or ctx.config.max_steps)
     chat = ctx.models.langchain_chat(seed, role=role)  # its calls are recorded as the role's
     loop = _AgentLoop(
-        ctx=ctx, turn=turn, agent=agent, role=role, round=round, steps_cap=steps_cap, stop_check=stop_check,
-        model=chat.bind_tools(list(tools)) if tools else chat, by_name={t.name: t for t in tools},
-    )  # fmt: skip
+        ctx=ctx,
+        turn=turn,
+        agent=agent,
+        role=role,
+        round=round,
+        steps_cap=steps_cap,
+        stop_check=stop_check,
+        model=chat.bind_tools(list(tools)) if tools else chat,
+        by_name={t.name: t for t in tools},
+    )
     ctx.log(agent, role, "input", user, round)
     messages = [SystemMessage(ctx.prompts[role]), HumanMessage(user)]
     try:

@@ -95,7 +95,7 @@ class _ChatLog:
     def speaker_selected(self, speaker: str) -> None:
         self.turn = turn = self.team.start(speaker, speaker, self.team.data["delegations"])
         if speaker == self.manager:  # the manager reads everything new since its last turn
-            shown = self.chat[self.seen.get(speaker, 0):]
+            shown = self.chat[self.seen.get(speaker, 0) :]
         else:  # a worker sees the problem and the manager's latest instruction
             shown = self.chat[:1] + [m for m in self.chat if m[0] == self.manager][-1:]
         self.seen[speaker] = len(self.chat)
@@ -138,7 +138,9 @@ class _ChatLog:
             self.team.data["manager_final"] = turn
 
 
-def _group_chat(ctx: SolveContext, team: Team, chat: _ChatLog, cap: int, clients: list[ChatCompletionClient]) -> SelectorGroupChat:
+def _group_chat(
+    ctx: SolveContext, team: Team, chat: _ChatLog, cap: int, clients: list[ChatCompletionClient]
+) -> SelectorGroupChat:
     """The manager and its workers in a selector group chat whose next speaker is chosen by `selector_func`,
     never by the selector model (each agent's model client is appended to `clients`, to be closed)."""
     from autogen_agentchat.agents import AssistantAgent
@@ -164,7 +166,9 @@ def _group_chat(ctx: SolveContext, team: Team, chat: _ChatLog, cap: int, clients
         )
     ]
     for i, role in enumerate(workers, start=1):
-        tools: list[BaseTool[Any, Any] | Callable[..., Any]] = [_python_exec_tool(ctx.tool)] if role in (ctx.config.tool_roles or ()) else []
+        tools: list[BaseTool[Any, Any] | Callable[..., Any]] = (
+            [_python_exec_tool(ctx.tool)] if role in (ctx.config.tool_roles or ()) else []
+        )
         agents.append(
             AssistantAgent(
                 role,
@@ -200,8 +204,9 @@ def _group_chat(ctx: SolveContext, team: Team, chat: _ChatLog, cap: int, clients
     )
 
 
-async def _run_chat(ctx: SolveContext, team: Team, group: SelectorGroupChat, chat: _ChatLog,
-                    clients: list[ChatCompletionClient]) -> None:
+async def _run_chat(
+    ctx: SolveContext, team: Team, group: SelectorGroupChat, chat: _ChatLog, clients: list[ChatCompletionClient]
+) -> None:
     """Run the chat on the problem under the wall clock, handing each event to `chat`; an endpoint failure
     AutoGen wrapped is recorded on `team`, the clock's end raises StopFlow. The clients are closed at the end."""
     from autogen_agentchat.messages import (
@@ -284,8 +289,7 @@ def _worker_context(manager: str) -> UnboundedChatCompletionContext:
     class WorkerContext(UnboundedChatCompletionContext):
         async def get_messages(self) -> list[LLMMessage]:
             msgs = self._messages
-            last = max((i for i, m in enumerate(msgs) if isinstance(m, UserMessage) and m.source == manager),
-                       default=None)
+            last = max((i for i, m in enumerate(msgs) if isinstance(m, UserMessage) and m.source == manager), default=None)
             if last is None or last == 0:
                 return list(msgs)
             return [msgs[0], *msgs[last:]]

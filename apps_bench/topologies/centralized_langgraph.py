@@ -47,14 +47,21 @@ class CentralizedLangGraph(FlowRunner):
                 return "not delegated: " + cap_note("delegation cap", cap)
             state["delegations"] += 1
             turn = await run_agent(
-                ctx, team, agent=worker, role=worker, user=worker_input(ctx.prompt, str(instruction)),
-                seed=agent_seed(ctx.seed, ctx.roles.index(worker)), tools=tools_for(ctx, worker),
+                ctx,
+                team,
+                agent=worker,
+                role=worker,
+                user=worker_input(ctx.prompt, str(instruction)),
+                seed=agent_seed(ctx.seed, ctx.roles.index(worker)),
+                tools=tools_for(ctx, worker),
                 round=state["delegations"],
             )
             return turn.reply or "(the worker gave no answer)"
 
         tool = StructuredTool.from_function(
-            coroutine=delegate, name=DELEGATE_TOOL, description=delegate_description(workers),
+            coroutine=delegate,
+            name=DELEGATE_TOOL,
+            description=delegate_description(workers),
             args_schema=delegate_parameters(workers),
         )
 
@@ -62,9 +69,16 @@ class CentralizedLangGraph(FlowRunner):
             return "turn_cap" if state["refused"] else None
 
         turn = await run_agent(
-            ctx, team, agent=manager, role=manager, user=ctx.prompt, seed=agent_seed(ctx.seed, 0),
+            ctx,
+            team,
+            agent=manager,
+            role=manager,
+            user=ctx.prompt,
+            seed=agent_seed(ctx.seed, 0),
             # cap delegating steps, one step whose delegation is refused (-> turn_cap), one final answer
-            tools=[tool], max_steps=cap + 2, stop_check=over_cap,
+            tools=[tool],
+            max_steps=cap + 2,
+            stop_check=over_cap,
         )
         if turn.stop_reason == "turn_cap":
             team.stop("turn_cap", cap_note("delegation cap", cap))

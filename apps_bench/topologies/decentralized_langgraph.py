@@ -41,12 +41,20 @@ class DecentralizedLangGraph(FlowRunner):
             role = ctx.roles[i]
             prev = payload["previous"]  # peer index -> reply of round r-1
             user = debate_input(
-                ctx.prompt, r, prev.get(i) if r else None,
+                ctx.prompt,
+                r,
+                prev.get(i) if r else None,
                 [(names[j], prev[j]) for j in range(len(names)) if j != i and j in prev],
             )
             turn = await run_agent(
-                ctx, team, agent=names[i], role=role, user=user, seed=agent_seed(ctx.seed, i),
-                tools=tools_for(ctx, role), round=r,
+                ctx,
+                team,
+                agent=names[i],
+                role=role,
+                user=user,
+                seed=agent_seed(ctx.seed, i),
+                tools=tools_for(ctx, role),
+                round=r,
             )
             return {"answers": [(r, i, turn.reply)]}
 
@@ -64,12 +72,8 @@ class DecentralizedLangGraph(FlowRunner):
         graph.add_node("end_round", end_round)
         graph.add_conditional_edges(START, fan_out, ["debater"])
         graph.add_edge("debater", "end_round")
-        graph.add_conditional_edges(
-            "end_round", lambda s: fan_out(s) if s["round"] < rounds else END, ["debater", END]
-        )
-        await graph.compile(name=self.name).ainvoke(
-            {"round": 0, "answers": []}, config={"recursion_limit": 2 * rounds + 2}
-        )
+        graph.add_conditional_edges("end_round", lambda s: fan_out(s) if s["round"] < rounds else END, ["debater", END])
+        await graph.compile(name=self.name).ainvoke({"round": 0, "answers": []}, config={"recursion_limit": 2 * rounds + 2})
 
     def finish(self, ctx: SolveContext, team: Team) -> Attempt:
         candidates = final_candidates(team, team.data.get("agents", []))

@@ -48,7 +48,13 @@ class DecentralizedOpenAI(FlowRunner):
             for rnd in range(max(1, int(ctx.config.rounds))):
                 turns = [
                     self._turn(
-                        ctx, team, clients[name], name, role, seed, rnd,
+                        ctx,
+                        team,
+                        clients[name],
+                        name,
+                        role,
+                        seed,
+                        rnd,
                         debate_input(
                             ctx.prompt,
                             rnd,
@@ -76,8 +82,12 @@ class DecentralizedOpenAI(FlowRunner):
         """One agent turn: system = the role's prompt, user = `user`; loops while it calls tools."""
         tool = ctx.tool
         use_tool = role in (ctx.config.tool_roles or ())
-        spec = [{"type": "function", "function": {"name": tool.name, "description": tool.description,
-                                                  "parameters": dict(tool.parameters)}}]
+        spec = [
+            {
+                "type": "function",
+                "function": {"name": tool.name, "description": tool.description, "parameters": dict(tool.parameters)},
+            }
+        ]
         turn = team.start(agent, role, rnd)
         cap = int(ctx.config.max_steps)
         params = ctx.models.request_params(seed)
@@ -99,8 +109,13 @@ class DecentralizedOpenAI(FlowRunner):
                 ctx.log(agent, role, "reply", text, rnd)
             turn.add_reply(text)
             for call in calls:
-                ctx.log(agent, role, "tool_call",
-                        json.dumps({"name": call.function.name, "args": _args(call.function.arguments)}), rnd)
+                ctx.log(
+                    agent,
+                    role,
+                    "tool_call",
+                    json.dumps({"name": call.function.name, "args": _args(call.function.arguments)}),
+                    rnd,
+                )
             if not calls:
                 turn.stop_reason = "done"
                 return turn
@@ -108,15 +123,16 @@ class DecentralizedOpenAI(FlowRunner):
                 turn.stop_reason = "step_cap"
                 ctx.log(agent, role, "note", cap_note("step cap", cap), rnd)
                 return turn
-            messages.append({
-                "role": "assistant",
-                "content": text,
-                "tool_calls": [
-                    {"id": c.id, "type": "function",
-                     "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                    for c in calls
-                ],
-            })
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": text,
+                    "tool_calls": [
+                        {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                        for c in calls
+                    ],
+                }
+            )
             for call in calls:
                 result = await _run_tool(tool, call.function.name, call.function.arguments)
                 turn.tool_calls += 1

@@ -32,7 +32,12 @@ class IndependentTopology(FlowRunner):
             i = payload["i"]
             role = ctx.roles[i]
             await run_agent(
-                ctx, team, agent=names[i], role=role, user=ctx.prompt, seed=agent_seed(ctx.seed, i),
+                ctx,
+                team,
+                agent=names[i],
+                role=role,
+                user=ctx.prompt,
+                seed=agent_seed(ctx.seed, i),
                 tools=tools_for(ctx, role),
             )
             return {"finished": [names[i]]}

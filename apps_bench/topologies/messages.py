@@ -26,9 +26,7 @@ def worker_input(prompt: str, instruction: str) -> str:
     return f"{prompt}\n\n### Instruction from the manager\n\n{instruction.strip()}"
 
 
-def debate_input(
-    prompt: str, round: int, own_previous: str | None, peers_previous: Sequence[tuple[str, str]]
-) -> str:
+def debate_input(prompt: str, round: int, own_previous: str | None, peers_previous: Sequence[tuple[str, str]]) -> str:
     """Decentralized: round 0 is the problem alone; later rounds add the agent's own and its peers' previous answers."""
     if round == 0:
         return prompt

@@ -98,12 +98,9 @@ def load_prompts(cfg: TopologyConfig) -> PromptSet:
     extra = sorted(set(texts) - known)
     if extra:
         raise TopologyConfigError(
-            f"{source} has prompts for roles {extra} that topology {name!r} does not have; "
-            f"its roles are {sorted(known)}"
+            f"{source} has prompts for roles {extra} that topology {name!r} does not have; its roles are {sorted(known)}"
         )
     missing = [r for r in dict.fromkeys(needed) if not str(texts.get(r, "")).strip()]
     if missing:
-        raise TopologyConfigError(
-            f"{source} lacks prompts for roles {missing} (team_size={cfg.team_size} plays {needed})"
-        )
+        raise TopologyConfigError(f"{source} lacks prompts for roles {missing} (team_size={cfg.team_size} plays {needed})")
     return PromptSet({r: str(t) for r, t in texts.items()})

@@ -149,9 +149,7 @@ class _Stages:
         earlier = [(self.roles[i], t.output.raw) for i, t in enumerate(self.tasks[:stage]) if t.output is not None]
         text = self.tasks[stage].prompt()
         if earlier:
-            text += "\n\nThis is the context you're working with:\n" + "\n\n----------\n\n".join(
-                out for _, out in earlier
-            )
+            text += "\n\nThis is the context you're working with:\n" + "\n\n----------\n\n".join(out for _, out in earlier)
         self.ctx.log(self.names[stage], role, "input", text, 0)
         return turn
 
@@ -178,8 +176,7 @@ class _Stages:
         if isinstance(step, AgentAction):
             if thought:
                 self.ctx.log(agent, role, "note", thought, turn.round)
-            self.ctx.log(agent, role, "tool_call", json.dumps({"name": step.tool, "args": _args(step.tool_input)}),
-                         turn.round)
+            self.ctx.log(agent, role, "tool_call", json.dumps({"name": step.tool, "args": _args(step.tool_input)}), turn.round)
             self.ctx.log(agent, role, "tool_result", str(step.result or ""), turn.round)
         self.check_stop()
 

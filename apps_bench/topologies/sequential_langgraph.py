@@ -36,8 +36,13 @@ class SequentialLangGraph(FlowRunner):
 
             async def run(state: _State) -> dict:
                 turn = await run_agent(
-                    ctx, team, agent=names[i], role=role, user=stage_input(ctx.prompt, state.get("outputs", [])),
-                    seed=agent_seed(ctx.seed, i), tools=tools_for(ctx, role),
+                    ctx,
+                    team,
+                    agent=names[i],
+                    role=role,
+                    user=stage_input(ctx.prompt, state.get("outputs", [])),
+                    seed=agent_seed(ctx.seed, i),
+                    tools=tools_for(ctx, role),
                 )
                 return {"outputs": [(role, turn.reply)]}
 

@@ -65,12 +65,15 @@ def tool_warnings(records: Sequence[ProblemRecord], topology_cfg: TopologyConfig
                 f"model=gold gave no program for {len(unanswered)} of {n} problems: their rows have no reference "
                 f"solution (gold answers only with one), so they score 0 and pass@1 is at most {n - len(unanswered)}/{n}"
                 f" = {(n - len(unanswered)) / n:.4f}; a score on rows without solutions measures the rows, not the "
-                "harness")
+                "harness"
+            )
             records = [r for r in records if r.extracted or r.error]
     offered = roles_offered_tools(topology_cfg)
     if not offered or not records:
         return out
-    known_without = not model_cfg.tools_supported or (model_cfg.provider == "local" and not (model_cfg.local and model_cfg.local.chat_format))  # a local GGUF served with its own chat template: SmolLM2's drops `tools`
+    known_without = not model_cfg.tools_supported or (
+        model_cfg.provider == "local" and not (model_cfg.local and model_cfg.local.chat_format)
+    )  # a local GGUF served with its own chat template: SmolLM2's drops `tools`
     if known_without:
         out.append(
             f"model {model_cfg.model_id!r} is known not to support tools here (model.tools_supported=false, "
@@ -88,16 +91,18 @@ def tool_warnings(records: Sequence[ProblemRecord], topology_cfg: TopologyConfig
     if idle:
         framework = topology_cfg.framework
         why = (
-            "its tools are described in the prompt text, and the model never wrote a call in that format "
-            "(`Action: python_exec`)"
+            "its tools are described in the prompt text, and the model never wrote a call in that format (`Action: python_exec`)"
             if framework == "crewai"
             else "the server or the model may ignore `tools` (a chat template that drops them)"
         )
         out.append(
             f"no tool call over the whole cell by the role(s) {idle} ({len(records)} problems, {calls} model calls, "
             f"framework {framework}): {why}, "
-            + ("so the manager answered alone" if topology_cfg.flow == "centralized" and offered[0] in idle
-               else "so the team ran without its tools")
+            + (
+                "so the manager answered alone"
+                if topology_cfg.flow == "centralized" and offered[0] in idle
+                else "so the team ran without its tools"
+            )
         )
     proto = tool_protocol(records)
     if proto["requests_with_tools"] == 0:
@@ -106,4 +111,3 @@ def tool_warnings(records: Sequence[ProblemRecord], topology_cfg: TopologyConfig
             f"prompt text instead ({proto['prompt_tokens_per_call']} prompt tokens per call)"
         )
     return out
-

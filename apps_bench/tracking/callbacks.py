@@ -83,7 +83,6 @@ def check_sweep(config: DictConfig) -> tuple[int, list[tuple[str, str]], list[Me
 
     from hydra.core.global_hydra import GlobalHydra
 
-
     loader = GlobalHydra.instance().config_loader()
     cells = sweep_overrides(config)
     refusals: list[tuple[str, str]] = []
@@ -234,23 +233,27 @@ class SweepTracking(Callback):
         if refusals:
             _refuse(f"{len(refusals)} of {n} cells of this sweep are refused; nothing was run.\n  " + _by_reason(refusals))
 
-
         experiment = str(OmegaConf.select(config, "tracking.experiment") or "apps")
         uri = mlf.tracking_uri()
         _check_store(uri, OmegaConf.select(config, "tracking.store"))
         key = sweep_key(experiment, [m.key for m in members])
-        self._hold(key, f"this sweep ({n} cells in experiment {experiment})", members, folders,
-                   lock_times(OmegaConf.select(config, "tracking.cell_lock")))  # fmt: skip
+        self._hold(
+            key,
+            f"this sweep ({n} cells in experiment {experiment})",
+            members,
+            folders,
+            lock_times(OmegaConf.select(config, "tracking.cell_lock")),
+        )
         overrides = " ".join(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))  # type: ignore[arg-type]
-        tags = {"sweep_overrides": overrides[:5000], "n_cells": str(n), LAUNCH_TAG: _launch_place(),
-                **provenance.git_info()}  # fmt: skip
+        tags = {"sweep_overrides": overrides[:5000], "n_cells": str(n), LAUNCH_TAG: _launch_place(), **provenance.git_info()}
         tags["package_version"] = provenance.package_version()
         name = f"sweep·{n} cells"
         stale: list[str] = []
         try:
             with faults.answered("apps-bench", "No cell was run.", uri=uri):
-                uri, run_id, earlier = mlf.start_parent_run(experiment=experiment, run_name=name, tags=tags, uri=uri,
-                                                            sweep_key=key)  # fmt: skip
+                uri, run_id, earlier = mlf.start_parent_run(
+                    experiment=experiment, run_name=name, tags=tags, uri=uri, sweep_key=key
+                )
                 self._parent = (uri, run_id)
                 self._members = list(members)
                 membership.record(mlf.client(uri), run_id, members)  # before any cell: membership never depends on order
@@ -289,8 +292,10 @@ class SweepTracking(Callback):
         busy = sweep_lock.busy_cells(((m.describe(), d) for m, d in zip(members, folders)), times)
         if busy:
             self._let_go()
-            _refuse(f"{len(busy)} of {len(members)} cells of this sweep are being run by another command right now; "
-                    "nothing was run.\n  " + "\n  ".join(busy))  # fmt: skip
+            _refuse(
+                f"{len(busy)} of {len(members)} cells of this sweep are being run by another command right now; "
+                "nothing was run.\n  " + "\n  ".join(busy)
+            )
 
     def _let_go(self) -> None:
         if self._lock is not None:
@@ -353,9 +358,11 @@ class SweepTracking(Callback):
                         if k.info.status == "RUNNING":
                             mlf.end_run(uri, k.info.run_id, "KILLED")
                 except Exception as exc:  # noqa: BLE001 - the parent still ends KILLED; the cells' runs stay open for the rerun
-                    print(f"apps-bench: could not mark the stopped cells' runs KILLED ({type(exc).__name__}: {exc})", file=sys.stderr)
+                    print(
+                        f"apps-bench: could not mark the stopped cells' runs KILLED ({type(exc).__name__}: {exc})",
+                        file=sys.stderr,
+                    )
             else:  # every cell has ended: the sweep publishes its comparison, once, over every member
-
                 missing = publish_or_say(uri, run_id)
                 if missing != []:  # members missing, unfinished or unreadable (or the store failed): not FINISHED
                     status = "FAILED"
@@ -368,8 +375,13 @@ class SweepTracking(Callback):
             if fault is None:
                 raise
             self._store_failed = True
-            faults.say("apps-bench", fault, f"The sweep's parent run {run_id} stays open until the rerun ends it, and every cell keeps its "
-                       "records in its folder: the rerun solves only what is not recorded, then logs the rest.", exc)  # fmt: skip
+            faults.say(
+                "apps-bench",
+                fault,
+                f"The sweep's parent run {run_id} stays open until the rerun ends it, and every cell keeps its "
+                "records in its folder: the rerun solves only what is not recorded, then logs the rest.",
+                exc,
+            )
         finally:
             self._forget()
 
@@ -414,8 +426,9 @@ def _end_stale_parents(uri: str, run_id: str, key: str) -> list[str]:
     (it lost the store before its end, or was killed): this launch holds the sweep's lock here, so no launch
     of it from this place is running. -> their run ids. A launch from another host or folder is left alone."""
     c = mlf.client(uri)
-    found = c.search_runs([c.get_run(run_id).info.experiment_id],
-                          filter_string=f"tags.sweep_key = '{key}' and attributes.status = 'RUNNING'")  # fmt: skip
+    found = c.search_runs(
+        [c.get_run(run_id).info.experiment_id], filter_string=f"tags.sweep_key = '{key}' and attributes.status = 'RUNNING'"
+    )
     stale = [r.info.run_id for r in found if r.info.run_id != run_id and r.data.tags.get(LAUNCH_TAG) == _launch_place()]
     for stale_id in stale:
         c.set_tag(stale_id, "error", f"{STALE_WHY}; ended by the next launch of the sweep, parent run {run_id}")

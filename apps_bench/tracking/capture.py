@@ -94,6 +94,15 @@ def exec_call(code: object, stdin: object, result: object, start_ns: int) -> Exe
     code_s, stdin_s = str(code), "" if stdin is None else str(stdin)
     if isinstance(result, str):
         return ExecCall(start_ns, end, turn, code_s, stdin_s, error=result)
-    return ExecCall(start_ns, end, turn, code_s, stdin_s, exit_code=getattr(result, "exit_code", None),
-                    stdout=getattr(result, "stdout", "") or "", stderr=getattr(result, "stderr", "") or "",
-                    status=str(getattr(result, "status", "")), timed_out=bool(getattr(result, "timed_out", False)))  # fmt: skip
+    return ExecCall(
+        start_ns,
+        end,
+        turn,
+        code_s,
+        stdin_s,
+        exit_code=getattr(result, "exit_code", None),
+        stdout=getattr(result, "stdout", "") or "",
+        stderr=getattr(result, "stderr", "") or "",
+        status=str(getattr(result, "status", "")),
+        timed_out=bool(getattr(result, "timed_out", False)),
+    )

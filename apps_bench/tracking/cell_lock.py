@@ -57,8 +57,14 @@ class Holder:
     def parse(cls, raw: bytes) -> Holder | None:
         try:
             d = json.loads(raw)
-            return cls(host=str(d["host"]), pid=int(d["pid"]), token=str(d["token"]), started_at=float(d["started_at"]),
-                       heartbeat_at=float(d["heartbeat_at"]), proc_start=str(d.get("proc_start", "")))  # fmt: skip
+            return cls(
+                host=str(d["host"]),
+                pid=int(d["pid"]),
+                token=str(d["token"]),
+                started_at=float(d["started_at"]),
+                heartbeat_at=float(d["heartbeat_at"]),
+                proc_start=str(d.get("proc_start", "")),
+            )
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -132,7 +138,9 @@ class CellLock:
                 os.close(fd)
             self._me = me
             return note
-        raise CellBusy(f"{self.path} keeps changing hands: other runs of this cell are starting at the same time; nothing was run")
+        raise CellBusy(
+            f"{self.path} keeps changing hands: other runs of this cell are starting at the same time; nothing was run"
+        )
 
     def busy(self) -> str | None:
         """Why a run could not take this lock now (as `acquire` would refuse), None when it could.
@@ -162,8 +170,10 @@ class CellLock:
         held = Holder.parse(raw)
         stale = f"{self.times.stale_after_s:g} s (tracking.cell_lock.stale_after_s)"
         if held is None:
-            return (f"another run of this cell is taking its lock {self.path} right now; nothing was run. "
-                    f"Rerun once it is done; an unreadable lock is taken over after {stale}.")  # fmt: skip
+            return (
+                f"another run of this cell is taking its lock {self.path} right now; nothing was run. "
+                f"Rerun once it is done; an unreadable lock is taken over after {stale}."
+            )
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(held.started_at))
         beat = time.time() - held.heartbeat_at
         return (
@@ -188,15 +198,19 @@ class CellLock:
             except FileNotFoundError:
                 held = None
                 if not self.path.parent.is_dir():
-                    self.lost = (f"the cell's folder {self.path.parent} was deleted while this run wrote to it; this run "
-                                 "stops writing. What it had recorded went with the folder: rerun the same command to "
-                                 "solve the cell again")  # fmt: skip
+                    self.lost = (
+                        f"the cell's folder {self.path.parent} was deleted while this run wrote to it; this run "
+                        "stops writing. What it had recorded went with the folder: rerun the same command to "
+                        "solve the cell again"
+                    )
                     return
             if held is None or held.token != self._me.token:
-                self.lost = (f"the lock {self.path} was taken over by "
-                             + (f"pid {held.pid} on {held.host}" if held else "another run")
-                             + " (this process's heartbeat stalled for longer than the stale age); this run stops "
-                             "writing. Its records so far are kept")  # fmt: skip
+                self.lost = (
+                    f"the lock {self.path} was taken over by "
+                    + (f"pid {held.pid} on {held.host}" if held else "another run")
+                    + " (this process's heartbeat stalled for longer than the stale age); this run stops "
+                    "writing. Its records so far are kept"
+                )
                 return
             beat = Holder(**{**asdict(self._me), "heartbeat_at": time.time()})
             tmp = self.path.with_name(f"{self.path.name}.{self._me.token}.tmp")

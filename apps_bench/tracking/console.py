@@ -49,11 +49,12 @@ def print_summary(summary: JsonObject, cell: Cell, cell_dir: Path, run_id: str |
     from rich.console import Console
     from rich.markup import escape
 
-
     console = Console(file=sys.stdout, width=max(100, Console().width))
     ci = summary.get("pass_at_1_ci") or {}
     interval = f"; pass@1 95% CI [{ci['low']:.4f}, {ci['high']:.4f}] (bootstrap over problems)" if ci.get("n") else ""
-    t = pass_table(summary, title=escape(f"{cell.name} [{cell.key}]"), caption=f"judge profile {summary.get('profile') or '?'}{interval}")
+    t = pass_table(
+        summary, title=escape(f"{cell.name} [{cell.key}]"), caption=f"judge profile {summary.get('profile') or '?'}{interval}"
+    )
     console.print(t)
     u = summary["usage"]
     lat = summary["latency_s"]
@@ -64,12 +65,12 @@ def print_summary(summary: JsonObject, cell: Cell, cell_dir: Path, run_id: str |
         f"calls: {u['model_calls']} model ({u['failed_calls']} failed after retries; {u.get('retries', 0)} retries, "
         f"{u.get('cancelled_calls', 0)} cut unanswered), {u['tool_calls']} tool; "
         f"{u.get('requests_with_tools', 0)} requests offered tools",
-        "finish reasons: " + (", ".join(f"{k}={v}" for k, v in sorted((summary.get("finish_reasons") or {}).items())) or "-")
+        "finish reasons: "
+        + (", ".join(f"{k}={v}" for k, v in sorted((summary.get("finish_reasons") or {}).items())) or "-")
         + (f"  ({u['length_stops']} replies cut at model.max_tokens)" if u.get("length_stops") else ""),
         f"latency per problem: mean {lat['mean']:.2f} s, p50 {lat['p50']:.2f} s, max {lat['max']:.2f} s"
         + (f"; wall {summary['wall_s']:.2f} s" if summary.get("wall_s") is not None else ""),
-        "rows skipped: "
-        + (", ".join(f"{k}={v}" for k, v in sorted((summary.get("skipped") or {}).items())) or "0"),
+        "rows skipped: " + (", ".join(f"{k}={v}" for k, v in sorted((summary.get("skipped") or {}).items())) or "0"),
         cost_line(summary.get("cost"), cell.model_label),
         f"outputs: {cell_dir}" + (f"   MLflow run: {run_id}" if run_id else ""),
         f"report: python -m apps_bench.report --cells-dir {cell_dir}",

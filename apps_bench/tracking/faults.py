@@ -28,8 +28,13 @@ EXIT_INTERRUPTED = 130  # Ctrl-C, as shells count it
 CELL_RECORDS_SAFE = "Every problem recorded so far is kept, and none is recorded twice."  # a cell's disk fault
 SWEEP_STOPS = "The sweep stops here; the cells it finished keep their records too."
 
-_DISK_ERRNOS = {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EROFS: "read-only", errno.EACCES: "denied",
-                errno.EPERM: "denied"}  # fmt: skip
+_DISK_ERRNOS = {
+    errno.ENOSPC: "full",
+    errno.EDQUOT: "full",
+    errno.EROFS: "read-only",
+    errno.EACCES: "denied",
+    errno.EPERM: "denied",
+}
 
 
 @dataclass(frozen=True)
@@ -77,12 +82,16 @@ def disk_fault(exc: BaseException) -> Fault | None:
         path = str(e.filename or "")
         where = f" ({path})" if path else ""
         if kind == "full":
-            return Fault(f"no space left on the disk{where} ({e.strerror})",
-                         "Free space there (or give out_dir= another disk) and rerun the same command.")  # fmt: skip
+            return Fault(
+                f"no space left on the disk{where} ({e.strerror})",
+                "Free space there (or give out_dir= another disk) and rerun the same command.",
+            )
         why = "it is on a read-only file system" if kind == "read-only" else "permission denied"
-        return Fault(f"cannot write {path or 'a file'}: {why}",
-                     "Run from a folder this user can write, or point out_dir= (and MLFLOW_TRACKING_URI) at one, "
-                     "then rerun the same command.")  # fmt: skip
+        return Fault(
+            f"cannot write {path or 'a file'}: {why}",
+            "Run from a folder this user can write, or point out_dir= (and MLFLOW_TRACKING_URI) at one, "
+            "then rerun the same command.",
+        )
     return None
 
 
@@ -106,7 +115,9 @@ def fault_of(exc: BaseException, uri: str | None = None) -> Fault | None:
 def _plain_os_error(exc: BaseException) -> bool:
     """An OSError of Python's own other than a connection's (a missing file, say); the HTTP clients' errors,
     OSErrors too, are not plain."""
-    return type(exc).__module__ == "builtins" and isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError))
+    return (
+        type(exc).__module__ == "builtins" and isinstance(exc, OSError) and not isinstance(exc, (ConnectionError, TimeoutError))
+    )
 
 
 def debugging(debug: bool = False) -> bool:

@@ -55,12 +55,15 @@ def read(c: MlflowClient, parent_run_id: str) -> list[Member] | None:
 
 def cell_run(c: MlflowClient, experiment_id: str, key: str) -> Run | None:
     """The run a cell key finds: its latest run that is not a re-scoring (as `CellRun.open` resumes it)."""
-    found = c.search_runs([experiment_id], filter_string=f"tags.cell_key = '{key}'",
-                          order_by=["attributes.start_time DESC"], max_results=20)  # fmt: skip
+    found = c.search_runs(
+        [experiment_id], filter_string=f"tags.cell_key = '{key}'", order_by=["attributes.start_time DESC"], max_results=20
+    )
     return next((r for r in found if r.data.tags.get("run_kind") != "rescore"), None)
 
 
-def member_runs(c: MlflowClient, parent_run_id: str, members: list[Member] | None = None) -> tuple[list[Member] | None, dict[str, Run]]:
+def member_runs(
+    c: MlflowClient, parent_run_id: str, members: list[Member] | None = None
+) -> tuple[list[Member] | None, dict[str, Run]]:
     """(member list or None, member key -> its run) of a sweep; a member without a run is absent
     from the dict. `members`: the list when the caller has it (the launching process, which wrote it:
     no artifact download, which MLflow cannot do at interpreter exit); else it is read from the parent.

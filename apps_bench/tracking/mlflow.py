@@ -86,7 +86,6 @@ def _new_client(uri: str) -> MlflowClient:
         return mlflow.MlflowClient(tracking_uri=uri)
     from filelock import FileLock
 
-
     db = Path(uri[len("sqlite:///") :])
     sqlite_store.ensure_store(db)  # absent -> created atomically; half-made -> remade or StoreError
 
@@ -152,8 +151,10 @@ def check_store(uri: str, settings: Any) -> None:
         _probe_sqlite(Path(uri[len("sqlite:///") :]))
 
 
-_NO_SERVER_FIX = ("Start it (launchers/mlflow_server.sh prints the address to use), correct MLFLOW_TRACKING_URI, or unset "
-                  "it to log to the local SQLite store outputs/mlflow.db.")  # fmt: skip
+_NO_SERVER_FIX = (
+    "Start it (launchers/mlflow_server.sh prints the address to use), correct MLFLOW_TRACKING_URI, or unset "
+    "it to log to the local SQLite store outputs/mlflow.db."
+)
 
 
 def _probe_server(uri: str, timeout_s: float) -> None:
@@ -185,8 +186,11 @@ def _probe_server(uri: str, timeout_s: float) -> None:
         if exc.code == 403:
             raise StoreError(_refused(uri, said or "403 Forbidden") + "; nothing was created.") from None
         if exc.code == 401:
-            given = "the credentials in MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) were refused" \
-                if "Authorization" in headers else "none were given"
+            given = (
+                "the credentials in MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) were refused"
+                if "Authorization" in headers
+                else "none were given"
+            )
             raise StoreError(
                 f"the MLflow server at {uri} requires a login (HTTP 401) and {given}; nothing was created. Export "
                 f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) of a user of that "
@@ -194,12 +198,16 @@ def _probe_server(uri: str, timeout_s: float) -> None:
             ) from None
         if exc.code < 500:
             return  # it answers (a 404 only says the experiment does not exist)
-        raise StoreError(f"the MLflow server at {uri} answers HTTP {exc.code}: {said[:300]}; nothing was created. "
-                         f"Look at the server's log, or point MLFLOW_TRACKING_URI at a working store.") from None  # fmt: skip
+        raise StoreError(
+            f"the MLflow server at {uri} answers HTTP {exc.code}: {said[:300]}; nothing was created. "
+            f"Look at the server's log, or point MLFLOW_TRACKING_URI at a working store."
+        ) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise StoreError(f"the MLflow tracking server at {uri} does not answer ({reason}, after one request of at most "
-                         f"{timeout_s:g} s); nothing was created. {_NO_SERVER_FIX}") from None  # fmt: skip
+        raise StoreError(
+            f"the MLflow tracking server at {uri} does not answer ({reason}, after one request of at most "
+            f"{timeout_s:g} s); nothing was created. {_NO_SERVER_FIX}"
+        ) from None
 
 
 def _probe_sqlite(db: Path) -> None:
@@ -207,15 +215,19 @@ def _probe_sqlite(db: Path) -> None:
     if db.exists():
         bad = [str(p) for p in (db, db.parent) if not os.access(p, os.R_OK | os.W_OK)]
         if bad:
-            raise StoreError(f"the MLflow store {db} cannot be written by this user ({' and '.join(bad)} not writable; "
-                             f"SQLite writes a journal beside it); nothing was created. Fix its permissions, {ELSEWHERE}")  # fmt: skip
+            raise StoreError(
+                f"the MLflow store {db} cannot be written by this user ({' and '.join(bad)} not writable; "
+                f"SQLite writes a journal beside it); nothing was created. Fix its permissions, {ELSEWHERE}"
+            )
         return
     parent = db.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise StoreError(f"cannot create the MLflow store {db}: {parent} is not a folder this user can write; nothing "
-                         f"was created. Run from a writable folder, {ELSEWHERE}")  # fmt: skip
+        raise StoreError(
+            f"cannot create the MLflow store {db}: {parent} is not a folder this user can write; nothing "
+            f"was created. Run from a writable folder, {ELSEWHERE}"
+        )
 
 
 def store_calls_failed(uri: str, exc: BaseException) -> StoreUnavailable | None:
@@ -372,12 +384,32 @@ class CellRun:
         tags = {**identity_tags(params), **tags}
         uri = uri or tracking_uri()
         with store_calls(uri):
-            return cls._open(uri, experiment=experiment, cell_key=cell_key, run_name=run_name, params=params, tags=tags,
-                             key_tag=key_tag, parent_run_id=parent_run_id, idle=idle)  # fmt: skip
+            return cls._open(
+                uri,
+                experiment=experiment,
+                cell_key=cell_key,
+                run_name=run_name,
+                params=params,
+                tags=tags,
+                key_tag=key_tag,
+                parent_run_id=parent_run_id,
+                idle=idle,
+            )
 
     @classmethod
-    def _open(cls, uri: str, *, experiment: str, cell_key: str, run_name: str, params: Mapping[str, Any],
-              tags: Mapping[str, str], key_tag: str, parent_run_id: str | None, idle: bool = False) -> CellRun:  # fmt: skip
+    def _open(
+        cls,
+        uri: str,
+        *,
+        experiment: str,
+        cell_key: str,
+        run_name: str,
+        params: Mapping[str, Any],
+        tags: Mapping[str, str],
+        key_tag: str,
+        parent_run_id: str | None,
+        idle: bool = False,
+    ) -> CellRun:
         c = client(uri)
         exp_id = experiment_id(c, experiment, uri)
         from mlflow.entities import Param, RunTag
@@ -420,8 +452,15 @@ class CellRun:
         changed = {k: str(v) for k, v in tags.items() if have_tags.get(k) != str(v)}
         if changed:
             c.log_batch(run_id, tags=[RunTag(k, v) for k, v in changed.items()])
-        return cls(uri=uri, run_id=run_id, experiment_id=exp_id, resumed=resumed, status=status,
-                   tags={**have_tags, **changed}, metrics=have_metrics)  # fmt: skip
+        return cls(
+            uri=uri,
+            run_id=run_id,
+            experiment_id=exp_id,
+            resumed=resumed,
+            status=status,
+            tags={**have_tags, **changed},
+            metrics=have_metrics,
+        )
 
     def finish(
         self,
@@ -436,14 +475,25 @@ class CellRun:
         with store_calls(self.uri):
             self._finish(metrics=metrics, rows=rows, files=files, complete=complete, tags=tags, dirs=dirs)
 
-    def _finish(self, *, metrics: Mapping[str, float], rows: list[JsonObject], files: Iterable[Path], complete: bool,
-                tags: Mapping[str, str] | None, dirs: Mapping[str, Path] | None) -> None:  # fmt: skip
+    def _finish(
+        self,
+        *,
+        metrics: Mapping[str, float],
+        rows: list[JsonObject],
+        files: Iterable[Path],
+        complete: bool,
+        tags: Mapping[str, str] | None,
+        dirs: Mapping[str, Path] | None,
+    ) -> None:
         c = client(self.uri)
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
-        ms = [Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())
-              if v is not None and not _same_value(self.metrics.get(k), float(v))]  # fmt: skip
+        ms = [
+            Metric(k, float(v), now, 0)
+            for k, v in sorted(metrics.items())
+            if v is not None and not _same_value(self.metrics.get(k), float(v))
+        ]
         for chunk in _batched(ms, 500):
             c.log_batch(self.run_id, metrics=chunk)
         digests = _still_there(c, self.run_id, _digests(self.tags.get(DIGESTS_TAG)))
@@ -555,8 +605,9 @@ def start_parent_run(
     exp_id = experiment_id(c, experiment, uri)
     earlier = None
     if sweep_key:
-        found = c.search_runs([exp_id], filter_string=f"tags.sweep_key = '{sweep_key}'",
-                              order_by=["attributes.start_time DESC"], max_results=1)  # fmt: skip
+        found = c.search_runs(
+            [exp_id], filter_string=f"tags.sweep_key = '{sweep_key}'", order_by=["attributes.start_time DESC"], max_results=1
+        )
         earlier = found[0].info.run_id if found else None
     link = {"sweep_earlier_run": earlier} if earlier else {}
     run = c.create_run(exp_id, run_name=run_name, tags={**tags, "sweep": "true", "sweep_key": sweep_key, **link})
@@ -570,8 +621,4 @@ def end_run(uri: str, run_id: str, status: str) -> None:
 def child_runs(uri: str, parent_run_id: str) -> list[Run]:
     c = client(uri)
     parent = c.get_run(parent_run_id)
-    return list(
-        c.search_runs(
-            [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'"
-        )
-    )
+    return list(c.search_runs([parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'"))

@@ -57,9 +57,7 @@ def git_info() -> dict[str, str]:
     """Git SHA and dirty flag of the checkout this package runs from ('' outside a checkout)."""
     here = Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
-        ).stdout.strip()
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
             cwd=here,
@@ -102,8 +100,19 @@ def collect(framework: str, sandbox_features: JsonObject | None = None) -> JsonO
     }
 
 
-SANDBOX_FLAGS = ("contained", "user_namespace", "pid_namespace", "net_namespace", "ipc_namespace", "uts_namespace",
-                 "mount_namespace", "readonly_root", "pids_cgroup", "uid_switch", "subreaper")
+SANDBOX_FLAGS = (
+    "contained",
+    "user_namespace",
+    "pid_namespace",
+    "net_namespace",
+    "ipc_namespace",
+    "uts_namespace",
+    "mount_namespace",
+    "readonly_root",
+    "pids_cgroup",
+    "uid_switch",
+    "subreaper",
+)
 
 
 def sandbox_summary(features: JsonObject | None) -> str:
@@ -197,6 +206,8 @@ def differences(provs: Mapping[str, Mapping[str, str]]) -> list[str]:
                 continue  # a framework package only the other runner uses
             values.setdefault(p.get(f, "(not recorded)"), []).append(label)
         if len(values) > 1:
-            shown = "; ".join(f"{v}: {', '.join(sorted(ls)[:4])}{' ...' if len(ls) > 4 else ''}" for v, ls in sorted(values.items()))
+            shown = "; ".join(
+                f"{v}: {', '.join(sorted(ls)[:4])}{' ...' if len(ls) > 4 else ''}" for v, ls in sorted(values.items())
+            )
             out.append(f"{f} differs — {shown}")
     return out

@@ -41,8 +41,16 @@ class Tracker(Protocol):
 
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None: ...
 
-    def finish(self, *, metrics: Mapping[str, float], rows: list[JsonObject], files: Iterable[Path], complete: bool,
-               tags: Mapping[str, str] | None = None, dirs: Mapping[str, Path] | None = None) -> None: ...  # fmt: skip
+    def finish(
+        self,
+        *,
+        metrics: Mapping[str, float],
+        rows: list[JsonObject],
+        files: Iterable[Path],
+        complete: bool,
+        tags: Mapping[str, str] | None = None,
+        dirs: Mapping[str, Path] | None = None,
+    ) -> None: ...
 
     def fail(self, message: str) -> None: ...
 
@@ -106,13 +114,20 @@ def cell_tags(config: Config, cell: Cell, loaded: DataSource) -> dict[str, str]:
     }
 
 
-def open_run(config: Config, cell: Cell, loaded: DataSource, *, extra_tags: Mapping[str, str] | None = None,
-             idle: bool = False) -> Tracker:  # fmt: skip
+def open_run(
+    config: Config, cell: Cell, loaded: DataSource, *, extra_tags: Mapping[str, str] | None = None, idle: bool = False
+) -> Tracker:
     """The cell's run (found again by its cell key on resume); `idle`: nothing is left to solve, so a
     finished run found again is left as it is unless something to log changed."""
     if config.tracking.backend == "none":
         return NoRun()
 
     tags = {**cell_tags(config, cell, loaded), **(extra_tags or {})}
-    return mlf.CellRun.open(experiment=config.tracking.experiment, cell_key=cell.key, run_name=cell.name,
-                            params=dict(cell.identity), tags=tags, idle=idle)  # fmt: skip
+    return mlf.CellRun.open(
+        experiment=config.tracking.experiment,
+        cell_key=cell.key,
+        run_name=cell.name,
+        params=dict(cell.identity),
+        tags=tags,
+        idle=idle,
+    )

@@ -25,8 +25,10 @@ from apps_bench.errors import AppsBenchError
 from apps_bench.tracking import mlflow_internals as mi
 
 CREATING_SUFFIX = ".creating"  # the temporary file a new store is migrated in (same directory)
-ELSEWHERE = ("or point this run at another store: MLFLOW_TRACKING_URI=sqlite:////path/to/new.db "
-             "(the cells' records are kept; a rerun logs them again).")
+ELSEWHERE = (
+    "or point this run at another store: MLFLOW_TRACKING_URI=sqlite:////path/to/new.db "
+    "(the cells' records are kept; a rerun logs them again)."
+)
 SIDE_FILES = ("-journal", "-wal", "-shm")  # SQLite's own files beside a database, which belong to it
 
 
@@ -112,7 +114,7 @@ def repair(db: Path, problem: str) -> None:
         raise StoreError(
             f"the MLflow store {db} cannot be read: {problem}. apps-bench does not remake a store it cannot "
             f"read (it may hold runs). Move it aside:\n  mv '{db}' '{db}.bak'\n{ELSEWHERE}"
-        )  # fmt: skip
+        )
     if n:
         raise StoreError(fix_message(db, problem, n))
     aside = db.with_name(f"{db.name}.broken-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -120,8 +122,11 @@ def repair(db: Path, problem: str) -> None:
         if Path(f"{db}{side}").exists():
             os.replace(f"{db}{side}", f"{aside}{side}")
     os.replace(db, aside)
-    print(f"apps-bench: the MLflow store {db} was incomplete ({problem}) and held no runs: "
-          f"moved it to {aside.name} and created a new one.", file=sys.stderr)  # fmt: skip
+    print(
+        f"apps-bench: the MLflow store {db} was incomplete ({problem}) and held no runs: "
+        f"moved it to {aside.name} and created a new one.",
+        file=sys.stderr,
+    )
     _create(db)
 
 
@@ -143,6 +148,7 @@ def diagnose(db: Path, exc: BaseException) -> None:
     """MLflow refused to open `db` (`exc`): remake it if it is a half-made store without runs,
     else raise StoreError with the fix; re-raise `exc` when the store looks complete."""
     from filelock import FileLock
+
     with FileLock(lock_path(db)):
         problem = schema_problem(db, head=mi.latest_schema_revision()) if db.exists() else None
         if problem is None:

@@ -18,10 +18,20 @@ from apps_bench.types import JsonObject, ProblemRecord
 
 # Per-problem usage counters, summed over a cell in summary.json and logged as MLflow metrics.
 USAGE_TOTALS = (
-    "prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "tool_calls", "failed_calls",
-    "failed_attempts", "retries", "retried_prompt_tokens", "retried_completion_tokens", "cancelled_calls",
-    "requests_with_tools", "length_stops",
-)  # fmt: skip
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "model_calls",
+    "tool_calls",
+    "failed_calls",
+    "failed_attempts",
+    "retries",
+    "retried_prompt_tokens",
+    "retried_completion_tokens",
+    "cancelled_calls",
+    "requests_with_tools",
+    "length_stops",
+)
 
 
 def summarize_cell(

@@ -126,8 +126,7 @@ class TraceWriter:
         except Exception as exc:  # noqa: BLE001 - a trace is a view; the record is what counts
             if not self._warned:
                 self._warned = True
-                print(f"warning: could not write the trace of {record.key}: {type(exc).__name__}: {exc}",
-                      file=sys.stderr)  # fmt: skip
+                print(f"warning: could not write the trace of {record.key}: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     def close(self) -> None:
         """Wait for every trace submitted to be in the store (the cell's run is finished after them)."""
@@ -138,8 +137,11 @@ class TraceWriter:
 
 # How MLflow exports a cell's traces (a user's own values win): asynchronously, with the batch span
 # processor, in batches of 256 spans (not MLflow's 5), so many spans go in one store transaction.
-TRACE_EXPORT = {"MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "true", "MLFLOW_USE_BATCH_SPAN_PROCESSOR": "true",
-                "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "256"}  # fmt: skip
+TRACE_EXPORT = {
+    "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "true",
+    "MLFLOW_USE_BATCH_SPAN_PROCESSOR": "true",
+    "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "256",
+}
 # One export worker, whatever the environment says: MLflow queues a batch's spans (`log_spans`) before
 # the traces the batch ends (`start_trace`), and with several workers a trace could be created before
 # its spans were stored; the store's answer then lacked the tag saying the spans are in the store, and
@@ -488,21 +490,29 @@ class _Spans:
     texts: Texts
     shown_code: set[str] = field(default_factory=set)  # code a python_exec ran: shown in the first span that ran it
 
-    def root(self, run: TraceRun, problem: Problem, record: ProblemRecord, start_ns: int,
-             notes: list[tuple[int, JsonObject]]) -> tuple[LiveSpan, Callable[..., str]]:
+    def root(
+        self, run: TraceRun, problem: Problem, record: ProblemRecord, start_ns: int, notes: list[tuple[int, JsonObject]]
+    ) -> tuple[LiveSpan, Callable[..., str]]:
         """The problem's span (ended last, by the caller) and its texts."""
         from mlflow.entities import SpanType
         from mlflow.tracing.constant import TraceMetadataKey
 
         text = self.texts.span(f"problem {record.key}")
         root = self.mlflow.start_span_no_context(
-            name=f"problem {record.key}", span_type=SpanType.AGENT,
-            inputs={"problem": record.key, "starter_code": text(problem.starter_code),
-                    "mode": record.mode, "fn_name": problem.tests.fn_name},
+            name=f"problem {record.key}",
+            span_type=SpanType.AGENT,
+            inputs={
+                "problem": record.key,
+                "starter_code": text(problem.starter_code),
+                "mode": record.mode,
+                "fn_name": problem.tests.fn_name,
+            },
             attributes={"topology_turns": record.turns, "rounds": record.rounds},
-            tags=trace_tags(record), metadata={TraceMetadataKey.SOURCE_RUN: run.run_id},
-            experiment_id=run.experiment_id, start_time_ns=start_ns,
-        )  # fmt: skip
+            tags=trace_tags(record),
+            metadata={TraceMetadataKey.SOURCE_RUN: run.run_id},
+            experiment_id=run.experiment_id,
+            start_time_ns=start_ns,
+        )
         for ts, e in notes:
             _add_event(root, "note", ts, text(e.get("content")))
         return root, text
@@ -512,15 +522,22 @@ class _Spans:
         from mlflow.tracing.constant import SpanAttributeKey
 
         text = self.texts.span(f"chat {call.role or 'model'}")
-        usage = {"input_tokens": call.prompt_tokens, "output_tokens": call.completion_tokens,
-                 "total_tokens": call.prompt_tokens + call.completion_tokens}  # fmt: skip
+        usage = {
+            "input_tokens": call.prompt_tokens,
+            "output_tokens": call.completion_tokens,
+            "total_tokens": call.prompt_tokens + call.completion_tokens,
+        }
         span = self.mlflow.start_span_no_context(
-            name=f"chat {call.role or 'model'}", span_type=SpanType.CHAT_MODEL, parent_span=parent,
-            inputs=_request(call, text), start_time_ns=call.start_ns,
+            name=f"chat {call.role or 'model'}",
+            span_type=SpanType.CHAT_MODEL,
+            parent_span=parent,
+            inputs=_request(call, text),
+            start_time_ns=call.start_ns,
             attributes={"retries": call.retries, "http_status": call.status, SpanAttributeKey.CHAT_USAGE: usage},
-        )  # fmt: skip
-        span.end(outputs=_reply(call, text), end_time_ns=call.end_ns,
-                 status=SpanStatusCode.OK if call.ok else SpanStatusCode.ERROR)  # fmt: skip
+        )
+        span.end(
+            outputs=_reply(call, text), end_time_ns=call.end_ns, status=SpanStatusCode.OK if call.ok else SpanStatusCode.ERROR
+        )
 
     def exec(self, parent: LiveSpan, ex: ExecCall) -> None:
         from mlflow.entities import SpanStatusCode, SpanType
@@ -529,15 +546,24 @@ class _Spans:
         code = text(ex.code, keep=ex.code not in self.shown_code)
         self.shown_code.add(ex.code)
         span = self.mlflow.start_span_no_context(
-            name="python_exec", span_type=SpanType.TOOL, parent_span=parent, start_time_ns=ex.start_ns,
+            name="python_exec",
+            span_type=SpanType.TOOL,
+            parent_span=parent,
+            start_time_ns=ex.start_ns,
             inputs={"code": code, "stdin": text(ex.stdin)},
-        )  # fmt: skip
-        out = {"exit_code": ex.exit_code, "stdout": text(ex.stdout), "stderr": text(ex.stderr),
-               "timed_out": ex.timed_out, "status": ex.status}  # fmt: skip
+        )
+        out = {
+            "exit_code": ex.exit_code,
+            "stdout": text(ex.stdout),
+            "stderr": text(ex.stderr),
+            "timed_out": ex.timed_out,
+            "status": ex.status,
+        }
         if ex.error:
             out = {"error": ex.error, "exit_code": ex.exit_code, "timed_out": ex.timed_out, "status": ex.status}
-        span.end(outputs=out, end_time_ns=ex.end_ns,
-                 status=SpanStatusCode.ERROR if ex.error or ex.timed_out else SpanStatusCode.OK)  # fmt: skip
+        span.end(
+            outputs=out, end_time_ns=ex.end_ns, status=SpanStatusCode.ERROR if ex.error or ex.timed_out else SpanStatusCode.OK
+        )
 
     def turn(self, root: LiveSpan, turn: TurnSpan) -> None:
         """An agent's turn: its input, the notes (and tool results no python_exec span shows), its
@@ -552,10 +578,13 @@ class _Spans:
         name = turn.agent + (f" · round {turn.round}" if turn.round else "")
         text = self.texts.span(name)
         span = self.mlflow.start_span_no_context(
-            name=name, span_type=SpanType.AGENT,
-            parent_span=root, start_time_ns=start, inputs={"input": text(first.get("content")) if first else ""},
+            name=name,
+            span_type=SpanType.AGENT,
+            parent_span=root,
+            start_time_ns=start,
+            inputs={"input": text(first.get("content")) if first else ""},
             attributes={"agent": turn.agent, "round": turn.round, **({"role": turn.role} if turn.role != turn.agent else {})},
-        )  # fmt: skip
+        )
         results = sum(e.get("kind") == "tool_result" for _, e in turn.events)
         shown = ("note",) if results <= len(turn.execs) else ("note", "tool_result")  # a python_exec's result: its span
         for ts, e in turn.events:
@@ -571,15 +600,25 @@ class _Spans:
         verdict = record.verdict
         text = self.texts.span("judge")
         span = self.mlflow.start_span_no_context(
-            name="judge", span_type=SpanType.EVALUATOR, parent_span=root, start_time_ns=start_ns,
+            name="judge",
+            span_type=SpanType.EVALUATOR,
+            parent_span=root,
+            start_time_ns=start_ns,
             inputs={"program": text(record.program)},
             attributes={"profile": verdict.profile if verdict is not None else ""},
-        )  # fmt: skip
-        out = {"error": record.error} if verdict is None else {
-            "passed": verdict.passed, "tests_passed": verdict.tests_passed, "tests_run": verdict.tests_run,
-            "n_tests": verdict.n_tests, "extracted": verdict.extracted,
-            "results": [{**r.to_json(), "detail": text(r.detail)} for r in verdict.results],
-        }  # fmt: skip
+        )
+        out = (
+            {"error": record.error}
+            if verdict is None
+            else {
+                "passed": verdict.passed,
+                "tests_passed": verdict.tests_passed,
+                "tests_run": verdict.tests_run,
+                "n_tests": verdict.n_tests,
+                "extracted": verdict.extracted,
+                "results": [{**r.to_json(), "detail": text(r.detail)} for r in verdict.results],
+            }
+        )
         span.end(outputs=out, end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.error else SpanStatusCode.OK)
 
 
@@ -604,8 +643,13 @@ def write_trace(run: TraceRun, outcome: _Outcome, record: ProblemRecord, log: Tr
     if record.verdict is not None or (outcome.solved.error is None and record.error):
         spans.judge(root, record, end_ns - int(record.judge_s * 1e9), end_ns)
     root.end(
-        outputs={"program": root_text(record.program), "passed": record.passed,
-                 "stop_reason": record.stop_reason, "error": record.error},
-        end_time_ns=end_ns, status=SpanStatusCode.ERROR if record.error else SpanStatusCode.OK,
-    )  # fmt: skip
+        outputs={
+            "program": root_text(record.program),
+            "passed": record.passed,
+            "stop_reason": record.stop_reason,
+            "error": record.error,
+        },
+        end_time_ns=end_ns,
+        status=SpanStatusCode.ERROR if record.error else SpanStatusCode.OK,
+    )
     return str(root.trace_id)

@@ -33,7 +33,11 @@ class RayCellLauncher(Launcher):
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         return launch(
-            ray_cfg=self.ray_cfg, report_every_s=self.report_every_s, hydra_context=self.hydra_context,
-            task_function=self.task_function, config=self.config, job_overrides=job_overrides,
+            ray_cfg=self.ray_cfg,
+            report_every_s=self.report_every_s,
+            hydra_context=self.hydra_context,
+            task_function=self.task_function,
+            config=self.config,
+            job_overrides=job_overrides,
             initial_job_idx=initial_job_idx,
-        )  # fmt: skip
+        )

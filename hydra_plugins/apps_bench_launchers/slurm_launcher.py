@@ -36,12 +36,8 @@ if _SubmititSlurmLauncher is not None:
 
         _target_: str = "hydra_plugins.apps_bench_launchers.slurm_launcher.LocalLauncher"
 
-    ConfigStore.instance().store(
-        group="hydra/launcher", name="apps_bench_slurm", node=WatchedSlurmConf, provider="apps_bench"
-    )
-    ConfigStore.instance().store(
-        group="hydra/launcher", name="apps_bench_local", node=StoppingLocalConf, provider="apps_bench"
-    )
+    ConfigStore.instance().store(group="hydra/launcher", name="apps_bench_slurm", node=WatchedSlurmConf, provider="apps_bench")
+    ConfigStore.instance().store(group="hydra/launcher", name="apps_bench_local", node=StoppingLocalConf, provider="apps_bench")
 
     def _stopped_job(job: Callable[..., Any], *args: Any) -> Any:
         """Run a cell in its job; a cell that stops the sweep (faults.SweepStopped, a SystemExit after which
@@ -80,6 +76,4 @@ if _SubmititSlurmLauncher is not None:
             from apps_bench.launchers.slurm import watched_launch
 
             folder = self.params["submitit_folder"]
-            return watched_launch(
-                super().launch, folder, job_overrides, initial_job_idx, poll_s=self.poll_s, disks=_disks(self)
-            )
+            return watched_launch(super().launch, folder, job_overrides, initial_job_idx, poll_s=self.poll_s, disks=_disks(self))

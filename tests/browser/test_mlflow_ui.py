@@ -105,14 +105,18 @@ class Page:
                 return got
             if time.monotonic() > deadline:
                 self.shot("timeout")
-                pytest.fail(f"MLflow UI at {self.d.current_url}: {what} did not appear in {timeout:.0f} s "
-                            f"(page saved to {self.shots}/timeout.png/.html)")  # fmt: skip
+                pytest.fail(
+                    f"MLflow UI at {self.d.current_url}: {what} did not appear in {timeout:.0f} s "
+                    f"(page saved to {self.shots}/timeout.png/.html)"
+                )
             time.sleep(0.5)
 
     def by_text(self, text: str, tag: str = "*") -> list[Any]:
         from selenium.webdriver.common.by import By
 
-        return [e for e in self.d.find_elements(By.XPATH, f"//{tag}[normalize-space(text())={json.dumps(text)}]") if e.is_displayed()]
+        return [
+            e for e in self.d.find_elements(By.XPATH, f"//{tag}[normalize-space(text())={json.dumps(text)}]") if e.is_displayed()
+        ]
 
     def css(self, selector: str) -> list[Any]:
         from selenium.webdriver.common.by import By
@@ -137,27 +141,38 @@ def test_the_experiment_page_lists_the_cells_with_pass_at_1(sweep: dict, page: P
 
     expected = {r.info.run_name: r.data.metrics["pass_at_1"] for r in sweep["cells"]}
     flt = quote("metrics.pass_at_1 >= 0")  # the cells (the parent has no pass@1), listed flat
-    page.d.get(f"{sweep['uri']}/#/experiments/{sweep['exp']}/runs?searchFilter={flt}&orderByKey={quote('metrics.`pass_at_1`')}&orderByAsc=false")
+    page.d.get(
+        f"{sweep['uri']}/#/experiments/{sweep['exp']}/runs?searchFilter={flt}&orderByKey={quote('metrics.`pass_at_1`')}&orderByAsc=false"
+    )
     page.wait("the four cell runs", lambda: len(page.css("[role=gridcell][col-id='attributes.`Run Name`']")) == 4)
     # pass@1 is a column the user adds from Columns (search "pass_at_1", tick it)
     page.wait("the Columns button", lambda: page.by_text("Columns", "button") or page.by_text("Columns"))[0].click()
     box = page.wait("the column search box", lambda: page.css("input[placeholder='Search columns']"))[0]
     box.send_keys("pass_at_1")
-    entry = page.wait("the pass_at_1 column entry", lambda: [e for e in page.css("strong") if e.is_displayed()
-                                                              and _text(e.find_element("xpath", "..")) == "pass_at_1"])  # fmt: skip
+    entry = page.wait(
+        "the pass_at_1 column entry",
+        lambda: [e for e in page.css("strong") if e.is_displayed() and _text(e.find_element("xpath", "..")) == "pass_at_1"],
+    )
     entry[0].click()
     from selenium.webdriver.common.keys import Keys
 
     box.send_keys(Keys.ESCAPE)
     col = "metrics.`pass_at_1`"
-    cells = page.wait("the pass_at_1 column of the four cells", lambda: (lambda cs: cs if len(cs) == 4 and all(_text(c) for c in cs) else None)(
-        page.css(f"[role=gridcell][col-id='{col}']")))  # fmt: skip
+    cells = page.wait(
+        "the pass_at_1 column of the four cells",
+        lambda: (lambda cs: cs if len(cs) == 4 and all(_text(c) for c in cs) else None)(
+            page.css(f"[role=gridcell][col-id='{col}']")
+        ),
+    )
     page.shot("experiment_cells_pass_at_1")
 
     def row_index(e: Any) -> str:
         return e.find_element("xpath", "ancestor::*[@row-index][1]").get_attribute("row-index")
 
-    names = {row_index(e): _text(e.find_element("css selector", "a")) for e in page.css("[role=gridcell][col-id='attributes.`Run Name`']")}
+    names = {
+        row_index(e): _text(e.find_element("css selector", "a"))
+        for e in page.css("[role=gridcell][col-id='attributes.`Run Name`']")
+    }
     shown = {names[row_index(c)]: float(_text(c)) for c in cells}
     assert shown.keys() == expected.keys()
     assert shown == pytest.approx(expected, abs=1e-3)
@@ -178,8 +193,12 @@ TRACE_ID = "[data-component-id='mlflow.genai-traces-table.trace-id'][title^='tr-
 def _open_traces(page: Page, sweep: dict, run: Any, n: int) -> list[str]:
     """The run's Traces tab, once it lists `n` traces; -> their ids, as the tab shows them."""
     page.d.get(f"{sweep['uri']}/#/experiments/{sweep['exp']}/runs/{run.info.run_id}/traces")
-    return page.wait(f"the {n} traces of run {run.info.run_name}", lambda: (lambda ids: ids if len(ids) == n else None)(
-        page.d.execute_script("return Array.from(document.querySelectorAll(arguments[0])).map(e => e.title)", TRACE_ID)))  # fmt: skip
+    return page.wait(
+        f"the {n} traces of run {run.info.run_name}",
+        lambda: (lambda ids: ids if len(ids) == n else None)(
+            page.d.execute_script("return Array.from(document.querySelectorAll(arguments[0])).map(e => e.title)", TRACE_ID)
+        ),
+    )
 
 
 def test_a_cells_traces_tab_lists_its_problems(sweep: dict, page: Page):
@@ -218,7 +237,9 @@ def test_a_trace_shows_the_agents_turns_and_a_tool_call(sweep: dict, page: Page)
     page.shot("trace_span_tree")
     page.by_text("python_exec")[0].click()  # its inputs: the code the agent ran
     code_line = next(x for x in str(tool.inputs["code"]).splitlines() if x.strip())
-    page.wait("the python_exec span's code", lambda: page.by_text("code") and code_line.strip()[:40] in _text(page.css("body")[0]))
+    page.wait(
+        "the python_exec span's code", lambda: page.by_text("code") and code_line.strip()[:40] in _text(page.css("body")[0])
+    )
     page.shot("trace_python_exec")
 
 
@@ -232,7 +253,12 @@ def test_in_model_training_mode_the_experiment_lists_the_sweep_whose_cells_unfol
     assert page.d.current_url.split(f"/experiments/{sweep['exp']}")[-1].startswith("/runs"), page.d.current_url
     assert _text(row.find_element("css selector", "a")) == sweep["parent"].info.run_name  # its cells are folded under it
     row.find_element("css selector", "button").click()
-    shown = page.wait("the cells under the parent", lambda: (lambda xs: xs if len(xs) == 5 else None)([_text(x.find_element("css selector", "a")) for x in page.css(name_cells)]))
+    shown = page.wait(
+        "the cells under the parent",
+        lambda: (lambda xs: xs if len(xs) == 5 else None)(
+            [_text(x.find_element("css selector", "a")) for x in page.css(name_cells)]
+        ),
+    )
     assert sorted(shown) == sorted([sweep["parent"].info.run_name, *(r.info.run_name for r in sweep["cells"])])
     page.shot("experiment_runs_unfolded")
 
@@ -275,8 +301,14 @@ def test_the_parent_run_shows_the_comparison_table(sweep: dict, page: Page):
     assert body == expected
     page.d.set_window_size(2200, 1300)
     page.by_text(sweep_run.FIGURE)[0].click()
-    page.wait("the comparison chart", lambda: [i for i in page.css(f"img[alt='{sweep_run.FIGURE}']")
-                                               if page.d.execute_script("return arguments[0].naturalWidth", i) > 400])  # fmt: skip
+    page.wait(
+        "the comparison chart",
+        lambda: [
+            i
+            for i in page.css(f"img[alt='{sweep_run.FIGURE}']")
+            if page.d.execute_script("return arguments[0].naturalWidth", i) > 400
+        ],
+    )
     page.shot("parent_comparison_chart")
 
 

@@ -117,7 +117,9 @@ def test_each_skip_reason(reason):
 
 
 def test_skips_are_counted_by_reason(tmp_path):
-    rows = [good_row(100)] + [dict(r, problem_id=(None if k == "missing_id" else i)) for i, (k, r) in enumerate(sorted(MALFORMED.items()))]
+    rows = [good_row(100)] + [
+        dict(r, problem_id=(None if k == "missing_id" else i)) for i, (k, r) in enumerate(sorted(MALFORMED.items()))
+    ]
     rows += ["{not json", good_row(101, input_output=json.dumps({"outputs": ["1"]}))]
     res = load_problems(local(write_jsonl(tmp_path / "rows.jsonl", rows)))
     assert [p.id for p in res.problems] == ["100"]
@@ -137,7 +139,7 @@ def test_limit_counts_rows_so_limit_50_is_the_first_50_ids(tmp_path):
 
 def test_huge_integers_in_input_output(tmp_path):
     big = "9" * 5000
-    row = good_row(7, input_output='{"inputs": [[' + big + "]], \"outputs\": [" + big + '], "fn_name": "f"}')
+    row = good_row(7, input_output='{"inputs": [[' + big + ']], "outputs": [' + big + '], "fn_name": "f"}')
     sys.set_int_max_str_digits(4300)
     try:
         (p,) = load_problems(local(write_jsonl(tmp_path / "big.jsonl", [row]))).problems

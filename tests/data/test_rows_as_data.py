@@ -19,8 +19,10 @@ CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf"
 
 
 def _local(path: Path) -> DatasetConfig:
-    return typed(DatasetConfig, OmegaConf.merge(OmegaConf.load(CONF / "dataset" / "apps.yaml"),
-                                                {"source": "file", "path": str(path), "split": "train"}))  # fmt: skip
+    return typed(
+        DatasetConfig,
+        OmegaConf.merge(OmegaConf.load(CONF / "dataset" / "apps.yaml"), {"source": "file", "path": str(path), "split": "train"}),
+    )
 
 
 def _rows(apps_data_dir: Path) -> list[dict]:
@@ -44,8 +46,18 @@ def _records(cwd: Path) -> list[dict]:
 
 
 def _cell(cwd: Path, rows_file: Path, *extra: str):
-    return run_cli(["dataset=apps", f"dataset.path={rows_file}", "dataset.split=train", "model=gold", "tracking=none",
-                    "progress=false", *extra], cwd)  # fmt: skip
+    return run_cli(
+        [
+            "dataset=apps",
+            f"dataset.path={rows_file}",
+            "dataset.split=train",
+            "model=gold",
+            "tracking=none",
+            "progress=false",
+            *extra,
+        ],
+        cwd,
+    )
 
 
 # ------------------------------------------------------------------ the loader

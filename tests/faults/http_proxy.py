@@ -35,9 +35,13 @@ class DyingProxy:
     is true for waits unanswered (`held` is set) until `release` is set. Each reply forwarded is what
     `alter(request, reply)` returns: None closes the connection without any reply (a reset)."""
 
-    def __init__(self, upstream: str, dies: Callable[[Request], bool] = lambda _: False,
-                 holds: Callable[[Request], bool] = lambda _: False,
-                 alter: Callable[[Request, Reply], Reply | None] = lambda _, reply: reply) -> None:  # fmt: skip
+    def __init__(
+        self,
+        upstream: str,
+        dies: Callable[[Request], bool] = lambda _: False,
+        holds: Callable[[Request], bool] = lambda _: False,
+        alter: Callable[[Request, Reply], Reply | None] = lambda _, reply: reply,
+    ) -> None:
         self.upstream, self.dies, self.holds, self.alter = upstream.rstrip("/").split("//", 1)[1], dies, holds, alter
         self.requests = 0
         self.dead = threading.Event()
@@ -69,8 +73,12 @@ class DyingProxy:
                     return
                 conn = http.client.HTTPConnection(proxy.upstream, timeout=120)
                 try:
-                    conn.request(self.command, self.path, body=body if body or self.command in ("POST", "PUT", "PATCH") else None,
-                                 headers={k: v for k, v in self.headers.items() if k.lower() not in HOP})  # fmt: skip
+                    conn.request(
+                        self.command,
+                        self.path,
+                        body=body if body or self.command in ("POST", "PUT", "PATCH") else None,
+                        headers={k: v for k, v in self.headers.items() if k.lower() not in HOP},
+                    )
                     r = conn.getresponse()
                     reply = proxy.alter(request, Reply(r.status, r.getheaders(), r.read()))
                 finally:

@@ -15,8 +15,16 @@ from typing import Iterator
 def own_group(args: list[str], cwd: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
     """`args` started in a new session, stdin closed, its output piped; whatever is left of its group is
     SIGKILLed on the way out (a test that failed midway leaves nothing running)."""
-    proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        args,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         yield proc
     finally:

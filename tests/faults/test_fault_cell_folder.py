@@ -16,9 +16,19 @@ from faults.process_group import own_group
 
 ROWS = Path(__file__).resolve().parents[1] / "fixtures" / "apps" / "train_mini150.jsonl"
 LIMIT = 30
-CELL = ["allow_any_cell=true", "dataset=apps", f"dataset.path={ROWS}", "dataset.split=train", f"limit={LIMIT}",
-        "model=gold", "model.gold.latency_ms=200", "concurrency=1", "tracking=none", "progress=false",
-        "tracking.cell_lock.heartbeat_s=0.2"]  # fmt: skip  # a problem a model call of 200 ms: beats between records
+CELL = [
+    "allow_any_cell=true",
+    "dataset=apps",
+    f"dataset.path={ROWS}",
+    "dataset.split=train",
+    f"limit={LIMIT}",
+    "model=gold",
+    "model.gold.latency_ms=200",
+    "concurrency=1",
+    "tracking=none",
+    "progress=false",
+    "tracking.cell_lock.heartbeat_s=0.2",
+]  # a problem a model call of 200 ms: beats between records
 
 
 def _records(cell: Path) -> list[str]:

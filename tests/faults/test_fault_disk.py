@@ -41,8 +41,19 @@ def _keys(cell: Path) -> list[str]:
 
 
 def _cell(cwd: Path, rows: Path, out_dir: Path):
-    return run_cli(["allow_any_cell=true", "dataset=apps", f"dataset.path={rows}", "dataset.split=train", f"limit={LIMIT}",
-                    "tracking=none", "progress=false", f"out_dir={out_dir}"], cwd)  # fmt: skip
+    return run_cli(
+        [
+            "allow_any_cell=true",
+            "dataset=apps",
+            f"dataset.path={rows}",
+            "dataset.split=train",
+            f"limit={LIMIT}",
+            "tracking=none",
+            "progress=false",
+            f"out_dir={out_dir}",
+        ],
+        cwd,
+    )
 
 
 def _said(stderr: str) -> str:
@@ -79,8 +90,19 @@ def test_a_read_only_cell_folder_is_said_in_one_line(tmp_path: Path, apps_data_d
         line = _said(r.stderr)
         assert "read-only" in line and str(ro / "cell") in line and "out_dir=" in line
         assert not (tmp_path / "outputs").exists()  # the Hydra run folder it made is gone too
-        verbose = run_cli(["allow_any_cell=true", "dataset=apps", f"dataset.path={rows}", "dataset.split=train", "limit=2",
-                           "tracking=none", f"out_dir={ro / 'cell'}", "hydra.verbose=apps_bench"], tmp_path)  # fmt: skip
+        verbose = run_cli(
+            [
+                "allow_any_cell=true",
+                "dataset=apps",
+                f"dataset.path={rows}",
+                "dataset.split=train",
+                "limit=2",
+                "tracking=none",
+                f"out_dir={ro / 'cell'}",
+                "hydra.verbose=apps_bench",
+            ],
+            tmp_path,
+        )
     assert verbose.returncode == 2 and "Traceback" in verbose.stderr  # the traceback when asked for, then the line
     assert [x for x in verbose.stderr.splitlines() if x.startswith("apps-bench: ")][-1] == line
 
@@ -113,8 +135,9 @@ def test_a_log_file_on_a_full_disk_costs_no_traceback_per_line(tmp_path: Path):
             "    logging.warning('a line of the cell %d %s', i, 'x' * 4096)\n"
             "logging.warning('%d', 'a bug: not a number')\n"
         )
-        r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=cli_env(tmp_path), capture_output=True, text=True,
-                           timeout=120)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, env=cli_env(tmp_path), capture_output=True, text=True, timeout=120
+        )
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stderr.count("--- Logging error ---") == 1 and "TypeError" in r.stderr, r.stderr[-3000:]
     assert "No space left" not in r.stderr and "OSError" not in r.stderr, r.stderr[-3000:]

@@ -67,9 +67,19 @@ def _records(cwd: Path) -> list[dict]:
 
 
 def _cell(cwd: Path, proxy: FaultProxy, rows_file: Path, *extra: str):
-    args = ["model=gold", f"model.base_url={proxy.url}/v1", "model.retry_backoff_s=0.01", "dataset=apps",
-            f"dataset.path={rows_file}", "dataset.split=train", f"limit={len(FAULTS)}", "tracking=none", "progress=false",
-            "allow_any_cell=true", *extra]  # fmt: skip
+    args = [
+        "model=gold",
+        f"model.base_url={proxy.url}/v1",
+        "model.retry_backoff_s=0.01",
+        "dataset=apps",
+        f"dataset.path={rows_file}",
+        "dataset.split=train",
+        f"limit={len(FAULTS)}",
+        "tracking=none",
+        "progress=false",
+        "allow_any_cell=true",
+        *extra,
+    ]
     return run_cli(args, cwd, env=cli_env(cwd))
 
 

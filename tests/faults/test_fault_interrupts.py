@@ -25,8 +25,9 @@ def _mlflow_client_call(request: Request) -> bool:
 def test_ctrl_c_during_the_report_is_one_line_and_exit_130(tmp_path: Path):
     (tmp_path / "server").mkdir()
     with mlflow_server(tmp_path / "server") as uri, DyingProxy(uri, holds=_mlflow_client_call).running() as proxy:
-        with own_group([sys.executable, "-m", "apps_bench.report", "--tracking-uri", proxy.url], tmp_path,
-                       cli_env(tmp_path)) as proc:  # fmt: skip
+        with own_group(
+            [sys.executable, "-m", "apps_bench.report", "--tracking-uri", proxy.url], tmp_path, cli_env(tmp_path)
+        ) as proc:
             assert proxy.held.wait(120), "the report never reached the store"
             os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground process group
             out, err = proc.communicate(timeout=120)
@@ -63,7 +64,8 @@ def test_ctrl_c_while_rescore_logs_keeps_its_verdicts_and_the_rerun_judges_nothi
         assert "Traceback" not in err and "KeyboardInterrupt" not in err
         assert err.rstrip().splitlines()[-1].startswith("apps-bench rescore: interrupted.")  # the last word, once
         assert err.count("interrupted") == 1 and "re-judged so far is kept" in err
-        again = subprocess.run(args, cwd=tmp_path, env=cli_env(tmp_path, MLFLOW_TRACKING_URI=uri), capture_output=True,
-                               text=True, timeout=300)  # fmt: skip
+        again = subprocess.run(
+            args, cwd=tmp_path, env=cli_env(tmp_path, MLFLOW_TRACKING_URI=uri), capture_output=True, text=True, timeout=300
+        )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "2 recorded, 2 already re-scored, 0 to judge" in again.stderr  # nothing judged twice

@@ -52,9 +52,16 @@ def _sandbox_workers(root: int) -> list[int]:
 
 
 def test_sandbox_workers_whose_cell_is_killed_while_they_start_end_quietly(tmp_path: Path):
-    proc = subprocess.Popen([sys.executable, "-m", "apps_bench", "tracking=none", "progress=false"], cwd=tmp_path,
-                            env=cli_env(tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "apps_bench", "tracking=none", "progress=false"],
+        cwd=tmp_path,
+        env=cli_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     stopped: list[int] = []
     try:
         deadline = time.monotonic() + 120  # a bound on a hang only: the events are the processes seen
@@ -125,9 +132,22 @@ def test_solver_workers_of_a_stopped_cell_end_quietly(tmp_path: Path, stop: str)
     server = GoldServer(load_rows(str(ROWS), "train")).start()
     try:
         with DyingProxy(server.base_url.removesuffix("/v1"), holds=holds).running() as proxy:
-            args = [sys.executable, "-m", "apps_bench", *extra, "model=gold", f"model.base_url={proxy.url}/v1",
-                    "dataset=apps", f"dataset.path={ROWS}", "dataset.split=train", "limit=6", f"processes={SOLVING}",
-                    "concurrency=4", "allow_any_cell=true", "progress=false"]  # fmt: skip
+            args = [
+                sys.executable,
+                "-m",
+                "apps_bench",
+                *extra,
+                "model=gold",
+                f"model.base_url={proxy.url}/v1",
+                "dataset=apps",
+                f"dataset.path={ROWS}",
+                "dataset.split=train",
+                "limit=6",
+                f"processes={SOLVING}",
+                "concurrency=4",
+                "allow_any_cell=true",
+                "progress=false",
+            ]
             with own_group(args, tmp_path, cli_env(tmp_path)) as proc:
                 assert held.wait(300), "the solver workers never called the model"
                 workers = _descendants(proc.pid)

@@ -27,8 +27,10 @@ def _files(root: Path) -> list[Path]:
 @pytest.mark.slow
 def test_an_optimizer_pool_too_small_is_refused_before_any_process_or_file(tmp_path: Path):
     rows = REPO / "tests" / "fixtures" / "apps" / "train_mini150.jsonl"
-    r = run_cli(["optimizer=maspo", "allow_any_cell=true", "dataset=apps", f"dataset.path={rows}",
-                 f"optimizer.params.pool.path={rows}"], tmp_path)  # fmt: skip
+    r = run_cli(
+        ["optimizer=maspo", "allow_any_cell=true", "dataset=apps", f"dataset.path={rows}", f"optimizer.params.pool.path={rows}"],
+        tmp_path,
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 2, out[-3000:]
     assert "Traceback" not in out and "EOFError" not in out  # no solver process was started to be hung up on
@@ -71,8 +73,9 @@ def test_a_solver_worker_whose_cell_is_gone_before_setup_ends_quietly(tmp_path: 
         "worker_main(mine, WorkerSpec(cfg=compose([]), threads=1, env=dict(os.environ), cwd=os.getcwd(), name='w0'))\n"
         "print('worker returned')\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=cli_env(tmp_path), capture_output=True, text=True,
-                       timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=cli_env(tmp_path), capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Traceback" not in r.stderr and "EOFError" not in r.stderr
     assert r.stdout.strip().endswith("worker returned")

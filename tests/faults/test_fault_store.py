@@ -49,8 +49,13 @@ def test_report_at_a_closed_port_says_so_at_once(tmp_path: Path):
 
 def test_rescore_at_a_closed_port_says_so_at_once_and_makes_no_folder(tmp_path: Path, demo_cell: Path):
     uri = f"http://127.0.0.1:{free_port()}"
-    r = run_cli([str(demo_cell), "judge=reference"], tmp_path, env=cli_env(tmp_path, MLFLOW_TRACKING_URI=uri),
-                module="apps_bench.rescore", timeout=120)  # fmt: skip
+    r = run_cli(
+        [str(demo_cell), "judge=reference"],
+        tmp_path,
+        env=cli_env(tmp_path, MLFLOW_TRACKING_URI=uri),
+        module="apps_bench.rescore",
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr[-3000:]
     line = _one_line(r.stderr, "apps-bench rescore")
     assert uri in line and "does not answer" in line
@@ -71,8 +76,10 @@ def _finished_updates(n: int):
 
 
 def _records(cwd: Path) -> dict[str, list[str]]:
-    return {c.name: [json.loads(x)["key"] for x in (c / "records.jsonl").read_text().splitlines() if x.strip()]
-            for c in sorted((cwd / "outputs" / "cells").iterdir())}  # fmt: skip
+    return {
+        c.name: [json.loads(x)["key"] for x in (c / "records.jsonl").read_text().splitlines() if x.strip()]
+        for c in sorted((cwd / "outputs" / "cells").iterdir())
+    }
 
 
 @pytest.mark.slow

@@ -23,14 +23,19 @@ from faults.http_proxy import DyingProxy, Request
 from faults.test_fault_disk import LIMIT, tmpfs
 
 SWEEP = ["-m", "seed=0,1", "model=gold", "dataset=demo", "progress=false"]
-LAUNCHERS = {"basic": [], "joblib": ["hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2"],
-             "ray": ["hydra/launcher=ray_cluster"],  # a private Ray on this machine (no RAY_ADDRESS), a cell per CPU
-             "slurm_local": ["hydra/launcher=slurm_local"]}  # submitit's SLURM code path, each cell a local job
+LAUNCHERS = {
+    "basic": [],
+    "joblib": ["hydra/launcher=local_parallel", "hydra.launcher.n_jobs=2"],
+    "ray": ["hydra/launcher=ray_cluster"],  # a private Ray on this machine (no RAY_ADDRESS), a cell per CPU
+    "slurm_local": ["hydra/launcher=slurm_local"],
+}  # submitit's SLURM code path, each cell a local job
 
 
 def _records(cwd: Path) -> dict[str, list[str]]:
-    return {c.name: [json.loads(x)["key"] for x in (c / "records.jsonl").read_text().splitlines() if x.strip()]
-            for c in sorted((cwd / "outputs" / "cells").iterdir())}  # fmt: skip
+    return {
+        c.name: [json.loads(x)["key"] for x in (c / "records.jsonl").read_text().splitlines() if x.strip()]
+        for c in sorted((cwd / "outputs" / "cells").iterdir())
+    }
 
 
 def _first_cell_logs() -> Callable[[Request], bool]:
@@ -69,8 +74,9 @@ def test_a_store_lost_while_a_cell_of_a_sweep_runs_is_one_line_and_the_rerun_log
         first = _records(tmp_path)
         assert all(len(keys) == len(set(keys)) for keys in first.values())
         c = MlflowClient(tracking_uri=uri)
-        (left,) = [x for x in c.search_runs([c.get_experiment_by_name("apps").experiment_id])
-                   if x.data.tags.get("sweep") == "true"]  # fmt: skip
+        (left,) = [
+            x for x in c.search_runs([c.get_experiment_by_name("apps").experiment_id]) if x.data.tags.get("sweep") == "true"
+        ]
         assert left.info.status == "RUNNING"  # its launch could not reach the store to end it
 
         again = run_cli(SWEEP, tmp_path, env=cli_env(tmp_path, MLFLOW_TRACKING_URI=uri), timeout=600)
@@ -106,13 +112,23 @@ def _last_sweep_job_logs(cwd: Path) -> str:
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 @pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_a_disk_that_fills_inside_a_sweep_stops_it_in_one_line_and_the_rerun_resumes(tmp_path: Path, apps_data_dir: Path,
-                                                                                    launcher: str):  # fmt: skip
+def test_a_disk_that_fills_inside_a_sweep_stops_it_in_one_line_and_the_rerun_resumes(
+    tmp_path: Path, apps_data_dir: Path, launcher: str
+):
     from mlflow import MlflowClient
 
     rows = apps_data_dir / "train_mini150.jsonl"
-    sweep = ["-m", "seed=0,1", "allow_any_cell=true", "dataset=apps", f"dataset.path={rows}", "dataset.split=train",
-             f"limit={LIMIT}", "progress=false", *LAUNCHERS[launcher]]  # fmt: skip
+    sweep = [
+        "-m",
+        "seed=0,1",
+        "allow_any_cell=true",
+        "dataset=apps",
+        f"dataset.path={rows}",
+        "dataset.split=train",
+        f"limit={LIMIT}",
+        "progress=false",
+        *LAUNCHERS[launcher],
+    ]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # the store on another disk: only the cells' folders fill this one
     # room for the first cell's files and about half its records; slurm_local: and submitit's job files first
     # (about 90 kB per job, both jobs submitted at once)
@@ -132,8 +148,9 @@ def test_a_disk_that_fills_inside_a_sweep_stops_it_in_one_line_and_the_rerun_res
         kept = {cell.name: _keys(cell) for cell in cells}
         assert all(len(set(keys)) == len(keys) < LIMIT for keys in kept.values()) and any(kept.values())
         c = MlflowClient(tracking_uri=uri)
-        (parent,) = [x for x in c.search_runs([c.get_experiment_by_name("apps").experiment_id])
-                     if x.data.tags.get("sweep") == "true"]  # fmt: skip
+        (parent,) = [
+            x for x in c.search_runs([c.get_experiment_by_name("apps").experiment_id]) if x.data.tags.get("sweep") == "true"
+        ]
         assert parent.info.status == "FAILED" and f"apps-bench: {parent.data.tags['error']}" in said
 
         subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)  # space freed

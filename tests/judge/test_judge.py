@@ -20,7 +20,9 @@ O = T.Outcome
 def mini150(apps_data_dir):
     from conftest import compose_cell
 
-    return load_problems(compose_cell("dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}").dataset, max_tests_per_row=0)
+    return load_problems(
+        compose_cell("dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}").dataset, max_tests_per_row=0
+    )
 
 
 def stdin_problem(n=4):
@@ -122,7 +124,7 @@ def test_bool_not_accepted_for_number(judge):
 
 
 def test_huge_integer_output(judge):
-    big = 7 ** 9000
+    big = 7**9000
     p = T.Problem(id="big", question="q", tests=T.TestSuite(("9000\n",), (f"{big}\n",), None, 1))
     assert judge.score(p, "print(7 ** int(input()))\n").passed
 
@@ -154,7 +156,9 @@ def test_gold_solutions_of_train_mini150(judge, mini150):
     call = [p for p in problems if p.tests.mode == "call"]
     assert len(call) == 12 and all(by_id[p.id].passed for p in call), {p.id: by_id[p.id].results for p in call}
     failing = {pid for pid, v in by_id.items() if not v.passed}
-    assert failing <= KNOWN_GOLD_FAILURES | TIMING_MARGINAL, {pid: by_id[pid].results[-1] for pid in failing - KNOWN_GOLD_FAILURES}
+    assert failing <= KNOWN_GOLD_FAILURES | TIMING_MARGINAL, {
+        pid: by_id[pid].results[-1] for pid in failing - KNOWN_GOLD_FAILURES
+    }
     for pid, outcome in KNOWN_GOLD_FAILURES_OUTCOME.items():
         assert by_id[pid].results[-1].outcome is outcome, (pid, by_id[pid].results[-1])
     s = summarize(list(zip(problems, verdicts)))
@@ -240,15 +244,20 @@ def test_a_profile_judges_by_the_rules_class_its_target_names(pool):
         Judge.from_config(pool, dataclasses.replace(seed, _target_=ref._target_))
 
 
-@pytest.mark.parametrize("target, why", [
-    ("apps_bench.judge.rules.Nope", "module apps_bench.judge.rules has no 'Nope'"),
-    ("nowhere.Rules", "nowhere.Rules is not in this install"),
-    ("apps_bench.judge.compare.compare_stdin", "apps_bench.judge.compare.compare_stdin is not a profile's rules class"),
-])
+@pytest.mark.parametrize(
+    "target, why",
+    [
+        ("apps_bench.judge.rules.Nope", "module apps_bench.judge.rules has no 'Nope'"),
+        ("nowhere.Rules", "nowhere.Rules is not in this install"),
+        ("apps_bench.judge.compare.compare_stdin", "apps_bench.judge.compare.compare_stdin is not a profile's rules class"),
+    ],
+)
 def test_a_target_that_names_no_rules_is_refused_naming_the_file(pool, target, why):
     with pytest.raises(ValueError) as e:
         Judge.from_config(pool, dataclasses.replace(judge_config("seed"), _target_=target))
-    assert str(e.value).startswith(f"judge profile 'seed': {why}") and "check judge._target_ (conf/judge/seed.yaml)" in str(e.value)
+    assert str(e.value).startswith(f"judge profile 'seed': {why}") and "check judge._target_ (conf/judge/seed.yaml)" in str(
+        e.value
+    )
 
 
 def test_the_rules_class_is_not_in_the_cell_key():
@@ -279,4 +288,10 @@ def test_call_memory_cap_from_env_reaches_the_program(pool, monkeypatch):
 def test_seed_config_defaults(monkeypatch):
     monkeypatch.delenv("APPS_CALL_BASED_MEMORY_BYTES", raising=False)
     cfg = judge_config("seed")
-    assert (cfg.profile, cfg.timeout_s, cfg.stop_on_first_failure, cfg.call_memory_bytes, cfg.workers) == ("seed", 4.0, True, 4_000_000_000, 0)
+    assert (cfg.profile, cfg.timeout_s, cfg.stop_on_first_failure, cfg.call_memory_bytes, cfg.workers) == (
+        "seed",
+        4.0,
+        True,
+        4_000_000_000,
+        0,
+    )

@@ -26,7 +26,9 @@ def read_jsonl(path: Path) -> list[dict]:
 def rows(apps_data_dir, tmp_path) -> Path:
     """Six train rows: 4 standard-input problems and 2 call-based ones, in the codeparrot schema."""
     wanted = {"0", "1", "2", "3", "2404", "2412"}
-    lines = [l for l in (apps_data_dir / "train_mini150.jsonl").read_text().splitlines() if str(json.loads(l)["problem_id"]) in wanted]
+    lines = [
+        l for l in (apps_data_dir / "train_mini150.jsonl").read_text().splitlines() if str(json.loads(l)["problem_id"]) in wanted
+    ]
     assert len(lines) == 6
     path = tmp_path / "rows.jsonl"
     path.write_text("\n".join(lines) + "\n")
@@ -83,7 +85,17 @@ def test_only_limit_and_default_cap_from_conf(apps_data_dir, tmp_path):
     assert [x["id"] for x in recs] == ["8", "9"]
     assert all(x["n_tests"] == 20 for x in recs)  # conf/config.yaml max_tests_per_row
     assert "max_tests_per_row=20" in r.stderr
-    r = judge_cmd(str(apps_data_dir / "test_0-49_partial.jsonl"), "--gold", "--limit", "1", "--max-tests-per-row", "3", "--out", str(out), "--no-progress")
+    r = judge_cmd(
+        str(apps_data_dir / "test_0-49_partial.jsonl"),
+        "--gold",
+        "--limit",
+        "1",
+        "--max-tests-per-row",
+        "3",
+        "--out",
+        str(out),
+        "--no-progress",
+    )
     assert r.returncode == 0 and [(x["id"], x["n_tests"]) for x in read_jsonl(out)] == [("8", 3)]
 
 
@@ -117,9 +129,30 @@ def test_the_command_reads_conf_without_hydra(rows, tmp_path):
     composes no cell: Hydra is never imported (its import and a cell's composition were ~0.2 s of a ~1.3 s
     command on train_mini150: docs/benchmarks.md, judge speed). What conf/ and --set say still applies."""
     out, summary = tmp_path / "v.jsonl", tmp_path / "s.json"
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "apps_bench.judge", str(rows), "--gold", "--no-progress",
-                        "--out", str(out), "--summary", str(summary), "--set", "timeout_s=3", "--profile", "reference"],
-                       cwd=REPO, capture_output=True, text=True, timeout=240)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "apps_bench.judge",
+            str(rows),
+            "--gold",
+            "--no-progress",
+            "--out",
+            str(out),
+            "--summary",
+            str(summary),
+            "--set",
+            "timeout_s=3",
+            "--profile",
+            "reference",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stderr
     imported = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     assert {"omegaconf", "apps_bench.judge.cli", "apps_bench.config.schema"} <= imported  # the list is the command's imports

@@ -22,7 +22,7 @@ def test_wrapper_keeps_leading_imports_and_indents_the_rest_with_a_tab() -> None
     )
     assert wrap_stdin_program("") == "stdin = sys.stdin\nstdout = sys.stdout\ndef code():\n\t\n"
     assert "def code" not in wrap_stdin_program("import sys\nimport math")
-    assert wrap_stdin_program("x = '''a\nb'''") .endswith("\tx = '''a\n\tb'''\n")  # inside strings too
+    assert wrap_stdin_program("x = '''a\nb'''").endswith("\tx = '''a\n\tb'''\n")  # inside strings too
 
 
 @pytest.mark.parametrize(
@@ -81,9 +81,27 @@ def test_a_comparison_that_raises_is_a_runtime_error() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [1, True, 2.5, "s", None, [1, (2, 3)], (1,), {1: "a", (2, 3): [4]}, {1, 2}, frozenset({3}), deque([1]),
-     Counter("aab"), OrderedDict(a=1), b"\x00\xff", 1 + 2j, np.int64(7), np.float32(0.5), np.bool_(True),
-     np.array([[1, 2], [3, 4]])],
+    [
+        1,
+        True,
+        2.5,
+        "s",
+        None,
+        [1, (2, 3)],
+        (1,),
+        {1: "a", (2, 3): [4]},
+        {1, 2},
+        frozenset({3}),
+        deque([1]),
+        Counter("aab"),
+        OrderedDict(a=1),
+        b"\x00\xff",
+        1 + 2j,
+        np.int64(7),
+        np.float32(0.5),
+        np.bool_(True),
+        np.array([[1, 2], [3, 4]]),
+    ],
 )
 def test_return_values_keep_what_eq_can_tell_apart(value) -> None:
     import json
@@ -112,4 +130,6 @@ def test_objects_of_the_programs_own_types_equal_nothing() -> None:
 def test_reference_results_are_recorded_only_by_the_reference_profile() -> None:
     r = (T.TestResult(0, T.Outcome.PASS),)
     assert "reference_results" not in T.Verdict("1", True, 1, 1, 1, r, "seed").to_json()
-    assert T.Verdict("1", False, 1, 1, 0, r, "reference", reference_results=(-1,) * 21).to_json()["reference_results"] == [-1] * 21
+    assert (
+        T.Verdict("1", False, 1, 1, 0, r, "reference", reference_results=(-1,) * 21).to_json()["reference_results"] == [-1] * 21
+    )

@@ -136,7 +136,9 @@ def test_reference_reproduces_every_recorded_verdict(reference_run) -> None:
         if _skipped_by_timing(pid, v):
             continue
         if v.passed != want["passed"] or list(v.reference_results) != want["results"]:
-            wrong.append(f"{pid}: reference {v.passed} {list(v.reference_results)[:8]}, original {want['passed']} {want['results'][:8]}")
+            wrong.append(
+                f"{pid}: reference {v.passed} {list(v.reference_results)[:8]}, original {want['passed']} {want['results'][:8]}"
+            )
         assert v.profile == "reference"
     assert wrong == [], "\n".join(wrong)
 
@@ -170,10 +172,14 @@ def test_test_case_average_per_problem_is_the_originals(reference_run) -> None:
 def test_seed_keeps_its_own_verdicts(pool, rows, programs, cap) -> None:
     recorded = _verdicts("seed_verdicts.jsonl")
     got = judge_corpus(pool, rows, cut_by(cap, rows, programs), "seed", cap)
-    wrong = [f"{pid}: seed now {v.passed}, recorded {recorded[(pid, cap)]['passed']}"
-             for pid, v in got.items() if v.passed != recorded[(pid, cap)]["passed"]
-             and not (pid in TIMING_MARGINAL and any(r.outcome.value == "timeout" for r in v.results))]
+    wrong = [
+        f"{pid}: seed now {v.passed}, recorded {recorded[(pid, cap)]['passed']}"
+        for pid, v in got.items()
+        if v.passed != recorded[(pid, cap)]["passed"]
+        and not (pid in TIMING_MARGINAL and any(r.outcome.value == "timeout" for r in v.results))
+    ]
     assert wrong == [], "\n".join(wrong)
+
 
 def test_seed_and_reference_differ_on_the_probes(programs) -> None:
     """The seed rules are not the original's: on the corpus they part on at least ten programs."""
@@ -198,9 +204,25 @@ def test_judge_cli_gives_the_original_verdicts_on_every_program(tmp_path, rows, 
             f.write(json.dumps({**row, "problem_id": int(ids[p["id"]])}) + "\n")
             g.write(json.dumps({"id": ids[p["id"]], "code": p["code"]}) + "\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "apps_bench.judge", str(rows_file), "--predictions", str(pred_file), "--profile", "reference",
-         "--max-tests-per-row", str(cap), "--out", str(out), "--no-progress"],
-        capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "apps_bench.judge",
+            str(rows_file),
+            "--predictions",
+            str(pred_file),
+            "--profile",
+            "reference",
+            "--max-tests-per-row",
+            str(cap),
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr
     got = {v["id"]: v for v in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
@@ -240,8 +262,19 @@ def test_a_cell_with_judge_reference_gives_the_original_verdicts(tmp_path, mlflo
 
     recorded = _verdicts("verdicts.jsonl")
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    proc = run_cli(["dataset=apps", f"dataset.path={corpus.DATA / 'train_mini150.jsonl'}", "dataset.split=train",
-                    "model=gold", "judge=reference", f"max_tests_per_row={cap}", "progress=false"], tmp_path, timeout=900)
+    proc = run_cli(
+        [
+            "dataset=apps",
+            f"dataset.path={corpus.DATA / 'train_mini150.jsonl'}",
+            "dataset.split=train",
+            "model=gold",
+            "judge=reference",
+            f"max_tests_per_row={cap}",
+            "progress=false",
+        ],
+        tmp_path,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (cell,) = (tmp_path / "outputs" / "cells").iterdir()
     records = [json.loads(x) for x in (cell / "records.jsonl").read_text().splitlines()]

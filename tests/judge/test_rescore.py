@@ -18,7 +18,15 @@ from conftest import APPS_DATA_DIR, cli_env, fresh_store, run_cli
 from apps_bench.config.schema import JudgeConfig, typed
 
 DATA = APPS_DATA_DIR / "train_mini150.jsonl"
-CELL_ARGS = ["dataset=apps", f"dataset.path={DATA}", "dataset.split=train", "offset=36", "limit=8", "model=gold", "progress=false"]
+CELL_ARGS = [
+    "dataset=apps",
+    f"dataset.path={DATA}",
+    "dataset.split=train",
+    "offset=36",
+    "limit=8",
+    "model=gold",
+    "progress=false",
+]
 # An import hook that fails the command if re-scoring reached for a model or an agent runner, or composed a
 # cell (Hydra: its import and a composition cost ~0.2 s; re-scoring reads conf/judge and conf/tracking files).
 NO_MODELS = (
@@ -37,8 +45,15 @@ NO_MODELS = (
 def rescore(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     # no endpoint exists during re-scoring: a model call could only fail
     env = cli_env(cwd, OPENAI_BASE_URL="http://127.0.0.1:9/v1", VLLM_BASE_URL="http://127.0.0.1:9/v1")
-    return subprocess.run([sys.executable, "-c", NO_MODELS, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", NO_MODELS, *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def sha(path: Path) -> str:
@@ -103,8 +118,14 @@ def test_finished_cell_is_rescored_beside_its_records_and_logged_as_a_child_run(
     tags = run.data.tags
     assert tags["mlflow.parentRunId"] == parent.info.run_id == tags["rescore_of"]
     assert {a: tags[a] for a in ("dataset", "topology", "model", "optimizer", "seed")} == {
-        a: parent.data.tags[a] for a in ("dataset", "topology", "model", "optimizer", "seed")}
-    assert (tags["judge_profile"], tags["max_tests_per_row"], tags["cell_key"], tags["complete"]) == ("reference", "0", new_key, "true")
+        a: parent.data.tags[a] for a in ("dataset", "topology", "model", "optimizer", "seed")
+    }
+    assert (tags["judge_profile"], tags["max_tests_per_row"], tags["cell_key"], tags["complete"]) == (
+        "reference",
+        "0",
+        new_key,
+        "true",
+    )
     assert tags["prov.sandbox.nice"] == str(os.nice(0)) and tags["prov.sandbox"].endswith(f"nice={os.nice(0)}")
     assert run.data.metrics["pass_at_1"] == pytest.approx(summary["pass_at_1"])
     assert run.info.status == "FINISHED"
@@ -146,7 +167,9 @@ def test_interrupted_cell_is_rescored_on_what_it_recorded(workdir, cell_dir, tmp
 def test_rescore_by_run_id(workdir, cell_dir) -> None:
     c = mlflow_client(workdir)
     key = json.loads((cell_dir / "cell.json").read_text())["key"]
-    (run,) = [r for r in c.search_runs([c.get_experiment_by_name("apps").experiment_id], filter_string=f"tags.cell_key = '{key}'")]
+    (run,) = [
+        r for r in c.search_runs([c.get_experiment_by_name("apps").experiment_id], filter_string=f"tags.cell_key = '{key}'")
+    ]
     proc = rescore([run.info.run_id, "max_tests_per_row=0", "--no-mlflow"], workdir)
     assert proc.returncode == 0, proc.stderr
     assert any(d.name.startswith("seed-max0-") for d in (cell_dir / "rescore").iterdir())
@@ -188,8 +211,11 @@ def test_a_sandbox_limit_is_rescored_like_any_judge_setting(workdir, cell_dir) -
     """judge.sandbox.<limit> (a dotted judge setting) re-judges the programs under the new limit."""
     proc = rescore([str(cell_dir), "judge.sandbox.output_cap_bytes=1", "--no-mlflow"], workdir)
     assert proc.returncode == 0, proc.stderr
-    (out,) = [d for d in (cell_dir / "rescore").iterdir()
-              if (d / "config.yaml").is_file() and "output_cap_bytes: 1\n" in (d / "config.yaml").read_text()]
+    (out,) = [
+        d
+        for d in (cell_dir / "rescore").iterdir()
+        if (d / "config.yaml").is_file() and "output_cap_bytes: 1\n" in (d / "config.yaml").read_text()
+    ]
     new = lines(out / "records.jsonl")
     assert len(new) == 8 and not any(r["passed"] for r in new)
     assert all(r["verdict"]["results"][0]["outcome"] == "output_limit" for r in new if not r.get("error"))
@@ -233,8 +259,9 @@ def test_a_cell_recorded_before_profiles_named_their_rules_is_rescored_by_its_pr
     (same,) = [d for d in (cell_dir / "rescore").iterdir() if d.name == new.name]  # one key for both
     assert yaml.safe_load((new / "config.yaml").read_text())["judge"]["_target_"] == "apps_bench.judge.rules.SeedRules"
     got = {r["key"]: (r["passed"], r["verdict"]["profile"], r["verdict"]["tests_run"]) for r in lines(new / "records.jsonl")}
-    assert len(got) == 8 and got == {r["key"]: (r["passed"], r["verdict"]["profile"], r["verdict"]["tests_run"])
-                                      for r in lines(same / "records.jsonl")}
+    assert len(got) == 8 and got == {
+        r["key"]: (r["passed"], r["verdict"]["profile"], r["verdict"]["tests_run"]) for r in lines(same / "records.jsonl")
+    }
 
 
 def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s(tmp_path: Path):
@@ -249,8 +276,11 @@ def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s
     from apps_bench.tracking.records import RecordStore, record_key
     from apps_bench.types import Problem, ProblemRecord, UsageRecord, Verdict
 
-    [good, bad] = load_problems(compose_cell("dataset=apps_train", f"dataset.path={APPS_DATA_DIR / 'train_mini150.jsonl'}").dataset,
-                                only=("1", "9"), max_tests_per_row=3).problems  # fmt: skip
+    [good, bad] = load_problems(
+        compose_cell("dataset=apps_train", f"dataset.path={APPS_DATA_DIR / 'train_mini150.jsonl'}").dataset,
+        only=("1", "9"),
+        max_tests_per_row=3,
+    ).problems
     crash_on = bad.id
 
     class CrashingJudge(Judge):
@@ -262,15 +292,43 @@ def test_a_judge_crash_while_re_scoring_is_that_record_s_error_not_the_command_s
     (tmp_path / "cell").mkdir()
     store = RecordStore(tmp_path / "cell")
     key = {p.id: record_key(p.split, p.id) for p in (good, bad)}
-    todo = [ProblemRecord(key=key[p.id], id=p.id, split=p.split, difficulty=p.difficulty, mode=p.tests.mode, cell="old",
-                          program=p.solutions[0], extracted=True, passed=True, verdict=None, usage=UsageRecord(), tool_calls_by_role={},
-                          latency_s=0.0, solve_s=0.0, judge_s=0.0, solver="main", error=None, stop_reason="done")
-            for p in (good, bad)]  # fmt: skip
+    todo = [
+        ProblemRecord(
+            key=key[p.id],
+            id=p.id,
+            split=p.split,
+            difficulty=p.difficulty,
+            mode=p.tests.mode,
+            cell="old",
+            program=p.solutions[0],
+            extracted=True,
+            passed=True,
+            verdict=None,
+            usage=UsageRecord(),
+            tool_calls_by_role={},
+            latency_s=0.0,
+            solve_s=0.0,
+            judge_s=0.0,
+            solver="main",
+            error=None,
+            stop_reason="done",
+        )
+        for p in (good, bad)
+    ]
     judge_cfg = typed(JudgeConfig, compose_cell().judge)
     with SandboxPool.from_config(judge_cfg, workers=1) as pool:
         judge = CrashingJudge.from_config(pool, judge_cfg)  # the cell's judge settings, this one crashing on `bad`
-        judge_records(store, todo, {key[p.id]: p for p in (good, bad)}, judge, workers=2, new_key="new", old_key="old",
-                      old_cap=None, progress=False)  # fmt: skip
+        judge_records(
+            store,
+            todo,
+            {key[p.id]: p for p in (good, bad)},
+            judge,
+            workers=2,
+            new_key="new",
+            old_key="old",
+            old_cap=None,
+            progress=False,
+        )
     got = {r["key"]: r for r in lines(tmp_path / "cell" / "records.jsonl")}
     assert {k: ProblemRecord.from_json(r).to_json() for k, r in got.items()} == got  # what rescore writes is a record
     assert got[key[good.id]]["passed"] is True and not got[key[good.id]].get("error")

@@ -33,9 +33,14 @@ APPS_TRAIN_MINI = REPO / "tests" / "fixtures" / "apps" / "train_mini150.jsonl"  
 # the sweep every cluster test runs: 4 gold cells of 5 real APPS problems
 N_PROBLEMS = 5
 GOLD_CELLS = [
-    "seed=0,1", "topology=single,sequential_langgraph", "model=gold", "dataset=apps",
-    f"dataset.path={APPS_TRAIN_MINI}", f"limit={N_PROBLEMS}", "progress=false",
-]  # fmt: skip
+    "seed=0,1",
+    "topology=single,sequential_langgraph",
+    "model=gold",
+    "dataset=apps",
+    f"dataset.path={APPS_TRAIN_MINI}",
+    f"limit={N_PROBLEMS}",
+    "progress=false",
+]
 
 
 class NamespaceUnavailable(RuntimeError):
@@ -95,10 +100,18 @@ class Netns:
         """`cmd` wrapped to run inside the namespace (own mount namespace, this host -> 127.0.0.1)."""
         enter = f'mount --bind {shlex.quote(str(self.hosts))} /etc/hosts && exec "$@"'
         return [
-            "nsenter", f"--net=/run/netns/{self.name}",
-            "unshare", "--mount", "--propagation", "private",
-            "sh", "-c", enter, "sh", *cmd,
-        ]  # fmt: skip
+            "nsenter",
+            f"--net=/run/netns/{self.name}",
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            enter,
+            "sh",
+            *cmd,
+        ]
 
     def run(self, cmd: list[str], *, timeout: float = 120, **kw) -> subprocess.CompletedProcess[str]:
         """Run `cmd` inside; output captured as text, stdin closed."""
@@ -110,9 +123,13 @@ class Netns:
         log.parent.mkdir(parents=True, exist_ok=True)
         out = log.open("ab")
         return subprocess.Popen(
-            self.argv(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, **kw,
-        )  # fmt: skip
+            self.argv(cmd),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            **kw,
+        )
 
     def pids(self) -> list[int]:
         out = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True, text=True)
@@ -187,16 +204,24 @@ def start_mlflow_server(ns: Netns, root: Path, port: int = 5055, workers: int = 
     root.mkdir(parents=True, exist_ok=True)
     log = root / "server.log"
     env = {
-        **os.environ, "MLFLOW_SERVER_DIR": str(root), "HOST": host, "PORT": str(port),
-        "WORKERS": str(workers), "PYTHON": _python(),
-    }  # fmt: skip
+        **os.environ,
+        "MLFLOW_SERVER_DIR": str(root),
+        "HOST": host,
+        "PORT": str(port),
+        "WORKERS": str(workers),
+        "PYTHON": _python(),
+    }
     proc = ns.popen(["bash", str(REPO / "launchers" / "mlflow_server.sh")], log, env=env)
     uri = _printed_uri(log, proc)
     ns.wait_http(f"{uri}/health", proc=proc, log=log)
     return MlflowServer(
-        uri=uri, backend_uri=f"sqlite:///{root}/mlflow.db", artifact_root=root / "artifacts",
-        root=root, proc=proc, log=log,
-    )  # fmt: skip
+        uri=uri,
+        backend_uri=f"sqlite:///{root}/mlflow.db",
+        artifact_root=root / "artifacts",
+        root=root,
+        proc=proc,
+        log=log,
+    )
 
 
 def _printed_uri(log: Path, proc: subprocess.Popen, timeout: float = 30) -> str:

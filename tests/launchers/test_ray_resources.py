@@ -20,8 +20,11 @@ def test_demand_uses_rays_names_and_its_one_cpu_default() -> None:
     assert demand({"num_cpus": None, "max_calls": 1}) == {"CPU": 1.0}
     assert demand({"num_cpus": 0}) == {}
     assert demand({"num_cpus": 4, "num_gpus": 1, "memory": 2**30, "resources": {"vllm": 1}}) == {
-        "CPU": 4.0, "GPU": 1.0, "memory": float(2**30), "vllm": 1.0,
-    }  # fmt: skip
+        "CPU": 4.0,
+        "GPU": 1.0,
+        "memory": float(2**30),
+        "vllm": 1.0,
+    }
 
 
 def test_a_dead_node_holds_nothing() -> None:
@@ -46,10 +49,14 @@ def test_infeasible_names_the_request_and_every_fix() -> None:
 def test_unset_init_settings_are_not_passed_to_ray() -> None:
     """Joining a running cluster, Ray refuses object_store_memory (and other node settings):
     a null in the preset or an override must leave it out; address stays (null = start one)."""
-    kw = _init_kwargs({
-        "address": None, "object_store_memory": None, "num_cpus": None,
-        "runtime_env": {"env_vars": {"MLFLOW_TRACKING_URI": "http://127.0.0.1:5055", "APPS_BENCH_PARENT_RUN_ID": "", "N": 3}},
-    })  # fmt: skip
+    kw = _init_kwargs(
+        {
+            "address": None,
+            "object_store_memory": None,
+            "num_cpus": None,
+            "runtime_env": {"env_vars": {"MLFLOW_TRACKING_URI": "http://127.0.0.1:5055", "APPS_BENCH_PARENT_RUN_ID": "", "N": 3}},
+        }
+    )
     assert kw == {
         "address": None,
         "runtime_env": {"env_vars": {"MLFLOW_TRACKING_URI": "http://127.0.0.1:5055", "APPS_BENCH_PARENT_RUN_ID": "", "N": "3"}},

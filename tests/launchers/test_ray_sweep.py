@@ -82,10 +82,20 @@ def ray_head(netns: Netns, mlflow_server: MlflowServer, tmp_path_factory: pytest
     env = _env()
     before = set(netns.pids())
     out = netns.run(
-        [RAY, "start", "--head", "--port=6390", "--include-dashboard=false", "--disable-usage-stats",
-         f"--temp-dir={temp_dir}", "--object-store-memory=200000000"],
-        cwd=start_dir, env=env, timeout=180,
-    )  # fmt: skip
+        [
+            RAY,
+            "start",
+            "--head",
+            "--port=6390",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp_dir}",
+            "--object-store-memory=200000000",
+        ],
+        cwd=start_dir,
+        env=env,
+        timeout=180,
+    )
     ray_pids = set(netns.pids()) - before - _descendants(mlflow_server.proc.pid)
     try:
         assert out.returncode == 0, f"ray start failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
@@ -112,8 +122,16 @@ def ray_head(netns: Netns, mlflow_server: MlflowServer, tmp_path_factory: pytest
 def _sweep(netns: Netns, head: RayHead, server: MlflowServer, cwd: Path, experiment: str, *extra: str):
     """The documented sweep: RAY_ADDRESS and MLFLOW_TRACKING_URI exported, the cells, nothing else."""
     env = _env(RAY_ADDRESS=head.address, MLFLOW_TRACKING_URI=server.uri)
-    cmd = [sys.executable, "-m", "apps_bench", "-m", "hydra/launcher=ray_cluster", *GOLD_CELLS,
-           f"tracking.experiment={experiment}", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "apps_bench",
+        "-m",
+        "hydra/launcher=ray_cluster",
+        *GOLD_CELLS,
+        f"tracking.experiment={experiment}",
+        *extra,
+    ]
     t0 = time.monotonic()
     out = netns.run(cmd, cwd=cwd, env=env, timeout=280)
     return out, time.monotonic() - t0
@@ -202,11 +220,24 @@ def test_ray_killed_cell_is_retried_from_its_records_and_ctrl_c_ends_every_cell(
     Then Ctrl-C on the sweep: it exits, and no cell task, nor any process a cell started, is left."""
     idle = set(netns.pids())
     env = _env(RAY_ADDRESS=ray_head.address, MLFLOW_TRACKING_URI=mlflow_server.uri)
-    cmd = [sys.executable, "-m", "apps_bench", "-m", "hydra/launcher=ray_cluster", "seed=0,1", "topology=single,sequential_langgraph",
-           "model=gold", "dataset=apps", f"dataset.path={APPS_TRAIN_MINI}", "limit=40", "tracking.experiment=ray_interrupt"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "apps_bench",
+        "-m",
+        "hydra/launcher=ray_cluster",
+        "seed=0,1",
+        "topology=single,sequential_langgraph",
+        "model=gold",
+        "dataset=apps",
+        f"dataset.path={APPS_TRAIN_MINI}",
+        "limit=40",
+        "tracking.experiment=ray_interrupt",
+    ]
     log = tmp_path / "sweep.log"
     driver = netns.popen(cmd, log, cwd=tmp_path, env=env)
     try:
+
         def recorded() -> Path | None:
             for rec in (tmp_path / "outputs" / "cells").glob("*/records.jsonl"):
                 if len(rec.read_text().splitlines()) >= 3:
@@ -216,9 +247,10 @@ def test_ray_killed_cell_is_retried_from_its_records_and_ctrl_c_ends_every_cell(
         rec = _wait_for("a cell with 3 recorded problems", recorded)
         key = rec.parent.name.rsplit("-", 1)[1]
         victim = next(
-            int(lg.name.rsplit("-", 1)[1].split(".")[0]) for lg in ray_head.worker_logs()
+            int(lg.name.rsplit("-", 1)[1].split(".")[0])
+            for lg in ray_head.worker_logs()
             if f"[{key}]" in lg.read_text(errors="replace") and Path(f"/proc/{lg.name.rsplit('-', 1)[1].split('.')[0]}").exists()
-        )  # fmt: skip
+        )
         assert victim in _cell_workers(netns)
         os.kill(victim, signal.SIGKILL)
 

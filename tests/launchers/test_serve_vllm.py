@@ -23,8 +23,23 @@ SCRIPT = REPO / "launchers" / "serve_vllm.sh"
 SBATCH = REPO / "launchers" / "serve_vllm.sbatch"
 PIN = "0.34.0"
 MODEL_IDS = {"qwen": "Qwen/Qwen3.5-9B", "qwen_122b": "Qwen/Qwen3.5-122B-A10B", "qwen_thinking": "Qwen/Qwen3.5-9B"}
-KNOBS = ("CUDA_", "SLURM_", "VLLM_", "API_KEY", "TP", "HOST", "PORT", "MODEL_ID", "THINKING", "REASONING_PARSER",
-         "TOOL_CALL_PARSER", "MAX_MODEL_LEN", "MAX_NUM_SEQS", "GPU_MEM_UTIL", "TEXT_ONLY")  # fmt: skip
+KNOBS = (
+    "CUDA_",
+    "SLURM_",
+    "VLLM_",
+    "API_KEY",
+    "TP",
+    "HOST",
+    "PORT",
+    "MODEL_ID",
+    "THINKING",
+    "REASONING_PARSER",
+    "TOOL_CALL_PARSER",
+    "MAX_MODEL_LEN",
+    "MAX_NUM_SEQS",
+    "GPU_MEM_UTIL",
+    "TEXT_ONLY",
+)
 
 RECORDER = """#!/usr/bin/env bash
 if [ "${1:-}" = --version ]; then echo "INFO 12-03 startup noise"; echo "$STUB_VLLM_VERSION"; exit 0; fi
@@ -162,7 +177,11 @@ def test_thinking_gets_a_reasoning_parser_and_room(node: Path):
         (["qwen"], {"HOST": "0.0.0.0", "API_KEY": "none"}, ["API_KEY=none", "HOST=127.0.0.1"]),
         (["qwen"], {"CUDA_VISIBLE_DEVICES": ""}, ["no GPU visible", "--gres=gpu"]),
         (["meta-llama/Llama-3.1-8B-Instruct"], {}, ["set TOOL_CALL_PARSER", "hermes"]),
-        (["qwen"], {"STUB_VLLM_VERSION": "0.19.1"}, ["vllm 0.19.1 is installed", f"pip install 'vllm=={PIN}'", "VLLM_VERSION=0.19.1"]),
+        (
+            ["qwen"],
+            {"STUB_VLLM_VERSION": "0.19.1"},
+            ["vllm 0.19.1 is installed", f"pip install 'vllm=={PIN}'", "VLLM_VERSION=0.19.1"],
+        ),
     ],
 )
 def test_refused_settings_say_what_to_change_and_start_nothing(node: Path, args, env, needles):

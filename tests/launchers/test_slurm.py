@@ -88,8 +88,13 @@ def test_slurm_cancelled_job_ends_the_sweep_and_the_rerun_resumes_it(
     # slower model replies (a run-only setting: the same cells) so a job can be caught mid-cell
     first = subprocess.Popen(
         slurm_cluster.ns.argv(sweep_cmd("slurm_resume", "model.gold.latency_ms=700", "concurrency=1", cells=SINGLE_CELLS)),
-        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     victim, cut = _cancel_one_mid_cell(slurm_cluster, tmp_path, first)
     _, err = first.communicate(timeout=240)
     # the sweep ends (no hang), names the cancelled job and how to go on

@@ -49,9 +49,20 @@ def test_a_disk_that_fills_inside_a_slurm_sweep_stops_it_in_one_line_and_the_rer
 
     cluster, disk = cluster_on_small_disk
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # the store on another disk: only the sweep's files fill this one
-    cmd = [sys.executable, "-m", "apps_bench", "-m", "hydra/launcher=slurm", "seed=0,1", "allow_any_cell=true",
-           "dataset=apps", f"dataset.path={APPS_TRAIN_MINI}", "dataset.split=train", f"limit={LIMIT}",
-           "progress=false"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "apps_bench",
+        "-m",
+        "hydra/launcher=slurm",
+        "seed=0,1",
+        "allow_any_cell=true",
+        "dataset=apps",
+        f"dataset.path={APPS_TRAIN_MINI}",
+        "dataset.split=train",
+        f"limit={LIMIT}",
+        "progress=false",
+    ]
     env = cli_env(disk, MLFLOW_TRACKING_URI=uri, **cluster.env)
 
     r = cluster.ns.run(cmd, cwd=disk, env=env, timeout=600)
@@ -66,8 +77,7 @@ def test_a_disk_that_fills_inside_a_slurm_sweep_stops_it_in_one_line_and_the_rer
     kept = {cell.name: _keys(cell) for cell in cells}
     assert all(len(set(keys)) == len(keys) < LIMIT for keys in kept.values()) and any(kept.values()), kept
     c = MlflowClient(tracking_uri=uri)
-    (parent,) = [x for x in c.search_runs([c.get_experiment_by_name("apps").experiment_id])
-                 if x.data.tags.get("sweep") == "true"]  # fmt: skip
+    (parent,) = [x for x in c.search_runs([c.get_experiment_by_name("apps").experiment_id]) if x.data.tags.get("sweep") == "true"]
     assert parent.info.status == "FAILED" and f"apps-bench: {parent.data.tags['error']}" == said[0]
 
     subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)  # space freed, for the jobs too

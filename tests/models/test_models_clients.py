@@ -26,8 +26,6 @@ from apps_bench.types import Usage
 HEADERS = {"X-Apps-Bench-Run": "run-7"}
 
 
-
-
 @pytest.fixture(scope="module")
 def rows(apps_data_dir: Path) -> list[GoldProblem]:
     return load_rows(str(apps_data_dir / "train_mini150.jsonl"), "train")
@@ -52,7 +50,10 @@ def assert_counted_once(usage: Usage, server: GoldServer, calls: int) -> None:
     st = server.stats
     assert st.replies == calls
     assert (usage.model_calls, usage.prompt_tokens, usage.completion_tokens, usage.failed_calls) == (
-        calls, st.prompt_tokens, st.completion_tokens, 0,
+        calls,
+        st.prompt_tokens,
+        st.completion_tokens,
+        0,
     )
 
 
@@ -63,7 +64,10 @@ def test_request_params_carry_sampling_seed_and_extra_body(gold):
     ep, cfg = gold
     params = ModelClients(ep, cfg, Usage()).request_params(seed=11)
     assert params == {
-        "temperature": 0.2, "top_p": 0.9, "max_tokens": 4096, "seed": 11,
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "max_tokens": 4096,
+        "seed": 11,
         "extra_body": {"repetition_penalty": 1.05, "chat_template_kwargs": {"enable_thinking": False}},
     }
     assert type(params["extra_body"]) is dict  # plain, not an OmegaConf node
@@ -106,7 +110,9 @@ def test_async_openai_streaming_and_not_counted_once(gold, rows, flavour):
 
     async def run() -> tuple[str, str]:
         client = mc.async_openai()
-        r = await client.chat.completions.create(model=mc.model_id, messages=[{"role": "user", "content": prompt(p)}], **mc.request_params(5))
+        r = await client.chat.completions.create(
+            model=mc.model_id, messages=[{"role": "user", "content": prompt(p)}], **mc.request_params(5)
+        )
         stream = await client.chat.completions.create(
             model=mc.model_id, messages=[{"role": "user", "content": prompt(p)}], stream=True, **mc.request_params(6)
         )
@@ -196,7 +202,9 @@ def test_autogen_client_and_selector_counted_once(gold, rows):
             pass
         coder = AssistantAgent("coder", model_client=mc.autogen_client(seed=8), description="writes code")
         tester = AssistantAgent("tester", model_client=mc.autogen_client(seed=9), description="tests code")
-        team = SelectorGroupChat([coder, tester], model_client=mc.autogen_client(seed=0), termination_condition=MaxMessageTermination(3))
+        team = SelectorGroupChat(
+            [coder, tester], model_client=mc.autogen_client(seed=0), termination_condition=MaxMessageTermination(3)
+        )
         res = await team.run(task=prompt(p))
         return r, last, res
 
@@ -235,12 +243,23 @@ def test_crewai_llm_and_sequential_crew_counted_once(gold, rows):
     llm = mc.crewai_llm(seed=2)
     assert isinstance(llm, BaseLLM) and type(llm).__module__.startswith("crewai.llms.providers.openai")  # native, no litellm
     assert p.solution.strip() in llm.call(prompt(p))
-    coder = Agent(role="coder", goal="solve", backstory="writes programs", llm=mc.crewai_llm(seed=3), tools=[PythonExec()],
-                  allow_delegation=False, verbose=False, max_iter=4)
-    debugger = Agent(role="debugger", goal="fix", backstory="fixes programs", llm=mc.crewai_llm(seed=4),
-                     allow_delegation=False, verbose=False)
+    coder = Agent(
+        role="coder",
+        goal="solve",
+        backstory="writes programs",
+        llm=mc.crewai_llm(seed=3),
+        tools=[PythonExec()],
+        allow_delegation=False,
+        verbose=False,
+        max_iter=4,
+    )
+    debugger = Agent(
+        role="debugger", goal="fix", backstory="fixes programs", llm=mc.crewai_llm(seed=4), allow_delegation=False, verbose=False
+    )
     t1 = Task(description=prompt(p), expected_output="a python program", agent=coder)
-    t2 = Task(description=prompt(p) + "\nFix the program if needed.", expected_output="a python program", agent=debugger, context=[t1])
+    t2 = Task(
+        description=prompt(p) + "\nFix the program if needed.", expected_output="a python program", agent=debugger, context=[t1]
+    )
     out = Crew(agents=[coder, debugger], tasks=[t1, t2], process=Process.sequential, memory=False, verbose=False).kickoff()
     assert ran == [p.solution]
     assert p.solution.strip() in str(out)
@@ -265,8 +284,16 @@ def test_crewai_requests_carry_the_stop_words_crewai_cuts_replies_at(gold, rows)
 
     ep, cfg = gold
     p = stdin_problem(rows)
-    coder = Agent(role="coder", goal="solve", backstory="writes programs", llm=ModelClients(ep, cfg, Usage()).crewai_llm(seed=3),
-                  tools=[PythonExec()], allow_delegation=False, verbose=False, max_iter=4)
+    coder = Agent(
+        role="coder",
+        goal="solve",
+        backstory="writes programs",
+        llm=ModelClients(ep, cfg, Usage()).crewai_llm(seed=3),
+        tools=[PythonExec()],
+        allow_delegation=False,
+        verbose=False,
+        max_iter=4,
+    )
     task = Task(description=prompt(p), expected_output="a python program", agent=coder)
     Crew(agents=[coder], tasks=[task], process=Process.sequential, memory=False, verbose=False).kickoff()
     st = ep.server.stats
@@ -298,7 +325,10 @@ def test_faults_are_retried_until_success_async_and_sync(rows):
             outs = []
             for i in range(6):
                 r = await client.chat.completions.create(
-                    model="gold", messages=[{"role": "user", "content": prompt(rows[i])}], stream=bool(i % 2), **mc.request_params(i)
+                    model="gold",
+                    messages=[{"role": "user", "content": prompt(rows[i])}],
+                    stream=bool(i % 2),
+                    **mc.request_params(i),
                 )
                 if i % 2:
                     outs.append("".join([c.choices[0].delta.content or "" async for c in r if c.choices]))
@@ -310,7 +340,9 @@ def test_faults_are_retried_until_success_async_and_sync(rows):
         assert all(rows[i].solution.strip() in o for i, o in enumerate(outs))
         sync = mc.openai()
         for i in range(6, 10):
-            r = sync.chat.completions.create(model="gold", messages=[{"role": "user", "content": prompt(rows[i])}], **mc.request_params(i))
+            r = sync.chat.completions.create(
+                model="gold", messages=[{"role": "user", "content": prompt(rows[i])}], **mc.request_params(i)
+            )
             assert rows[i].solution.strip() in r.choices[0].message.content
         st = server.stats
         assert sum(st.faults.values()) >= 3 and set(st.faults) >= {"malformed"} | (set(st.faults) - {"malformed"})
@@ -453,12 +485,22 @@ class _CountingServer:
 
             def do_POST(self) -> None:  # noqa: N802
                 self.rfile.read(int(self.headers.get("content-length", 0)))
-                body = json.dumps({
-                    "id": "c", "object": "chat.completion", "created": 0, "model": "m",
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": "```python\nprint(1)\n```"}}],
-                    "usage": {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12},
-                }).encode()  # fmt: skip
+                body = json.dumps(
+                    {
+                        "id": "c",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": "m",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": "```python\nprint(1)\n```"},
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
@@ -567,11 +609,16 @@ class _OneAtATimeServer:
                     time.sleep(hold_s)
                 with count:
                     outer.held -= 1
-                reply = json.dumps({
-                    "id": "c", "object": "chat.completion", "created": 0, "model": "m",
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
-                    "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8},
-                }).encode()  # fmt: skip
+                reply = json.dumps(
+                    {
+                        "id": "c",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": "m",
+                        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok"}}],
+                        "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8},
+                    }
+                ).encode()
                 try:
                     self.send_response(200)
                     self.send_header("content-type", "application/json")
@@ -606,10 +653,13 @@ def _queue_six(max_concurrency: int) -> tuple[_OneAtATimeServer, Usage]:
 
     async def go() -> None:
         c = mc.async_openai()
-        await asyncio.gather(*(
-            c.chat.completions.create(model="m", messages=[{"role": "user", "content": f"q{i}"}], **mc.request_params(i))
-            for i in range(n)
-        ), return_exceptions=True)  # fmt: skip
+        await asyncio.gather(
+            *(
+                c.chat.completions.create(model="m", messages=[{"role": "user", "content": f"q{i}"}], **mc.request_params(i))
+                for i in range(n)
+            ),
+            return_exceptions=True,
+        )
         await c.close()
         await mc.aclose()
 

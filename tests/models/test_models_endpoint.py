@@ -17,9 +17,9 @@ from apps_bench.models.gold import GoldServer
 from apps_bench.models.gold_policy import GoldProblem
 
 CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf" / "model"
-PROBLEM = GoldProblem("test/1", "Print the sum of two integers a and b.", "a, b = map(int, input().split())\nprint(a + b)\n", "1 2\n")
-
-
+PROBLEM = GoldProblem(
+    "test/1", "Print the sum of two integers a and b.", "a, b = map(int, input().split())\nprint(a + b)\n", "1 2\n"
+)
 
 
 def closed_port() -> int:
@@ -43,12 +43,38 @@ def test_model_configs_match_the_schema(name, monkeypatch):
 def test_every_model_yaml_sets_what_the_endpoint_and_clients_read():
     """No code default behind a model setting: every conf/model/*.yaml sets each key the endpoint,
     the clients and the tool warnings read (a YAML without one fails to type, naming it)."""
-    read = ("name", "provider", "model_id", "base_url", "api_key_env", "check_endpoint", "request_timeout_s",
-            "max_concurrency", "retry_timeouts", "tools_supported", "max_retries",
-            "retry_backoff_s", "temperature", "top_p", "max_tokens", "extra_body")
-    own = {"gold": ("latency_ms", "wrong_fraction", "fault_fraction"),
-           "local": ("gguf_package", "gguf_file", "gguf_path", "gguf_requantize", "chat_format", "n_ctx", "n_threads",
-                     "start_timeout_s", "prompt_cache_mb")}
+    read = (
+        "name",
+        "provider",
+        "model_id",
+        "base_url",
+        "api_key_env",
+        "check_endpoint",
+        "request_timeout_s",
+        "max_concurrency",
+        "retry_timeouts",
+        "tools_supported",
+        "max_retries",
+        "retry_backoff_s",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "extra_body",
+    )
+    own = {
+        "gold": ("latency_ms", "wrong_fraction", "fault_fraction"),
+        "local": (
+            "gguf_package",
+            "gguf_file",
+            "gguf_path",
+            "gguf_requantize",
+            "chat_format",
+            "n_ctx",
+            "n_threads",
+            "start_timeout_s",
+            "prompt_cache_mb",
+        ),
+    }
     for path in sorted(CONF.glob("*.yaml")):  # each preset as composed (a key may come from conf/model/shared/)
         cfg = model_preset(path.stem)
         assert sorted(k for k in read if k not in cfg or OmegaConf.is_missing(cfg, k)) == [], path.name
@@ -128,14 +154,18 @@ def test_openai_provider_against_a_running_gold_server(monkeypatch, caplog):
 
 def test_missing_key_for_a_remote_endpoint_is_an_error(monkeypatch):
     monkeypatch.delenv("MY_KEY", raising=False)
-    cfg = model_preset("openai", base_url="http://models.example.org/v1", model_id="m", api_key_env="MY_KEY", check_endpoint=False)
+    cfg = model_preset(
+        "openai", base_url="http://models.example.org/v1", model_id="m", api_key_env="MY_KEY", check_endpoint=False
+    )
     with pytest.raises(ModelEndpointError, match="MY_KEY"):
         with open_endpoint(cfg, []):
             pass
 
 
 def test_gold_options_reach_the_server():
-    cfg = model_preset("gold", **{"gold.latency_ms": 5, "gold.wrong_fraction": 0.25, "gold.fault_fraction": 0.1}, request_timeout_s=2)
+    cfg = model_preset(
+        "gold", **{"gold.latency_ms": 5, "gold.wrong_fraction": 0.25, "gold.fault_fraction": 0.1}, request_timeout_s=2
+    )
     with open_endpoint(cfg, [PROBLEM]) as ep:
         srv = ep.server
         assert (srv.latency_s, srv.wrong_fraction, srv.fault_fraction) == (0.005, 0.25, 0.1)

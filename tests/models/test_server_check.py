@@ -24,8 +24,13 @@ needs_local = pytest.mark.skipif(bool(LOCAL_MISSING), reason=f"model=local needs
 
 
 def _check(tmp_path: Path, *args: str, timeout: float = 900) -> tuple[int, dict | None, str]:
-    out = run_cli(["--json", *args], tmp_path, env=cli_env(tmp_path, XDG_CACHE_HOME=str(tmp_path / "cache")),
-                  timeout=timeout, module="apps_bench.check")  # fmt: skip
+    out = run_cli(
+        ["--json", *args],
+        tmp_path,
+        env=cli_env(tmp_path, XDG_CACHE_HOME=str(tmp_path / "cache")),
+        timeout=timeout,
+        module="apps_bench.check",
+    )
     try:
         return out.returncode, json.loads(out.stdout), out.stderr
     except ValueError:
@@ -53,8 +58,12 @@ def test_gold_passes_the_check_with_every_framework(tmp_path):
 
 
 def test_the_table_says_pass_and_names_each_item(tmp_path):
-    out = run_cli(["model=gold", "server_check.quick=true", f"server_check.json={tmp_path / 'c.json'}"], tmp_path,
-                  env=cli_env(tmp_path), module="apps_bench.check")  # fmt: skip
+    out = run_cli(
+        ["model=gold", "server_check.quick=true", f"server_check.json={tmp_path / 'c.json'}"],
+        tmp_path,
+        env=cli_env(tmp_path),
+        module="apps_bench.check",
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "verdict: PASS" in out.stdout and 'tools, tool_choice "auto"' in out.stdout
     assert json.loads((tmp_path / "c.json").read_text())["tools"]["langgraph"] == "called"
@@ -100,8 +109,13 @@ def test_a_remote_server_is_checked_once_per_identity(tmp_path, gold_url):
     from apps_bench.models.server_gate import cell_check
 
     cache = tmp_path / "checks.json"
-    config = _config("model=openai", f"model.base_url={gold_url.base_url}", "model.model_id=gold",
-                     f"server_check.cache={cache}", "topology=single")  # fmt: skip
+    config = _config(
+        "model=openai",
+        f"model.base_url={gold_url.base_url}",
+        "model.model_id=gold",
+        f"server_check.cache={cache}",
+        "topology=single",
+    )
     with open_endpoint(config.model) as ep:
         first = cell_check(config, ep)
         served = gold_url.stats.requests
@@ -122,8 +136,9 @@ def test_every_framework_offers_tools_in_one_request_shape(gold_url, framework):
 
     config = _config("model=openai", f"model.base_url={gold_url.base_url}", "model.model_id=gold")
     with open_endpoint(config.model) as ep:
-        sent = asyncio.run(send(framework, ep, config.model, f"{DEMO_PROBLEMS[0].question}\n\n{ASK_TOOL}",
-                                     max_tokens=64, tools=True))  # fmt: skip
+        sent = asyncio.run(
+            send(framework, ep, config.model, f"{DEMO_PROBLEMS[0].question}\n\n{ASK_TOOL}", max_tokens=64, tools=True)
+        )
     assert not sent.error and sent.tools == ["python_exec"], sent
     (body,) = [r for r in gold_url.stats.last_requests if r.get("tools")]
     assert body["tool_choice"] == "auto" and body["tools"][0]["function"]["name"] == "python_exec"
@@ -208,8 +223,12 @@ def test_a_chat_format_that_drops_tools_fails_every_framework(tmp_path):
 
 
 def _cell(tmp_path: Path, *args: str, timeout: float = 900):
-    return run_cli(["model=local", *args, "progress=false"], tmp_path,
-                   env=cli_env(tmp_path, XDG_CACHE_HOME=str(tmp_path / "cache")), timeout=timeout)  # fmt: skip
+    return run_cli(
+        ["model=local", *args, "progress=false"],
+        tmp_path,
+        env=cli_env(tmp_path, XDG_CACHE_HOME=str(tmp_path / "cache")),
+        timeout=timeout,
+    )
 
 
 @pytest.mark.local_model
@@ -232,8 +251,15 @@ def test_a_tool_using_cell_is_refused_on_a_server_that_drops_its_tools(tmp_path)
 @needs_local
 def test_a_cell_the_user_accepts_runs_and_records_what_the_server_did(tmp_path, mlflow_template):
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    out = _cell(tmp_path, "topology=single", "model.accept_tool_drop=true", "model.local.chat_format=null", "limit=1",
-                "model.max_tokens=32", "topology.max_steps=2")  # fmt: skip
+    out = _cell(
+        tmp_path,
+        "topology=single",
+        "model.accept_tool_drop=true",
+        "model.local.chat_format=null",
+        "limit=1",
+        "model.max_tokens=32",
+        "topology.max_steps=2",
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     (summary,) = (tmp_path / "outputs" / "cells").glob("*/summary.json")
     server = json.loads(summary.read_text())["provenance"]["server"]
@@ -245,8 +271,15 @@ def test_a_cell_the_user_accepts_runs_and_records_what_the_server_did(tmp_path, 
 
 @pytest.mark.local_model
 @needs_local
-@pytest.mark.parametrize(("topology", "verdict"), [("single", "called"), ("centralized_autogen", "called"),
-                                                   ("decentralized_openai", "called"), ("sequential_crewai", "prompt_text")])
+@pytest.mark.parametrize(
+    ("topology", "verdict"),
+    [
+        ("single", "called"),
+        ("centralized_autogen", "called"),
+        ("decentralized_openai", "called"),
+        ("sequential_crewai", "prompt_text"),
+    ],
+)
 def test_cells_whose_tools_reach_the_model_are_not_refused(tmp_path, topology, verdict):
     """Every framework's tool requests say tool_choice "auto" (their tools reach the model); CrewAI's
     tools are prompt text. model=local ships accept_tool_drop: false, and these are not refused."""

@@ -27,9 +27,14 @@ def test_request_token_cap_goes_as_max_tokens():
 
 
 def test_request_tool_call_turn_has_empty_content_not_null():
-    msgs = [{"role": "user", "content": "x"},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "type": "function",
-                                                                   "function": {"name": "f", "arguments": "{}"}}]}]
+    msgs = [
+        {"role": "user", "content": "x"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+    ]
     new, info = prepare_request(json.dumps({"messages": msgs, "tools": [{"type": "function"}]}).encode())
     body = json.loads(new)
     assert body["messages"][1]["content"] == "" and body["messages"][1]["tool_calls"]
@@ -58,9 +63,18 @@ def test_reply_arguments_with_raw_newlines_become_strict_json():
     assert json.loads(fixed) == {"code": "print(1)\nprint(2)", "stdin": ""}
     assert strict_arguments('{"code": "x"}') == '{"code": "x"}'  # already strict: untouched
     assert strict_arguments("not json") == "not json"  # the runner reports it to the model
-    reply = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "python_exec", "arguments": raw}}]},
-        "finish_reason": "tool_calls"}]}
+    reply = {
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "python_exec", "arguments": raw}}],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ]
+    }
     out = json.loads(normalize_reply(json.dumps(reply).encode(), "application/json"))
     assert json.loads(out["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])["code"] == "print(1)\nprint(2)"
     assert finish_reason(json.dumps(reply).encode()) == "tool_calls"
@@ -84,8 +98,10 @@ def test_every_runner_reads_the_normalized_arguments_alike(runner):
 
 
 def test_sse_finish_reason_is_the_last_one_given():
-    body = b'data: {"choices":[{"delta":{"content":"a"},"finish_reason":null}]}\n\n' \
-           b'data: {"choices":[{"delta":{},"finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
+    body = (
+        b'data: {"choices":[{"delta":{"content":"a"},"finish_reason":null}]}\n\n'
+        b'data: {"choices":[{"delta":{},"finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
+    )
     assert finish_reason(body, "text/event-stream") == "length"
 
 
@@ -131,8 +147,9 @@ def _topo(*overrides):
 
 
 def _rec(calls=3, with_tools=3, by_role=None):
-    return problem_record(usage={"model_calls": calls, "requests_with_tools": with_tools, "prompt_tokens": 300},
-                          tool_calls_by_role=by_role or {})
+    return problem_record(
+        usage={"model_calls": calls, "requests_with_tools": with_tools, "prompt_tokens": 300}, tool_calls_by_role=by_role or {}
+    )
 
 
 def test_a_tool_role_that_never_calls_a_tool_is_warned_about():

@@ -164,13 +164,22 @@ def test_coordinate_ascent_visiting_order_and_others_held_at_best():
     m = Maspo(g, {"a": "A", "b": "B", "c": "C"}, w, plus_minus, KEYS, cfg(D=2, T=2))
     res = m.run()
     assert res.visits == [
-        ("step", 0, "a", 0), ("step", 0, "a", 1),
-        ("step", 0, "b", 0), ("step", 0, "b", 1),
-        ("step", 0, "c", 0), ("step", 0, "c", 1),
-        ("refresh", 1, "a"), ("step", 1, "a", 0), ("step", 1, "a", 1),
-        ("refresh", 1, "b"), ("step", 1, "b", 0), ("step", 1, "b", 1),
-        ("refresh", 1, "c"), ("step", 1, "c", 0), ("step", 1, "c", 1),
-    ]  # fmt: skip
+        ("step", 0, "a", 0),
+        ("step", 0, "a", 1),
+        ("step", 0, "b", 0),
+        ("step", 0, "b", 1),
+        ("step", 0, "c", 0),
+        ("step", 0, "c", 1),
+        ("refresh", 1, "a"),
+        ("step", 1, "a", 0),
+        ("step", 1, "a", 1),
+        ("refresh", 1, "b"),
+        ("step", 1, "b", 0),
+        ("step", 1, "b", 1),
+        ("refresh", 1, "c"),
+        ("step", 1, "c", 0),
+        ("step", 1, "c", 1),
+    ]
     assert res.steps_done == 15 and res.stopped == "done"
     # while b is optimized, a is held at its best after its round-0 steps ("A++")
     b_compares = [c for c in w.compares if c[0] == "b"]

@@ -10,8 +10,16 @@ from conftest import compose_cell
 from apps_bench.optimizers.maspo import graph_for
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
-TOPOLOGIES = ["single", "independent", "sequential_langgraph", "sequential_crewai", "centralized_langgraph",
-              "centralized_autogen", "decentralized_langgraph", "decentralized_openai"]  # fmt: skip
+TOPOLOGIES = [
+    "single",
+    "independent",
+    "sequential_langgraph",
+    "sequential_crewai",
+    "centralized_langgraph",
+    "centralized_autogen",
+    "decentralized_langgraph",
+    "decentralized_openai",
+]
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)

@@ -56,12 +56,22 @@ class Pipeline:
         for key, seed in jobs:
             self.keys_seen.add(key)
             ok = max(0, n) >= need(key)
-            out.append(Rollout(
-                key=key, seed=seed, program=f"print({n})", passed=ok,
-                pass_fraction=1.0 if ok else max(0, n) / need(key), n_tests=1, tests_passed=int(ok), task_tokens=5,
-                traces=(RoleTrace("analyzer", "analyzer", f"Q{key[1]}", "plan" + "+" * p["analyzer"].count("+")),
-                        RoleTrace("coder", "coder", f"Q{key[1]} + plan", f"```python\nprint({n})\n```")),
-            ))  # fmt: skip
+            out.append(
+                Rollout(
+                    key=key,
+                    seed=seed,
+                    program=f"print({n})",
+                    passed=ok,
+                    pass_fraction=1.0 if ok else max(0, n) / need(key),
+                    n_tests=1,
+                    tests_passed=int(ok),
+                    task_tokens=5,
+                    traces=(
+                        RoleTrace("analyzer", "analyzer", f"Q{key[1]}", "plan" + "+" * p["analyzer"].count("+")),
+                        RoleTrace("coder", "coder", f"Q{key[1]} + plan", f"```python\nprint({n})\n```"),
+                    ),
+                )
+            )
         return out
 
 
@@ -83,20 +93,31 @@ def plus_judge(question, first, second):
 
 def optimizer_model(messages, seed):
     cur = re.search(r"<current_prompt>\n(.*)\n</current_prompt>", messages[1]["content"], re.S).group(1)
-    return ChatReply(f"<analysis>x</analysis><modification>y</modification><prompt>{cur}{'+' if seed % 2 == 0 else '-'}</prompt>", 20)
+    return ChatReply(
+        f"<analysis>x</analysis><modification>y</modification><prompt>{cur}{'+' if seed % 2 == 0 else '-'}</prompt>", 20
+    )
 
 
 def build(tmp_path, cache_name, pipeline, max_rollouts=None, T=2, D=2):
     cache = RolloutCache(tmp_path / cache_name)
     budget = Budget(max_rollouts=max_rollouts)
-    ev = ProtocolEvaluator(pipeline, cache, budget, ScoringGate(EVAL, Splits(tuple(TRAIN), tuple(VAL), 0)),
-                           run_seed=0, model={"id": "synthetic"}, settings={"flow": "sequential"})  # fmt: skip
+    ev = ProtocolEvaluator(
+        pipeline,
+        cache,
+        budget,
+        ScoringGate(EVAL, Splits(tuple(TRAIN), tuple(VAL), 0)),
+        run_seed=0,
+        model={"id": "synthetic"},
+        settings={"flow": "sequential"},
+    )
     graph = graph_for("sequential", ["analyzer", "coder"])
     system = EvaluatorSystem(ev, graph, judge_program=judge_program, extract_program=extract, text_judge=plus_judge)
     chat = CachedChat(optimizer_model, cache, {"id": "opt"}, budget)
     proposer = ModelProposer(chat, ksub=2, question_of=lambda k: f"Q{k[1]}")
     cfg = MaspoConfig.of(optimizer_params("maspo", K=2, Ksub=2, T=T, D=D, minibatch=4, seed=1))
-    return Maspo(graph, SEED, system, proposer, TRAIN, cfg, budget=budget, checkpoints=Checkpoints(tmp_path / f"ck_{cache_name}")), budget
+    return Maspo(
+        graph, SEED, system, proposer, TRAIN, cfg, budget=budget, checkpoints=Checkpoints(tmp_path / f"ck_{cache_name}")
+    ), budget
 
 
 def test_comparisons_are_execution_grounded_and_symmetric():
@@ -120,6 +141,7 @@ def test_comparisons_are_execution_grounded_and_symmetric():
     # the coder has no successor: lookahead is the global result
     cmp2 = sys_.compare("coder", parent, {"analyzer": "Plan.", "coder": "Code.-"}, keys, sys_.run(parent, keys))
     assert [(p.local, p.lookahead, p.global_) for p in cmp2.per_problem] == [(0.0, 0.0, 0.0), (0.5, 0.5, 0.5)]
+
     # an infrastructure failure on either side is no evidence: a tie on every term
     class Flaky(Direct):
         def evaluate(self, ps, keys, capture_traces=True):
@@ -178,7 +200,10 @@ def test_kill_and_rerun_gives_same_prompts_and_same_charged_budget(tmp_path):
     assert got.prompts == expected.prompts and got.visits == expected.visits
     assert [(n.text, n.score) for n in got.beams["coder"]] == [(n.text, n.score) for n in expected.beams["coder"]]
     assert (budget.rollouts, budget.task_tokens, budget.optimizer_tokens) == (
-        ref_budget.rollouts, ref_budget.task_tokens, ref_budget.optimizer_tokens)  # fmt: skip
+        ref_budget.rollouts,
+        ref_budget.task_tokens,
+        ref_budget.optimizer_tokens,
+    )
     # the 7 pipeline batches run before the kill were served from the cache, not run again
     assert rerun_pipe.batches == ref_pipe.batches - 7
     assert budget.fresh_rollouts < budget.rollouts

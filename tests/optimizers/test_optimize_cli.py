@@ -14,21 +14,45 @@ from apps_bench.optimize import SeedFormError, to_overrides
 
 
 def test_seed_form_maps_onto_overrides():
-    argv = ["--method", "maspo", "--dataset", "apps", "--topology", "sequential_langgraph", "--model", "qwen",
-            "--seed", "0", "--out", "runs/maspo/apps/sequential/qwen/0", "--allow-any-cell"]  # fmt: skip
+    argv = [
+        "--method",
+        "maspo",
+        "--dataset",
+        "apps",
+        "--topology",
+        "sequential_langgraph",
+        "--model",
+        "qwen",
+        "--seed",
+        "0",
+        "--out",
+        "runs/maspo/apps/sequential/qwen/0",
+        "--allow-any-cell",
+    ]
     assert to_overrides(argv) == [
-        "optimizer=maspo", "dataset=apps", "topology=sequential_langgraph", "model=qwen", "seed=0",
-        "out_dir=runs/maspo/apps/sequential/qwen/0", "allow_any_cell=true",
-    ]  # fmt: skip
+        "optimizer=maspo",
+        "dataset=apps",
+        "topology=sequential_langgraph",
+        "model=qwen",
+        "seed=0",
+        "out_dir=runs/maspo/apps/sequential/qwen/0",
+        "allow_any_cell=true",
+    ]
     # overrides may follow or sit between the flags
     assert to_overrides(["--method", "gepa", "optimizer.params.budget.rollouts=200", "--seed", "2"]) == [
-        "optimizer=gepa", "seed=2", "optimizer.params.budget.rollouts=200"]  # fmt: skip
+        "optimizer=gepa",
+        "seed=2",
+        "optimizer.params.budget.rollouts=200",
+    ]
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--method", "maspo", "--topology", "sequential"], "ambiguous here: it names 2 runners (sequential_crewai, sequential_langgraph)"),
+        (
+            ["--method", "maspo", "--topology", "sequential"],
+            "ambiguous here: it names 2 runners (sequential_crewai, sequential_langgraph)",
+        ),
         (["--method", "maspo", "--topology", "centralized"], "centralized_autogen, centralized_langgraph"),
         (["--method", "mipro"], "--method mipro: no conf/optimizer/mipro.yaml; choose one of ['gepa', 'maspo', 'none']"),
         (["--method", "maspo", "--model", "gpt9"], "--model gpt9: no conf/model/gpt9.yaml"),
@@ -50,11 +74,19 @@ def test_seed_form_applies_the_grid_guard_and_refuses_family_names(tmp_path: Pat
 
 
 def test_main_entry_refuses_the_seed_optimizer_flags_with_their_overrides(tmp_path: Path):
-    r = run_cli(["--method", "maspo", "--dataset", "apps", "--topology", "sequential", "--model", "qwen", "--seed", "0",
-                 "--out", "x"], tmp_path)  # fmt: skip
+    r = run_cli(
+        ["--method", "maspo", "--dataset", "apps", "--topology", "sequential", "--model", "qwen", "--seed", "0", "--out", "x"],
+        tmp_path,
+    )
     assert r.returncode == 2
-    for flag, override in (("--method", "optimizer=NAME"), ("--dataset", "dataset=NAME"), ("--topology", "topology=NAME"),
-                           ("--model", "model=NAME"), ("--seed", "seed=N"), ("--out", "out_dir=PATH")):  # fmt: skip
+    for flag, override in (
+        ("--method", "optimizer=NAME"),
+        ("--dataset", "dataset=NAME"),
+        ("--topology", "topology=NAME"),
+        ("--model", "model=NAME"),
+        ("--seed", "seed=N"),
+        ("--out", "out_dir=PATH"),
+    ):
         assert flag in r.stderr and override in r.stderr
     assert "sequential_langgraph or sequential_crewai" in r.stderr and "python -m apps_bench.optimize" in r.stderr
 

@@ -13,8 +13,13 @@ from apps_bench.optimizers.cache import Checkpoints, RolloutCache, rollout_key, 
 
 
 def test_rollout_key_covers_everything_that_changes_a_run():
-    base = dict(role_texts={"coder": "c", "tester": "t"}, key=("train", "1"), seed=5,
-                model={"id": "m", "temperature": 0.2}, settings={"team_size": 4, "profile": "seed"})  # fmt: skip
+    base = dict(
+        role_texts={"coder": "c", "tester": "t"},
+        key=("train", "1"),
+        seed=5,
+        model={"id": "m", "temperature": 0.2},
+        settings={"team_size": 4, "profile": "seed"},
+    )
     k = rollout_key(**base)
     assert k == rollout_key(**{**base, "role_texts": {"tester": "t", "coder": "c"}})  # order-free
     for change in (

@@ -41,7 +41,10 @@ def test_seed_cell_result_reads_the_local_summary(tmp_path):
     assert found.pass_at_1 == 0.25
     assert "pass@1 0.5000 (chosen prompts) vs 0.2500 seed prompts" in cell_runs.comparison_line(0.5, found)
     assert cell_runs.headline({"pass_at_1": 0.5, "n_problems": 2.0, "latency_mean_s": 1.0}, found) == {
-        "pass_at_1": 0.5, "n_problems": 2.0, "seed_cell_pass_at_1": 0.25}  # fmt: skip
+        "pass_at_1": 0.5,
+        "n_problems": 2.0,
+        "seed_cell_pass_at_1": 0.25,
+    }
 
 
 def test_final_eval_tags_never_carry_the_cell_key():
@@ -54,10 +57,19 @@ def test_final_eval_tags_never_carry_the_cell_key():
 
 
 def test_optimizer_metrics_report_budget_and_overshoot():
-    budget = {"rollouts": 14, "fresh_rollouts": 10, "task_tokens": 900, "optimizer_tokens": 40, "optimizer_calls": 2,
-              "max_rollouts": 12, "overshoot": {"rollouts": 2}, "replayed_task_tokens": 300}  # fmt: skip
-    res = OptimizeResult("maspo", {}, Objective(0.5, 0.6), Objective(1.0, 1.0), budget, {"rollouts": 4}, "budget",
-                         {"replay": {"hits": 3}})  # fmt: skip
+    budget = {
+        "rollouts": 14,
+        "fresh_rollouts": 10,
+        "task_tokens": 900,
+        "optimizer_tokens": 40,
+        "optimizer_calls": 2,
+        "max_rollouts": 12,
+        "overshoot": {"rollouts": 2},
+        "replayed_task_tokens": 300,
+    }
+    res = OptimizeResult(
+        "maspo", {}, Objective(0.5, 0.6), Objective(1.0, 1.0), budget, {"rollouts": 4}, "budget", {"replay": {"hits": 3}}
+    )
     m = cell_runs.optimizer_metrics(res)
     assert m["opt/rollouts_charged"] == 14 and m["opt/rollouts_budget"] == 12 and m["opt/overshoot_rollouts"] == 2
     assert m["opt/replayed_task_tokens"] == 300 and m["opt/replay_hits"] == 3 and m["val/chosen_strict"] == 1.0

@@ -37,14 +37,18 @@ def shared(apps_data_dir, tmp_path_factory):
     base = _cfg("dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "model.gold.wrong_fraction=0.5")
     loaded = load_problems(base.dataset, difficulty="interview", max_tests_per_row=2)
     # the 6 stdin rows with the smallest tests keep this module fast (tool and judge runs dominate)
-    small = sorted((p for p in loaded.problems if p.tests.fn_name is None),
-                   key=lambda p: sum(len(str(x)) for x in p.tests.inputs))[:6]  # fmt: skip
+    small = sorted(
+        (p for p in loaded.problems if p.tests.fn_name is None), key=lambda p: sum(len(str(x)) for x in p.tests.inputs)
+    )[:6]
     loaded.problems[:] = small
     from apps_bench.optimizers.cache import RolloutCache
     from apps_bench.optimizers.replay import ReplayProxy
 
     cache = RolloutCache(tmp_path_factory.mktemp("replay") / "cache.sqlite")
-    with open_endpoint(base.model, loaded.problems) as ep, SandboxPool.from_config(typed(JudgeConfig, base.judge), workers=2) as pool:
+    with (
+        open_endpoint(base.model, loaded.problems) as ep,
+        SandboxPool.from_config(typed(JudgeConfig, base.judge), workers=2) as pool,
+    ):
         # every framework's model traffic goes through the replay proxy, as in an optimizer cell
         with ReplayProxy(ep.base_url, cache) as url:
             yield loaded, dataclasses.replace(ep, base_url=url), pool
@@ -65,20 +69,35 @@ def test_method_runs_on_family(tmp_path, shared, topology, method):
 
     loaded, ep, pool = shared
     size = [] if topology == "single" else ["topology.team_size=2"]
-    cfg = _cfg(f"topology={topology}", *size, "tool.timeout_s=2", "judge.timeout_s=2", "concurrency=4", "model.gold.wrong_fraction=0.5")
+    cfg = _cfg(
+        f"topology={topology}", *size, "tool.timeout_s=2", "judge.timeout_s=2", "concurrency=4", "model.gold.wrong_fraction=0.5"
+    )
     pool_p = {"train_size": 3, "val_size": 2, "split_seed": 0}
-    over = {"maspo": {"budget": {"rollouts": 4}, "pool": pool_p, "K": 1, "Ksub": 1, "T": 1, "D": 1, "minibatch": 2},
-            "gepa": {"budget": {"rollouts": 6}, "pool": pool_p, "minibatch": 2}}[method]  # fmt: skip
+    over = {
+        "maspo": {"budget": {"rollouts": 4}, "pool": pool_p, "K": 1, "Ksub": 1, "T": 1, "D": 1, "minibatch": 2},
+        "gepa": {"budget": {"rollouts": 6}, "pool": pool_p, "minibatch": 2},
+    }[method]
     params = optimizer_params(method, **over)
     chat = EndpointChat(ep, cfg.model)
     try:
         with Engine.open(cfg, endpoint=ep, pool=pool) as engine:
             runner = PipelineRunner(engine, problems={p.key: p for p in loaded.problems})
-            res = optimize(optimizer=optimizer_config(method, params), flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),
-                           seed_prompts=load_prompts(cfg.topology), problems=loaded.problems, dataset_revision="local",
-                           eval_set=load_eval_set(), runner=runner, run_seed=0, model=runner.model_identity(),
-                           settings=runner.settings(), out_dir=tmp_path / "opt", chat=chat,
-                           score_program=runner.score_program)  # fmt: skip
+            res = optimize(
+                optimizer=optimizer_config(method, params),
+                flow=str(cfg.topology.flow),
+                roles=roles_for(cfg.topology),
+                seed_prompts=load_prompts(cfg.topology),
+                problems=loaded.problems,
+                dataset_revision="local",
+                eval_set=load_eval_set(),
+                runner=runner,
+                run_seed=0,
+                model=runner.model_identity(),
+                settings=runner.settings(),
+                out_dir=tmp_path / "opt",
+                chat=chat,
+                score_program=runner.score_program,
+            )
     finally:
         chat.close()
     events = [json.loads(line) for line in (tmp_path / "opt" / "events.jsonl").read_text().splitlines()]

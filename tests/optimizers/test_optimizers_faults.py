@@ -32,8 +32,9 @@ def rows(apps_data_dir):
 
     base = _cfg("dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}")
     loaded = load_problems(base.dataset, difficulty="interview", max_tests_per_row=2)
-    small = sorted((p for p in loaded.problems if p.tests.fn_name is None),
-                   key=lambda p: sum(len(str(x)) for x in p.tests.inputs))[:6]  # fmt: skip
+    small = sorted(
+        (p for p in loaded.problems if p.tests.fn_name is None), key=lambda p: sum(len(str(x)) for x in p.tests.inputs)
+    )[:6]
     return small
 
 
@@ -51,10 +52,22 @@ def _gepa(out: Path, rows, fault_fraction: float, infra_retries: int):
     from apps_bench.sandbox import SandboxPool
     from apps_bench.topologies.prompts import load_prompts, roles_for
 
-    cfg = _cfg("topology=single", "tool.timeout_s=2", "judge.timeout_s=2", "concurrency=4", "model.gold.wrong_fraction=0.5",
-               f"model.gold.fault_fraction={fault_fraction}", "model.max_retries=0")  # fmt: skip
-    params = optimizer_params("gepa", budget={"rollouts": 8}, pool={"train_size": 3, "val_size": 2, "split_seed": 0}, minibatch=2,
-                              infra_retries=infra_retries)  # fmt: skip
+    cfg = _cfg(
+        "topology=single",
+        "tool.timeout_s=2",
+        "judge.timeout_s=2",
+        "concurrency=4",
+        "model.gold.wrong_fraction=0.5",
+        f"model.gold.fault_fraction={fault_fraction}",
+        "model.max_retries=0",
+    )
+    params = optimizer_params(
+        "gepa",
+        budget={"rollouts": 8},
+        pool={"train_size": 3, "val_size": 2, "split_seed": 0},
+        minibatch=2,
+        infra_retries=infra_retries,
+    )
     with ExitStack() as stack:
         ep = stack.enter_context(open_endpoint(cfg.model, rows))
         ep.server.fault_kinds = ("http_500", "http_503", "malformed")  # no stalls: keeps the test fast
@@ -66,10 +79,22 @@ def _gepa(out: Path, rows, fault_fraction: float, infra_retries: int):
         engine = stack.enter_context(Engine.open(cfg, endpoint=ep, pool=pool))
         runner = PipelineRunner(engine, problems={p.key: p for p in rows}, replay_url=url, replayed=proxy.pop_replayed)
         chat = stack.enter_context(_closing(EndpointChat(opt_ep, opt_cfg)))
-        res = optimize(optimizer=optimizer_config("gepa", params), flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),
-                       seed_prompts=load_prompts(cfg.topology), problems=rows, dataset_revision="local",
-                       eval_set=load_eval_set(), runner=runner, run_seed=0, model=runner.model_identity(),
-                       settings=runner.settings(), out_dir=out, chat=chat, score_program=runner.score_program)  # fmt: skip
+        res = optimize(
+            optimizer=optimizer_config("gepa", params),
+            flow=str(cfg.topology.flow),
+            roles=roles_for(cfg.topology),
+            seed_prompts=load_prompts(cfg.topology),
+            problems=rows,
+            dataset_revision="local",
+            eval_set=load_eval_set(),
+            runner=runner,
+            run_seed=0,
+            model=runner.model_identity(),
+            settings=runner.settings(),
+            out_dir=out,
+            chat=chat,
+            score_program=runner.score_program,
+        )
         return res, dict(ep.server.stats.faults)
 
 
@@ -106,19 +131,32 @@ def test_gepa_without_retries_stops_instead_of_scoring_zeros(tmp_path, rows):
     assert (tmp_path / "faulty" / "manifest.json").exists() and not (tmp_path / "faulty" / "result.json").exists()
 
 
-def test_optimizer_cell_with_the_model_down_stops_with_a_clear_message(tmp_path, apps_data_dir, optimizer_pool_file, mlflow_template):
+def test_optimizer_cell_with_the_model_down_stops_with_a_clear_message(
+    tmp_path, apps_data_dir, optimizer_pool_file, mlflow_template
+):
     """Through the CLI: every task-model call fails -> the optimizer stops (exit 2, what failed and
     how to resume), its MLflow run is marked failed, no final evaluation runs."""
     from conftest import fresh_store, run_cli
 
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    r = run_cli([
-        "allow_any_cell=true", "optimizer=gepa", "model=gold", "model.gold.fault_fraction=1.0", "model.max_retries=0",
-        "model.request_timeout_s=2",
-        "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}", "progress=false",
-        f"optimizer.params.pool.path={optimizer_pool_file}", "optimizer.params.pool.train_size=2",
-        "optimizer.params.pool.val_size=2", "optimizer.params.budget.rollouts=6",
-    ], tmp_path)  # fmt: skip
+    r = run_cli(
+        [
+            "allow_any_cell=true",
+            "optimizer=gepa",
+            "model=gold",
+            "model.gold.fault_fraction=1.0",
+            "model.max_retries=0",
+            "model.request_timeout_s=2",
+            "dataset=apps",
+            f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
+            "progress=false",
+            f"optimizer.params.pool.path={optimizer_pool_file}",
+            "optimizer.params.pool.train_size=2",
+            "optimizer.params.pool.val_size=2",
+            "optimizer.params.budget.rollouts=6",
+        ],
+        tmp_path,
+    )
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     assert "optimizer=gepa stopped: all 2 rollouts of the batch failed for infrastructure reasons" in r.stderr
     assert "Traceback" not in r.stderr and "rerun" in r.stderr

@@ -45,13 +45,23 @@ class Runner:
                 raise RuntimeError(f"runner crashed on {key}")
             need, have = int(key[1]) % 7, prompt_set["coder"].count("+")
             ok = have >= need
-            out.append(Rollout(
-                key=key, seed=seed, program="print(1)", passed=ok, pass_fraction=1.0 if ok else have / need,
-                tests_passed=min(have, need), n_tests=max(need, 1), task_tokens=7,
-                first_failure=None if ok else FailingTest(have, f"in{key[1]}", f"out{key[1]}", "wrong_answer"),
-                traces=(RoleTrace("c", "coder", f"QUESTION {key[1]}", "```python\nprint(1)\n```"),
-                        RoleTrace("t", "tester", "tests?", "looks fine")),
-            ))  # fmt: skip
+            out.append(
+                Rollout(
+                    key=key,
+                    seed=seed,
+                    program="print(1)",
+                    passed=ok,
+                    pass_fraction=1.0 if ok else have / need,
+                    tests_passed=min(have, need),
+                    n_tests=max(need, 1),
+                    task_tokens=7,
+                    first_failure=None if ok else FailingTest(have, f"in{key[1]}", f"out{key[1]}", "wrong_answer"),
+                    traces=(
+                        RoleTrace("c", "coder", f"QUESTION {key[1]}", "```python\nprint(1)\n```"),
+                        RoleTrace("t", "tester", "tests?", "looks fine"),
+                    ),
+                )
+            )
         return out
 
 

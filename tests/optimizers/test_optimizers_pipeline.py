@@ -34,7 +34,9 @@ def chat(messages, seed):
         return __import__("apps_bench.optimizers.proposals", fromlist=["ChatReply"]).ChatReply("<winner>tie</winner>", 3)
     from apps_bench.optimizers.proposals import ChatReply
 
-    return ChatReply(f"<analysis>a</analysis><modification>m</modification><prompt>{cur.group(1)}\nCheck edge cases ({seed % 7}).</prompt>", 30)
+    return ChatReply(
+        f"<analysis>a</analysis><modification>m</modification><prompt>{cur.group(1)}\nCheck edge cases ({seed % 7}).</prompt>", 30
+    )
 
 
 def test_maspo_over_real_single_runner_with_gold(tmp_path, apps_data_dir):
@@ -51,19 +53,42 @@ def test_maspo_over_real_single_runner_with_gold(tmp_path, apps_data_dir):
     cfg = _cfg("topology=single", "dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "concurrency=4")
     loaded = load_problems(cfg.dataset, difficulty="interview", max_tests_per_row=int(cfg.max_tests_per_row))
     problems = {p.key: p for p in loaded.problems}
-    params = optimizer_params("maspo", budget={"rollouts": 24}, pool={"train_size": 6, "val_size": 3, "split_seed": 0},
-                              K=1, Ksub=1, T=2, D=1, minibatch=3)  # fmt: skip
+    params = optimizer_params(
+        "maspo",
+        budget={"rollouts": 24},
+        pool={"train_size": 6, "val_size": 3, "split_seed": 0},
+        K=1,
+        Ksub=1,
+        T=2,
+        D=1,
+        minibatch=3,
+    )
     out = tmp_path / "opt"
     seed_prompts = load_prompts(cfg.topology)
-    with (open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool.from_config(typed(JudgeConfig, cfg.judge), workers=2) as pool,
-          Engine.open(cfg, endpoint=ep, pool=pool) as engine):  # fmt: skip
+    with (
+        open_endpoint(cfg.model, loaded.problems) as ep,
+        SandboxPool.from_config(typed(JudgeConfig, cfg.judge), workers=2) as pool,
+        Engine.open(cfg, endpoint=ep, pool=pool) as engine,
+    ):
         runner = PipelineRunner(engine, problems=problems)
 
         def run_once():
-            return optimize(optimizer=optimizer_config("maspo", params), flow=str(cfg.topology.flow), roles=roles_for(cfg.topology),
-                            seed_prompts=seed_prompts, problems=loaded.problems, dataset_revision=loaded.revision,
-                            eval_set=load_eval_set(), runner=runner, run_seed=int(cfg.seed), model=runner.model_identity(),
-                            settings=runner.settings(), out_dir=out, chat=chat, score_program=runner.score_program)  # fmt: skip
+            return optimize(
+                optimizer=optimizer_config("maspo", params),
+                flow=str(cfg.topology.flow),
+                roles=roles_for(cfg.topology),
+                seed_prompts=seed_prompts,
+                problems=loaded.problems,
+                dataset_revision=loaded.revision,
+                eval_set=load_eval_set(),
+                runner=runner,
+                run_seed=int(cfg.seed),
+                model=runner.model_identity(),
+                settings=runner.settings(),
+                out_dir=out,
+                chat=chat,
+                score_program=runner.score_program,
+            )
 
         res = run_once()
         again = run_once()
@@ -114,12 +139,24 @@ def test_run_optimizer_cell_from_composed_config(tmp_path, apps_data_dir, optimi
     from apps_bench.optimizers.entry import run_optimizer
 
     cfg = _cfg(
-        "topology=single", "optimizer=maspo", "dataset=apps", f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
-        "judge.workers=2", "concurrency=4", "tool.timeout_s=2", "judge.timeout_s=2",
-        f"optimizer.params.pool.path={optimizer_pool_file}", "optimizer.params.pool.train_size=4",
-        "optimizer.params.pool.val_size=2", "optimizer.params.budget.rollouts=12", "optimizer.params.K=1",
-        "optimizer.params.Ksub=1", "optimizer.params.T=1", "optimizer.params.D=1", "optimizer.params.minibatch=2",
-    )  # fmt: skip
+        "topology=single",
+        "optimizer=maspo",
+        "dataset=apps",
+        f"dataset.path={apps_data_dir / 'test_0-49_partial.jsonl'}",
+        "judge.workers=2",
+        "concurrency=4",
+        "tool.timeout_s=2",
+        "judge.timeout_s=2",
+        f"optimizer.params.pool.path={optimizer_pool_file}",
+        "optimizer.params.pool.train_size=4",
+        "optimizer.params.pool.val_size=2",
+        "optimizer.params.budget.rollouts=12",
+        "optimizer.params.K=1",
+        "optimizer.params.Ksub=1",
+        "optimizer.params.T=1",
+        "optimizer.params.D=1",
+        "optimizer.params.minibatch=2",
+    )
     res = run_optimizer(cfg, out_dir=tmp_path / "opt")
     assert res.method == "maspo" and res.prompts_path.exists()
     man = json.loads((tmp_path / "opt" / "manifest.json").read_text())

@@ -29,16 +29,24 @@ def test_chain_child_replays_upstream_stages(tmp_path, apps_data_dir):
     from apps_bench.topologies.prompts import load_prompts
 
     cfg = compose_cell(
-        "allow_any_cell=true", "model=gold", "topology=sequential_langgraph", "topology.team_size=4",
-        "dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "tool.timeout_s=2",
-    )  # fmt: skip
+        "allow_any_cell=true",
+        "model=gold",
+        "topology=sequential_langgraph",
+        "topology.team_size=4",
+        "dataset=apps_train",
+        f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+        "tool.timeout_s=2",
+    )
     loaded = load_problems(cfg.dataset, only=("1", "9"), max_tests_per_row=3)
     problems = {p.key: p for p in loaded.problems}
     jobs = [(k, 11) for k in problems]
     seed_ps = load_prompts(cfg.topology)
     cache = RolloutCache(tmp_path / "cache.sqlite")
     proxy = ReplayProxy("unused", cache)
-    with open_endpoint(cfg.model, loaded.problems) as ep, SandboxPool.from_config(typed(JudgeConfig, cfg.judge), workers=2) as pool:
+    with (
+        open_endpoint(cfg.model, loaded.problems) as ep,
+        SandboxPool.from_config(typed(JudgeConfig, cfg.judge), workers=2) as pool,
+    ):
         proxy.upstream = ep.base_url
         with proxy as url, Engine.open(cfg, endpoint=ep, pool=pool) as engine:
             runner = PipelineRunner(engine, problems=problems, replay_url=url, replayed=proxy.pop_replayed)

@@ -29,10 +29,21 @@ SEED = PromptSet({"analyzer": "Plan.", "coder": "Code.\n```python\n# your code\n
 
 
 def problems():
-    out = [Problem(id=str(i), question=f"Train question {i}", tests=Suite(("1\n",), ("1\n",)), difficulty="interview",
-                   split="train", solutions=("REFERENCE_SOLUTION",)) for i in range(100, 140)]  # fmt: skip
+    out = [
+        Problem(
+            id=str(i),
+            question=f"Train question {i}",
+            tests=Suite(("1\n",), ("1\n",)),
+            difficulty="interview",
+            split="train",
+            solutions=("REFERENCE_SOLUTION",),
+        )
+        for i in range(100, 140)
+    ]
     out.append(Problem(id="7", question="Eval question 7", tests=Suite(("1\n",), ("1\n",)), difficulty="interview", split="test"))
-    out.append(Problem(id="300", question="Eval question 7", tests=Suite(("1\n",), ("1\n",)), difficulty="interview", split="train"))
+    out.append(
+        Problem(id="300", question="Eval question 7", tests=Suite(("1\n",), ("1\n",)), difficulty="interview", split="train")
+    )
     out.append(Problem(id="301", question="intro", tests=Suite(("1\n",), ("1\n",)), difficulty="introductory", split="train"))
     return out
 
@@ -59,10 +70,22 @@ class Pipeline:
         for key, seed in jobs:
             self.keys.add(key)
             ok = n >= need(key[1])
-            out.append(Rollout(key=key, seed=seed, program=f"print({n})", passed=ok, pass_fraction=1.0 if ok else n / need(key[1]),
-                               n_tests=1, tests_passed=int(ok), task_tokens=3,
-                               traces=(RoleTrace("analyzer", "analyzer", key[1], "plan" + "+" * prompt_set["analyzer"].count("+")),
-                                       RoleTrace("coder", "coder", key[1], f"```python\nprint({n})\n```"))))  # fmt: skip
+            out.append(
+                Rollout(
+                    key=key,
+                    seed=seed,
+                    program=f"print({n})",
+                    passed=ok,
+                    pass_fraction=1.0 if ok else n / need(key[1]),
+                    n_tests=1,
+                    tests_passed=int(ok),
+                    task_tokens=3,
+                    traces=(
+                        RoleTrace("analyzer", "analyzer", key[1], "plan" + "+" * prompt_set["analyzer"].count("+")),
+                        RoleTrace("coder", "coder", key[1], f"```python\nprint({n})\n```"),
+                    ),
+                )
+            )
         return out
 
 
@@ -91,7 +114,9 @@ class Chat:
         if m is None:  # a text-judge request
             return ChatReply("<winner>tie</winner>", 5)
         cur = m.group(1)
-        return ChatReply(f"<analysis>a</analysis><modification>m</modification><prompt>{cur}{'+' if seed % 2 == 0 else '-'}</prompt>", 10)
+        return ChatReply(
+            f"<analysis>a</analysis><modification>m</modification><prompt>{cur}{'+' if seed % 2 == 0 else '-'}</prompt>", 10
+        )
 
 
 POOL = {"train_size": 12, "val_size": 6, "split_seed": 3}
@@ -99,16 +124,29 @@ PARAMS = {
     "maspo": optimizer_params("maspo", budget={"rollouts": 300}, pool=POOL, K=2, Ksub=2, T=2, D=2, minibatch=4, seed=0),
     "gepa": optimizer_params("gepa", budget={"rollouts": 80}, pool=POOL, minibatch=3),
     "none": optimizer_params("gepa", budget={"rollouts": None}, pool=POOL),  # optimizer=none reads only the protocol's part
-}  # fmt: skip
+}
 
 
 def go(tmp_path, method, name="out"):
     out = tmp_path / name
     pipe, chat = Pipeline(out), Chat()
-    res = optimize(optimizer=optimizer_config(method, PARAMS[method]), flow="sequential", roles=["analyzer", "coder"], seed_prompts=SEED,
-                   problems=problems(), dataset_revision="rev1", eval_set=EVAL, runner=pipe, run_seed=0,
-                   model={"id": "synthetic"}, settings={"flow": "sequential"}, out_dir=out,
-                   chat=None if method == "none" else chat, score_program=score_program, extract_program=extract)  # fmt: skip
+    res = optimize(
+        optimizer=optimizer_config(method, PARAMS[method]),
+        flow="sequential",
+        roles=["analyzer", "coder"],
+        seed_prompts=SEED,
+        problems=problems(),
+        dataset_revision="rev1",
+        eval_set=EVAL,
+        runner=pipe,
+        run_seed=0,
+        model={"id": "synthetic"},
+        settings={"flow": "sequential"},
+        out_dir=out,
+        chat=None if method == "none" else chat,
+        score_program=score_program,
+        extract_program=extract,
+    )
     return res, pipe, chat, out
 
 
@@ -151,7 +189,10 @@ def test_rerun_same_out_dir_replays_without_cost(tmp_path, method):
     first, pipe1, chat1, _ = go(tmp_path, method)
     again, pipe2, chat2, _ = go(tmp_path, method)
     assert again.chosen == first.chosen and again.seed_val == first.seed_val and again.chosen_val == first.chosen_val
-    assert again.budget["rollouts"] == first.budget["rollouts"] and again.budget["optimizer_tokens"] == first.budget["optimizer_tokens"]
+    assert (
+        again.budget["rollouts"] == first.budget["rollouts"]
+        and again.budget["optimizer_tokens"] == first.budget["optimizer_tokens"]
+    )
     assert pipe2.batches == 0 and chat2.calls == 0 and again.budget["fresh_rollouts"] == 0
     events = [json.loads(line) for line in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
     first = [e for e in events if e["attempt"] == 1]
@@ -165,13 +206,35 @@ def test_none_scores_seed_only_and_other_split_settings_are_refused(tmp_path):
     assert res.chosen == dict(SEED.texts) and res.seed_val == res.chosen_val and res.budget["rollouts"] == 0
     assert chat.calls == 0 and pipe.batches == 1  # seed on val once; chosen == seed is served from the cache
     with pytest.raises(ValueError, match="different split manifest"):
-        optimize(optimizer=optimizer_config("none", optimizer_params("gepa", pool={**POOL, "split_seed": 4})), flow="sequential",
-                 roles=["analyzer", "coder"], seed_prompts=SEED, problems=problems(), dataset_revision="rev1",
-                 eval_set=EVAL, runner=Pipeline(out), run_seed=0, model={"id": "synthetic"}, settings={}, out_dir=out)  # fmt: skip
+        optimize(
+            optimizer=optimizer_config("none", optimizer_params("gepa", pool={**POOL, "split_seed": 4})),
+            flow="sequential",
+            roles=["analyzer", "coder"],
+            seed_prompts=SEED,
+            problems=problems(),
+            dataset_revision="rev1",
+            eval_set=EVAL,
+            runner=Pipeline(out),
+            run_seed=0,
+            model={"id": "synthetic"},
+            settings={},
+            out_dir=out,
+        )
     with pytest.raises(ValueError, match="needs an optimizer model"):
-        optimize(optimizer=optimizer_config("gepa", PARAMS["gepa"]), flow="sequential", roles=["analyzer", "coder"], seed_prompts=SEED,
-                 problems=problems(), dataset_revision="rev1", eval_set=EVAL, runner=Pipeline(tmp_path / "x"), run_seed=0,
-                 model={"id": "synthetic"}, settings={}, out_dir=tmp_path / "x")  # fmt: skip
+        optimize(
+            optimizer=optimizer_config("gepa", PARAMS["gepa"]),
+            flow="sequential",
+            roles=["analyzer", "coder"],
+            seed_prompts=SEED,
+            problems=problems(),
+            dataset_revision="rev1",
+            eval_set=EVAL,
+            runner=Pipeline(tmp_path / "x"),
+            run_seed=0,
+            model={"id": "synthetic"},
+            settings={},
+            out_dir=tmp_path / "x",
+        )
 
 
 def test_prompt_file_roundtrip_with_fences_and_odd_whitespace(tmp_path):
@@ -186,11 +249,24 @@ def test_step_metrics_from_events(tmp_path):
 
     logged = []
     out = tmp_path / "o"
-    res = optimize(optimizer=optimizer_config("maspo", PARAMS["maspo"]), flow="sequential", roles=["analyzer", "coder"],
-                   seed_prompts=SEED, problems=problems(), dataset_revision="rev1", eval_set=EVAL,
-                   runner=Pipeline(out), run_seed=0, model={"id": "synthetic"}, settings={}, out_dir=out,
-                   chat=Chat(), score_program=score_program, extract_program=extract,
-                   hook=lambda k, p: logged.append(step_metrics(k, p)))  # fmt: skip
+    res = optimize(
+        optimizer=optimizer_config("maspo", PARAMS["maspo"]),
+        flow="sequential",
+        roles=["analyzer", "coder"],
+        seed_prompts=SEED,
+        problems=problems(),
+        dataset_revision="rev1",
+        eval_set=EVAL,
+        runner=Pipeline(out),
+        run_seed=0,
+        model={"id": "synthetic"},
+        settings={},
+        out_dir=out,
+        chat=Chat(),
+        score_program=score_program,
+        extract_program=extract,
+        hook=lambda k, p: logged.append(step_metrics(k, p)),
+    )
     logged = [m for m in logged if m is not None]
     charged = [m["opt/rollouts_charged"] for _, m in logged if "opt/rollouts_charged" in m]
     assert charged == sorted(charged) and charged[-1] == res.budget["rollouts"]
@@ -202,7 +278,7 @@ def test_step_metrics_from_events(tmp_path):
     assert step_metrics("optimizer_call", {"tokens": 3}) is None
 
 
-KILL_SCRIPT = r'''
+KILL_SCRIPT = r"""
 import sys, time
 sys.path[:0] = [{tests!r}, {tests_root!r}]
 import test_optimizers_run as t
@@ -221,7 +297,7 @@ t.optimize(optimizer=t.optimizer_config({method!r}, t.PARAMS[{method!r}]), flow=
            run_seed=0, model={{"id": "synthetic"}}, settings={{"flow": "sequential"}}, out_dir=out, chat=t.Chat(),
            score_program=t.score_program, extract_program=t.extract)
 print("finished", flush=True)
-'''
+"""
 
 
 @pytest.mark.parametrize("method", ["maspo", "gepa"])
@@ -268,12 +344,25 @@ def test_each_method_is_the_function_its_yaml_names_and_a_wrong_name_says_where_
     cfg = compose_cell("optimizer=maspo")
     other = compose_cell("optimizer=maspo", "optimizer._target_=apps_bench.optimizers.methods.run_gepa")
     assert resolve_cell(cell_data(cfg)).key == resolve_cell(cell_data(other)).key
-    for target, says in (("apps_bench.optimizers.nomodule.run", "no module 'apps_bench.optimizers.nomodule'"),
-                         ("apps_bench.optimizers.methods.MethodRunX", "module apps_bench.optimizers.methods has no 'MethodRunX'"),
-                         ("apps_bench.optimizers.methods.annotations", "'apps_bench.optimizers.methods.annotations' is not a function")):
+    for target, says in (
+        ("apps_bench.optimizers.nomodule.run", "no module 'apps_bench.optimizers.nomodule'"),
+        ("apps_bench.optimizers.methods.MethodRunX", "module apps_bench.optimizers.methods has no 'MethodRunX'"),
+        ("apps_bench.optimizers.methods.annotations", "'apps_bench.optimizers.methods.annotations' is not a function"),
+    ):
         bad = replace(optimizer_config("none", PARAMS["none"]), _target_=target)
         with pytest.raises(ValueError, match=f"optimizer 'none': .*{re.escape(says)}.*conf/optimizer/none.yaml"):
-            optimize(optimizer=bad, flow="sequential", roles=["analyzer", "coder"], seed_prompts=SEED, problems=problems(),
-                     dataset_revision="rev1", eval_set=EVAL, runner=Pipeline(tmp_path / "x"), run_seed=0,
-                     model={"id": "synthetic"}, settings={}, out_dir=tmp_path / "x")  # fmt: skip
+            optimize(
+                optimizer=bad,
+                flow="sequential",
+                roles=["analyzer", "coder"],
+                seed_prompts=SEED,
+                problems=problems(),
+                dataset_revision="rev1",
+                eval_set=EVAL,
+                runner=Pipeline(tmp_path / "x"),
+                run_seed=0,
+                model={"id": "synthetic"},
+                settings={},
+                out_dir=tmp_path / "x",
+            )
         assert not (tmp_path / "x").exists()  # refused before anything is written

@@ -53,10 +53,19 @@ class FakeRunner:
                 continue
             need = int(key[1]) % 3
             have = prompt_set["coder"].count("+")
-            out.append(Rollout(key=key, seed=seed, program="print(1)", passed=have >= need,
-                               pass_fraction=min(1.0, have / need) if need else 1.0, tests_passed=min(have, need),
-                               n_tests=max(need, 1), task_tokens=10,
-                               traces=(RoleTrace("coder", "coder", f"problem {key[1]}", "```python\nprint(1)\n```"),)))  # fmt: skip
+            out.append(
+                Rollout(
+                    key=key,
+                    seed=seed,
+                    program="print(1)",
+                    passed=have >= need,
+                    pass_fraction=min(1.0, have / need) if need else 1.0,
+                    tests_passed=min(have, need),
+                    n_tests=max(need, 1),
+                    task_tokens=10,
+                    traces=(RoleTrace("coder", "coder", f"problem {key[1]}", "```python\nprint(1)\n```"),),
+                )
+            )
         return out
 
 
@@ -142,7 +151,11 @@ def test_a_batch_that_only_fails_for_infrastructure_stops_the_run(tmp_path):
 def test_resume_replays_through_cache_with_same_charges(tmp_path):
     cache = RolloutCache(tmp_path / "c.sqlite")
     first = make_eval(tmp_path, FakeRunner(), cache=cache)
-    seq = [(PromptSet({"coder": "+"}), TRAIN[:3]), (PromptSet({"coder": "++"}), TRAIN[1:5]), (PromptSet({"coder": "+"}), TRAIN[:3])]
+    seq = [
+        (PromptSet({"coder": "+"}), TRAIN[:3]),
+        (PromptSet({"coder": "++"}), TRAIN[1:5]),
+        (PromptSet({"coder": "+"}), TRAIN[:3]),
+    ]
     out1 = [first.evaluate(p, k) for p, k in seq]
     runner2 = FakeRunner()
     second = make_eval(tmp_path, runner2, cache=cache)  # a rerun after a kill: fresh budget, same cache
@@ -170,8 +183,9 @@ def test_objective_strict_first_fraction_breaks_ties():
 
 
 def test_rollout_from_attempt_traces_and_first_failure():
-    problem = Problem(id="4", question="Add.", tests=Suite(("1 2\n", "3 4\n"), ("3\n", "7\n")), split="train",
-                      solutions=("SECRET_REFERENCE",))  # fmt: skip
+    problem = Problem(
+        id="4", question="Add.", tests=Suite(("1 2\n", "3 4\n"), ("3\n", "7\n")), split="train", solutions=("SECRET_REFERENCE",)
+    )
     ev = [
         TranscriptEvent("analyzer", "analyzer", "input", "QUESTION: Add."),
         TranscriptEvent("analyzer", "analyzer", "reply", "plan"),
@@ -191,7 +205,9 @@ def test_rollout_from_attempt_traces_and_first_failure():
     assert Rollout.from_json(r.to_json()) == r
     assert "SECRET_REFERENCE" not in str(r.to_json())
     assert "7\n" in feedback_text(r) and "1/2" in feedback_text(r)
-    rounds = traces_from_transcript([TranscriptEvent("d1", "debater", "reply", "a", 0), TranscriptEvent("d1", "debater", "reply", "b", 1)])
+    rounds = traces_from_transcript(
+        [TranscriptEvent("d1", "debater", "reply", "a", 0), TranscriptEvent("d1", "debater", "reply", "b", 1)]
+    )
     assert [(t.round, t.output) for t in rounds] == [(0, "a"), (1, "b")]
 
 
@@ -242,8 +258,15 @@ def test_model_proposer_ksub_variations_without_reference_solutions():
         return ChatReply(f"<analysis>a</analysis><modification>m</modification><prompt>P{n}</prompt>")
 
     rollouts = [
-        Rollout(key=("train", str(i)), seed=0, passed=i == 0, program="x", tests_passed=0, n_tests=1,
-                traces=(RoleTrace("coder", "coder", f"in{i}", f"out{i}"),))  # fmt: skip
+        Rollout(
+            key=("train", str(i)),
+            seed=0,
+            passed=i == 0,
+            program="x",
+            tests_passed=0,
+            n_tests=1,
+            traces=(RoleTrace("coder", "coder", f"in{i}", f"out{i}"),),
+        )
         for i in range(7)
     ]
     questions = {("train", str(i)): f"Question {i}" for i in range(7)}

@@ -25,8 +25,15 @@ TOPOLOGIES = ("single", "sequential_langgraph", "independent")
 def sweep(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_data_dir: Path) -> dict:
     cwd = tmp_path_factory.mktemp("charts")
     db = fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
-    args = ["-m", f"topology={','.join(TOPOLOGIES)}", "seed=0", "dataset=apps",
-            f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "limit=3", "progress=false"]  # fmt: skip
+    args = [
+        "-m",
+        f"topology={','.join(TOPOLOGIES)}",
+        "seed=0",
+        "dataset=apps",
+        f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+        "limit=3",
+        "progress=false",
+    ]
     r = run_cli(args, cwd, env=cli_env(cwd), timeout=500)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     parent = re.search(r"MLflow parent run (\w+)", r.stderr).group(1)  # type: ignore[union-attr]
@@ -45,8 +52,11 @@ def _texts(fig: Any, renderer: Any) -> list[tuple[str, Any]]:
             for tick in axis.get_major_ticks() + axis.get_minor_ticks():
                 if not lo - 1e-9 * (hi - lo) <= tick.get_loc() <= hi + 1e-9 * (hi - lo):
                     undrawn |= {id(tick.label1), id(tick.label2)}
-    return [(t.get_text(), t.get_window_extent(renderer)) for t in fig.findobj(Text)
-            if t.get_visible() and t.get_text().strip() and id(t) not in undrawn]  # fmt: skip
+    return [
+        (t.get_text(), t.get_window_extent(renderer))
+        for t in fig.findobj(Text)
+        if t.get_visible() and t.get_text().strip() and id(t) not in undrawn
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -67,18 +77,21 @@ def charts(sweep: dict, tmp_path_factory: pytest.TempPathFactory) -> dict[str, d
         ax = fig.axes[0]
         legend = ax.get_legend()
         out[Path(str(path)).name] = {
-            "figure": fig.bbox.frozen(), "texts": _texts(fig, r),
+            "figure": fig.bbox.frozen(),
+            "texts": _texts(fig, r),
             "labels": [(t.get_text(), t.get_window_extent(r)) for t in ax.texts if t.get_text().strip()],
             "legend": legend.get_window_extent(r) if legend is not None else None,
-        }  # fmt: skip
+        }
         fig.set_dpi(dpi)
         return save(fig, path, *a, **kw)
 
     d = tmp_path_factory.mktemp("charts_out")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Figure, "savefig", measured)
-        assert main(["--sweep", sweep["parent"], "--tracking-uri", sweep["uri"], "--compare", "baseline=single",
-                     "--plots", str(d)]) == 0  # fmt: skip
+        assert (
+            main(["--sweep", sweep["parent"], "--tracking-uri", sweep["uri"], "--compare", "baseline=single", "--plots", str(d)])
+            == 0
+        )
     assert set(out) == {"pass_at_1.png", "pareto.png", "forest.png"}
     return out
 
@@ -102,6 +115,9 @@ def test_no_text_of_a_chart_is_cut_off(charts: dict, name: str):
     geo = charts[name]
     fig = geo["figure"]
     assert any(t.startswith("block A: ") for t, _ in geo["texts"])  # the footer is measured too
-    outside = [(t[:60], tuple(round(v) for v in e.extents)) for t, e in geo["texts"]
-               if e.x0 < fig.x0 - 0.5 or e.y0 < fig.y0 - 0.5 or e.x1 > fig.x1 + 0.5 or e.y1 > fig.y1 + 0.5]  # fmt: skip
+    outside = [
+        (t[:60], tuple(round(v) for v in e.extents))
+        for t, e in geo["texts"]
+        if e.x0 < fig.x0 - 0.5 or e.y0 < fig.y0 - 0.5 or e.x1 > fig.x1 + 0.5 or e.y1 > fig.y1 + 0.5
+    ]
     assert not outside, f"{name} is {fig.width:.0f}×{fig.height:.0f} px; text beyond its edge: {outside}"

@@ -18,8 +18,14 @@ PRICE = {"input_per_mtok": 3.7, "output_per_mtok": 11.3, "as_of": "2026-12-03"} 
 
 
 def _rec(i: int, passed: bool, p: int, c: int, rp: int = 0, rc: int = 0) -> ProblemRecord:
-    usage = {"prompt_tokens": p, "completion_tokens": c, "retried_prompt_tokens": rp, "retried_completion_tokens": rc,
-             "model_calls": 1, "calls": []}  # fmt: skip
+    usage = {
+        "prompt_tokens": p,
+        "completion_tokens": c,
+        "retried_prompt_tokens": rp,
+        "retried_completion_tokens": rc,
+        "model_calls": 1,
+        "calls": [],
+    }
     return problem_record(i, passed=passed, usage=usage)
 
 
@@ -37,9 +43,21 @@ def test_retried_tokens_are_billed_per_cell_problem_and_solved():
         {"cost_usd": USD, "cost_usd_per_problem": USD / 3, "cost_usd_per_solved": USD / 2}
     )
     # the report prices the same records the same way, at the price the cell recorded
-    cell = CellData(dataset="apps", topology="single", model="m", optimizer="none", seed="0", key="k", judge_profile="seed",
-                    max_tests_per_row="20", selection={}, complete=True, source="x", price=dict(PRICE),
-                    problems=[problem_row(r) for r in RECORDS])  # fmt: skip
+    cell = CellData(
+        dataset="apps",
+        topology="single",
+        model="m",
+        optimizer="none",
+        seed="0",
+        key="k",
+        judge_profile="seed",
+        max_tests_per_row="20",
+        selection={},
+        complete=True,
+        source="x",
+        price=dict(PRICE),
+        problems=[problem_row(r) for r in RECORDS],
+    )
     [row] = cost_rows(group_cells([cell]))
     assert row.usd == pytest.approx(USD) and row.usd_per_solved == pytest.approx(USD / 2)
     assert row.price == "$3.7 / $11.3 (2026-12-03)"
@@ -50,8 +68,20 @@ def test_no_price_is_no_figure_never_zero():
     assert cost["usd"] is None and cost["price"] is None and money.metrics(cost) == {}
     line = money.cost_line(cost, "gold")
     assert line.startswith("cost: no price for model gold") and "$" not in line
-    cell = CellData(dataset="apps", topology="single", model="m", optimizer="none", seed="0", key="k", judge_profile="seed",
-                    max_tests_per_row="20", selection={}, complete=True, source="x", problems=[problem_row(r) for r in RECORDS])  # fmt: skip
+    cell = CellData(
+        dataset="apps",
+        topology="single",
+        model="m",
+        optimizer="none",
+        seed="0",
+        key="k",
+        judge_profile="seed",
+        max_tests_per_row="20",
+        selection={},
+        complete=True,
+        source="x",
+        problems=[problem_row(r) for r in RECORDS],
+    )
     [row] = cost_rows(group_cells([cell]))
     assert row.usd is None and row.price == money.NO_PRICE
 
@@ -60,10 +90,12 @@ def test_no_price_is_no_figure_never_zero():
     ("args", "words"),
     [
         (["model.price.input_per_mtok=3.7"], ["model.price.output_per_mtok=null", "model.price.as_of=null", "both token prices"]),
-        (["model.price.input_per_mtok=-1", "model.price.output_per_mtok=1", "model.price.as_of=2026-12-03"],
-         ["model.price.input_per_mtok=-1", "USD per million tokens >= 0"]),
+        (
+            ["model.price.input_per_mtok=-1", "model.price.output_per_mtok=1", "model.price.as_of=2026-12-03"],
+            ["model.price.input_per_mtok=-1", "USD per million tokens >= 0"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_price_is_refused_before_the_cell_exists(tmp_path: Path, args: list[str], words: list[str]):
     r = run_cli(["dataset=demo", "progress=false", *args], tmp_path, timeout=120)
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]

@@ -67,9 +67,20 @@ def test_plan_on_a_half_finished_sweep(tmp_path: Path, mlflow_template: Path, ap
     model = _Listener()
     try:
         out = tmp_path / "plan.json"
-        p = run_cli(["-m", "topology=single,independent", "seed=0,1,7", *common,
-                     f"model.base_url=http://127.0.0.1:{model.port}/v1", "--json", str(out)],
-                    tmp_path, env=env, module="apps_bench.plan")  # fmt: skip
+        p = run_cli(
+            [
+                "-m",
+                "topology=single,independent",
+                "seed=0,1,7",
+                *common,
+                f"model.base_url=http://127.0.0.1:{model.port}/v1",
+                "--json",
+                str(out),
+            ],
+            tmp_path,
+            env=env,
+            module="apps_bench.plan",
+        )
     finally:
         model.close()
     assert p.returncode == 2, p.stdout[-3000:] + p.stderr[-3000:]  # seed 7 is refused: a script must not go on
@@ -124,8 +135,12 @@ def test_plan_gates_a_script_on_invalid_settings_and_unreadable_data(tmp_path: P
     assert cell["state"] == "invalid" and not cell["allowed"] and "limit" in cell["guard"]
     assert cell["n_selected"] is None and cell["n_to_run"] is None
 
-    gone = run_cli(["dataset=apps", f"dataset.path={tmp_path / 'no_such_rows.jsonl'}", "limit=3"], tmp_path, env=env,
-                   module="apps_bench.plan")  # fmt: skip
+    gone = run_cli(
+        ["dataset=apps", f"dataset.path={tmp_path / 'no_such_rows.jsonl'}", "limit=3"],
+        tmp_path,
+        env=env,
+        module="apps_bench.plan",
+    )
     assert gone.returncode == 2, gone.stdout[-3000:] + gone.stderr[-3000:]
     assert "dataset not readable here" in gone.stdout and "cannot read their data" in gone.stderr
 
@@ -139,8 +154,13 @@ def test_plan_estimates_from_the_cells_seed_replicates_not_from_cells_differing_
 ):
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     env = cli_env(tmp_path)
-    common = ["topology=independent", "dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "limit=2",
-              "progress=false"]  # fmt: skip
+    common = [
+        "topology=independent",
+        "dataset=apps",
+        f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+        "limit=2",
+        "progress=false",
+    ]
     r = run_cli(["-m", "topology.team_size=2,4", "seed=0", *common], tmp_path, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     calls: dict[int, list[int]] = {}

@@ -28,8 +28,13 @@ FILES = ("part_a.jsonl", "part_b.jsonl")
 LIMIT = 3
 PRICE_IN, PRICE_OUT, AS_OF = 3.7, 11.3, "2026-12-03"  # made up for the test (no vendor's): USD per million tokens
 PRICE = [f"model.price.input_per_mtok={PRICE_IN}", f"model.price.output_per_mtok={PRICE_OUT}", f"model.price.as_of={AS_OF}"]
-TITLES = ("pass@1 by topology × model", "paired comparison against the baseline", "cost per problem", "cost in money",
-          "cost per agent role")  # fmt: skip
+TITLES = (
+    "pass@1 by topology × model",
+    "paired comparison against the baseline",
+    "cost per problem",
+    "cost in money",
+    "cost per agent role",
+)
 
 
 def _lines(path: Path) -> list[dict]:
@@ -46,9 +51,17 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_
     (data / FILES[1]).write_text("".join(rows[20:40]))
     db = fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
     env = cli_env(cwd)
-    args = ["-m", f"topology={','.join(TOPOLOGIES)}", f"seed={','.join(SEEDS)}", "dataset=apps",
-            f"dataset.path={data / FILES[0]},{data / FILES[1]}", f"limit={LIMIT}", "model.gold.wrong_fraction=0.3",
-            "progress=false", *PRICE]  # fmt: skip
+    args = [
+        "-m",
+        f"topology={','.join(TOPOLOGIES)}",
+        f"seed={','.join(SEEDS)}",
+        "dataset=apps",
+        f"dataset.path={data / FILES[0]},{data / FILES[1]}",
+        f"limit={LIMIT}",
+        "model.gold.wrong_fraction=0.3",
+        "progress=false",
+        *PRICE,
+    ]
     r = run_cli(args, cwd, env=env, timeout=800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     parent = re.search(r"MLflow parent run (\w+)", r.stderr).group(1)
@@ -58,12 +71,24 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_
         info = json.loads((d / "cell.json").read_text())
         path = Path(info["identity"]["dataset"]["path"]).name
         cells[(path, info["axes"]["topology"], str(info["axes"]["seed"]))] = d
-    rep = run_cli(["--sweep", parent, "--tracking-uri", uri, "--compare", "baseline=single", "--plots", str(cwd / "charts")],
-                  cwd, env=env, module="apps_bench.report")  # fmt: skip
+    rep = run_cli(
+        ["--sweep", parent, "--tracking-uri", uri, "--compare", "baseline=single", "--plots", str(cwd / "charts")],
+        cwd,
+        env=env,
+        module="apps_bench.report",
+    )
     assert rep.returncode == 0, rep.stderr[-3000:]
     (cwd / "report.txt").write_text(rep.stdout)  # for the closing note
-    return {"cwd": cwd, "env": env, "uri": uri, "parent": parent, "cells": cells, "out": r.stdout, "report": rep.stdout,
-            "data": data}  # fmt: skip
+    return {
+        "cwd": cwd,
+        "env": env,
+        "uri": uri,
+        "parent": parent,
+        "cells": cells,
+        "out": r.stdout,
+        "report": rep.stdout,
+        "data": data,
+    }
 
 
 def _blocks(report: str) -> dict[str, str]:
@@ -108,7 +133,8 @@ def test_the_report_fits_120_columns_and_every_table_names_its_block(sweep: dict
         for letter in ("A", "B"):
             rows = _section(report, title, letter)
             assert {x.split()[0] if not x.startswith("gold") else x.split()[1] for x in rows} == set(TOPOLOGIES) - (
-                {"single"} if title.startswith("paired") else set()), (title, letter, rows)  # fmt: skip
+                {"single"} if title.startswith("paired") else set()
+            ), (title, letter, rows)
 
 
 def test_pass_at_1_per_seed_and_pooled_match_the_records(sweep: dict):
@@ -148,8 +174,12 @@ def test_cost_in_money_matches_the_records(sweep: dict):
     from mlflow.tracking import MlflowClient
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    runs = {r.data.tags["cell_key"]: r for r in MlflowClient(sweep["uri"]).search_runs(
-        [MlflowClient(sweep["uri"]).get_run(sweep["parent"]).info.experiment_id], "tags.cell_key != ''")}  # fmt: skip
+    runs = {
+        r.data.tags["cell_key"]: r
+        for r in MlflowClient(sweep["uri"]).search_runs(
+            [MlflowClient(sweep["uri"]).get_run(sweep["parent"]).info.experiment_id], "tags.cell_key != ''"
+        )
+    }
     blocks = _blocks(sweep["report"])
     for f, letter in blocks.items():
         rows = _section(sweep["report"], "cost in money", letter)
@@ -184,8 +214,15 @@ def test_cost_in_money_matches_the_records(sweep: dict):
 def test_a_price_is_not_part_of_the_cell_and_no_price_is_never_zero(sweep: dict):
     """The same cell without a price is the same cell (resumed: nothing solved again) and its cost says no price."""
     d = sweep["cells"][(FILES[0], "single", "0")]
-    args = ["topology=single", "seed=0", "dataset=apps", f"dataset.path={sweep['data'] / FILES[0]}", f"limit={LIMIT}",
-            "model.gold.wrong_fraction=0.3", "progress=false"]  # fmt: skip
+    args = [
+        "topology=single",
+        "seed=0",
+        "dataset=apps",
+        f"dataset.path={sweep['data'] / FILES[0]}",
+        f"limit={LIMIT}",
+        "model.gold.wrong_fraction=0.3",
+        "progress=false",
+    ]
     r = run_cli(args, sweep["cwd"], env=sweep["env"])
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"{LIMIT} already recorded, 0 to run" in r.stderr and str(d) in r.stdout
@@ -203,8 +240,12 @@ def test_a_price_is_not_part_of_the_cell_and_no_price_is_never_zero(sweep: dict)
 
 
 def test_a_baseline_missing_from_the_cells_is_refused_before_anything_is_printed(sweep: dict):
-    r = run_cli(["--sweep", sweep["parent"], "--tracking-uri", sweep["uri"], "--compare", "baseline=centralized_langgraph"],
-                sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
+    r = run_cli(
+        ["--sweep", sweep["parent"], "--tracking-uri", sweep["uri"], "--compare", "baseline=centralized_langgraph"],
+        sweep["cwd"],
+        env=sweep["env"],
+        module="apps_bench.report",
+    )
     assert r.returncode == 2 and r.stdout == "", r.stdout[-2000:]
     assert "baseline=centralized_langgraph: no such topology among the cells" in r.stderr, r.stderr
 
@@ -232,8 +273,12 @@ def test_the_charts_name_their_blocks(sweep: dict):
 def test_another_metric_has_a_row_per_data_file_never_a_mean_across_them(sweep: dict):
     import statistics
 
-    r = run_cli(["--sweep", sweep["parent"], "--tracking-uri", sweep["uri"], "--metric", "latency_mean_s"], sweep["cwd"],
-                env=sweep["env"], module="apps_bench.report")  # fmt: skip
+    r = run_cli(
+        ["--sweep", sweep["parent"], "--tracking-uri", sweep["uri"], "--metric", "latency_mean_s"],
+        sweep["cwd"],
+        env=sweep["env"],
+        module="apps_bench.report",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.splitlines()
     assert lines[1].split() == ["topology", "dataset.path", "gold"], r.stdout
@@ -241,7 +286,9 @@ def test_another_metric_has_a_row_per_data_file_never_a_mean_across_them(sweep: 
     assert len(rows) == len(TOPOLOGIES) * len(FILES), r.stdout
     for f in FILES:
         for t in TOPOLOGIES:
-            means = [statistics.fmean(x["latency_s"] for x in _lines(sweep["cells"][(f, t, s)] / "records.jsonl") if not x["error"])
-                     for s in SEEDS]  # fmt: skip
+            means = [
+                statistics.fmean(x["latency_s"] for x in _lines(sweep["cells"][(f, t, s)] / "records.jsonl") if not x["error"])
+                for s in SEEDS
+            ]
             [row] = [x for x in rows if x[:2] == [t, f]]
             assert row[2:] == [f"{statistics.fmean(means):.3f}", "±", f"{statistics.stdev(means):.3f}", f"({len(SEEDS)})"], row

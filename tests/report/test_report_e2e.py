@@ -28,8 +28,13 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path, apps_
     cwd = tmp_path_factory.mktemp("sweep")
     db = fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
     env = cli_env(cwd)
-    common = ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "limit=10", "progress=false",
-              f"tracking.experiment={EXPERIMENT}"]  # fmt: skip
+    common = [
+        "dataset=apps",
+        f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+        "limit=10",
+        "progress=false",
+        f"tracking.experiment={EXPERIMENT}",
+    ]
     for extra in (["topology=single,sequential_langgraph"], ["topology=independent", "model.gold.wrong_fraction=0.4"]):
         r = run_cli(["-m", *extra, "seed=0,1", *common], cwd, env=env, timeout=400)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -83,9 +88,23 @@ def test_report_on_a_sweep(sweep: dict, tmp_path: Path):
     cells = _cells(cwd)
     assert len(cells) == 6
     out = tmp_path / "rep"
-    r = run_cli(["--experiment", EXPERIMENT, "--compare", "baseline=single", "--plots", str(out),
-                 "--export", str(out / "problems.csv"), "--export", str(out / "problems.parquet")],
-                cwd, env=env, module="apps_bench.report")  # fmt: skip
+    r = run_cli(
+        [
+            "--experiment",
+            EXPERIMENT,
+            "--compare",
+            "baseline=single",
+            "--plots",
+            str(out),
+            "--export",
+            str(out / "problems.csv"),
+            "--export",
+            str(out / "problems.parquet"),
+        ],
+        cwd,
+        env=env,
+        module="apps_bench.report",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     text = r.stdout
 
@@ -146,8 +165,12 @@ def test_report_on_a_sweep(sweep: dict, tmp_path: Path):
     import pandas as pd
 
     pq = pd.read_parquet(out / "problems.parquet")
-    assert len(pq) == 60 and int(pq["passed"].sum()) == n_passed and set(pq.columns) >= {
-        "cell_key", "problem_id", "difficulty", "passed", "error", "total_tokens", "model_calls", "latency_s", "judge_rules"}
+    assert (
+        len(pq) == 60
+        and int(pq["passed"].sum()) == n_passed
+        and set(pq.columns)
+        >= {"cell_key", "problem_id", "difficulty", "passed", "error", "total_tokens", "model_calls", "latency_s", "judge_rules"}
+    )
 
 
 def test_cells_carry_intervals_and_provenance(sweep: dict):
@@ -190,8 +213,14 @@ def test_a_rescore_run_is_a_cell_of_its_own_profile_and_never_compared_across(sw
     orig = next(r for r in c.search_runs([exp.experiment_id], "tags.topology = 'independent' and tags.seed = '0'"))
     d = _cells(sweep["cwd"])[("independent", "0")]
     tags = {k: orig.data.tags[k] for k in ("dataset", "topology", "model", "optimizer", "seed", "cell_key")}
-    tags.update(run_kind="rescore", rescore_of=orig.info.run_id, judge_profile="reference", max_tests_per_row="0",
-                judge_rules="1", complete="true")  # fmt: skip
+    tags.update(
+        run_kind="rescore",
+        rescore_of=orig.info.run_id,
+        judge_profile="reference",
+        max_tests_per_row="0",
+        judge_rules="1",
+        complete="true",
+    )
     tags["mlflow.parentRunId"] = orig.info.run_id
     run = c.create_run(exp.experiment_id, run_name="rescore", tags=tags)
     recs = [json.loads(x) for x in (d / "records.jsonl").read_text().splitlines()]
@@ -202,21 +231,30 @@ def test_a_rescore_run_is_a_cell_of_its_own_profile_and_never_compared_across(sw
     c.log_artifact(run.info.run_id, str(path))
     c.set_terminated(run.info.run_id)
     try:
-        r = run_cli(["--experiment", EXPERIMENT, "--compare", "baseline=single", "--forest", str(tmp_path / "f.png")],
-                    sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
+        r = run_cli(
+            ["--experiment", EXPERIMENT, "--compare", "baseline=single", "--forest", str(tmp_path / "f.png")],
+            sweep["cwd"],
+            env=sweep["env"],
+            module="apps_bench.report",
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         header = r.stdout.split("\n\n")[0].splitlines()  # the blocks, each once: never pooled
         ref = next(x.split()[0] for x in header[1:] if "judge reference (rules 1) · all tests" in x)
         assert any("judge seed (rules 3) · cap 20 tests" in x for x in header[1:])
         refused = next(x for x in _unwrap(r.stdout).splitlines() if "refused" in x)
-        assert f"independent − single · gold [block {ref}]" in refused and "different judge profiles (reference vs seed)" in refused
+        assert (
+            f"independent − single · gold [block {ref}]" in refused and "different judge profiles (reference vs seed)" in refused
+        )
         section = r.stdout.split(f"pass@1 by topology × model · block {ref}\n")[1].split("\n\n")[0]
         row = next(x for x in section.splitlines() if x.startswith("independent "))
         assert "1.000 [1.000, 1.000] (1s × 10p)" in row
-        only = run_cli(["--experiment", EXPERIMENT, "--judge", "reference"], sweep["cwd"], env=sweep["env"],
-                       module="apps_bench.report")  # fmt: skip
+        only = run_cli(
+            ["--experiment", EXPERIMENT, "--judge", "reference"], sweep["cwd"], env=sweep["env"], module="apps_bench.report"
+        )
         assert only.returncode == 0 and "single" not in only.stdout.split("cost per problem")[0]
-        none = run_cli(["--experiment", EXPERIMENT, "--judge", "nope"], sweep["cwd"], env=sweep["env"], module="apps_bench.report")
+        none = run_cli(
+            ["--experiment", EXPERIMENT, "--judge", "nope"], sweep["cwd"], env=sweep["env"], module="apps_bench.report"
+        )
         assert none.returncode == 2 and "--judge nope: no such judge profile (judge profiles: reference, seed)" in none.stderr
         assert none.stdout == ""  # refused before any cell is read
     finally:
@@ -243,14 +281,18 @@ def test_a_cell_judged_under_other_rules_is_refused(sweep: dict, tmp_path: Path)
 
     params = [Param(k, "1" if k == "judge.rules" else v) for k, v in orig.data.params.items()]
     for i in range(0, len(params), 100):
-        c.log_batch(run.info.run_id, params=params[i:i + 100])
+        c.log_batch(run.info.run_id, params=params[i : i + 100])
     c.log_artifact(run.info.run_id, str(d / "records.jsonl"))
     c.log_metric(run.info.run_id, "latency_mean_s", orig.data.metrics["latency_mean_s"])
     c.set_terminated(run.info.run_id)
     want = "different judge rules (profile seed: rules 1 vs 3)"
     try:
-        r = run_cli(["--experiment", EXPERIMENT, "--compare", "baseline=single", "--forest", str(tmp_path / "f.png")],
-                    sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
+        r = run_cli(
+            ["--experiment", EXPERIMENT, "--compare", "baseline=single", "--forest", str(tmp_path / "f.png")],
+            sweep["cwd"],
+            env=sweep["env"],
+            module="apps_bench.report",
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         refused = [x for x in _unwrap(r.stdout).splitlines() if "refused, not compared" in x]
         assert len(refused) == 1 and "independent − single · gold" in refused[0] and want in refused[0], r.stdout
@@ -258,8 +300,9 @@ def test_a_cell_judged_under_other_rules_is_refused(sweep: dict, tmp_path: Path)
         # the current rules' independent cells are still compared with single
         assert re.search(r"gold\s+independent\s+single\s+-", r.stdout), r.stdout
         # any other metric: mean ± std over seeds, never pooled across rules versions
-        m = run_cli(["--experiment", EXPERIMENT, "--metric", "latency_mean_s"], sweep["cwd"], env=sweep["env"],
-                    module="apps_bench.report")  # fmt: skip
+        m = run_cli(
+            ["--experiment", EXPERIMENT, "--metric", "latency_mean_s"], sweep["cwd"], env=sweep["env"], module="apps_bench.report"
+        )
         assert m.returncode == 2 and "judge=seed rules=1 cap=20, judge=seed rules=3 cap=20" in m.stderr, m.stderr
     finally:
         c.delete_run(run.info.run_id)
@@ -273,8 +316,12 @@ def test_a_cell_judged_under_other_rules_is_refused(sweep: dict, tmp_path: Path)
     info = json.loads(info_path.read_text())
     info["identity"]["judge"]["rules"] = 1
     info_path.write_text(json.dumps(info))
-    r = run_cli(["--cells-dir", str(root), "--compare", "baseline=single", "--forest", str(tmp_path / "g.png")],
-                sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
+    r = run_cli(
+        ["--cells-dir", str(root), "--compare", "baseline=single", "--forest", str(tmp_path / "g.png")],
+        sweep["cwd"],
+        env=sweep["env"],
+        module="apps_bench.report",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     refused = [x for x in _unwrap(r.stdout).splitlines() if "refused, not compared" in x]
     assert len(refused) == 1 and want in refused[0], r.stdout
@@ -282,9 +329,21 @@ def test_a_cell_judged_under_other_rules_is_refused(sweep: dict, tmp_path: Path)
 
 
 def test_report_from_local_cell_folders(sweep: dict, tmp_path: Path):
-    r = run_cli(["--cells-dir", str(sweep["cwd"] / "outputs" / "cells"), "--compare", "baseline=single",
-                 "--forest", str(tmp_path / "f.png"), "--export", str(tmp_path / "t.csv")],
-                sweep["cwd"], env=sweep["env"], module="apps_bench.report")  # fmt: skip
+    r = run_cli(
+        [
+            "--cells-dir",
+            str(sweep["cwd"] / "outputs" / "cells"),
+            "--compare",
+            "baseline=single",
+            "--forest",
+            str(tmp_path / "f.png"),
+            "--export",
+            str(tmp_path / "t.csv"),
+        ],
+        sweep["cwd"],
+        env=sweep["env"],
+        module="apps_bench.report",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     cells = _cells(sweep["cwd"])
     iv = bootstrap_interval(_pooled(cells, "independent"))
@@ -293,8 +352,9 @@ def test_report_from_local_cell_folders(sweep: dict, tmp_path: Path):
     _png_ok(tmp_path / "f.png")
     bad = run_cli(["--compare", "single"], sweep["cwd"], env=sweep["env"], module="apps_bench.report")
     assert bad.returncode == 2 and "--compare baseline=TOPOLOGY" in bad.stderr
-    unknown = run_cli(["--experiment", EXPERIMENT, "--compare", "baseline=nope"], sweep["cwd"], env=sweep["env"],
-                      module="apps_bench.report")  # fmt: skip
+    unknown = run_cli(
+        ["--experiment", EXPERIMENT, "--compare", "baseline=nope"], sweep["cwd"], env=sweep["env"], module="apps_bench.report"
+    )
     assert unknown.returncode == 2 and "no such topology" in unknown.stderr
 
 
@@ -304,8 +364,19 @@ def test_framework_siblings_and_provenance_warnings(tmp_path: Path, mlflow_templ
     commit makes the report warn about the comparison."""
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     env = cli_env(tmp_path)
-    r = run_cli(["-m", "topology=sequential_langgraph,sequential_crewai", "dataset=apps", "limit=3", "progress=false",
-                 f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}"], tmp_path, env=env, timeout=400)  # fmt: skip
+    r = run_cli(
+        [
+            "-m",
+            "topology=sequential_langgraph,sequential_crewai",
+            "dataset=apps",
+            "limit=3",
+            "progress=false",
+            f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+        ],
+        tmp_path,
+        env=env,
+        timeout=400,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     cells = _cells(tmp_path)
 
@@ -313,8 +384,14 @@ def test_framework_siblings_and_provenance_warnings(tmp_path: Path, mlflow_templ
         recs = [json.loads(x) for x in (cells[(topo, "0")] / "records.jsonl").read_text().splitlines()]
         return sum(x["usage"][field] for x in recs) / len(recs)
 
-    args = ["--cells-dir", str(tmp_path / "outputs" / "cells"), "--compare", "baseline=sequential_langgraph",
-            "--forest", str(tmp_path / "f.png")]  # fmt: skip
+    args = [
+        "--cells-dir",
+        str(tmp_path / "outputs" / "cells"),
+        "--compare",
+        "baseline=sequential_langgraph",
+        "--forest",
+        str(tmp_path / "f.png"),
+    ]
     rep = run_cli(args, tmp_path, env=env, module="apps_bench.report")
     assert rep.returncode == 0, rep.stderr[-3000:]
     row = next(x for x in rep.stdout.split("framework overhead")[1].splitlines() if x.startswith("sequential "))
@@ -324,8 +401,7 @@ def test_framework_siblings_and_provenance_warnings(tmp_path: Path, mlflow_templ
     calls = per_problem("sequential_crewai", "model_calls") - per_problem("sequential_langgraph", "model_calls")
     assert f"{calls:+.2f}" in row
     # ... and role by role, from the role of each recorded call: same four roles on both frameworks
-    per_role = [x.split() for x in rep.stdout.split("framework overhead per role")[1].splitlines()
-                if x.startswith("sequential ")]  # fmt: skip
+    per_role = [x.split() for x in rep.stdout.split("framework overhead per role")[1].splitlines() if x.startswith("sequential ")]
     assert [x[5] for x in per_role] == ["analyzer", "coder", "tester", "debugger"]
     for x in per_role:
         spent = {}

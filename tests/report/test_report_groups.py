@@ -13,25 +13,71 @@ from apps_bench.report.stats import holm, mcnemar_exact
 from apps_bench.tracking.cell_counts import Tally, role_uses, usage_role_calls
 from apps_bench.types import UsageRecord
 
-SEL = {"dataset.name": "apps", "dataset.revision": "r1", "dataset.path": "", "dataset.split": "test", "limit": "10",
-       "offset": "0", "only": "[]", "difficulty": "None"}  # fmt: skip
+SEL = {
+    "dataset.name": "apps",
+    "dataset.revision": "r1",
+    "dataset.path": "",
+    "dataset.split": "test",
+    "limit": "10",
+    "offset": "0",
+    "only": "[]",
+    "difficulty": "None",
+}
 
 
-def _cell(topology: str, seed: int, passed: list[int], *, model: str = "m", profile: str = "seed", cap: str = "20",
-          selection: dict | None = None, framework: str = "langgraph", flow: str = "", tokens: int = 100,
-          calls: int = 2, errors: tuple[int, ...] = (), rules: str = "2") -> CellData:  # fmt: skip
+def _cell(
+    topology: str,
+    seed: int,
+    passed: list[int],
+    *,
+    model: str = "m",
+    profile: str = "seed",
+    cap: str = "20",
+    selection: dict | None = None,
+    framework: str = "langgraph",
+    flow: str = "",
+    tokens: int = 100,
+    calls: int = 2,
+    errors: tuple[int, ...] = (),
+    rules: str = "2",
+) -> CellData:
     probs = [
-        {"key": f"test/{i}", "id": str(i), "split": "test", "difficulty": "interview", "passed": bool(p),
-         "error": "boom" if i in errors else "", "prompt_tokens": tokens - 20, "completion_tokens": 20,
-         "total_tokens": tokens, "model_calls": calls, "tool_calls": 1, "latency_s": 1.0, "solve_s": 0.9,
-         "judge_s": 0.1, "tool_s": 0.2}
+        {
+            "key": f"test/{i}",
+            "id": str(i),
+            "split": "test",
+            "difficulty": "interview",
+            "passed": bool(p),
+            "error": "boom" if i in errors else "",
+            "prompt_tokens": tokens - 20,
+            "completion_tokens": 20,
+            "total_tokens": tokens,
+            "model_calls": calls,
+            "tool_calls": 1,
+            "latency_s": 1.0,
+            "solve_s": 0.9,
+            "judge_s": 0.1,
+            "tool_s": 0.2,
+        }
         for i, p in enumerate(passed)
-    ]  # fmt: skip
+    ]
     return CellData(
-        dataset="apps", topology=topology, model=model, optimizer="none", seed=str(seed), key=f"{topology}{seed}{profile}{cap}",
-        judge_profile=profile, max_tests_per_row=cap, selection=dict(selection or SEL), complete=True,
-        source="x", framework=framework, flow=flow or topology, problems=probs, judge_rules=rules,
-    )  # fmt: skip
+        dataset="apps",
+        topology=topology,
+        model=model,
+        optimizer="none",
+        seed=str(seed),
+        key=f"{topology}{seed}{profile}{cap}",
+        judge_profile=profile,
+        max_tests_per_row=cap,
+        selection=dict(selection or SEL),
+        complete=True,
+        source="x",
+        framework=framework,
+        flow=flow or topology,
+        problems=probs,
+        judge_rules=rules,
+    )
 
 
 def _counted(cell: CellData, usage: dict[str, dict], events: dict[str, list[dict]] | None = None) -> CellData:
@@ -50,8 +96,12 @@ def _calls(role: str, n: int, prompt: int, completion: int) -> list[dict]:
 
 
 def _usage(calls: list[dict]) -> dict:
-    return {"prompt_tokens": sum(c["prompt_tokens"] for c in calls), "completion_tokens": sum(c["completion_tokens"] for c in calls),
-            "model_calls": len(calls), "calls": calls}  # fmt: skip
+    return {
+        "prompt_tokens": sum(c["prompt_tokens"] for c in calls),
+        "completion_tokens": sum(c["completion_tokens"] for c in calls),
+        "model_calls": len(calls),
+        "calls": calls,
+    }
 
 
 def test_reasons_name_what_differs():
@@ -69,13 +119,16 @@ def test_reasons_name_what_differs():
 
 def test_grid_comparison_with_holm_and_refusals():
     cells = [
-        _cell("single", 0, [1, 1, 1, 1, 1, 1, 1, 1]), _cell("single", 1, [1, 1, 1, 1, 1, 1, 1, 0]),
-        _cell("independent", 0, [0, 0, 0, 1, 1, 1, 1, 1]), _cell("independent", 1, [0, 0, 0, 0, 1, 1, 1, 1]),
-        _cell("sequential", 0, [1, 1, 1, 1, 1, 1, 1, 0]), _cell("sequential", 1, [1, 1, 1, 1, 1, 1, 1, 1]),
+        _cell("single", 0, [1, 1, 1, 1, 1, 1, 1, 1]),
+        _cell("single", 1, [1, 1, 1, 1, 1, 1, 1, 0]),
+        _cell("independent", 0, [0, 0, 0, 1, 1, 1, 1, 1]),
+        _cell("independent", 1, [0, 0, 0, 0, 1, 1, 1, 1]),
+        _cell("sequential", 0, [1, 1, 1, 1, 1, 1, 1, 0]),
+        _cell("sequential", 1, [1, 1, 1, 1, 1, 1, 1, 1]),
         _cell("capped", 0, [1] * 8, cap="0"),  # another test cap: no baseline to pair with
         _cell("lonely", 5, [1] * 8),  # a seed the baseline does not have
         _cell("single", 0, [1] * 8, model="other"),
-    ]  # fmt: skip
+    ]
     groups = group_cells(cells)
     comps = {(c.label, c.model): c for c in compare_to_baseline(groups, "single")}
     ind, seq = comps[("independent", "m")], comps[("sequential", "m")]
@@ -94,7 +147,11 @@ def test_grid_comparison_with_holm_and_refusals():
 def test_cells_judged_under_other_rules_are_refused_and_never_pooled():
     from apps_bench.report.render import compare_table, pass_table
 
-    cells = [_cell("single", 0, [1, 1, 1]), _cell("single", 0, [1, 0, 1], rules="1"), _cell("independent", 0, [0, 0, 1], rules="1")]
+    cells = [
+        _cell("single", 0, [1, 1, 1]),
+        _cell("single", 0, [1, 0, 1], rules="1"),
+        _cell("independent", 0, [0, 0, 1], rules="1"),
+    ]
     groups = group_cells(cells)
     assert len(groups) == 3  # the two single cells are two groups: one per rules version
     [cmp] = compare_to_baseline([g for g in groups if g.label == "independent"], "single", all_groups=groups)
@@ -120,8 +177,14 @@ def test_seeds_pool_into_one_interval_and_profiles_never_pool():
 def _varied(seed: int, passed: list[int], **settings: str) -> CellData:
     """A single·m cell whose identity (its run's params) says its settings: a cell of a sweep off the axes."""
     c = _cell("single", seed, passed)
-    c.identity = {"seed": str(seed), "topology.name": "single", "model.name": "m", "model.temperature": "0.0",
-                  "topology.prompt_file": "None", **settings}  # fmt: skip
+    c.identity = {
+        "seed": str(seed),
+        "topology.name": "single",
+        "model.name": "m",
+        "model.temperature": "0.0",
+        "topology.prompt_file": "None",
+        **settings,
+    }
     c.key = "k" + "".join(sorted(settings.values())) + str(seed)
     return c
 
@@ -129,21 +192,33 @@ def _varied(seed: int, passed: list[int], **settings: str) -> CellData:
 def test_cells_differing_in_a_setting_are_two_rows_never_pooled():
     from apps_bench.report.render import pass_table
 
-    cells = [_varied(0, [1, 1, 1, 1]), _varied(1, [1, 1, 1, 0]),
-             _varied(0, [0, 0, 1, 1], **{"model.temperature": "0.7"}), _varied(1, [0, 1, 1, 1], **{"model.temperature": "0.7"})]  # fmt: skip
+    cells = [
+        _varied(0, [1, 1, 1, 1]),
+        _varied(1, [1, 1, 1, 0]),
+        _varied(0, [0, 0, 1, 1], **{"model.temperature": "0.7"}),
+        _varied(1, [0, 1, 1, 1], **{"model.temperature": "0.7"}),
+    ]
     groups = group_cells(cells)
     assert [(g.settings, g.seeds, g.interval.estimate) for g in groups] == [
-        ((("model.temperature", "0.0"),), ["0", "1"], 7 / 8), ((("model.temperature", "0.7"),), ["0", "1"], 5 / 8)]
+        ((("model.temperature", "0.0"),), ["0", "1"], 7 / 8),
+        ((("model.temperature", "0.7"),), ["0", "1"], 5 / 8),
+    ]
     rows = pass_table(groups).splitlines()
     assert next(x for x in rows if x.startswith("topology")).split()[:3] == ["topology", "model", "model.temperature"]
-    assert [x.split()[:4] for x in rows if x.startswith("single")] == [["single", "m", "0.0", "0.875"], ["single", "m", "0.7", "0.625"]]
+    assert [x.split()[:4] for x in rows if x.startswith("single")] == [
+        ["single", "m", "0.0", "0.875"],
+        ["single", "m", "0.7", "0.625"],
+    ]
 
 
 def test_a_comparison_along_a_setting_pairs_cells_that_differ_only_there():
     from apps_bench.report.groups import Baseline
 
-    cells = [_varied(0, [1, 1, 1, 1]), _varied(0, [0, 1, 1, 1], **{"model.temperature": "0.7"}),
-             _varied(0, [0, 0, 1, 1], **{"model.temperature": "0.7", "model.top_p": "0.5"})]  # fmt: skip
+    cells = [
+        _varied(0, [1, 1, 1, 1]),
+        _varied(0, [0, 1, 1, 1], **{"model.temperature": "0.7"}),
+        _varied(0, [0, 0, 1, 1], **{"model.temperature": "0.7", "model.top_p": "0.5"}),
+    ]
     comps = {c.settings: c for c in compare_to_baseline(group_cells(cells), Baseline("model.temperature", "0"))}
     near = comps[(("model.temperature", "0.7"), ("model.top_p", "(unset)"))]
     assert near.pair is not None and near.pair[1].cells[0] is cells[0] and near.result.diff == pytest.approx(-0.25)
@@ -157,7 +232,9 @@ def test_two_cells_the_report_cannot_tell_apart_are_refused():
 
     a, b = _varied(0, [1, 1]), _varied(0, [0, 0])
     b.key, b.source = "other", "run-b"
-    with pytest.raises(ReportError, match=r"cannot tell apart 2 cells labelled single · m s0 \(x \[key k0\], run-b \[key other\]\)"):
+    with pytest.raises(
+        ReportError, match=r"cannot tell apart 2 cells labelled single · m s0 \(x \[key k0\], run-b \[key other\]\)"
+    ):
         group_cells([a, b])
 
 
@@ -182,12 +259,23 @@ def test_cost_per_role_sums_the_roles_of_the_calls():
         {"role": "tester", "prompt_tokens": 300, "completion_tokens": 40},
         {"role": "tester", "prompt_tokens": 500, "completion_tokens": 50},
     ]
-    recs = [problem_record(0, usage=_usage(calls)), problem_record(1, usage=_usage(calls[:1] + [{**calls[1], "role": "selector"}]))]
+    recs = [
+        problem_record(0, usage=_usage(calls)),
+        problem_record(1, usage=_usage(calls[:1] + [{**calls[1], "role": "selector"}])),
+    ]
     assert usage_role_calls(recs[0].usage) == {"analyzer": (1, 100, 10), "tester": (2, 800, 90)}
     c = _cell("sequential", 0, [])
     c.problems = [problem_row(r) for r in recs]
-    _counted(c, {r.key: r.usage.to_json() for r in recs}, {"test/0": [{"agent": "t", "role": "tester", "kind": "input", "content": "x"},
-                                                            {"agent": "t", "role": "tester", "kind": "tool_call", "content": "y"}]})
+    _counted(
+        c,
+        {r.key: r.usage.to_json() for r in recs},
+        {
+            "test/0": [
+                {"agent": "t", "role": "tester", "kind": "input", "content": "x"},
+                {"agent": "t", "role": "tester", "kind": "tool_call", "content": "y"},
+            ]
+        },
+    )
     rows = {r.role: r for r in role_rows(group_cells([c]))}
     assert all(r.measured for r in rows.values())
     # per problem over both problems: exact sums, not shares of characters
@@ -207,8 +295,15 @@ def test_cost_per_role_sums_the_roles_of_the_calls():
 
 
 def test_records_without_call_roles_are_not_counted_as_measured():
-    old = problem_record(0, usage={"prompt_tokens": 5, "completion_tokens": 1, "model_calls": 1,
-                                   "calls": [{"prompt_tokens": 5, "completion_tokens": 1}]})  # fmt: skip
+    old = problem_record(
+        0,
+        usage={
+            "prompt_tokens": 5,
+            "completion_tokens": 1,
+            "model_calls": 1,
+            "calls": [{"prompt_tokens": 5, "completion_tokens": 1}],
+        },
+    )
     assert usage_role_calls(old.usage) is None
     short = problem_record(0, usage={"model_calls": 2, "calls": [{"role": "a", "prompt_tokens": 1}]})
     assert usage_role_calls(short.usage) is None  # entries missing: the record cannot say
@@ -236,8 +331,11 @@ def test_cost_per_role_apportions_exact_totals_for_old_records():
     assert set(uses) == {"analyzer", "tester"}
     assert (uses["tester"].steps, uses["tester"].tool_calls, uses["tester"].turns) == (2, 1, 1)
     # records from before calls carried roles: no per-call entries
-    _counted(c, {p["key"]: {k: p[k] for k in ("prompt_tokens", "completion_tokens", "model_calls")} for p in c.problems},
-             {"test/0": events, "test/1": events})
+    _counted(
+        c,
+        {p["key"]: {k: p[k] for k in ("prompt_tokens", "completion_tokens", "model_calls")} for p in c.problems},
+        {"test/0": events, "test/1": events},
+    )
     rows = {r.role: r for r in role_rows(group_cells([c]))}
     # prompt 980 split 100:400 by characters given, completion 20 split 50:150 by characters produced
     assert rows["analyzer"].tokens == pytest.approx(980 * 100 / 500 + 20 * 50 / 200)
@@ -275,8 +373,22 @@ def test_framework_row_pairs_siblings_of_one_flow():
 
     text = framework_table([row])
     line = next(x for x in text.splitlines() if "selector" in x)
-    assert line.split() == ["sequential", "m", "crewai", "vs", "langgraph", "selector", "400", "vs", "0", "+400",
-                            "1.00", "vs", "0.00", "+1.00"]  # fmt: skip
+    assert line.split() == [
+        "sequential",
+        "m",
+        "crewai",
+        "vs",
+        "langgraph",
+        "selector",
+        "400",
+        "vs",
+        "0",
+        "+400",
+        "1.00",
+        "vs",
+        "0.00",
+        "+1.00",
+    ]
     no_roles = {"prompt_tokens": 1480, "completion_tokens": 20, "model_calls": 5}  # one side estimated: no per-role comparison
     _counted(cells[1], {"test/0": no_roles, "test/1": per_call[1]})
     [row] = framework_rows(group_cells(cells), cost_rows(group_cells(cells)), role_rows(group_cells(cells)))

@@ -142,8 +142,9 @@ def test_report_memory_does_not_grow_with_transcript_size(sweep: dict, tmp_path:
 
     assert len(c1.problems) == len(c4.problems) == n
     assert c1.problems == c4.problems and c1.counts is not None and c4.counts is not None
-    assert {r: (t.turns, t.replies, t.calls, t.tokens) for r, t in c1.counts.roles.items()} == \
-           {r: (t.turns, t.replies, t.calls, t.tokens) for r, t in c4.counts.roles.items()}  # fmt: skip
+    assert {r: (t.turns, t.replies, t.calls, t.tokens) for r, t in c1.counts.roles.items()} == {
+        r: (t.turns, t.replies, t.calls, t.tokens) for r, t in c4.counts.roles.items()
+    }
     question = _lines(src / "transcripts.jsonl")[0]["events"][0]["content"][:60]
     assert question.startswith("QUESTION")
     held = list(_strings(c4))
@@ -209,8 +210,9 @@ def test_report_from_mlflow_drops_each_cells_downloads(sweep: dict, monkeypatch:
     again = {c.source: c for c in cellmod.from_mlflow(experiment=EXPERIMENT, uri=sweep["uri"])}
     assert downloads.count("transcripts.jsonl") == 1
     assert again[older].counts is not None and again[older].counts.roles == local[found[0].key].counts.roles
-    assert [asdict(r) for r in role_rows(group_cells(list(again.values())))] == \
-           [asdict(r) for r in role_rows(group_cells(list(local.values())))]  # fmt: skip
+    assert [asdict(r) for r in role_rows(group_cells(list(again.values())))] == [
+        asdict(r) for r in role_rows(group_cells(list(local.values())))
+    ]
 
 
 def _plan_reads(sweep: dict, cells_dir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, list[str]]:
@@ -231,8 +233,9 @@ def _plan_reads(sweep: dict, cells_dir: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(records, "_read_lines", read_lines)
     monkeypatch.setattr(records, "iter_lines", iter_lines, raising=False)
     monkeypatch.chdir(sweep["cwd"])
-    plan = make_plan(["topology=sequential_langgraph", "seed=0,1,2", "dataset=apps", *sweep["common"]], multirun=True,
-                     cells_dir=cells_dir)  # fmt: skip
+    plan = make_plan(
+        ["topology=sequential_langgraph", "seed=0,1,2", "dataset=apps", *sweep["common"]], multirun=True, cells_dir=cells_dir
+    )
     return plan, sorted(p.replace(str(cells_dir), "") for p in read)
 
 

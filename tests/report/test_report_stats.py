@@ -104,6 +104,7 @@ def test_mcnemar_exact_at_study_size_keeps_its_digits(b, c):
 
 def test_mcnemar_exact_agrees_with_scipy():
     from scipy import stats as scipy_stats  # mlflow depends on scipy: always installed
+
     for b, c in [(3, 9), (120, 180), (700, 800), (2500, 2600), (7400, 7600)]:
         assert mcnemar_exact(b, c) == pytest.approx(scipy_stats.binomtest(min(b, c), b + c, 0.5).pvalue, rel=1e-9)
 

@@ -14,8 +14,15 @@ from conftest import APPS_DATA_DIR, cli_env, fresh_store, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-CELL = ["model=gold", "dataset=apps", f"dataset.path={APPS_DATA_DIR / 'train_mini150.jsonl'}", "dataset.split=train",
-        "limit=4", "model.gold.wrong_fraction=0.5", "progress=false"]  # fmt: skip
+CELL = [
+    "model=gold",
+    "dataset=apps",
+    f"dataset.path={APPS_DATA_DIR / 'train_mini150.jsonl'}",
+    "dataset.split=train",
+    "limit=4",
+    "model.gold.wrong_fraction=0.5",
+    "progress=false",
+]
 
 
 def _lines(path: Path) -> list[dict]:
@@ -47,7 +54,8 @@ def test_rescoring_a_run_logs_its_child_beside_that_run(store: dict):
     assert r.returncode == 0, r.stderr[-3000:]
     found = c.search_runs([e.experiment_id for e in c.search_experiments()], "tags.run_kind = 'rescore'")
     assert [(x.info.experiment_id, x.data.tags.get("mlflow.parentRunId"), x.data.tags.get("rescore_of")) for x in found] == [
-        (run.info.experiment_id, run.info.run_id, run.info.run_id)], "the re-scoring was filed under another run"  # fmt: skip
+        (run.info.experiment_id, run.info.run_id, run.info.run_id)
+    ], "the re-scoring was filed under another run"
     assert f"(child of {run.info.run_id})" in r.stdout, r.stdout
 
     # each row once, every column filled: the cell's verdicts and the new ones, over the same recorded programs
@@ -56,17 +64,34 @@ def test_rescoring_a_run_logs_its_child_beside_that_run(store: dict):
     new = [x for x in _lines(folder / "records.jsonl") if not x["error"]]
     rows = [line.strip("│┃ ").split() for line in r.stdout.splitlines() if line.startswith("│")]
     expected = [
-        ["the", "cell's", "seed", "20", str(len(old)), str(sum(x["passed"] for x in old)),
-         f"{sum(x['passed'] for x in old) / len(old):.4f}"],
-        ["re-scored", "reference", "20", str(len(new)), str(sum(x["passed"] for x in new)),
-         f"{sum(x['passed'] for x in new) / len(new):.4f}"],
-    ]  # fmt: skip
+        [
+            "the",
+            "cell's",
+            "seed",
+            "20",
+            str(len(old)),
+            str(sum(x["passed"] for x in old)),
+            f"{sum(x['passed'] for x in old) / len(old):.4f}",
+        ],
+        [
+            "re-scored",
+            "reference",
+            "20",
+            str(len(new)),
+            str(sum(x["passed"] for x in new)),
+            f"{sum(x['passed'] for x in new) / len(new):.4f}",
+        ],
+    ]
     assert [[w for w in row if w != "│"] for row in rows] == expected, r.stdout
 
 
 def test_a_run_id_with_another_experiment_is_refused(store: dict):
     run = store["run"]
-    r = run_cli([run.info.run_id, "judge=reference", "tracking.experiment=first"], store["cwd"], env=store["env"],
-                module="apps_bench.rescore")  # fmt: skip
+    r = run_cli(
+        [run.info.run_id, "judge=reference", "tracking.experiment=first"],
+        store["cwd"],
+        env=store["env"],
+        module="apps_bench.rescore",
+    )
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     assert "logged next to the run it was given" in r.stderr and "experiment 'apps'" in r.stderr, r.stderr

@@ -30,8 +30,10 @@ def _parent(uri: str):
 
 def _pooled_from_disk(cwd: Path) -> dict[str, float]:
     """topology -> passed share over every (problem, seed) of the cells' records.jsonl."""
-    return {t: sum(v for vs in by.values() for v in vs.values()) / sum(len(vs) for vs in by.values())
-            for t, by in _outcomes_from_disk(cwd).items()}  # fmt: skip
+    return {
+        t: sum(v for vs in by.values() for v in vs.values()) / sum(len(vs) for vs in by.values())
+        for t, by in _outcomes_from_disk(cwd).items()
+    }
 
 
 def _outcomes_from_disk(cwd: Path) -> dict[str, dict[str, dict[str, float]]]:
@@ -63,21 +65,28 @@ def test_the_parent_run_holds_the_reports_table_and_plot(sweep: dict, tmp_path: 
     report_rows = render.pass_rows(groups.group_cells(cells.select(cells.from_mlflow(sweep=parent.info.run_id, uri=uri))))
     assert [{k: r[k] for k in sweep_run.PASS_COLUMNS} for r in rows] == report_rows
     assert {(r["topology"], r["model"], r["seeds"], r["n_problems"]) for r in rows} == {
-        ("single", "gold", "0,1", 5), ("sequential_langgraph", "gold", "0,1", 5)}  # fmt: skip
+        ("single", "gold", "0,1", 5),
+        ("sequential_langgraph", "gold", "0,1", 5),
+    }
     disk = _pooled_from_disk(cwd)
     assert {r["topology"]: r["pass_at_1"] for r in rows} == pytest.approx(disk)
     assert all(r["ci_low"] <= r["pass_at_1"] <= r["ci_high"] for r in rows)
 
     # the same numbers as the report's command prints
-    r = run_cli(["--sweep", parent.info.run_id, "--tracking-uri", uri, "--compare", "baseline=single"], cwd,
-                module="apps_bench.report")  # fmt: skip
+    r = run_cli(
+        ["--sweep", parent.info.run_id, "--tracking-uri", uri, "--compare", "baseline=single"], cwd, module="apps_bench.report"
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     for row in rows:
         assert f"{row['pass_at_1']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}] (2s × 5p)" in r.stdout
     [seq] = [x for x in rows if x["topology"] == "sequential_langgraph"]
     [line] = [x for x in r.stdout.splitlines() if x.startswith("gold") and x.split()[1:3] == ["sequential_langgraph", "single"]]
-    assert line.split()[3:7] == [f"{seq['delta_pass_at_1']:+.3f}", f"[{seq['delta_ci_low']:+.3f},", f"{seq['delta_ci_high']:+.3f}]",
-                                 f"{seq['wins']:.0f}/{seq['losses']:.0f}"], line  # fmt: skip
+    assert line.split()[3:7] == [
+        f"{seq['delta_pass_at_1']:+.3f}",
+        f"[{seq['delta_ci_low']:+.3f},",
+        f"{seq['delta_ci_high']:+.3f}]",
+        f"{seq['wins']:.0f}/{seq['losses']:.0f}",
+    ], line
 
     c = mlf.client(uri)
     names = {f.path: f for f in c.list_artifacts(parent.info.run_id)}
@@ -147,13 +156,18 @@ def test_the_parent_run_holds_the_paired_differences_and_the_figures_as_metrics(
     metrics = mlf.client(uri).get_run(parent.info.run_id).data.metrics
     expected = {}
     for t, row in rows.items():
-        expected |= {f"pass_at_1/{t} gold": row["pass_at_1"], f"pass_at_1_ci_low/{t} gold": row["ci_low"],
-                     f"pass_at_1_ci_high/{t} gold": row["ci_high"]}  # fmt: skip
-    expected |= {"delta_vs_single/sequential_langgraph gold": r["delta_pass_at_1"],
-                 "delta_ci_low_vs_single/sequential_langgraph gold": r["delta_ci_low"],
-                 "delta_ci_high_vs_single/sequential_langgraph gold": r["delta_ci_high"],
-                 "mcnemar_p_vs_single/sequential_langgraph gold": r["mcnemar_p"],
-                 "holm_p_vs_single/sequential_langgraph gold": r["holm_p"]}  # fmt: skip
+        expected |= {
+            f"pass_at_1/{t} gold": row["pass_at_1"],
+            f"pass_at_1_ci_low/{t} gold": row["ci_low"],
+            f"pass_at_1_ci_high/{t} gold": row["ci_high"],
+        }
+    expected |= {
+        "delta_vs_single/sequential_langgraph gold": r["delta_pass_at_1"],
+        "delta_ci_low_vs_single/sequential_langgraph gold": r["delta_ci_low"],
+        "delta_ci_high_vs_single/sequential_langgraph gold": r["delta_ci_high"],
+        "mcnemar_p_vs_single/sequential_langgraph gold": r["mcnemar_p"],
+        "holm_p_vs_single/sequential_langgraph gold": r["holm_p"],
+    }
     assert metrics == pytest.approx(expected)
     assert metrics["pass_at_1/single gold"] == pytest.approx(_pooled_from_disk(sweep["cwd"])["single"])
     # the text artifact holds the comparison too
@@ -165,8 +179,10 @@ def test_children_carry_the_axes_as_tags(sweep: dict):
     from apps_bench.tracking import mlflow as mlf
 
     kids = mlf.child_runs(sweep["uri"], _parent(sweep["uri"]).info.run_id)
-    axes = {(k.data.tags["topology"], k.data.tags["model"], k.data.tags["seed"], k.data.tags["dataset"],
-             k.data.tags["optimizer"]) for k in kids}  # fmt: skip
+    axes = {
+        (k.data.tags["topology"], k.data.tags["model"], k.data.tags["seed"], k.data.tags["dataset"], k.data.tags["optimizer"])
+        for k in kids
+    }
     assert axes == {(t, "gold", s, "apps", "none") for t in ("single", "sequential_langgraph") for s in ("0", "1")}
 
 
@@ -189,7 +205,9 @@ def test_cells_started_by_hand_under_a_parent_leave_publishing_to_report_publish
     pub = run_cli(["--sweep", parent, "--publish"], tmp_path, env=env, module="apps_bench.report")
     assert pub.returncode == 0, pub.stderr[-3000:]
     assert sorted((x["topology"], x["n_seeds"], x["n_problems"]) for x in sweep_run.read(uri, parent)) == [
-        ("sequential_langgraph", 1, 3), ("single", 1, 3)]  # fmt: skip
+        ("sequential_langgraph", 1, 3),
+        ("single", 1, 3),
+    ]
     assert mlf.client(uri).get_run(parent).data.tags["comparison_cells"] == "2"
 
 
@@ -201,8 +219,9 @@ def test_concurrent_writers_leave_a_whole_table(sweep: dict):
     code = "import sys; from apps_bench.report.sweep_run import publish; publish(sys.argv[1], sys.argv[2])"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     env.pop("APPS_BENCH_PARENT_RUN_ID", None)
-    procs = [subprocess.Popen([sys.executable, "-c", code, uri, parent], env=env, stderr=subprocess.PIPE, text=True)
-             for _ in range(3)]  # fmt: skip
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, uri, parent], env=env, stderr=subprocess.PIPE, text=True) for _ in range(3)
+    ]
     for p in procs:
         assert p.wait(timeout=300) == 0, p.stderr.read() if p.stderr else ""
     rows = sweep_run.read(uri, parent)

@@ -15,8 +15,15 @@ from apps_bench.types import Verdict
 
 
 def _row(key: str, tier: str, passed: int, kept: int, *, run: int | None = None, error: str = "") -> dict:
-    return {"key": key, "difficulty": tier, "passed": passed == kept and kept > 0, "error": error,
-            "tests_passed": passed, "tests_run": kept if run is None else run, "tests_kept": kept}  # fmt: skip
+    return {
+        "key": key,
+        "difficulty": tier,
+        "passed": passed == kept and kept > 0,
+        "error": error,
+        "tests_passed": passed,
+        "tests_run": kept if run is None else run,
+        "tests_kept": kept,
+    }
 
 
 def test_pass_at_k_is_the_binomial_estimator_for_every_small_n() -> None:
@@ -36,8 +43,13 @@ def test_pass_at_k_stays_finite_where_the_binomials_overflow_a_float() -> None:
 
 
 def test_overall_is_weighted_by_problems_and_errors_are_left_out() -> None:
-    cell = [_row("a", "introductory", 2, 2), _row("b", "introductory", 2, 2), _row("c", "introductory", 1, 4),
-            _row("d", "competition", 0, 5), _row("e", "competition", 0, 0, error="sandbox lost")]  # fmt: skip
+    cell = [
+        _row("a", "introductory", 2, 2),
+        _row("b", "introductory", 2, 2),
+        _row("c", "introductory", 1, 4),
+        _row("d", "competition", 0, 5),
+        _row("e", "competition", 0, 0, error="sandbox lost"),
+    ]
     f = apps_figures([cell], stopped_early=False)
     assert list(f) == ["introductory", "competition", ALL]
     assert f["introductory"].test_case_average.estimate == pytest.approx((1 + 1 + 0.25) / 3)
@@ -64,9 +76,11 @@ def test_a_judge_that_stops_at_the_first_failure_gives_a_lower_bound() -> None:
 
 
 def test_pass_at_k_uses_only_problems_judged_in_every_sample() -> None:
-    seeds = [[_row("a", "interview", 1, 1), _row("b", "interview", 0, 1), _row("c", "competition", 0, 1)],
-             [_row("a", "interview", 0, 1), _row("b", "interview", 0, 1), _row("c", "competition", 1, 1)],
-             [_row("a", "interview", 0, 1), _row("b", "interview", 0, 1, error="lost")]]  # fmt: skip
+    seeds = [
+        [_row("a", "interview", 1, 1), _row("b", "interview", 0, 1), _row("c", "competition", 0, 1)],
+        [_row("a", "interview", 0, 1), _row("b", "interview", 0, 1), _row("c", "competition", 1, 1)],
+        [_row("a", "interview", 0, 1), _row("b", "interview", 0, 1, error="lost")],
+    ]
     p = pass_at_k_figures(seeds)
     assert (p.n, p.n_problems, p.left_out) == (3, 1, 2)  # b and c were judged twice only
     assert list(p.by_tier) == ["interview", ALL]
@@ -78,8 +92,16 @@ def test_pass_at_k_uses_only_problems_judged_in_every_sample() -> None:
 
 
 def _verdict(passed: int, run: int, kept: int, reference: tuple | None = None) -> Verdict:
-    return Verdict(problem_id="x", passed=False, n_tests=kept, tests_run=run, tests_passed=passed, results=(),
-                   profile="reference" if reference is not None else "seed", reference_results=reference)
+    return Verdict(
+        problem_id="x",
+        passed=False,
+        n_tests=kept,
+        tests_run=run,
+        tests_passed=passed,
+        results=(),
+        profile="reference" if reference is not None else "seed",
+        reference_results=reference,
+    )
 
 
 def test_counted_tests_follow_the_original_result_list() -> None:

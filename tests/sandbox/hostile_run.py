@@ -228,12 +228,19 @@ def main() -> None:
             if only and a.name not in only.split(","):
                 continue
             # reference: the limit is the per-test alarm; the whole program gets 1.5 s more
-            req = RunRequest(a.code, "stdin", a.inputs, timeout_s=a.timeout_s + (1.5 if reference else 0),
-                             reference=reference, alarm_s=a.timeout_s)
+            req = RunRequest(
+                a.code,
+                "stdin",
+                a.inputs,
+                timeout_s=a.timeout_s + (1.5 if reference else 0),
+                reference=reference,
+                alarm_s=a.timeout_s,
+            )
             rs = pool.run(req)
             # reference: `open` is a mock and the reliability guard removes much of `os`; the plain program
-            run_after = pool.run(RunRequest(CORRECT if reference else a.after, "stdin", ["21"], timeout_s=5,
-                                            reference=reference, alarm_s=5))
+            run_after = pool.run(
+                RunRequest(CORRECT if reference else a.after, "stdin", ["21"], timeout_s=5, reference=reference, alarm_s=5)
+            )
             exec_after = pool.python_exec(a.after, "21\n", timeout_s=5, output_chars=2000)
             exec_attack = pool.python_exec(a.code, "1\n", timeout_s=a.timeout_s, output_chars=2000)
             exec_after2 = pool.python_exec(a.after, "21\n", timeout_s=5, output_chars=2000)

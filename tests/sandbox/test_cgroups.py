@@ -39,10 +39,13 @@ def test_a_v2_only_host_puts_worker_cgroups_under_this_process_group_when_pids_i
 
 
 @pytest.mark.skipif(not ROOT, reason="only root makes cgroups")
-@pytest.mark.parametrize("available,enabled,why", [
-    ("cpu pids", "cpu", "not enabled for the children of"),
-    ("cpu", "", "pids controller is not available"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "available,enabled,why",
+    [
+        ("cpu pids", "cpu", "not enabled for the children of"),
+        ("cpu", "", "pids controller is not available"),
+    ],
+)
 def test_a_v2_host_without_a_delegated_pids_controller_says_why(tmp_path: Path, available: str, enabled: str, why: str):
     root, proc = _v2_tree(tmp_path, available=available, enabled=enabled)
     p = cgroups.pids_parent(root, proc)
@@ -55,7 +58,9 @@ def test_no_hierarchy_at_all_says_why(tmp_path: Path):
     assert p.path is None and "neither" in p.why
 
 
-@pytest.mark.skipif(not ROOT or not (cgroups.CGROUP_ROOT / "pids" / "cgroup.procs").exists(), reason="needs root and cgroup v1 pids")
+@pytest.mark.skipif(
+    not ROOT or not (cgroups.CGROUP_ROOT / "pids" / "cgroup.procs").exists(), reason="needs root and cgroup v1 pids"
+)
 def test_this_hosts_v1_pids_hierarchy_is_found():
     p = cgroups.pids_parent()
     assert p.version == "v1" and p.path == cgroups.CGROUP_ROOT / "pids" / cgroups.GROUP
@@ -77,9 +82,10 @@ with SandboxPool.from_config(judge_config('seed'), workers=1) as p:
 """
 
 
-@pytest.mark.skipif(not ROOT or not (UNIFIED / "cgroup.controllers").exists()
-                    or "pids" in (UNIFIED / "cgroup.controllers").read_text().split(),
-                    reason="needs root and a real cgroup v2 hierarchy without the pids controller")  # fmt: skip
+@pytest.mark.skipif(
+    not ROOT or not (UNIFIED / "cgroup.controllers").exists() or "pids" in (UNIFIED / "cgroup.controllers").read_text().split(),
+    reason="needs root and a real cgroup v2 hierarchy without the pids controller",
+)
 def test_a_real_v2_hierarchy_without_pids_runs_programs_and_records_that_the_limit_is_off():
     out = subprocess.run([sys.executable, "-c", PROBE, str(UNIFIED)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -40,16 +40,23 @@ KEY_TEXT = "sk-hostile-vllm-key-canary-41d7"
 DATA_FILE = APPS_DATA_DIR / "train_mini150.jsonl"
 MARK = "apps-bench-hostile-mark-5c1e"
 TIMING = ("forged_timing", "forged_result_frame")
-ENVIRONMENT = ("capabilities", "mount_changes", "ptrace_pidfd_getfd_worker", "sysv_ipc_left_behind", "tmp_filled",
-               "keyrings", "secrets", "deep_tree")
+ENVIRONMENT = (
+    "capabilities",
+    "mount_changes",
+    "ptrace_pidfd_getfd_worker",
+    "sysv_ipc_left_behind",
+    "tmp_filled",
+    "keyrings",
+    "secrets",
+    "deep_tree",
+)
 
 
 def _user() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(USER)
     except KeyError:  # (another session may be adding it at the same moment: the look-up after decides)
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
-                       capture_output=True)
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], capture_output=True)
         return pwd.getpwnam(USER)
 
 
@@ -82,8 +89,12 @@ def _as_user_script(stash: Path) -> str:
             seen.add((d, child))
             s = stash / f"{len(seen)}"
             s.mkdir()
-            lines += [f"mount --bind '{d}/{child}' '{s}'", f"mount -t tmpfs -o mode=755,size=64k tmpfs '{d}'",
-                      f"mkdir -p '{d}/{child}'", f"mount --bind '{s}' '{d}/{child}'"]
+            lines += [
+                f"mount --bind '{d}/{child}' '{s}'",
+                f"mount -t tmpfs -o mode=755,size=64k tmpfs '{d}'",
+                f"mkdir -p '{d}/{child}'",
+                f"mount --bind '{s}' '{d}/{child}'",
+            ]
     return "\n".join(lines) + '\nexec runuser -u "$0" -- "$@"\n'
 
 
@@ -109,8 +120,20 @@ def _run(tmp_path: Path, base: Path, profile: str, as_user: bool, only: tuple[st
             os.chown(p, user.pw_uid, user.pw_gid)
         stash = tmp_path / "stash"
         stash.mkdir()
-        cmd = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _as_user_script(stash), USER,
-               "env", *(f"{k}={v}" for k, v in env.items()), *cmd]
+        cmd = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            _as_user_script(stash),
+            USER,
+            "env",
+            *(f"{k}={v}" for k, v in env.items()),
+            *cmd,
+        ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=base, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout), proc.stderr
@@ -177,8 +200,15 @@ def test_program_leaves_nothing_and_gains_no_privilege(judge_user, tmp_path: Pat
             assert rows not in text
     # no capability in any set, no_new_privs, the seccomp filter
     status = dict(line.split(":\t") for line in a["capabilities"]["runs"][0]["stdout"].splitlines())
-    assert status == {"CapInh": "0" * 16, "CapPrm": "0" * 16, "CapEff": "0" * 16, "CapBnd": "0" * 16,
-                      "CapAmb": "0" * 16, "NoNewPrivs": "1", "Seccomp": "2"}, status
+    assert status == {
+        "CapInh": "0" * 16,
+        "CapPrm": "0" * 16,
+        "CapEff": "0" * 16,
+        "CapBnd": "0" * 16,
+        "CapAmb": "0" * 16,
+        "NoNewPrivs": "1",
+        "Seccomp": "2",
+    }, status
     # the next program sees no IPC object, a clean $TMPDIR with room, no key
     assert a["sysv_ipc_left_behind"]["runs"][0]["stdout"] == "SHM\nMSG\nSEM\n"  # the attack did make them
     assert a["sysv_ipc_left_behind"]["run_after"][0]["stdout"] == "42 0 b''\n"
@@ -203,8 +233,10 @@ def test_a_damaged_worker_is_replaced_and_the_damage_scores_against_no_one(judge
     from apps_bench.sandbox import RunRequest, SandboxPool
 
     # it ends its process after test 0, so test 1 would need a fresh child: not on a damaged worker
-    slow = ("import os, sys, time\nopen('started', 'w').close()\ntime.sleep(3)\nprint(int(input()) * 2)\n"
-            "sys.stdout.flush()\nos._exit(0)\n")
+    slow = (
+        "import os, sys, time\nopen('started', 'w').close()\ntime.sleep(3)\nprint(int(input()) * 2)\n"
+        "sys.stdout.flush()\nos._exit(0)\n"
+    )
     with SandboxPool.from_config(judge_config("seed"), workers=1) as pool:
         pool.python_exec("pass", timeout_s=5, output_chars=100)  # started and ready
         mine = os.readlink("/proc/self/ns/pid")
@@ -220,7 +252,6 @@ def test_a_damaged_worker_is_replaced_and_the_damage_scores_against_no_one(judge
         t.join()
         assert [(r.status, r.stdout) for r in done[0]] == [("ok", "2\n"), ("runtime_error", "")], done[0]
         assert done[0][1].detail.startswith("the program damaged its sandbox"), done[0][1]
-        (after,) = pool.run(RunRequest("import os\nprint(int(input()) * 2, os.listdir('.'))", "stdin", ["21"],
-                                       timeout_s=5))
+        (after,) = pool.run(RunRequest("import os\nprint(int(input()) * 2, os.listdir('.'))", "stdin", ["21"], timeout_s=5))
         assert (after.status, after.stdout) == ("ok", "42 []\n"), after
         assert worker not in pool.worker_pids()

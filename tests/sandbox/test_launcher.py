@@ -47,10 +47,13 @@ def test_a_launcher_that_cannot_make_the_namespaces_says_why_in_the_pools_warnin
         "    (r,) = p.run(RunRequest('print(6 * 7)', 'stdin', ['']))\n"
         "    print(os.geteuid(), r.status, r.stdout.strip(), p.features['contained'])\n"
     )
-    inner = f"echo 1 > /proc/sys/user/max_user_namespaces && exec unshare --user --map-user=1000 --map-group=1000 " \
-            f"{sys.executable} -c \"$0\""
-    out = subprocess.run(["unshare", "--user", "--map-root-user", "sh", "-c", inner, script], capture_output=True,
-                         text=True, timeout=120, cwd="/")
+    inner = (
+        f"echo 1 > /proc/sys/user/max_user_namespaces && exec unshare --user --map-user=1000 --map-group=1000 "
+        f'{sys.executable} -c "$0"'
+    )
+    out = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "sh", "-c", inner, script], capture_output=True, text=True, timeout=120, cwd="/"
+    )
     if out.returncode != 0 and "unshare failed" in out.stderr and "SANDBOX" not in out.stderr:
         pytest.skip(f"user namespaces unavailable: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr

@@ -23,8 +23,9 @@ from apps_bench.sandbox import SandboxPool
 from apps_bench.types import Problem
 from apps_bench.types import TestSuite as Suite
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("sortedcontainers") is None,
-                                reason="sortedcontainers is not installed here: nothing to hide")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("sortedcontainers") is None, reason="sortedcontainers is not installed here: nothing to hide"
+)
 
 SORTED = "from sortedcontainers import SortedList\ns = SortedList(map(int, input().split()))\nprint(s[0])\n"
 SORTED_VIA_PATH = (
@@ -33,9 +34,17 @@ SORTED_VIA_PATH = (
     "import importlib; importlib.invalidate_caches()\n" + SORTED
 )
 NUMPY = "import numpy\nprint(int(numpy.array(list(map(int, input().split()))).min()))\n"
-PROBLEM = Problem(id="min", question="print the smallest number",
-                  tests=Suite(inputs=("3 1 2\n", "5 4\n"), outputs=("1\n", "4\n"), n_available=2,
-                                  raw_inputs=("3 1 2\n", "5 4\n"), raw_outputs=("1\n", "4\n")))
+PROBLEM = Problem(
+    id="min",
+    question="print the smallest number",
+    tests=Suite(
+        inputs=("3 1 2\n", "5 4\n"),
+        outputs=("1\n", "4\n"),
+        n_available=2,
+        raw_inputs=("3 1 2\n", "5 4\n"),
+        raw_outputs=("1\n", "4\n"),
+    ),
+)
 
 
 @pytest.fixture(scope="module")

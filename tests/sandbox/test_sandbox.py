@@ -184,8 +184,17 @@ def test_test_data_never_on_a_command_line(pool):
 def test_environment_is_cleared(pool, monkeypatch):
     (r,) = stdin_run(pool, "import os, json\nprint(json.dumps(dict(os.environ)))", [""])
     env = json.loads(r.stdout)
-    assert set(env) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-                        "MKL_NUM_THREADS", "PYTHONDONTWRITEBYTECODE"}
+    assert set(env) <= {
+        "PATH",
+        "LANG",
+        "LC_ALL",
+        "HOME",
+        "TMPDIR",
+        "OPENBLAS_NUM_THREADS",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "PYTHONDONTWRITEBYTECODE",
+    }
     assert not any(k.startswith(("MLFLOW", "OPENAI", "HF_")) for k in env)
 
 
@@ -317,8 +326,12 @@ def test_features_report_containment(pool):
 
 # -- python_exec and the tool ----------------------------------------------------------
 def test_python_exec_basic_and_clipping(pool):
-    r = pool.python_exec("import sys\nprint(input()[::-1])\nprint('e' * 50, file=sys.stderr)\nsys.exit(3)",
-                         stdin="abc", timeout_s=5, output_chars=20)
+    r = pool.python_exec(
+        "import sys\nprint(input()[::-1])\nprint('e' * 50, file=sys.stderr)\nsys.exit(3)",
+        stdin="abc",
+        timeout_s=5,
+        output_chars=20,
+    )
     assert r.stdout == "cba\n" and r.exit_code == 3 and not r.timed_out
     assert len(r.stderr) <= 20
     r = pool.python_exec("print('x' * 100)", timeout_s=5, output_chars=10)
@@ -389,8 +402,7 @@ def test_stop_kills_a_child_that_ran_ahead_into_a_slow_test(pool):
 def test_replies_in_flight_after_stop_do_not_leak_into_the_next_job():
     with SandboxPool.from_config(judge_config("seed"), workers=1) as one:
         for _ in range(3):
-            rs = one.run(RunRequest("print(input())", "stdin", [str(i) for i in range(200)]),
-                         lambda raw: raw.index < 2)
+            rs = one.run(RunRequest("print(input())", "stdin", [str(i) for i in range(200)]), lambda raw: raw.index < 2)
             assert [r.stdout for r in rs] == ["0\n", "1\n", "2\n"]
             rs = one.run(RunRequest("print(int(input()) + 1)", "stdin", ["1", "2"]))
             assert [r.stdout for r in rs] == ["2\n", "3\n"]
@@ -449,8 +461,7 @@ def test_interpreter_in_a_virtualenv_under_tmp_stays_usable(tmp_path):
         f"    (r,) = p.run(RunRequest({probe!r}, 'stdin', ['']))\n"
         "    print(r.stdout.strip(), '|', r.detail)\n"
     )
-    out = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True, text=True,
-                         timeout=120, cwd="/")
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True, text=True, timeout=120, cwd="/")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True True False | OSError: [Errno 30] Read-only file system: '%s'" % (venv / "pwned")
     assert not (venv / "pwned").exists()
@@ -470,8 +481,13 @@ def test_inside_a_root_only_user_namespace_runs_still_work():
         "    (r,) = p.run(RunRequest('print(int(input()) * 2)', 'stdin', ['21']))\n"
         "    print(r.status, r.stdout.strip(), f['uid_switch'], 'uid_switch_skipped' in f)\n"
     )
-    out = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-c", script],
-                         capture_output=True, text=True, timeout=120, cwd="/")
+    out = subprocess.run(
+        ["unshare", "--user", "--map-root-user", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
     if out.returncode != 0 and "unshare failed" in out.stderr:
         pytest.skip(f"user namespaces unavailable: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr
@@ -495,8 +511,13 @@ def test_a_non_root_user_gets_namespaces_through_a_user_namespace():
         f"    (r,) = p.run(RunRequest({probe!r}, 'stdin', ['21']))\n"
         "    print(os.geteuid(), r.status, r.stdout.strip(), f['contained'], f['uid_switch'])\n"
     )
-    out = subprocess.run(["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-c", script],
-                         capture_output=True, text=True, timeout=120, cwd="/")
+    out = subprocess.run(
+        ["unshare", "--user", "--map-user=1000", "--map-group=1000", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
     if out.returncode != 0 and "unshare failed" in out.stderr:
         pytest.skip(f"user namespaces unavailable: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr

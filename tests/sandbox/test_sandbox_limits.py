@@ -26,8 +26,14 @@ ROOT = os.geteuid() == 0
 
 
 def judge_cmd(*args: str, preexec=None, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "apps_bench.judge", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=preexec)
+    return subprocess.run(
+        [sys.executable, "-m", "apps_bench.judge", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=preexec,
+    )
 
 
 @pytest.fixture
@@ -46,16 +52,28 @@ def big_output_row(apps_data_dir: Path, tmp_path: Path) -> Path:
 
 def test_a_lower_output_cap_in_the_judge_config_fails_a_passing_program(big_output_row: Path, tmp_path: Path):
     verdicts, summary = tmp_path / "v.jsonl", tmp_path / "s.json"
-    r = judge_cmd(str(big_output_row), "--gold", "--workers", "1", "--no-progress", "--out", str(verdicts),
-                  "--summary", str(summary))
+    r = judge_cmd(
+        str(big_output_row), "--gold", "--workers", "1", "--no-progress", "--out", str(verdicts), "--summary", str(summary)
+    )
     assert r.returncode == 0, r.stderr
     [v] = [json.loads(x) for x in verdicts.read_text().splitlines()]
     assert v["passed"] is True
     s = json.loads(summary.read_text())
     assert s["judge"]["sandbox"]["output_cap_bytes"] == 8 << 20 and s["pass_at_1"] == 1.0
 
-    r = judge_cmd(str(big_output_row), "--gold", "--workers", "1", "--no-progress", "--out", str(verdicts),
-                  "--summary", str(summary), "--set", "sandbox.output_cap_bytes=16")
+    r = judge_cmd(
+        str(big_output_row),
+        "--gold",
+        "--workers",
+        "1",
+        "--no-progress",
+        "--out",
+        str(verdicts),
+        "--summary",
+        str(summary),
+        "--set",
+        "sandbox.output_cap_bytes=16",
+    )
     assert r.returncode == 0, r.stderr
     [v] = [json.loads(x) for x in verdicts.read_text().splitlines()]
     assert v["passed"] is False
@@ -86,8 +104,17 @@ def test_the_judge_cli_composes_the_profile_and_rejects_bad_ones(big_output_row:
     assert r.returncode == 2 and "judge.sandbox.nproc must be > 0" in r.stderr
     # a value given as an interpolation (which a line-by-line read could not see) is honoured
     summary = tmp_path / "s.json"
-    r = judge_cmd(str(big_output_row), "--gold", "--no-progress", "--summary", str(summary), "--profile", "reference",
-                  "--set", "workers=${oc.decode:'1'}")
+    r = judge_cmd(
+        str(big_output_row),
+        "--gold",
+        "--no-progress",
+        "--summary",
+        str(summary),
+        "--profile",
+        "reference",
+        "--set",
+        "workers=${oc.decode:'1'}",
+    )
     assert r.returncode == 0, r.stderr
     s = json.loads(summary.read_text())
     assert s["profile"] == "reference" and s["sandbox"]["workers"] == 1 and s["judge"]["program_timeout_s"] == 11.0
@@ -113,8 +140,7 @@ def test_a_missing_limit_is_a_clear_error():
 
 
 def _in_child(code: str, preexec) -> str:
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
-                         preexec_fn=preexec)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, preexec_fn=preexec)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -144,8 +170,10 @@ def test_workers_zero_follows_the_affinity_mask(big_output_row: Path, tmp_path: 
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
 
 
-@pytest.mark.skipif(not (ROOT and (CPU_CGROUP / "cpu.cfs_quota_us").is_file() and os.access(CPU_CGROUP, os.W_OK)),
-                    reason="needs root and a writable cgroup-v1 cpu controller")
+@pytest.mark.skipif(
+    not (ROOT and (CPU_CGROUP / "cpu.cfs_quota_us").is_file() and os.access(CPU_CGROUP, os.W_OK)),
+    reason="needs root and a writable cgroup-v1 cpu controller",
+)
 def test_workers_zero_follows_a_cgroup_cpu_quota():
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU only: a quota of one CPU changes nothing")

@@ -58,8 +58,13 @@ def _batch(thread: int, batch: int, errors: list[str]) -> None:
             if program is None:
                 errors.append(f"{tag}: no program extracted")
                 continue
-            vote, winner = most_common_program([Candidate("a", program), Candidate("b", program + "# same\n"),
-                                                Candidate("c", _program(tag + " other") + "x = 1\n")])
+            vote, winner = most_common_program(
+                [
+                    Candidate("a", program),
+                    Candidate("b", program + "# same\n"),
+                    Candidate("c", _program(tag + " other") + "x = 1\n"),
+                ]
+            )
             if vote.group_sizes != (2, 1) or winner != program:
                 errors.append(f"{tag}: vote {vote.group_sizes}")
             if "IndexError" not in _failing_traceback():

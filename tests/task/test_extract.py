@@ -17,12 +17,18 @@ def test_single_python_block():
     assert extract_program(f"Here it is:\n{block('print(1)')}\nDone.") == "print(1)\n"
 
 
-@pytest.mark.parametrize("label", ["python", "py", "Python", "PYTHON", "python3", "Python3", "py3", "python title=sol.py", "{.python}", "python:solution.py"])
+@pytest.mark.parametrize(
+    "label",
+    ["python", "py", "Python", "PYTHON", "python3", "Python3", "py3", "python title=sol.py", "{.python}", "python:solution.py"],
+)
 def test_python_labels_any_case(label):
     assert extract_program(block("x = 1", label)) == "x = 1\n"
 
 
-@pytest.mark.parametrize("label", ["cpp", "java", "text", "bash", "json", "output", "pycon", "javascript", "plaintext", "python-repl", "cython", "{.text}"])
+@pytest.mark.parametrize(
+    "label",
+    ["cpp", "java", "text", "bash", "json", "output", "pycon", "javascript", "plaintext", "python-repl", "cython", "{.text}"],
+)
 def test_other_labels_never_taken(label):
     # valid Python, but labelled as something else
     assert extract_program(block("x = 1", label)) is None
@@ -64,12 +70,7 @@ def test_prose_in_bare_fence_not_taken():
 
 def test_bare_fence_never_captures_prose_between_blocks():
     # A naive ```(.*?)``` regex pairs the first block's closing fence with the second's opening.
-    reply = (
-        block("a = 1")
-        + "\nThis is prose between the blocks, and it mentions x.\n"
-        + block("b = 2", "text")
-        + "\n"
-    )
+    reply = block("a = 1") + "\nThis is prose between the blocks, and it mentions x.\n" + block("b = 2", "text") + "\n"
     blocks = fenced_blocks(reply)
     assert [b.label for b in blocks] == ["python", "text"]
     assert [b.code for b in blocks] == ["a = 1", "b = 2"]

@@ -46,7 +46,9 @@ def test_demo_problems_frame_both_modes():
 def test_real_call_based_row(apps_data_dir):
     from conftest import compose_cell
 
-    res = load_problems(compose_cell("dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}").dataset, only=["2404"])
+    res = load_problems(
+        compose_cell("dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}").dataset, only=["2404"]
+    )
     (p,) = res.problems
     t = frame(p)
     assert t.startswith("QUESTION:\n" + p.question.strip("\n"))

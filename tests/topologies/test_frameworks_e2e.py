@@ -84,8 +84,9 @@ def solve(topology_cfg: Any, problem, ep, model_cfg, pool, seed: int = 0):
     from apps_bench.topologies.registry import get_topology
 
     topology = get_topology(topology_cfg)  # imports the framework before the problem's clock starts
-    cfg = dataclasses.replace(typed_config(compose()), topology=OmegaConf.to_object(topology_cfg),
-                              model=OmegaConf.to_object(model_cfg))  # fmt: skip
+    cfg = dataclasses.replace(
+        typed_config(compose()), topology=OmegaConf.to_object(topology_cfg), model=OmegaConf.to_object(model_cfg)
+    )
     stats = ep.server.stats
     before = (stats.replies, stats.prompt_tokens, stats.completion_tokens, len(stats.seeds))
     solved = asyncio.run(solve_problem(problem, cfg=cfg, topology=topology, endpoint=ep, pool=pool, seed=seed))
@@ -94,7 +95,7 @@ def solve(topology_cfg: Any, problem, ep, model_cfg, pool, seed: int = 0):
         "replies": stats.replies - before[0],
         "prompt_tokens": stats.prompt_tokens - before[1],
         "completion_tokens": stats.completion_tokens - before[2],
-        "seeds": stats.seeds[before[3]:],
+        "seeds": stats.seeds[before[3] :],
     }
     return solved.attempt, served
 
@@ -154,7 +155,7 @@ def test_sequential_crewai_end_to_end(problems, pool, judge, gold_passes) -> Non
             assert problem.question.split()[0] in inputs[0].content
             assert "context you're working with" in inputs[-1].content
             # ... and that is what CrewAI sent: the last stage's requests carry the earlier outputs
-            requests = [json.dumps(r["messages"]) for r in list(ep.server.stats.last_requests)[-served["replies"]:]]
+            requests = [json.dumps(r["messages"]) for r in list(ep.server.stats.last_requests)[-served["replies"] :]]
             last_stage = [r for r in requests if f"You are {stages[-1]}." in r]
             assert last_stage and all("context you're working with" in r for r in last_stage)
             assert all(r.count("Reference solution for problem") >= len(stages) - 1 for r in last_stage)
@@ -188,18 +189,16 @@ def test_centralized_autogen_end_to_end(problems, pool, judge, gold_passes) -> N
             # the manager speaks first, after every worker, and last; each delegation reaches its worker
             speakers = [e.agent for e in events(attempt, "input")]
             assert speakers == [manager, workers[0], manager, workers[1], manager, workers[2], manager]
-            delegated = [json.loads(e.content)["args"]["worker"]
-                         for e in events(attempt, "tool_call") if e.agent == manager]
+            delegated = [json.loads(e.content)["args"]["worker"] for e in events(attempt, "tool_call") if e.agent == manager]
             assert delegated == workers
             assert attempt.turns == len(workers)  # delegations, as in the LangGraph sibling
             # a worker sees the problem and its instruction only (as in the LangGraph sibling),
             # not the group chat: its requests hold no other worker's message
             tester_input = next(e for e in events(attempt, "input") if e.agent == "tester")
             assert "Instruction for the tester" in tester_input.content
-            requests = list(ep.server.stats.last_requests)[-served["replies"]:]
+            requests = list(ep.server.stats.last_requests)[-served["replies"] :]
             worker_requests = [
-                r for r in requests
-                if r["messages"][0]["role"] == "system" and "delegate" not in str(r.get("tools"))
+                r for r in requests if r["messages"][0]["role"] == "system" and "delegate" not in str(r.get("tools"))
             ]
             assert len(worker_requests) == len(workers) + 1  # the tester's second call reads its tool result
             for r in worker_requests:
@@ -249,8 +248,7 @@ def test_decentralized_openai_end_to_end(problems, pool, judge, gold_passes) -> 
             assert judge.score(problem, attempt.program).passed == gold_passes[problem.id]
             assert attempt.rounds == r and attempt.turns == n * r
             inputs = events(attempt, "input")
-            assert Counter((e.agent, e.round) for e in inputs) == Counter(
-                (f"debater_{i}", k) for i in range(n) for k in range(r))
+            assert Counter((e.agent, e.round) for e in inputs) == Counter((f"debater_{i}", k) for i in range(n) for k in range(r))
             # later rounds show the peers' previous answers
             later = next(e for e in inputs if e.round == 1 and e.agent == "debater_0")
             assert all(f"Answer of debater_{j} from round 0" in later.content for j in range(1, n))
@@ -380,8 +378,14 @@ def test_unreachable_endpoint_is_an_infrastructure_error(topology: str, problems
 
     runner = get_topology(cfg)
     usage = Usage()
-    ctx = build_context(problems[0], cfg, models=ModelClients(dead, model_cfg, usage),
-                        tool=PythonExecTool(pool, 5.0, 1000, usage), seed=0, usage=usage)
+    ctx = build_context(
+        problems[0],
+        cfg,
+        models=ModelClients(dead, model_cfg, usage),
+        tool=PythonExecTool(pool, 5.0, 1000, usage),
+        seed=0,
+        usage=usage,
+    )
     attempt = asyncio.run(runner.solve(ctx))
     assert attempt.stop_reason == "error" and attempt.program is None
     assert attempt.error and "APIConnectionError" in attempt.error

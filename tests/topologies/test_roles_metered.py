@@ -25,9 +25,15 @@ pytestmark = pytest.mark.slow
 CONF = Path(__file__).resolve().parents[2] / "apps_bench" / "conf"
 ROW = "1"  # a train_mini150 stdin row whose reference solution passes
 RUNNERS = (
-    "single", "independent", "sequential_langgraph", "sequential_crewai", "centralized_langgraph",
-    "centralized_autogen", "decentralized_langgraph", "decentralized_openai",
-)  # fmt: skip
+    "single",
+    "independent",
+    "sequential_langgraph",
+    "sequential_crewai",
+    "centralized_langgraph",
+    "centralized_autogen",
+    "decentralized_langgraph",
+    "decentralized_openai",
+)
 SIBLINGS = (
     ("sequential_langgraph", "sequential_crewai"),
     ("centralized_langgraph", "centralized_autogen"),
@@ -58,8 +64,6 @@ def problem(apps_data_dir):
     ds = _compose(("dataset=apps_train", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}")).dataset
     [p] = load_problems(ds, only=(ROW,)).problems
     return p
-
-
 
 
 def _server_role(request: dict, prompts: dict[str, str]) -> str:

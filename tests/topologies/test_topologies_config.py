@@ -115,7 +115,7 @@ def test_prompt_file_missing_and_extra_roles(tmp_path):
     with pytest.raises(TopologyConfigError, match=r"roles \['codr'\] that topology 'sequential_langgraph' does not have"):
         load_prompts(with_file(topology("sequential_langgraph"), f, 2))
     with pytest.raises(TopologyConfigError, match="not found"):
-        load_prompts(with_file(topology("single"), tmp_path / 'nope.yaml'))
+        load_prompts(with_file(topology("single"), tmp_path / "nope.yaml"))
     f.write_text("- just\n- a list\n")
     with pytest.raises(TopologyConfigError, match="must map role names"):
         load_prompts(with_file(topology("single"), f))
@@ -136,7 +136,10 @@ def test_registry_builds_runners_and_rejects_unknown_names():
     star = topology("single")
     star.name = "star"
     assert type(get_topology(star)).__name__ == "SingleTopology" and get_topology(star).name == "star"
-    for target, why in (("apps_bench.topologies.nowhere.Star", "not in this install"), ("apps_bench.topologies.single.Star", "has no 'Star'")):
+    for target, why in (
+        ("apps_bench.topologies.nowhere.Star", "not in this install"),
+        ("apps_bench.topologies.single.Star", "has no 'Star'"),
+    ):
         star._target_ = target
         with pytest.raises(TopologyConfigError, match=why) as err:
             get_topology(star)

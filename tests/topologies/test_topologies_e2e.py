@@ -148,9 +148,7 @@ def test_single_step_cap_and_time_limit_end_with_what_exists(problems, pool, jud
     assert not capped.verdict.passed and not capped.verdict.extracted
     assert any(e.kind == "note" and "step cap" in e.content for e in capped.attempt.transcript)
 
-    slow = run_cell(
-        cell("single", "model.gold.latency_ms=400", "topology.time_limit_s=0.6"), problems[:1], pool, judge
-    )[0]
+    slow = run_cell(cell("single", "model.gold.latency_ms=400", "topology.time_limit_s=0.6"), problems[:1], pool, judge)[0]
     # the cap fell while the second call (400 ms) was still unanswered: the endpoint ran out the
     # clock, not the team, so it is infrastructure (retried on the next run), not a wrong answer
     assert slow.attempt.stop_reason == "time_limit" and "did not answer" in (slow.attempt.error or "")
@@ -160,7 +158,9 @@ def test_single_step_cap_and_time_limit_end_with_what_exists(problems, pool, jud
 def test_model_outage_is_an_error_not_a_wrong_answer(problems, pool, judge):
     run = run_cell(
         cell("single", "model.gold.fault_fraction=1.0", "model.max_retries=0", "model.request_timeout_s=2"),
-        problems[:1], pool, judge,
+        problems[:1],
+        pool,
+        judge,
     )[0]
     assert run.attempt.error and run.attempt.stop_reason == "error"
     assert run.usage.failed_calls >= 1
@@ -285,7 +285,9 @@ def test_decentralized_reaches_gold_rate_in_n_by_r_turns(problems, pool, judge, 
 def test_decentralized_without_tools_makes_exactly_n_by_r_model_calls(problems, pool, judge, gold_passes):
     r = run_cell(
         cell("decentralized_langgraph", "topology.tool_roles=[]", "topology.team_size=2", "topology.rounds=3"),
-        problems[:1], pool, judge,
+        problems[:1],
+        pool,
+        judge,
     )[0]
     assert r.usage.model_calls == 2 * 3 and r.usage.tool_calls == 0 and r.attempt.rounds == 3
     assert r.verdict.passed == gold_passes[r.problem.id]

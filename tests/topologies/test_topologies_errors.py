@@ -57,7 +57,10 @@ def completion(content: str | None, tool_calls: list | None = None):
             for i, (n, a) in enumerate(tool_calls)
         ]
     return 200, {
-        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+        "id": "x",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
@@ -76,9 +79,12 @@ def solve_scripted(script: list, topology: str = "sequential_langgraph", *overri
     try:
         register_configs()
         with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-            cfg = copy.deepcopy(compose("config", overrides=[f"topology={topology}", "model=openai",
-                                                             "model.max_retries=0", "allow_any_cell=true",
-                                                             *overrides]))
+            cfg = copy.deepcopy(
+                compose(
+                    "config",
+                    overrides=[f"topology={topology}", "model=openai", "model.max_retries=0", "allow_any_cell=true", *overrides],
+                )
+            )
         ep = Endpoint(f"http://127.0.0.1:{server.server_address[1]}/v1", "m", "x", "openai", ("m",))
         usage = Usage()
         models = ModelClients(ep, cfg.model, usage)

@@ -23,8 +23,17 @@ N = 4
 
 
 def _args(apps_data_dir: Path, out: Path, *extra: str) -> list[str]:
-    return ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "dataset.split=train", f"limit={N}",
-            "concurrency=1", "processes=1", "progress=false", f"out_dir={out}", *extra]  # fmt: skip
+    return [
+        "dataset=apps",
+        f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+        "dataset.split=train",
+        f"limit={N}",
+        "concurrency=1",
+        "processes=1",
+        "progress=false",
+        f"out_dir={out}",
+        *extra,
+    ]
 
 
 def _records(cell: Path) -> list[dict]:
@@ -33,8 +42,15 @@ def _records(cell: Path) -> list[dict]:
 
 
 def _start(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "apps_bench", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "apps_bench", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _wait_first_record(proc: subprocess.Popen, cell: Path) -> None:
@@ -105,8 +121,17 @@ def test_a_lock_from_another_host_is_taken_over_only_when_stale(tmp_path: Path, 
 
     def lock(age_s: float) -> None:
         now = time.time()
-        (cell / "cell.lock").write_text(json.dumps({"host": "node-17.cluster.invalid", "pid": 4242, "token": "t",
-                                                    "started_at": now - 7200, "heartbeat_at": now - age_s}))  # fmt: skip
+        (cell / "cell.lock").write_text(
+            json.dumps(
+                {
+                    "host": "node-17.cluster.invalid",
+                    "pid": 4242,
+                    "token": "t",
+                    "started_at": now - 7200,
+                    "heartbeat_at": now - age_s,
+                }
+            )
+        )
 
     lock(age_s=5)  # beating: its holder runs on a node this host cannot see (stale after 120 s: conf/tracking/)
     live = run_cli(_args(apps_data_dir, cell), tmp_path, env=env)

@@ -47,7 +47,7 @@ def test_a_refused_connection_to_the_store_is_said_in_one_phrase():
     exc = requests.exceptions.ConnectionError(
         "HTTPConnectionPool(host='127.0.0.1', port=5000): Max retries exceeded with url: /api/2.0/mlflow/runs/get "
         "(Caused by NewConnectionError(\"HTTPConnection(host='127.0.0.1', port=5000): Failed to establish a new "
-        "connection: [Errno 111] Connection refused\"))"
+        'connection: [Errno 111] Connection refused"))'
     )
     fault = fault_of(exc, URI)
     assert fault is not None

@@ -8,11 +8,20 @@ from apps_bench.tracking import provenance
 
 
 def test_collect_names_the_framework_packages_and_the_interpreter():
-    feats = {"contained": True, "pid_namespace": True, "pids_cgroup": True, "uid_switch": True, "nice": 0,
-             "rlimits": ["AS", "CPU"], "workers": 2}
+    feats = {
+        "contained": True,
+        "pid_namespace": True,
+        "pids_cgroup": True,
+        "uid_switch": True,
+        "nice": 0,
+        "rlimits": ["AS", "CPU"],
+        "workers": 2,
+    }
     prov = provenance.collect("langgraph", feats)
     assert prov["python"] == platform.python_version() and prov["host"] == platform.node()
-    assert {"langgraph", "langchain-core", "langchain-openai", "openai", "mlflow", "hydra-core", "datasets", "numpy"} <= set(prov["packages"])
+    assert {"langgraph", "langchain-core", "langchain-openai", "openai", "mlflow", "hydra-core", "datasets", "numpy"} <= set(
+        prov["packages"]
+    )
     assert "crewai" in provenance.collect("crewai")["packages"] and "autogen-ext" in provenance.collect("autogen")["packages"]
     assert all(v for v in prov["packages"].values())
     tags = provenance.as_tags(prov)
@@ -44,5 +53,4 @@ def test_the_judged_programs_packages_are_in_the_compared_sandbox():
     new = provenance.sandbox_summary({**base, "packages": {"numpy": "2.4.6"}})
     old = provenance.sandbox_summary({**base, "packages": {"numpy": "1.26.4"}})
     assert new == "contained,uid_switch,numpy==2.4.6,nice=0"
-    assert provenance.differences({"a": {"sandbox": new}, "b": {"sandbox": old}}) == [
-        f"sandbox differs — {old}: b; {new}: a"]
+    assert provenance.differences({"a": {"sandbox": new}, "b": {"sandbox": old}}) == [f"sandbox differs — {old}: b; {new}: a"]

@@ -17,8 +17,19 @@ from apps_bench.types import Candidate, ProblemRecord, Rejudged, RescoreOf, Usag
 
 DATA = APPS_DATA_DIR / "train_mini150.jsonl"
 # independent: three agents and a vote; faults with no retry: some problems end in a model error
-CELL = ["dataset=apps", f"dataset.path={DATA}", "dataset.split=train", "offset=36", "limit=6", "model=gold", "progress=false",
-        "topology=independent", "model.fault_fraction=0.1", "model.max_retries=0", "model.request_timeout_s=3"]
+CELL = [
+    "dataset=apps",
+    f"dataset.path={DATA}",
+    "dataset.split=train",
+    "offset=36",
+    "limit=6",
+    "model=gold",
+    "progress=false",
+    "topology=independent",
+    "model.fault_fraction=0.1",
+    "model.max_retries=0",
+    "model.request_timeout_s=3",
+]
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +40,15 @@ def cell_dir(tmp_path_factory, mlflow_template) -> Path:
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]  # recorded, with errors
     (found,) = (d / "outputs" / "cells").iterdir()
     env = cli_env(d, OPENAI_BASE_URL="http://127.0.0.1:9/v1")
-    proc = subprocess.run([sys.executable, "-m", "apps_bench.rescore", str(found), "judge=reference"], cwd=d, env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "apps_bench.rescore", str(found), "judge=reference"],
+        cwd=d,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert "rescore" in {p.name for p in found.iterdir()}, proc.stdout[-2000:] + proc.stderr[-2000:]
     return found
 
@@ -72,9 +90,15 @@ def test_lines_from_before_the_newer_fields_still_read(cell_dir: Path):
     completed_at; six usage counters; a verdict without reference_results."""
     first = [json.loads(x) for x in _lines(cell_dir / "records.jsonl")]
     for line in first:
-        old = {k: v for k, v in line.items() if k not in ("schema", "rescore_of", "rounds", "turns", "candidates", "vote", "completed_at")}
-        old["usage"] = {k: line["usage"][k] for k in ("prompt_tokens", "completion_tokens", "total_tokens", "model_calls",
-                                                      "tool_calls", "failed_calls")}
+        old = {
+            k: v
+            for k, v in line.items()
+            if k not in ("schema", "rescore_of", "rounds", "turns", "candidates", "vote", "completed_at")
+        }
+        old["usage"] = {
+            k: line["usage"][k]
+            for k in ("prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "tool_calls", "failed_calls")
+        }
         rec = ProblemRecord.from_json(old)
         assert rec.schema == 1 and rec.vote is None and rec.candidates == [] and rec.rescore_of is None
         assert rec.usage.total_tokens == line["usage"]["total_tokens"] and rec.usage.retries == 0 and rec.usage.calls == []
@@ -85,9 +109,11 @@ def test_lines_from_before_the_newer_fields_still_read(cell_dir: Path):
 
 @pytest.mark.parametrize(
     ("where", "change", "says"),
-    [("usage", {"graded_tokens": 1}, "the usage has fields this version does not know: ['graded_tokens']"),
-     ("verdict", {"graded": True}, "the verdict has fields this version does not know: ['graded']"),
-     ("vote", {"winner": None, "group_sizes": [], "group_members": [], "ties": 0}, "the vote has fields")],
+    [
+        ("usage", {"graded_tokens": 1}, "the usage has fields this version does not know: ['graded_tokens']"),
+        ("verdict", {"graded": True}, "the verdict has fields this version does not know: ['graded']"),
+        ("vote", {"winner": None, "group_sizes": [], "group_members": [], "ties": 0}, "the vote has fields"),
+    ],
 )
 def test_a_nested_field_this_version_does_not_know_is_an_error_that_says_which(cell_dir: Path, where, change, says):
     line = next(json.loads(x) for x in _lines(cell_dir / "records.jsonl") if json.loads(x)["verdict"] is not None)

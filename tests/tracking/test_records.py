@@ -85,12 +85,35 @@ def _problem_record(**over: object) -> dict:
     """One line as a cell writes it (step.record_of's fields), with `over` changed."""
     from apps_bench.types import Outcome, ProblemRecord, TestResult, UsageRecord, Verdict
 
-    verdict = Verdict(problem_id="7", passed=True, n_tests=1, tests_run=1, tests_passed=1, profile="seed",
-                      results=(TestResult(0, Outcome.PASS),))
-    rec = ProblemRecord(key="test/7", id="7", split="test", difficulty="interview", mode="stdin", cell="k1",
-                        program="print(1)", extracted=True, passed=True, verdict=verdict,
-                        usage=UsageRecord(model_calls=1), tool_calls_by_role={}, latency_s=1.5, solve_s=1.0, judge_s=0.5,
-                        solver="main", error=None, stop_reason="done").to_json()  # fmt: skip
+    verdict = Verdict(
+        problem_id="7",
+        passed=True,
+        n_tests=1,
+        tests_run=1,
+        tests_passed=1,
+        profile="seed",
+        results=(TestResult(0, Outcome.PASS),),
+    )
+    rec = ProblemRecord(
+        key="test/7",
+        id="7",
+        split="test",
+        difficulty="interview",
+        mode="stdin",
+        cell="k1",
+        program="print(1)",
+        extracted=True,
+        passed=True,
+        verdict=verdict,
+        usage=UsageRecord(model_calls=1),
+        tool_calls_by_role={},
+        latency_s=1.5,
+        solve_s=1.0,
+        judge_s=0.5,
+        solver="main",
+        error=None,
+        stop_reason="done",
+    ).to_json()
     return {**rec, **over}
 
 
@@ -108,7 +131,9 @@ def test_a_record_this_version_cannot_read_is_an_error_that_says_why():
     from apps_bench.types import RECORD_SCHEMA, ProblemRecord
 
     newer = RECORD_SCHEMA + 1
-    with pytest.raises(ValueError, match=f"'test/7' is records schema version {newer}; this apps-bench reads versions 1 to {RECORD_SCHEMA}"):
+    with pytest.raises(
+        ValueError, match=f"'test/7' is records schema version {newer}; this apps-bench reads versions 1 to {RECORD_SCHEMA}"
+    ):
         ProblemRecord.from_json(_problem_record(schema=newer))
     for bad in ("1", 0, True, None):
         with pytest.raises(ValueError, match="not a records.jsonl version"):

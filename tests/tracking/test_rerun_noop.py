@@ -10,16 +10,27 @@ from conftest import cli_env, fresh_store, run_cli
 
 
 def _args(rows: Path, *extra: str) -> list[str]:
-    return ["model=gold", "dataset=apps", f"dataset.path={rows}", "dataset.split=train", "topology=single", "limit=3",
-            "progress=false", *extra]  # fmt: skip
+    return [
+        "model=gold",
+        "dataset=apps",
+        f"dataset.path={rows}",
+        "dataset.split=train",
+        "topology=single",
+        "limit=3",
+        "progress=false",
+        *extra,
+    ]
 
 
 def _store(cwd: Path) -> tuple[list[str], dict[str, tuple[int, int]]]:
     """(every row of the SQLite store, as SQL; every artifact file: its size and modification time)."""
     with sqlite3.connect(cwd / "outputs" / "mlflow.db") as db:
         rows = list(db.iterdump())
-    artifacts = {str(p.relative_to(cwd)): (p.stat().st_size, p.stat().st_mtime_ns)
-                 for p in sorted((cwd / "mlruns").rglob("*")) if p.is_file()}  # fmt: skip
+    artifacts = {
+        str(p.relative_to(cwd)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted((cwd / "mlruns").rglob("*"))
+        if p.is_file()
+    }
     return rows, artifacts
 
 
@@ -38,7 +49,9 @@ def test_a_rerun_of_a_finished_cell_writes_nothing_to_mlflow(tmp_path: Path, mlf
     assert sorted(set(rows_after) - set(rows)) == [] and sorted(set(rows) - set(rows_after)) == []
 
 
-def test_the_last_problem_of_a_cell_starts_no_more_workers_than_it_needs(tmp_path: Path, mlflow_template: Path, apps_data_dir: Path):
+def test_the_last_problem_of_a_cell_starts_no_more_workers_than_it_needs(
+    tmp_path: Path, mlflow_template: Path, apps_data_dir: Path
+):
     """One problem left: solved in the cell's own process, on one sandbox worker, not on a pool sized
     for the whole cell (judge.workers=4 here; summary.json's `run.solvers` and `provenance.sandbox.workers`)."""
     import json

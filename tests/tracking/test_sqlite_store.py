@@ -34,8 +34,15 @@ def _head() -> str:
 
 
 def _spawn(code: str, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code], cwd=cwd, env=cli_env(cwd), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=cli_env(cwd),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _run_killed_at(argv: list[str], cwd: Path, kill_at: str = "", count: Path | None = None) -> subprocess.CompletedProcess:
@@ -46,8 +53,15 @@ def _run_killed_at(argv: list[str], cwd: Path, kill_at: str = "", count: Path | 
         extra[kill_at_mod.KILL_COUNT] = str(count)
     log = cwd / f"killed-at-{kill_at.replace(':', '_').replace(' ', '_') or 'none'}.log"
     with open(log, "w") as out:  # a file, not a pipe: a helper outside the killed group cannot hold the test up
-        proc = subprocess.Popen(argv, cwd=cwd, env=cli_env(cwd, **extra), stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=cli_env(cwd, **extra),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         proc.wait(timeout=300)
     return subprocess.CompletedProcess(argv, proc.returncode, log.read_text(), "")
 
@@ -216,20 +230,26 @@ N_PROBLEMS = 4
 # Where the cell is killed: events of its own, so each kill lands in the same state on any machine. A kill as
 # the store's creation begins is the creation test's above; one after the first record is test_resume_after_kill9's.
 KILL_POINTS = [
-    f"sql:30:{MIGRATION_STEP}",       # half-way through the store's migrations
-    "sql:1:INSERT INTO runs",         # the store in place, the cell's MLflow run being created
-    "sql:1:INSERT INTO params",       # the run created, its params being logged
-    f"record:{N_PROBLEMS}",           # every problem recorded, the run not yet finished
-]  # fmt: skip
+    f"sql:30:{MIGRATION_STEP}",  # half-way through the store's migrations
+    "sql:1:INSERT INTO runs",  # the store in place, the cell's MLflow run being created
+    "sql:1:INSERT INTO params",  # the run created, its params being logged
+    f"record:{N_PROBLEMS}",  # every problem recorded, the run not yet finished
+]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # 4 kills and 4 reruns of a real cell, each a fresh interpreter: minutes on 2 busy cores
-def test_a_cell_killed_anywhere_reruns_to_a_complete_cell_and_run(
-    tmp_path: Path, apps_data_dir: Path
-):
-    args = ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "dataset.split=train",
-            f"limit={N_PROBLEMS}", "concurrency=1", "processes=1", "judge.workers=1", "progress=false"]  # fmt: skip
+def test_a_cell_killed_anywhere_reruns_to_a_complete_cell_and_run(tmp_path: Path, apps_data_dir: Path):
+    args = [
+        "dataset=apps",
+        f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+        "dataset.split=train",
+        f"limit={N_PROBLEMS}",
+        "concurrency=1",
+        "processes=1",
+        "judge.workers=1",
+        "progress=false",
+    ]
     for i, point in enumerate(KILL_POINTS):
         cwd = tmp_path / f"k{i}"
         cwd.mkdir()

@@ -24,7 +24,6 @@ from conftest import cli_env, free_port, run_cli
 pytestmark = pytest.mark.slow
 
 
-
 def _nothing_created(cwd: Path, r: subprocess.CompletedProcess[str]) -> None:
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     assert "Traceback" not in r.stderr and "nothing was created" in r.stderr
@@ -80,10 +79,31 @@ def _start_server(root: Path, port: int, *extra: str) -> subprocess.Popen:
     root.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
     log = (root / "server.log").open("a")
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-                             "--artifacts-destination", str(root / "artifacts"), "--serve-artifacts", "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", "1", *extra],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+            "--serve-artifacts",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            *extra,
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 180
     while True:
         try:
@@ -142,11 +162,26 @@ def test_a_server_lost_mid_cell_loses_nothing_and_the_rerun_only_logs(tmp_path: 
     cwd, cell = tmp_path / "work", tmp_path / "cell"
     cwd.mkdir()
     env = cli_env(cwd, MLFLOW_TRACKING_URI=uri)
-    args = ["dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}", "dataset.split=train", f"limit={N}",
-            "concurrency=1", "processes=1", "progress=false", f"out_dir={cell}"]  # fmt: skip
+    args = [
+        "dataset=apps",
+        f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+        "dataset.split=train",
+        f"limit={N}",
+        "concurrency=1",
+        "processes=1",
+        "progress=false",
+        f"out_dir={cell}",
+    ]
     server = _start_server(root, port)
-    proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args, "model.gold.latency_ms=300"], cwd=cwd, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "apps_bench", *args, "model.gold.latency_ms=300"],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while not (_logged_params(root / "mlflow.db") and len(_records(cell)) >= 2):  # its run open, mid-cell

@@ -145,7 +145,7 @@ class Hold(Callback):
             time.sleep(0.1)
 '''
 
-HOLDER = '''
+HOLDER = """
 import sys
 from pathlib import Path
 from apps_bench.tracking.cell_lock import CellLock, LockTimes
@@ -156,7 +156,7 @@ lock.start_heartbeat()
 print("held", flush=True)
 sys.stdin.read()
 lock.release()
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -173,10 +173,21 @@ def _wait_for(path: Path, proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.parametrize("experiment", ["twice_new", "twice_existing"])
-def test_a_second_launch_of_a_running_sweep_is_refused_and_touches_nothing(tmp_path: Path, server: str,
-                                                                          apps_data_dir: Path, experiment: str):  # fmt: skip
-    args = ["-m", "seed=2", "allow_any_cell=true", "model=gold", "dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
-            "dataset.split=train", "limit=5", f"tracking.experiment={experiment}", "progress=false"]  # fmt: skip
+def test_a_second_launch_of_a_running_sweep_is_refused_and_touches_nothing(
+    tmp_path: Path, server: str, apps_data_dir: Path, experiment: str
+):
+    args = [
+        "-m",
+        "seed=2",
+        "allow_any_cell=true",
+        "model=gold",
+        "dataset=apps",
+        f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+        "dataset.split=train",
+        "limit=5",
+        f"tracking.experiment={experiment}",
+        "progress=false",
+    ]
     env = cli_env(tmp_path, MLFLOW_TRACKING_URI=server)
     if experiment == "twice_existing":  # an earlier, finished launch of the same sweep
         done = run_cli(args, tmp_path, env=env)
@@ -184,11 +195,21 @@ def test_a_second_launch_of_a_running_sweep_is_refused_and_touches_nothing(tmp_p
     earlier = {r.info.run_id: _state(r) for r in _runs(server, experiment)}
     (tmp_path / "probe").mkdir()
     (tmp_path / "probe" / "hold_probe.py").write_text(HOLD)
-    held = cli_env(tmp_path, MLFLOW_TRACKING_URI=server,
-                   PYTHONPATH=os.pathsep.join([str(tmp_path / "probe"), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
-    first = subprocess.Popen([sys.executable, "-m", "apps_bench", *args, "+hydra.callbacks.hold._target_=hold_probe.Hold"],
-                             cwd=tmp_path, env=held, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    held = cli_env(
+        tmp_path,
+        MLFLOW_TRACKING_URI=server,
+        PYTHONPATH=os.pathsep.join([str(tmp_path / "probe"), os.environ.get("PYTHONPATH", "")]),
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-m", "apps_bench", *args, "+hydra.callbacks.hold._target_=hold_probe.Hold"],
+        cwd=tmp_path,
+        env=held,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         _wait_for(tmp_path / "started", first)  # the first launch's parent run exists; its cell has not started
         mine = {r.info.run_id for r in _runs(server, experiment)} - set(earlier)
@@ -222,8 +243,14 @@ def test_a_sweep_over_a_cell_another_command_runs_is_refused(tmp_path: Path, ser
     assert done.returncode == 0, done.stderr[-3000:]
     before = {r.info.run_id: _state(r) for r in _runs(server, "busy_cell")}
     [folder] = list((tmp_path / "outputs" / "cells").iterdir())
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder / "cell.lock")], cwd=tmp_path, env=env,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(folder / "cell.lock")],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         r = run_cli(args, tmp_path, env=env)

@@ -39,7 +39,10 @@ def _parents(db: Path) -> list:
 
 def _job_env_sets(cwd: Path) -> list[dict]:
     """`hydra.job.env_set` of every job of every sweep, as each job saved its own config."""
-    return [yaml.safe_load(p.read_text())["hydra"]["job"]["env_set"] for p in sorted(cwd.glob("outputs/multirun/**/.hydra/hydra.yaml"))]
+    return [
+        yaml.safe_load(p.read_text())["hydra"]["job"]["env_set"]
+        for p in sorted(cwd.glob("outputs/multirun/**/.hydra/hydra.yaml"))
+    ]
 
 
 def test_every_job_gets_the_sweeps_settings_and_a_rerun_has_its_own_parent(tmp_path: Path, mlflow_template: Path):
@@ -49,8 +52,12 @@ def test_every_job_gets_the_sweeps_settings_and_a_rerun_has_its_own_parent(tmp_p
     [parent] = _parents(db)
     pid = parent.info.run_id
     envs = _job_env_sets(tmp_path)
-    assert len(envs) == 2 and all(e["MLFLOW_TRACKING_URI"] == f"sqlite:///{db}" and e[PARENT_RUN_ENV] == pid
-                                  and e["APPS_BENCH_ROOT"] == str(tmp_path.resolve()) for e in envs)  # fmt: skip
+    assert len(envs) == 2 and all(
+        e["MLFLOW_TRACKING_URI"] == f"sqlite:///{db}"
+        and e[PARENT_RUN_ENV] == pid
+        and e["APPS_BENCH_ROOT"] == str(tmp_path.resolve())
+        for e in envs
+    )
 
     # the rerun, through another launcher (not part of the sweep): same cells, a parent run of this launch's own
     # that links the earlier one, which stays as it ended
@@ -64,7 +71,9 @@ def test_every_job_gets_the_sweeps_settings_and_a_rerun_has_its_own_parent(tmp_p
     kids = [x for x in _runs(db) if x.data.tags.get("mlflow.parentRunId") == pid]  # nested where they first ran
     assert sorted(k.data.tags["seed"] for k in kids) == ["0", "1"] and all(k.info.status == "FINISHED" for k in kids)
     envs = _job_env_sets(tmp_path)
-    assert len(envs) == 4 and sorted(e[PARENT_RUN_ENV] for e in envs) == sorted([pid, pid, parent2.info.run_id, parent2.info.run_id])
+    assert len(envs) == 4 and sorted(e[PARENT_RUN_ENV] for e in envs) == sorted(
+        [pid, pid, parent2.info.run_id, parent2.info.run_id]
+    )
     # joblib ran both cells at once (n_jobs 2): each was given its share of this host's CPUs
     from apps_bench.cell.cpus import usable_cpus
 
@@ -118,11 +127,31 @@ def test_sigterm_and_ctrl_c_cancel_the_sweep_and_end_its_parent_killed(
     (tmp_path / "probe").mkdir()
     (tmp_path / "probe" / "s62_probe.py").write_text(PROBE)
     env = cli_env(tmp_path, PYTHONPATH=str(tmp_path / "probe"))
-    args = ["-m", f"hydra/launcher={launcher}", "seed=0,1", "dataset=apps", f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
-            "dataset.split=train", "limit=30", "concurrency=1", "processes=1", "judge.workers=1", "model.gold.latency_ms=2000",
-            "progress=false", "+hydra.callbacks.probe._target_=s62_probe.Probe"]  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    args = [
+        "-m",
+        f"hydra/launcher={launcher}",
+        "seed=0,1",
+        "dataset=apps",
+        f"dataset.path={apps_data_dir / 'train_mini150.jsonl'}",
+        "dataset.split=train",
+        "limit=30",
+        "concurrency=1",
+        "processes=1",
+        "judge.workers=1",
+        "model.gold.latency_ms=2000",
+        "progress=false",
+        "+hydra.callbacks.probe._target_=s62_probe.Probe",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "apps_bench", *args],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while not any(tmp_path.glob("outputs/cells/*/records.jsonl")):  # a cell is solving
@@ -187,8 +216,10 @@ def test_a_sweeps_cell_works_in_the_launching_directory_wherever_its_worker_star
     launch, worker = tmp_path / "launch", tmp_path / "worker"
     launch.mkdir()
     worker.mkdir()
-    code = ("import os; from omegaconf import OmegaConf; from apps_bench.__main__ import _enter_sweep; "
-            "_enter_sweep(OmegaConf.create({'tracking': {'backend': 'mlflow'}}), True); print(os.getcwd())")  # fmt: skip
+    code = (
+        "import os; from omegaconf import OmegaConf; from apps_bench.__main__ import _enter_sweep; "
+        "_enter_sweep(OmegaConf.create({'tracking': {'backend': 'mlflow'}}), True); print(os.getcwd())"
+    )
     env = cli_env(worker, APPS_BENCH_ROOT=str(launch), MLFLOW_TRACKING_URI="sqlite:////x.db", **{PARENT_RUN_ENV: "p"})
     out = subprocess.run([sys.executable, "-c", code], cwd=worker, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

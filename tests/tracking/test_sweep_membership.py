@@ -18,10 +18,8 @@ from apps_bench.report import sweep_run
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
-
 def _common(data_dir: Path, *extra: str) -> list[str]:
-    return ["model=gold", "dataset=apps", f"dataset.path={data_dir / 'train_mini150.jsonl'}", "limit=3", "progress=false",
-            *extra]  # fmt: skip
+    return ["model=gold", "dataset=apps", f"dataset.path={data_dir / 'train_mini150.jsonl'}", "limit=3", "progress=false", *extra]
 
 
 SWEEP_TIMEOUT = 900  # a loaded 2-core machine: a 4-cell gold sweep can take minutes
@@ -63,7 +61,9 @@ def test_a_cell_that_ran_alone_first_is_one_of_the_sweeps_cells(tmp_path: Path, 
     first = _records(tmp_path, "single", 0)
     assert len(first) == 3
 
-    r = run_cli(["-m", "topology=single,sequential_langgraph", "seed=0,1", *_common(apps_data_dir)], tmp_path, timeout=SWEEP_TIMEOUT)
+    r = run_cli(
+        ["-m", "topology=single,sequential_langgraph", "seed=0,1", *_common(apps_data_dir)], tmp_path, timeout=SWEEP_TIMEOUT
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "3 already recorded, 0 to run" in r.stderr
     parent = _parent_id(r.stderr)
@@ -79,8 +79,7 @@ def test_a_cell_that_ran_alone_first_is_one_of_the_sweeps_cells(tmp_path: Path, 
     assert alone_run.data.tags["mlflow.parentRunId"] == parent
 
 
-def test_a_cell_of_two_sweeps_counts_in_both_and_each_sweep_publishes_once(tmp_path: Path, loopback_mlflow,
-                                                                          apps_data_dir: Path):  # fmt: skip
+def test_a_cell_of_two_sweeps_counts_in_both_and_each_sweep_publishes_once(tmp_path: Path, loopback_mlflow, apps_data_dir: Path):
     """Against a tracking server (cells on other hosts): a cell an earlier sweep ran is listed by
     both sweeps (it stays nested under the first); the comparison is uploaded once per sweep run,
     by the launching process at the end, never by the finishing cells."""
@@ -101,7 +100,9 @@ def test_a_cell_of_two_sweeps_counts_in_both_and_each_sweep_publishes_once(tmp_p
         rep = run_cli(["--sweep", parent], tmp_path, env=env, module="apps_bench.report")
         assert rep.returncode == 0, rep.stderr[-3000:]
         assert set(re.findall(r"^(\S+) .*\(\ds × 3p\)", rep.stdout, re.M)) == {t for t, _, _ in rows}, rep.stdout
-    [shared] = [x for x in _cell_runs(server.url, "two_sweeps") if (x.data.tags["topology"], x.data.tags["seed"]) == ("single", "0")]
+    [shared] = [
+        x for x in _cell_runs(server.url, "two_sweeps") if (x.data.tags["topology"], x.data.tags["seed"]) == ("single", "0")
+    ]
     assert shared.data.tags["mlflow.parentRunId"] == pa
     assert [server.artifact_writes(p, sweep_run.TABLE) for p in (pa, pb)] == [1, 1]
 
@@ -138,8 +139,9 @@ class LoseRecords(Callback):
 '''
 
 
-def test_a_member_missing_at_the_sweeps_end_is_named_never_a_smaller_table(tmp_path: Path, mlflow_template: Path,
-                                                                           apps_data_dir: Path):  # fmt: skip
+def test_a_member_missing_at_the_sweeps_end_is_named_never_a_smaller_table(
+    tmp_path: Path, mlflow_template: Path, apps_data_dir: Path
+):
     db = fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
     uri = f"sqlite:///{db}"
     (tmp_path / "probe").mkdir()
@@ -177,6 +179,7 @@ def test_a_member_missing_at_the_sweeps_end_is_named_never_a_smaller_table(tmp_p
 
 
 # ----------------------------------------------------------- a real MLflow server on loopback
+
 
 @pytest.fixture(scope="module")
 def loopback_mlflow(tmp_path_factory: pytest.TempPathFactory):

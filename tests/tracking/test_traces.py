@@ -11,9 +11,15 @@ import pytest
 from conftest import cli_env, compose_cell, fresh_store, problem_record, run_cli
 
 RUNNERS = (
-    "single", "independent", "sequential_langgraph", "sequential_crewai",
-    "centralized_langgraph", "centralized_autogen", "decentralized_langgraph", "decentralized_openai",
-)  # fmt: skip
+    "single",
+    "independent",
+    "sequential_langgraph",
+    "sequential_crewai",
+    "centralized_langgraph",
+    "centralized_autogen",
+    "decentralized_langgraph",
+    "decentralized_openai",
+)
 SECRET = "sk-apps-bench-secret-marker-5f2c9"  # the API key: it must appear in no span
 TIMING = {"latency_s", "solve_s", "judge_s", "completed_at", "solver"}
 
@@ -91,13 +97,18 @@ def test_every_runner_gives_one_trace_per_problem_with_turns_calls_tools_and_the
         assert [(s.attributes["agent"], s.attributes["round"]) for s in turns] == [(e["agent"], e["round"]) for e in inputs]
 
         calls = [s for s in trace.data.spans if s.span_type == "CHAT_MODEL"]
-        assert all(trace.data.spans[[x.span_id for x in trace.data.spans].index(s.parent_id)].span_type == "AGENT"
-                   and s.parent_id != root.span_id for s in calls), "every model call sits in an agent turn"  # fmt: skip
+        assert all(
+            trace.data.spans[[x.span_id for x in trace.data.spans].index(s.parent_id)].span_type == "AGENT"
+            and s.parent_id != root.span_id
+            for s in calls
+        ), "every model call sits in an agent turn"
         # token usage per call equals the record's (the same metering, seen from the trace)
         usage = lambda s: s.attributes["mlflow.chat.tokenUsage"]  # noqa: E731
         role = lambda s: "" if s.name == "chat model" else s.name.removeprefix("chat ")  # noqa: E731
-        got = sorted((role(s), usage(s)["input_tokens"], usage(s)["output_tokens"],
-                      s.outputs["choices"][0]["finish_reason"]) for s in calls)  # fmt: skip
+        got = sorted(
+            (role(s), usage(s)["input_tokens"], usage(s)["output_tokens"], s.outputs["choices"][0]["finish_reason"])
+            for s in calls
+        )
         want = sorted(
             (c.get("role", ""), c["prompt_tokens"], c["completion_tokens"], c["finish_reason"]) for c in rec["usage"]["calls"]
         )
@@ -143,11 +154,24 @@ def test_a_killed_cell_rerun_traces_only_the_problems_it_solves(tmp_path: Path, 
     import time
 
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    args = _cell_args(apps_data_dir / "train_mini150.jsonl", "topology=single", "limit=6", "tracking.traces=true",
-                      "processes=1", "concurrency=1", "model.gold.latency_ms=400")  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "apps_bench", *args], cwd=tmp_path, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=cli_env(tmp_path, OPENAI_API_KEY=SECRET), start_new_session=True)  # fmt: skip
+    args = _cell_args(
+        apps_data_dir / "train_mini150.jsonl",
+        "topology=single",
+        "limit=6",
+        "tracking.traces=true",
+        "processes=1",
+        "concurrency=1",
+        "model.gold.latency_ms=400",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "apps_bench", *args],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=cli_env(tmp_path, OPENAI_API_KEY=SECRET),
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
@@ -196,14 +220,22 @@ def test_a_streamed_reply_is_folded_into_one_message_with_its_tool_calls():
     events = [
         {"model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Let me "}}]},
         {"choices": [{"index": 0, "delta": {"content": "run it."}}]},
-        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "python_exec", "arguments": '{"co'}}]}}]},
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "python_exec", "arguments": '{"co'}}]},
+                }
+            ]
+        },
         {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'de": "print(1)"}'}}]}}]},
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
         {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}},
-    ]  # fmt: skip
+    ]
     body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
-    call = ModelCall(role="solver", start_ns=0, end_ns=1, turn=0, request=b"{}", reply=body.encode(),
-                     content_type="text/event-stream")  # fmt: skip
+    call = ModelCall(
+        role="solver", start_ns=0, end_ns=1, turn=0, request=b"{}", reply=body.encode(), content_type="text/event-stream"
+    )
     obj = reply_object(call)
     [choice] = obj["choices"]
     assert choice["finish_reason"] == "tool_calls" and obj["usage"] == {"prompt_tokens": 7, "completion_tokens": 3}
@@ -217,9 +249,16 @@ def test_an_infrastructure_error_is_a_trace_tagged_with_it_and_its_failed_call(
     tmp_path: Path, mlflow_template: Path, apps_data_dir: Path
 ):
     fresh_store(mlflow_template, tmp_path / "outputs" / "mlflow.db")
-    args = _cell_args(apps_data_dir / "train_mini150.jsonl", "topology=single", "limit=2", "tracking.traces=true",
-                      "model.gold.fault_fraction=1.0", "model.max_retries=0", "model.retry_backoff_s=0",
-                      "model.request_timeout_s=3")  # a stalled request: no need to wait 30 s for its timeout  # fmt: skip
+    args = _cell_args(
+        apps_data_dir / "train_mini150.jsonl",
+        "topology=single",
+        "limit=2",
+        "tracking.traces=true",
+        "model.gold.fault_fraction=1.0",
+        "model.max_retries=0",
+        "model.retry_backoff_s=0",
+        "model.request_timeout_s=3",
+    )  # a stalled request: no need to wait 30 s for its timeout
     r = run_cli(args, tmp_path, env=cli_env(tmp_path, OPENAI_API_KEY=SECRET), timeout=600)
     assert r.returncode == 3, r.stderr[-3000:]  # incomplete: every problem is an infrastructure error
     records = {x["key"]: x for x in _records(tmp_path)}
@@ -232,7 +271,9 @@ def test_an_infrastructure_error_is_a_trace_tagged_with_it_and_its_failed_call(
         [call] = [s for s in trace.data.spans if s.span_type == "CHAT_MODEL"]
         # the fault gold injects is drawn from the request body's hash: an HTTP error, or a stall the client gives up on
         timed_out = "timed out" in rec["error"]
-        assert call.status.status_code == "ERROR" and (call.attributes["http_status"] == 0 if timed_out else call.attributes["http_status"] >= 400)
+        assert call.status.status_code == "ERROR" and (
+            call.attributes["http_status"] == 0 if timed_out else call.attributes["http_status"] >= 400
+        )
         assert not [s for s in trace.data.spans if s.span_type == "EVALUATOR"]  # never judged
 
 
@@ -244,8 +285,10 @@ def traced_cell(tmp_path_factory: pytest.TempPathFactory, mlflow_template: Path,
     """A gold sequential_langgraph cell of 30 problems with traces on (14 spans per trace), in its own store."""
     cwd = tmp_path_factory.mktemp("traced_cell")
     fresh_store(mlflow_template, cwd / "outputs" / "mlflow.db")
-    _run(cwd, _cell_args(apps_data_dir / "train_mini150.jsonl", "topology=sequential_langgraph", "limit=30",
-                         "tracking.traces=true"))  # fmt: skip
+    _run(
+        cwd,
+        _cell_args(apps_data_dir / "train_mini150.jsonl", "topology=sequential_langgraph", "limit=30", "tracking.traces=true"),
+    )
     return cwd
 
 
@@ -323,7 +366,11 @@ def test_a_trace_keeps_each_text_up_to_its_length_and_the_whole_text_is_in_the_t
             assert _read_as_shown(shown, inputs[(span.attributes["agent"], span.attributes["round"])]), shown
             referred += bool(SAME.search(shown))
         for span in (s for s in trace.data.spans if s.span_type == "CHAT_MODEL"):
-            assert set(span.inputs) == {"messages", "tools"} and span.inputs["tools"] == ["python_exec"] or "tools" not in span.inputs
+            assert (
+                set(span.inputs) == {"messages", "tools"}
+                and span.inputs["tools"] == ["python_exec"]
+                or "tools" not in span.inputs
+            )
             for m in span.inputs["messages"]:
                 assert len(m["content"] or "") <= 500 + 60, m["content"][-80:]
         execs = [s for s in trace.data.spans if s.span_type == "TOOL"]
@@ -360,8 +407,17 @@ def test_which_problems_get_a_trace_failed_only_or_a_sample_by_key(tmp_path: Pat
     rows = apps_data_dir / "train_mini150.jsonl"
     failed, sample = tmp_path / "failed", tmp_path / "sample"
     fresh_store(mlflow_template, failed / "outputs" / "mlflow.db")
-    _run(failed, _cell_args(rows, "topology=single", "limit=8", "tracking.traces=true", "tracking.trace_problems=failed",
-                            "model.gold.wrong_fraction=0.5"))  # fmt: skip
+    _run(
+        failed,
+        _cell_args(
+            rows,
+            "topology=single",
+            "limit=8",
+            "tracking.traces=true",
+            "tracking.trace_problems=failed",
+            "model.gold.wrong_fraction=0.5",
+        ),
+    )
     records = _records(failed)
     wrong = {r["key"] for r in records if not r["passed"]}
     assert 0 < len(wrong) < len(records) == 8
@@ -385,8 +441,9 @@ def test_a_fraction_samples_by_key_alone():
 
 @pytest.mark.parametrize("bad", ["tracking.trace_sample=1.0", "tracking.trace_problems=wrong", "tracking.trace_text_chars=10"])
 def test_a_bad_trace_setting_is_one_line_exit_2_and_nothing_written(bad: str, tmp_path: Path, apps_data_dir: Path):
-    r = run_cli(_cell_args(apps_data_dir / "train_mini150.jsonl", "limit=1", "tracking.traces=true", bad), tmp_path,
-                env=cli_env(tmp_path))  # fmt: skip
+    r = run_cli(
+        _cell_args(apps_data_dir / "train_mini150.jsonl", "limit=1", "tracking.traces=true", bad), tmp_path, env=cli_env(tmp_path)
+    )
     assert r.returncode == 2, r.stderr[-2000:]
     key = bad.split("=")[0]
     [line] = [x for x in r.stderr.splitlines() if key in x]

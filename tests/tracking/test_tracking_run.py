@@ -51,8 +51,9 @@ def test_tracking_none_writes_no_store_and_a_later_mlflow_run_logs_the_cell_with
 def test_an_unreachable_endpoint_stops_the_cell_before_any_store_is_touched(tmp_path: Path):
     r = run_cli(
         ["model=openai", "model.base_url=http://127.0.0.1:9/v1", "model.model_id=m", "allow_any_cell=true"],
-        tmp_path, timeout=120,
-    )  # fmt: skip
+        tmp_path,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr[-2000:]
     assert "cannot reach the model endpoint" in r.stderr
     assert not (tmp_path / "outputs" / "mlflow.db").exists()
