@@ -26,7 +26,7 @@ CELL = [
     "model=gold",
     "progress=false",
     "topology=independent",
-    "model.fault_fraction=0.1",
+    "model.gold.fault_fraction=0.1",
     "model.max_retries=0",
     "model.request_timeout_s=3",
 ]
