@@ -47,6 +47,9 @@ def baseline_of(spec: str) -> Baseline:
             f"--compare {spec!r}: write --compare baseline=TOPOLOGY (e.g. --compare baseline=single), "
             "or --compare SETTING=VALUE for a setting the cells vary (e.g. --compare model.temperature=0)"
         )
+    # a provider's own setting as the command line spells it (model.gold.wrong_fraction): the cells name their
+    # settings as their keys hash them, in the flat layout (model.wrong_fraction)
+    key = re.sub(r"\Amodel\.(gold|local)\.", "model.", key)
     return Baseline("baseline" if key == "topology" else key, value)
 
 

@@ -51,3 +51,22 @@ def test_every_bad_option_is_listed_at_once(tmp_path: Path):
     err = _report(tmp_path, "--export", "out.xlsx", "--compare", "baseline=singel", "--export", "t.json")
     assert "bad options" in err
     assert "--export out.xlsx" in err and "--export t.json" in err and "did you mean --compare baseline=single?" in err
+
+
+@pytest.mark.parametrize(
+    "spec, key",
+    [
+        ("model.gold.wrong_fraction=0", "model.wrong_fraction"),  # as the sweep was typed
+        ("model.wrong_fraction=0", "model.wrong_fraction"),  # as the report's columns name it
+        ("model.local.n_ctx=4096", "model.n_ctx"),
+        ("model.temperature=0", "model.temperature"),
+        ("topology=single", "baseline"),
+    ],
+)
+def test_compare_takes_a_provider_setting_as_the_command_line_spells_it(spec: str, key: str):
+    """The cells' settings are named in the layout their keys hash (flat: model.wrong_fraction); a sweep over
+    gold's setting is typed model.gold.wrong_fraction, and --compare accepts it so."""
+    from apps_bench.report.options import baseline_of
+
+    baseline = baseline_of(spec)
+    assert (baseline.key, baseline.value) == (key, spec.partition("=")[2])
