@@ -60,22 +60,35 @@ def check(args: argparse.Namespace) -> Baseline | None:
             options = groups()  # the package's conf/ and the presets of --config-dir
     except ConfigDirMissing as exc:
         raise ReportError(str(exc)) from None
-    bad: list[str] = []
-    baseline = None
-    if args.compare:
-        try:
-            baseline = baseline_of(args.compare)
-        except ReportError as exc:
-            bad.append(str(exc))
-        else:
-            labels = topology_labels(options)
-            if not baseline.on_setting and baseline.value not in labels:
-                guess = closest(baseline.value, labels)
-                hint = f"; did you mean --compare baseline={guess}?" if guess else ""
-                bad.append(
-                    f"--compare {baseline}: no such topology{hint} (topologies: {', '.join(options.get('topology', []))}; "
-                    "with an optimizer: TOPOLOGY+OPTIMIZER, e.g. single+maspo)"
-                )
+    baseline, bad = _compare(args, options)
+    bad += _names(args, options) + _files(args) + _combinations(args)
+    if bad:
+        raise ReportError("bad option" + ("s" if len(bad) > 1 else "") + ", nothing was read or written:\n  " + "\n  ".join(bad))
+    return baseline
+
+
+def _compare(args: argparse.Namespace, options: dict[str, list[str]]) -> tuple[Baseline | None, list[str]]:
+    """--compare: its form, and a topology baseline that names a topology (or topology+optimizer)."""
+    if not args.compare:
+        return None, []
+    try:
+        baseline = baseline_of(args.compare)
+    except ReportError as exc:
+        return None, [str(exc)]
+    labels = topology_labels(options)
+    if baseline.on_setting or baseline.value in labels:
+        return baseline, []
+    guess = closest(baseline.value, labels)
+    hint = f"; did you mean --compare baseline={guess}?" if guess else ""
+    return baseline, [
+        f"--compare {baseline}: no such topology{hint} (topologies: {', '.join(options.get('topology', []))}; "
+        "with an optimizer: TOPOLOGY+OPTIMIZER, e.g. single+maspo)"
+    ]
+
+
+def _names(args: argparse.Namespace, options: dict[str, list[str]]) -> list[str]:
+    """--judge, --dataset, --optimizer and --model name options conf/ has; --seeds are whole numbers."""
+    bad = []
     for option, value, group in (
         ("--judge", args.judge, "judge"),
         ("--dataset", args.dataset, "dataset"),
@@ -95,6 +108,12 @@ def check(args: argparse.Namespace) -> Baseline | None:
             bad.append(
                 f"--seeds {args.seeds}: seeds are whole numbers >= 0 separated by commas, e.g. --seeds 0,1 (not {', '.join(wrong)})"
             )
+    return bad
+
+
+def _files(args: argparse.Namespace) -> list[str]:
+    """What the report writes has a suffix it can write; the folder it reads exists."""
+    bad = []
     for path in args.export:
         if Path(path).suffix not in EXPORT_SUFFIXES:
             bad.append(
@@ -111,48 +130,34 @@ def check(args: argparse.Namespace) -> Baseline | None:
         bad.append(f"--forest {args.forest}: the forest plot draws --compare's differences; add --compare baseline=TOPOLOGY")
     if args.cells_dir and not Path(args.cells_dir).is_dir():
         bad.append(f"--cells-dir {args.cells_dir}: no such folder; point it at a folder of cells (e.g. outputs/cells)")
+    return bad
+
+
+def _given(args: argparse.Namespace, options: tuple[str, ...]) -> list[str]:
+    """The options among `options` (as `--name`) that the command gave."""
+    return [o for o in options if getattr(args, o.removeprefix("--").replace("-", "_"))]
+
+
+def _combinations(args: argparse.Namespace) -> list[str]:
+    """Options that mean nothing together: --publish without --sweep, --format without --table, --table or
+    another --metric beside the whole report's options."""
+    bad = []
     if args.publish and not args.sweep:
         bad.append("--publish writes a sweep's comparison: give the sweep's parent run, --sweep PARENT_RUN_ID")
     if args.format != "text" and not args.table:
         bad.append(f"--format {args.format}: formats one table; add --table apps-paper (or --table pass-at-k)")
     if args.table:
-        others = [
-            o
-            for o, v in (
-                ("--compare", args.compare),
-                ("--export", args.export),
-                ("--plots", args.plots),
-                ("--plot", args.plot),
-                ("--pareto", args.pareto),
-                ("--forest", args.forest),
-                ("--publish", args.publish),
-            )
-            if v
-        ]
+        others = _given(args, ("--compare", "--export", "--plots", "--plot", "--pareto", "--forest", "--publish"))
         if others:
             bad.append(
                 f"--table {args.table} prints that table alone; {', '.join(others)} belong to the whole report: "
                 "drop --table, or run the report twice"
             )
     if args.metric != "pass_at_1":
-        ignored = [
-            o
-            for o, v in (
-                ("--compare", args.compare),
-                ("--export", args.export),
-                ("--plots", args.plots),
-                ("--pareto", args.pareto),
-                ("--forest", args.forest),
-                ("--cells-dir", args.cells_dir),
-                ("--table", args.table),
-            )
-            if v
-        ]
+        ignored = _given(args, ("--compare", "--export", "--plots", "--pareto", "--forest", "--cells-dir", "--table"))
         if ignored:
             bad.append(
                 f"--metric {args.metric}: another metric is one table of means over seeds (and --plot); "
                 f"{', '.join(ignored)} need the per-problem records of pass@1: drop --metric or them"
             )
-    if bad:
-        raise ReportError("bad option" + ("s" if len(bad) > 1 else "") + ", nothing was read or written:\n  " + "\n  ".join(bad))
-    return baseline
+    return bad
