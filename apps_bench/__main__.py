@@ -193,15 +193,15 @@ def _task(cfg: DictConfig) -> float | None:
         _forget_run_dir()
         faults.say("apps-bench", faults.Fault(str(exc), ""), "")
         raise SystemExit(faults.EXIT_FAILED) from None
-    except AppsBenchError as exc:  # refused, set up wrong, or the folder taken: the message says why and the fix
-        if multirun:  # fail this cell only; the sweep goes on and reports it
-            raise
-        _forget_run_dir()
-        sys.stdout.flush()
-        sys.stderr.write(f"apps-bench: {exc}\n")
-        raise SystemExit(2) from None
     except Exception as exc:
-        fault = faults.fault_of(exc)  # a full disk, a read-only folder
+        fault = faults.fault_of(exc)  # a full disk, a read-only folder (whatever class carries it)
+        if fault is None and isinstance(exc, AppsBenchError):  # refused, set up wrong, or the folder taken
+            if multirun:  # fail this cell only; the sweep goes on and reports it
+                raise
+            _forget_run_dir()
+            sys.stdout.flush()
+            sys.stderr.write(f"apps-bench: {exc}\n")
+            raise SystemExit(2) from None
         if fault is None:
             raise
         safe = faults.CELL_RECORDS_SAFE

@@ -159,7 +159,7 @@ def test_test_case_average_per_problem_is_the_originals(reference_run) -> None:
         want = recorded[(pid, cap)]
         if pid in CONTAINED or _skipped_by_timing(pid, v):
             continue
-        mine = fraction_passed({"passed": v.passed, **counted_tests(v.to_json())})
+        mine = fraction_passed({"passed": v.passed, **counted_tests(v)})
         original = _original_test_case_average(want["results"])
         partial += 0 < original < 1
         if mine != pytest.approx(original, abs=1e-12):
