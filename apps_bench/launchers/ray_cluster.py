@@ -225,7 +225,10 @@ def launch(
     try:
         return _wait(ray, refs, labels, job_overrides, need, report_every_s)
     except BaseException:
-        for ref in refs:
+        # only the cells still running: force-cancelling a task that has ended (the cell that stopped the sweep)
+        # races its reply, which has crashed the driver inside Ray (task_manager.cc "unexpected system state")
+        _, running = ray.wait(refs, num_returns=len(refs), timeout=0)
+        for ref in running:
             ray.cancel(ref, force=True)
         raise
 
